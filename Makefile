@@ -1,0 +1,28 @@
+# `make train` and `make test` are the README's two commands: each sets up .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: setup train test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml requirements/constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first and pinned: the local CPU wheel, never a multi-gigabyte CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+train: setup
+	$(BIN)/python -m zoo fit --model nadaraya_watson
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) runs lightning_logs

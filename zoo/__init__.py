@@ -1,0 +1,59 @@
+"""attention-zoo: attention mechanisms behind one contract, selectable by registered name."""
+
+from zoo.attention import (
+    ATTENTION_REGISTRY,
+    AdditiveAttention,
+    AveragePooling,
+    Attention,
+    AttentionLayer,
+    AttentionOutput,
+    CrossAttention,
+    DotProductAttention,
+    GaussianKernelAttention,
+    IncompatibleAttentionError,
+    MultiHeadAttention,
+    SelfAttention,
+    causal_mask,
+    create_attention,
+    get_attention,
+    lengths_to_mask,
+    list_attention,
+    masked_softmax,
+    register_attention,
+    require_attention,
+)
+from zoo.layers import AddNorm, PositionalEncoding, PositionWiseFFN
+from zoo.registry import DuplicateNameError, Registry, UnknownArgumentError, UnknownNameError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ATTENTION_REGISTRY",
+    "AddNorm",
+    "AdditiveAttention",
+    "AveragePooling",
+    "Attention",
+    "AttentionLayer",
+    "AttentionOutput",
+    "CrossAttention",
+    "DotProductAttention",
+    "DuplicateNameError",
+    "GaussianKernelAttention",
+    "IncompatibleAttentionError",
+    "MultiHeadAttention",
+    "PositionWiseFFN",
+    "PositionalEncoding",
+    "Registry",
+    "SelfAttention",
+    "UnknownArgumentError",
+    "UnknownNameError",
+    "__version__",
+    "causal_mask",
+    "create_attention",
+    "get_attention",
+    "lengths_to_mask",
+    "list_attention",
+    "masked_softmax",
+    "register_attention",
+    "require_attention",
+]

@@ -1,0 +1,50 @@
+"""Attention variants behind one contract, and the registry that names them.
+
+Importing this package registers the built-in variants.
+"""
+
+from zoo.attention.base import Attention, AttentionLayer, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.factory import (
+    ATTENTION_REGISTRY,
+    create_attention,
+    create_scoring_attention,
+    get_attention,
+    list_attention,
+    register_attention,
+    require_attention,
+)
+from zoo.attention.masking import causal_mask, lengths_to_mask, masked_softmax
+
+# Built-in variants register themselves on import.
+from zoo.attention.additive import AdditiveAttention  # noqa: E402  (after the registry)
+from zoo.attention.average import AveragePooling  # noqa: E402
+from zoo.attention.dot_product import DotProductAttention  # noqa: E402
+from zoo.attention.gaussian_kernel import GaussianKernelAttention  # noqa: E402
+from zoo.attention.multi_head import HeadedAttention, MultiHeadAttention  # noqa: E402
+from zoo.attention.self_attention import SelfAttention  # noqa: E402
+from zoo.attention.cross_attention import CrossAttention  # noqa: E402
+
+__all__ = [
+    "ATTENTION_REGISTRY",
+    "AdditiveAttention",
+    "AveragePooling",
+    "Attention",
+    "AttentionLayer",
+    "AttentionOutput",
+    "CrossAttention",
+    "DotProductAttention",
+    "GaussianKernelAttention",
+    "HeadedAttention",
+    "IncompatibleAttentionError",
+    "MultiHeadAttention",
+    "SelfAttention",
+    "causal_mask",
+    "create_attention",
+    "create_scoring_attention",
+    "get_attention",
+    "lengths_to_mask",
+    "list_attention",
+    "masked_softmax",
+    "register_attention",
+    "require_attention",
+]

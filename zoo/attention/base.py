@@ -1,0 +1,194 @@
+"""The attention contract: :class:`AttentionOutput`, :class:`Attention` and :class:`AttentionLayer`.
+
+A *scoring attention* (subclass of :class:`Attention`) maps queries ``(*batch, Lq, Dq)``, keys
+``(*batch, Lk, Dk)`` and values ``(*batch, Lk, Dv)`` to ``(*batch, Lq, Dv)``. A subclass
+usually implements only :meth:`Attention.score`; the base class validates inputs, merges masks,
+applies the masked softmax and dropout, and returns the weights when asked. A variant whose
+computation has no score matrix (linear attention, say) overrides :meth:`Attention.attend` or
+``forward`` and declares what it supports.
+
+An *attention layer* (subclass of :class:`AttentionLayer`) owns projections and heads, and runs a
+registered scoring attention per head.
+
+Each class declares what it supports as class attributes, so architectures can check a variant
+when they are built rather than fail (or silently ignore a mask) at run time.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens
+
+__all__ = ["Attention", "AttentionLayer", "AttentionOutput", "IncompatibleAttentionError"]
+
+
+class IncompatibleAttentionError(ValueError):
+    """An attention variant was asked for something it declares it cannot do."""
+
+
+class AttentionOutput(NamedTuple):
+    """What every attention returns: ``output`` and, when ``need_weights=True``, ``weights``.
+
+    Unpacks like a tuple: ``out, weights = attention(q, k, v, need_weights=True)``.
+    ``weights`` has shape ``(*batch, Lq, Lk)`` for a scoring attention and
+    ``(B, num_heads, Lq, Lk)`` for a multi-head layer.
+    """
+
+    output: Tensor
+    weights: Tensor | None = None
+
+
+class _Capabilities:
+    """Capability flags shared by scoring attentions and layers."""
+
+    #: accepts ``valid_lens`` / ``attn_mask`` (padding and arbitrary boolean masks)
+    supports_padding_mask: ClassVar[bool] = True
+    #: honours ``is_causal=True``
+    supports_causal: ClassVar[bool] = True
+    #: can return attention weights (``need_weights=True``)
+    supports_weights: ClassVar[bool] = True
+    #: has a fused kernel used whenever weights are not requested
+    has_fused_path: ClassVar[bool] = False
+
+
+class Attention(_Capabilities, nn.Module):
+    """Base class of scoring attentions (additive, dot-product, Gaussian kernel, plugins).
+
+    Args:
+        dropout: Dropout probability applied to the attention weights during training.
+    """
+
+    #: the variant needs queries and keys of the same feature size
+    requires_equal_qk_dims: ClassVar[bool] = True
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
+        self.dropout = nn.Dropout(dropout)
+
+    def score(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """Unnormalized scores ``(*batch, Lq, Lk)``; higher means more attention."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement score(queries, keys), or override attend()."
+        )
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """Attend from ``queries`` over ``keys``/``values``.
+
+        Args:
+            queries: ``(*batch, Lq, Dq)``.
+            keys: ``(*batch, Lk, Dk)``.
+            values: ``(*batch, Lk, Dv)``.
+            valid_lens: ``batch`` or ``(*batch, Lq)``: how many leading keys each sequence (or
+                query) may attend to.
+            attn_mask: boolean, broadcastable to ``(*batch, Lq, Lk)``, True = attend.
+            is_causal: forbid attending to later positions (aligned bottom-right).
+            need_weights: also return the ``(*batch, Lq, Lk)`` weights.
+        """
+        valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+        mask = merge_masks(
+            queries.shape[:-2],
+            queries.shape[-2],
+            keys.shape[-2],
+            valid_lens=valid_lens,
+            attn_mask=attn_mask,
+            is_causal=is_causal,
+            device=queries.device,
+        )
+        return self.attend(queries, keys, values, mask, need_weights=need_weights)
+
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool) -> AttentionOutput:
+        """The computation on validated inputs with one merged boolean ``mask`` (or None)."""
+        weights = masked_softmax(self.score(queries, keys), mask=mask)
+        output = torch.matmul(self.dropout(weights), values)
+        return AttentionOutput(output, weights if need_weights else None)
+
+    def check_dims(self, query_dim: int, key_dim: int, value_dim: int) -> None:
+        """Raise ``ValueError`` if this variant cannot take these feature sizes."""
+        if self.requires_equal_qk_dims and query_dim != key_dim:
+            raise ValueError(
+                f"{type(self).__name__} needs queries and keys of the same feature size; got "
+                f"{query_dim} and {key_dim}. Project them to a common size, or use 'additive', "
+                f"which accepts different sizes."
+            )
+
+    def check_inputs(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> Tensor | None:
+        """Validate everything before computing; return ``valid_lens`` as integers."""
+        name = type(self).__name__
+        for label, tensor in (("queries", queries), ("keys", keys), ("values", values)):
+            if not isinstance(tensor, Tensor):
+                raise TypeError(f"{name}: {label} must be a tensor, got {type(tensor).__name__}.")
+            if tensor.dim() < 3:
+                raise ValueError(
+                    f"{name}: {label} must have shape (batch, length, features); got "
+                    f"{tuple(tensor.shape)}. Add a batch axis with .unsqueeze(0)."
+                )
+            if not tensor.is_floating_point():
+                raise ValueError(f"{name}: {label} must be floating point, got {tensor.dtype}.")
+        if not queries.shape[:-2] == keys.shape[:-2] == values.shape[:-2]:
+            raise ValueError(
+                f"{name}: batch shapes differ: queries {tuple(queries.shape[:-2])}, keys "
+                f"{tuple(keys.shape[:-2])}, values {tuple(values.shape[:-2])}; they must be equal."
+            )
+        if keys.shape[-2] != values.shape[-2]:
+            raise ValueError(
+                f"{name}: keys and values must have the same length; got {keys.shape[-2]} keys "
+                f"and {values.shape[-2]} values."
+            )
+        self.check_dims(queries.shape[-1], keys.shape[-1], values.shape[-1])
+        if (valid_lens is not None or attn_mask is not None) and not self.supports_padding_mask:
+            raise IncompatibleAttentionError(f"{name} does not support padding masks (valid_lens / attn_mask).")
+        if is_causal and not self.supports_causal:
+            raise IncompatibleAttentionError(f"{name} does not support causal masking (is_causal=True).")
+        if need_weights and not self.supports_weights:
+            raise IncompatibleAttentionError(f"{name} cannot return attention weights (need_weights=True).")
+        batch_shape, num_queries, num_keys = queries.shape[:-2], queries.shape[-2], keys.shape[-2]
+        if attn_mask is not None:
+            check_attn_mask(attn_mask, (*batch_shape, num_queries, num_keys), name)
+        if valid_lens is not None:
+            valid_lens = validate_valid_lens(valid_lens, batch_shape, num_queries, num_keys)
+        return valid_lens
+
+
+def check_attn_mask(attn_mask: Tensor, target: tuple[int, ...], owner: str) -> None:
+    """Raise ``ValueError`` unless ``attn_mask`` is boolean and broadcasts to ``target``."""
+    if not isinstance(attn_mask, Tensor) or attn_mask.dtype != torch.bool:
+        dtype = attn_mask.dtype if isinstance(attn_mask, Tensor) else type(attn_mask).__name__
+        raise ValueError(
+            f"{owner}: attn_mask must be a boolean tensor with True = attend, got {dtype}. "
+            f"Convert an additive float mask with `mask == 0`."
+        )
+    try:
+        broadcast = torch.broadcast_shapes(attn_mask.shape, target)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(target):
+        raise ValueError(f"{owner}: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to {target}.")
+
+
+class AttentionLayer(_Capabilities, nn.Module):
+    """Base class of attention layers that own projections and heads (``multi_head``, ...)."""

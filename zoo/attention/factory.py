@@ -1,0 +1,106 @@
+"""The attention registry and the functions users call to find, build and register variants."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from torch import nn
+
+from zoo.attention.base import Attention, AttentionLayer, IncompatibleAttentionError
+from zoo.registry import Registry
+
+__all__ = [
+    "ATTENTION_REGISTRY",
+    "create_attention",
+    "create_scoring_attention",
+    "get_attention",
+    "list_attention",
+    "register_attention",
+    "require_attention",
+]
+
+ModuleT = TypeVar("ModuleT", bound=type[nn.Module])
+
+ATTENTION_REGISTRY: Registry[type[nn.Module]] = Registry(
+    "attention", base=(Attention, AttentionLayer), entry_point_group="zoo.attention"
+)
+
+
+def register_attention(
+    name: str | None = None, *, aliases: tuple[str, ...] | list[str] = (), override: bool = False
+) -> Callable[[ModuleT], ModuleT]:
+    """Class decorator registering a subclass of :class:`zoo.Attention` (or a layer) by name.
+
+    Example::
+
+        @zoo.register_attention("cosine")
+        class CosineAttention(zoo.Attention):
+            def score(self, queries, keys):
+                return F.normalize(queries, dim=-1) @ F.normalize(keys, dim=-1).transpose(-2, -1)
+    """
+    return ATTENTION_REGISTRY.register(name, aliases=aliases, override=override)  # type: ignore[return-value]
+
+
+def list_attention(pattern: str | None = None) -> list[str]:
+    """Registered attention names (canonical), naturally sorted, filtered by a wildcard."""
+    return ATTENTION_REGISTRY.list(pattern)
+
+
+def get_attention(name: str) -> type[nn.Module]:
+    """The class registered under ``name`` or an alias."""
+    return ATTENTION_REGISTRY.get(name)
+
+
+def create_attention(name: str, /, **kwargs: Any) -> nn.Module:
+    """Build the attention registered under ``name``; unknown names and keywords get suggestions."""
+    return ATTENTION_REGISTRY.create(name, **kwargs)
+
+
+def scoring_names() -> list[str]:
+    """Names of registered scoring attentions (those usable per head inside a layer)."""
+    return [e.name for e in ATTENTION_REGISTRY.entries() if issubclass(e.obj, Attention)]
+
+
+def require_attention(
+    name: str, *, causal: bool = False, padding: bool = False, weights: bool = False, role: str = "this architecture"
+) -> type[Attention]:
+    """Resolve a scoring attention name and check it can do what ``role`` needs.
+
+    Raises:
+        UnknownNameError: ``name`` is not registered.
+        IncompatibleAttentionError: it is a layer, or lacks a needed capability; the message
+            lists the registered names that would work.
+    """
+    cls = ATTENTION_REGISTRY.get(name)
+    needs = {"supports_causal": causal, "supports_padding_mask": padding, "supports_weights": weights}
+
+    def fits(candidate: type[nn.Module]) -> bool:
+        return issubclass(candidate, Attention) and all(getattr(candidate, flag) for flag, need in needs.items() if need)
+
+    if not fits(cls):
+        missing = ["scoring (a layer cannot be used per head)"] if not issubclass(cls, Attention) else []
+        labels = {"supports_causal": "causal masking", "supports_padding_mask": "padding masks", "supports_weights": "returning weights"}
+        missing += [labels[flag] for flag, need in needs.items() if need and not getattr(cls, flag)]
+        compatible = [e.name for e in ATTENTION_REGISTRY.entries() if fits(e.obj)]
+        raise IncompatibleAttentionError(
+            f"Attention {name!r} cannot be used by {role}: it lacks {', '.join(missing)}. "
+            f"Compatible registered names: {', '.join(compatible) or 'none'}."
+        )
+    return cls
+
+
+def create_scoring_attention(name: str, *, head_dim: int, dropout: float = 0.0, **kwargs: Any) -> Attention:
+    """Build a scoring attention for heads of size ``head_dim``.
+
+    Constructors that take ``query_size`` / ``key_size`` (like ``additive``) get ``head_dim``
+    for them, and ``dropout`` is passed on, unless ``kwargs`` sets them already.
+    """
+    cls = require_attention(name, role="an attention layer (per-head scoring)")
+    params = inspect.signature(cls).parameters
+    defaults = {"query_size": head_dim, "key_size": head_dim, "dropout": dropout}
+    for key, value in defaults.items():
+        if key in params and key not in kwargs:
+            kwargs[key] = value
+    return ATTENTION_REGISTRY.create(name, **kwargs)

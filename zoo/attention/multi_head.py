@@ -1,0 +1,171 @@
+"""Multi-head attention: project, split into heads, run a registered scoring attention per head.
+
+:class:`HeadedAttention` holds what every multi-head layer shares (projections, head splitting,
+mask handling); :class:`MultiHeadAttention` (``multi_head``) takes queries, keys and values;
+``self`` and ``cross`` (their own files) are the two usual ways of feeding it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from zoo.attention.base import AttentionLayer, AttentionOutput, check_attn_mask
+from zoo.attention.factory import create_scoring_attention, register_attention
+from zoo.attention.masking import merge_masks, validate_valid_lens
+
+__all__ = ["HeadedAttention", "MultiHeadAttention"]
+
+
+class HeadedAttention(AttentionLayer):
+    """Shared machinery of multi-head layers.
+
+    Args:
+        embed_dim: Query feature size, and the size of the output.
+        num_heads: Number of heads; must divide ``embed_dim``.
+        kdim: Key feature size (defaults to ``embed_dim``).
+        vdim: Value feature size (defaults to ``embed_dim``).
+        score: Registered name of the scoring attention each head runs.
+        score_kwargs: Extra keyword arguments for the scoring attention.
+        dropout: Dropout on the attention weights during training.
+        bias: Whether the projections have biases.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        score: str = "dot_product",
+        score_kwargs: dict[str, Any] | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim and num_heads must be positive; got {embed_dim} and {num_heads}.")
+        if embed_dim % num_heads:
+            divisors = [h for h in range(1, embed_dim + 1) if embed_dim % h == 0 and h <= 64]
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}); "
+                f"head counts that divide it: {divisors}."
+            )
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
+        self.score_name = score
+        self.score_attention = create_scoring_attention(score, head_dim=self.head_dim, dropout=dropout, **(score_kwargs or {}))
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        # (B, L, H * d) -> (B, H, L, d)
+        return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+
+    def _check(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
+        name = type(self).__name__
+        for label, tensor, size in (("queries", queries, self.embed_dim), ("keys", keys, self.kdim), ("values", values, self.vdim)):
+            if not isinstance(tensor, Tensor) or tensor.dim() != 3:
+                shape = tuple(tensor.shape) if isinstance(tensor, Tensor) else type(tensor).__name__
+                raise ValueError(f"{name}: {label} must have shape (batch, length, {size}); got {shape}.")
+            if tensor.shape[-1] != size:
+                raise ValueError(f"{name}: {label} must have {size} features; got {tensor.shape[-1]} (shape {tuple(tensor.shape)}).")
+        if not queries.shape[0] == keys.shape[0] == values.shape[0]:
+            raise ValueError(
+                f"{name}: batch sizes differ: queries {queries.shape[0]}, keys {keys.shape[0]}, values {values.shape[0]}."
+            )
+        if keys.shape[1] != values.shape[1]:
+            raise ValueError(f"{name}: keys and values must have the same length; got {keys.shape[1]} and {values.shape[1]}.")
+
+    def _layer_mask(self, queries: Tensor, keys: Tensor, valid_lens: Tensor | None, attn_mask: Tensor | None) -> Tensor | None:
+        """One boolean mask for all heads: broadcastable to ``(B, H, Lq, Lk)``."""
+        batch, num_queries, num_keys = queries.shape[0], queries.shape[1], keys.shape[1]
+        per_head = attn_mask is not None and attn_mask.dim() == 4
+        if attn_mask is not None:
+            target = (batch, self.num_heads, num_queries, num_keys) if per_head else (batch, num_queries, num_keys)
+            check_attn_mask(attn_mask, target, type(self).__name__)
+        if valid_lens is not None:
+            valid_lens = validate_valid_lens(valid_lens, queries.shape[:1], num_queries, num_keys)
+        mask = merge_masks(
+            queries.shape[:1], num_queries, num_keys, valid_lens=valid_lens,
+            attn_mask=None if per_head else attn_mask, device=queries.device,
+        )
+        if mask is not None:
+            mask = mask.unsqueeze(-3)  # a head axis
+        if per_head:
+            mask = attn_mask if mask is None else mask & attn_mask
+        return mask
+
+    def attend_heads(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> AttentionOutput:
+        """Project, attend per head, merge heads and project back."""
+        self._check(queries, keys, values)
+        mask = self._layer_mask(queries, keys, valid_lens, attn_mask)
+        q = self._split_heads(self.q_proj(queries))
+        k = self._split_heads(self.k_proj(keys))
+        v = self._split_heads(self.v_proj(values))
+        heads, weights = self.score_attention(q, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
+        output = self.out_proj(heads.transpose(1, 2).flatten(-2))  # (B, H, Lq, d) -> (B, Lq, H * d)
+        return AttentionOutput(output, weights)
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, score={self.score_name!r}"
+
+
+@register_attention("multi_head", aliases=("multihead",))
+class MultiHeadAttention(HeadedAttention):
+    """Multi-head attention over separate queries, keys and values.
+
+    Parameter layout matches :class:`torch.nn.MultiheadAttention` (with ``batch_first=True``)
+    split into ``q_proj``/``k_proj``/``v_proj``, so weights can be copied between the two.
+    """
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """Queries ``(B, Lq, embed_dim)``, keys ``(B, Lk, kdim)``, values ``(B, Lk, vdim)``.
+
+        ``attn_mask`` broadcasts to ``(B, Lq, Lk)`` or is per head, ``(B, H, Lq, Lk)``.
+        Returns the output ``(B, Lq, embed_dim)`` and, if asked, weights ``(B, H, Lq, Lk)``.
+        """
+        return self.attend_heads(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+
+    @torch.no_grad()
+    def load_from_torch(self, module: nn.MultiheadAttention) -> MultiHeadAttention:
+        """Copy the weights of a ``torch.nn.MultiheadAttention`` of the same sizes into this layer."""
+        if (module.embed_dim, module.num_heads, module.kdim, module.vdim) != (self.embed_dim, self.num_heads, self.kdim, self.vdim):
+            raise ValueError("load_from_torch: the two layers differ in embed_dim, num_heads, kdim or vdim.")
+        if module._qkv_same_embed_dim:
+            weights = module.in_proj_weight.chunk(3)
+        else:
+            weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
+        biases = module.in_proj_bias.chunk(3) if module.in_proj_bias is not None else (None, None, None)
+        for proj, weight, bias in zip((self.q_proj, self.k_proj, self.v_proj), weights, biases):
+            proj.weight.copy_(weight)
+            if proj.bias is not None and bias is not None:
+                proj.bias.copy_(bias)
+        self.out_proj.weight.copy_(module.out_proj.weight)
+        if self.out_proj.bias is not None and module.out_proj.bias is not None:
+            self.out_proj.bias.copy_(module.out_proj.bias)
+        return self

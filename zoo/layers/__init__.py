@@ -1,0 +1,7 @@
+"""Building blocks shared by the architectures."""
+
+from zoo.layers.add_norm import AddNorm
+from zoo.layers.feed_forward import PositionWiseFFN
+from zoo.layers.positional_encoding import PositionalEncoding, sinusoidal_table
+
+__all__ = ["AddNorm", "PositionWiseFFN", "PositionalEncoding", "sinusoidal_table"]

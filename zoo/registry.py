@@ -1,0 +1,371 @@
+"""A generic, strict name registry with aliases and entry-point plugins.
+
+One :class:`Registry` instance exists per kind of thing the zoo builds (attention variants,
+models, data modules). It is deliberately strict, unlike registries that overwrite duplicates
+with a warning: a taken name raises unless the same object is registered again or
+``override=True`` is passed, and an unknown name raises an error that suggests the closest
+registered names.
+
+Installed packages register through Python entry points (``[project.entry-points."zoo.attention"]``
+and so on). Those are discovered lazily, on the first lookup or listing in each process, so
+worker processes of a multi-process run see the same plugins as the parent without relying on
+import side effects. A plugin that fails to import is reported once by name and skipped.
+
+This module imports nothing else from the zoo.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import inspect
+import re
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from importlib import metadata
+from typing import Any, Generic, TypeVar
+
+__all__ = [
+    "DuplicateNameError",
+    "Entry",
+    "PluginLoadWarning",
+    "Registry",
+    "RegistryError",
+    "UnknownArgumentError",
+    "UnknownNameError",
+]
+
+T = TypeVar("T")
+
+_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+BUILTIN_SOURCE = "attention-zoo"
+
+
+class RegistryError(Exception):
+    """Base class of the registry's errors."""
+
+
+class UnknownNameError(RegistryError, KeyError):
+    """A name that is not registered. A ``KeyError``, so ``except KeyError`` catches it."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted, like a repr.
+        return str(self.args[0]) if self.args else ""
+
+
+class DuplicateNameError(RegistryError, ValueError):
+    """A name (or alias) that is already taken by another object."""
+
+
+class UnknownArgumentError(RegistryError, TypeError, ValueError):
+    """A keyword argument that the registered constructor does not accept.
+
+    A ``TypeError`` like Python's own error for a bad keyword, and a ``ValueError`` for callers
+    that treat all bad configuration alike.
+    """
+
+
+class PluginLoadWarning(UserWarning):
+    """An entry-point plugin could not be loaded and was skipped."""
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """One registered object: its canonical name, aliases and where it came from."""
+
+    name: str
+    obj: T
+    aliases: tuple[str, ...]
+    source: str
+
+
+def _natural_key(text: str) -> list[Any]:
+    """Sort key that orders ``head2`` before ``head10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def suggest(name: str, candidates: list[str], limit: int = 3) -> list[str]:
+    """The candidates closest to ``name``, best first (substring matches count as close)."""
+    close = difflib.get_close_matches(name, candidates, n=limit, cutoff=0.5)
+    for candidate in candidates:
+        if len(close) >= limit:
+            break
+        if candidate not in close and (name in candidate or candidate in name):
+            close.append(candidate)
+    return close
+
+
+def _same_definition(a: object, b: object) -> bool:
+    """True for the same object, or the same class defined again (a module reloaded)."""
+    if a is b:
+        return True
+    return (
+        inspect.isclass(a)
+        and inspect.isclass(b)
+        and a.__module__ == b.__module__
+        and a.__qualname__ == b.__qualname__
+    )
+
+
+class Registry(Generic[T]):
+    """Maps lowercase snake-case names (and aliases) to classes or factories.
+
+    Args:
+        kind: What is registered, used in messages (``"attention"``).
+        base: If given, registered classes must subclass it (a tuple allows several bases).
+        entry_point_group: The entry-point group installed plugins use (``"zoo.attention"``).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        base: type | tuple[type, ...] | None = None,
+        entry_point_group: str | None = None,
+    ) -> None:
+        self.kind = kind
+        self.base = base
+        self.entry_point_group = entry_point_group
+        self._entries: dict[str, Entry[T]] = {}
+        self._aliases: dict[str, str] = {}
+        self._plugins_loaded = entry_point_group is None
+        self.failed_plugins: dict[str, str] = {}
+
+    # -- registration -------------------------------------------------------------------
+
+    def register(
+        self,
+        name: str | None = None,
+        *,
+        aliases: tuple[str, ...] | list[str] = (),
+        override: bool = False,
+        source: str | None = None,
+    ) -> Callable[[T], T]:
+        """Decorator form of :meth:`add`; ``name`` defaults to the object's snake-case name."""
+
+        def decorator(obj: T) -> T:
+            self.add(name or _snake_case(obj.__name__), obj, aliases=aliases, override=override, source=source)  # type: ignore[attr-defined]
+            return obj
+
+        return decorator
+
+    def add(
+        self,
+        name: str,
+        obj: T,
+        *,
+        aliases: tuple[str, ...] | list[str] = (),
+        override: bool = False,
+        source: str | None = None,
+    ) -> None:
+        """Register ``obj`` under ``name`` and ``aliases``.
+
+        Raises:
+            ValueError: the name is not lowercase snake case, or ``obj`` is not a subclass of
+                the registry's base.
+            DuplicateNameError: a name or alias is taken by another object and ``override`` is
+                False.
+        """
+        names = (name, *aliases)
+        for candidate in names:
+            if not isinstance(candidate, str) or not _NAME_PATTERN.match(candidate):
+                raise ValueError(
+                    f"Invalid {self.kind} name {candidate!r}: use lowercase snake case "
+                    f"(letters, digits and underscores, starting with a letter), e.g. 'my_{self.kind}'."
+                )
+        if self.base is not None and not (inspect.isclass(obj) and issubclass(obj, self.base)):
+            bases = self.base if isinstance(self.base, tuple) else (self.base,)
+            expected = " or ".join(b.__qualname__ for b in bases)
+            raise ValueError(f"Cannot register {obj!r} as {self.kind} {name!r}: it must be a subclass of {expected}.")
+        if source is None:
+            module = getattr(obj, "__module__", "") or ""
+            source = BUILTIN_SOURCE if module.split(".")[0] == "zoo" else module
+
+        existing = self._entries.get(name)
+        if existing is not None and existing.obj is obj and set(aliases) <= set(existing.aliases):
+            return  # the same object again: a no-op
+        for candidate in names:
+            owner = self._owner(candidate)
+            if owner is None or override or _same_definition(self._entries[owner].obj, obj):
+                continue
+            what = "name" if candidate == owner else f"alias of {owner!r}"
+            raise DuplicateNameError(
+                f"The {self.kind} name {candidate!r} is already registered (as the {what}, "
+                f"for {_describe(self._entries[owner].obj)}). Choose another name, or pass "
+                f"override=True to replace it on purpose."
+            )
+        for candidate in names:  # replace: the same definition again, or override=True
+            owner = self._owner(candidate)
+            if owner == candidate:
+                self._remove(owner)
+            elif owner is not None:
+                old = self._entries[owner]
+                self._entries[owner] = replace(old, aliases=tuple(a for a in old.aliases if a != candidate))
+                del self._aliases[candidate]
+        self._entries[name] = Entry(name=name, obj=obj, aliases=tuple(aliases), source=source)
+        for alias in aliases:
+            self._aliases[alias] = name
+
+    def _owner(self, name: str) -> str | None:
+        """The canonical name that holds ``name`` as its name or alias, if any."""
+        return name if name in self._entries else self._aliases.get(name)
+
+    def _remove(self, name: str) -> None:
+        entry = self._entries.pop(name, None)
+        if entry is not None:
+            for alias in entry.aliases:
+                self._aliases.pop(alias, None)
+
+    def unregister(self, name: str) -> None:
+        """Remove a name and its aliases (mainly for tests and interactive sessions)."""
+        self._remove(self.resolve(name))
+
+    # -- lookup ---------------------------------------------------------------------------
+
+    def resolve(self, name: str) -> str:
+        """The canonical name for ``name`` or one of its aliases.
+
+        Raises:
+            UnknownNameError: with the closest registered names as suggestions.
+        """
+        self._load_plugins()
+        if not isinstance(name, str):
+            raise TypeError(f"A {self.kind} name must be a string, got {type(name).__name__}.")
+        key = name.strip().lower().replace("-", "_")
+        if key in self._entries:
+            return key
+        if key in self._aliases:
+            return self._aliases[key]
+        known = sorted([*self._entries, *self._aliases], key=_natural_key)
+        close = suggest(key, known)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        failed = ""
+        if self.failed_plugins:
+            failed = f" (Plugins that failed to load: {', '.join(sorted(self.failed_plugins))}.)"
+        raise UnknownNameError(
+            f"Unknown {self.kind} {name!r}.{hint} Registered: {', '.join(self.list())}.{failed}"
+        )
+
+    def get(self, name: str) -> T:
+        """The object registered under ``name`` (or an alias)."""
+        return self._entries[self.resolve(name)].obj
+
+    def entry(self, name: str) -> Entry[T]:
+        """The full :class:`Entry` for ``name`` (or an alias)."""
+        return self._entries[self.resolve(name)]
+
+    def name_of(self, obj: object) -> str | None:
+        """The canonical name under which ``obj`` is registered, if any."""
+        self._load_plugins()
+        for entry in self._entries.values():
+            if entry.obj is obj:
+                return entry.name
+        return None
+
+    def create(self, name: str, /, **kwargs: Any) -> Any:
+        """Instantiate the object registered under ``name`` with ``kwargs``.
+
+        Keyword arguments are checked against the constructor's signature first, so a misspelt
+        keyword names the closest accepted ones instead of failing deep inside a constructor.
+        """
+        entry = self.entry(name)
+        check_kwargs(entry.obj, kwargs, what=f"{self.kind} {entry.name!r}")
+        return entry.obj(**kwargs)  # type: ignore[operator]
+
+    def list(self, pattern: str | None = None, *, include_aliases: bool = False) -> list[str]:
+        """Registered names, naturally sorted, optionally filtered by a wildcard pattern.
+
+        ``pattern`` uses shell wildcards (``"*head*"``, ``"dot_*"``); it also matches aliases,
+        listing the canonical name they belong to.
+        """
+        self._load_plugins()
+        names: set[str] = set()
+        for entry in self._entries.values():
+            candidates = (entry.name, *entry.aliases)
+            if pattern is None or any(fnmatch.fnmatchcase(c, pattern.lower()) for c in candidates):
+                names.add(entry.name)
+                if include_aliases:
+                    names.update(entry.aliases)
+        return sorted(names, key=_natural_key)
+
+    def entries(self) -> list[Entry[T]]:
+        """Every entry, naturally sorted by name."""
+        return [self._entries[name] for name in self.list()]
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        self._load_plugins()
+        key = name.strip().lower().replace("-", "_")
+        return key in self._entries or key in self._aliases
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.list())
+
+    def __len__(self) -> int:
+        self._load_plugins()
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Registry(kind={self.kind!r}, names={self.list()})"
+
+    # -- plugins --------------------------------------------------------------------------
+
+    def _load_plugins(self) -> None:
+        """Load entry points of this registry's group once per process."""
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for ep in metadata.entry_points(group=self.entry_point_group or ""):
+            dist = ep.dist.name if ep.dist is not None else ep.value.split(":")[0]
+            try:
+                obj = ep.load()
+                self.add(ep.name, obj, source=dist)
+            except Exception as exc:  # a broken plugin must not take the zoo down with it
+                self.failed_plugins[ep.name] = f"{type(exc).__name__}: {exc}"
+                warnings.warn(
+                    f"Skipping {self.kind} plugin {ep.name!r} from {dist!r} "
+                    f"(entry point {ep.value!r}): {type(exc).__name__}: {exc}",
+                    PluginLoadWarning,
+                    stacklevel=2,
+                )
+
+    def reload_plugins(self) -> None:
+        """Discover entry points again (after installing a plugin in a running process)."""
+        self._plugins_loaded = self.entry_point_group is None
+        self.failed_plugins.clear()
+        self._load_plugins()
+
+
+def check_kwargs(factory: Callable[..., Any], kwargs: dict[str, Any], *, what: str) -> None:
+    """Raise :class:`UnknownArgumentError` if ``factory`` would reject a keyword in ``kwargs``."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+        return
+    params = signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [
+        n for n, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    unknown = [key for key in kwargs if key not in accepted]
+    if unknown:
+        parts = []
+        for key in unknown:
+            close = suggest(key, accepted)
+            parts.append(f"{key!r}" + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""))
+        raise UnknownArgumentError(
+            f"{what} got unexpected keyword argument(s) {', '.join(parts)}. "
+            f"Accepted: {', '.join(accepted) or 'none'}."
+        )
+
+
+def _snake_case(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _describe(obj: object) -> str:
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    return f"{module}.{qualname}" if module and qualname else repr(obj)
