@@ -1,7 +1,8 @@
 """Building blocks shared by the architectures."""
 
 from zoo.layers.add_norm import AddNorm
+from zoo.layers.encoder_block import EncoderBlock
 from zoo.layers.feed_forward import PositionWiseFFN
 from zoo.layers.positional_encoding import PositionalEncoding, sinusoidal_table
 
-__all__ = ["AddNorm", "PositionWiseFFN", "PositionalEncoding", "sinusoidal_table"]
+__all__ = ["AddNorm", "EncoderBlock", "PositionWiseFFN", "PositionalEncoding", "sinusoidal_table"]

@@ -44,6 +44,8 @@ class PositionalEncoding(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"PositionalEncoding expects (batch, length, {self.d_model}); got {tuple(x.shape)}.")
         length = x.shape[1]
+        if offset < 0:
+            raise ValueError(f"PositionalEncoding: offset must be >= 0 (the first position's index), got {offset}.")
         if offset + length > self.max_len:
             raise ValueError(
                 f"Sequence of {offset + length} positions exceeds max_len={self.max_len}; "

@@ -1,0 +1,182 @@
+"""The command line: ``python -m zoo {fit,validate,test,predict,list}``.
+
+``ZooCLI`` is a :class:`lightning.pytorch.cli.LightningCLI` with the zoo's conveniences, all
+applied before Lightning parses anything:
+
+* ``--model transformer`` (a registered name or alias) is rewritten to the registered class;
+  class names and ``class_path`` values pass through unchanged. ``--data`` likewise. A typo
+  fails at once with the closest registered names.
+* The model's default configuration (``configs/<model>.yaml``) is loaded first, so
+  ``python -m zoo fit --model nadaraya_watson`` trains with its default data and settings;
+  ``--config`` files and command-line flags override it.
+* Sizes the model needs from the data (vocabulary size, padding id, class count) are linked
+  from the data module at instantiation.
+* Each run writes into its own directory ``runs/<model>/version_N`` (resolved config,
+  checkpoints, metrics and images).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import yaml
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+import zoo
+from zoo.attention import ATTENTION_REGISTRY, IncompatibleAttentionError
+from zoo.datamodules import DATAMODULE_REGISTRY
+from zoo.models import MODEL_REGISTRY
+from zoo.registry import Registry, RegistryError
+from zoo.tasks import ZooTask
+
+__all__ = ["ZooCLI", "main"]
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+def _class_path(obj: type) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def _rewrite_choice(args: list[str], flag: str, registry: Registry[Any]) -> tuple[list[str], str | None]:
+    """Replace a registered name given to ``flag`` by its class path.
+
+    Returns the new arguments and the chosen value (a class path, a class name, or None).
+    """
+    out, chosen = list(args), None
+    for i, arg in enumerate(out):
+        if arg == flag and i + 1 < len(out):
+            index, value, joined = i + 1, out[i + 1], False
+        elif arg.startswith(flag + "="):
+            index, value, joined = i, arg.split("=", 1)[1], True
+        else:
+            continue
+        if not value.startswith(("{", "[")) and "." not in value and not value[:1].isupper():
+            value = _class_path(registry.get(value))  # raises UnknownNameError with suggestions
+        out[index] = f"{flag}={value}" if joined else value
+        chosen = value
+    return out, chosen
+
+
+def _model_from_configs(args: list[str]) -> str | None:
+    """The model class path or name named by ``--config`` files, if any (the last one wins)."""
+    chosen = None
+    for i, arg in enumerate(args):
+        path = args[i + 1] if arg in ("--config", "-c") and i + 1 < len(args) else arg.split("=", 1)[1] if arg.startswith("--config=") else None
+        if path is None or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as handle:
+            config = yaml.safe_load(handle) or {}
+        model = config.get("model") if isinstance(config, dict) else None
+        if isinstance(model, dict):
+            model = model.get("class_path")
+        if isinstance(model, str):
+            chosen = model
+    return chosen
+
+
+def _resolve_task(value: str | None) -> type[ZooTask] | None:
+    """The task class for a model class path, class name or registered name."""
+    if value is None:
+        return None
+    for entry in MODEL_REGISTRY.entries():
+        obj = entry.obj
+        if value in (entry.name, *entry.aliases, obj.__name__, _class_path(obj)):
+            return obj
+    return None
+
+
+class ZooCLI(LightningCLI):
+    """LightningCLI with registry names, per-model defaults and data-to-model links."""
+
+    def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
+        args = list(sys.argv[1:] if args is None else args)
+        args, model_value = _rewrite_choice(args, "--model", MODEL_REGISTRY)
+        args, _ = _rewrite_choice(args, "--data", DATAMODULE_REGISTRY)
+        self.task_class = _resolve_task(model_value or _model_from_configs(args))
+        parser_kwargs: dict[str, Any] = {}
+        if self.task_class is not None:
+            name = MODEL_REGISTRY.name_of(self.task_class)
+            default_config = CONFIG_DIR / f"{name}.yaml"
+            if default_config.is_file():
+                parser_kwargs = {cmd: {"default_config_files": [str(default_config)]} for cmd in SUBCOMMANDS}
+        # LightningCLI reads sys.argv when given no args; hand it the rewritten arguments that way.
+        saved_argv, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "zoo", *args]
+        try:
+            self._init_lightning_cli(parser_kwargs, **kwargs)
+        finally:
+            sys.argv = saved_argv
+
+    def _init_lightning_cli(self, parser_kwargs: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(
+            model_class=L.LightningModule,
+            datamodule_class=L.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            parser_kwargs=parser_kwargs,
+            save_config_kwargs={"overwrite": True},
+            **kwargs,
+        )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        defaults: dict[str, Any] = {"checkpoint.save_last": True}
+        task = self.task_class
+        if task is not None:
+            metric, mode = task.monitor
+            defaults |= {"checkpoint.monitor": metric, "checkpoint.mode": mode}
+            defaults["trainer.logger"] = {
+                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                "init_args": {"save_dir": "runs", "name": MODEL_REGISTRY.name_of(task)},
+            }
+            if getattr(task, "default_datamodule", None):
+                defaults["data"] = {"class_path": _class_path(DATAMODULE_REGISTRY.get(task.default_datamodule))}
+            for attribute in task.data_links:
+                parser.link_arguments(f"data.{attribute}", f"model.init_args.{attribute}", apply_on="instantiate")
+        parser.set_defaults(defaults)
+
+    def after_predict(self) -> None:
+        """Print predictions, one per line (global zero only)."""
+        if not self.trainer.is_global_zero:
+            return
+        for batch in self.trainer.predict_loop.predictions or []:
+            for item in batch:
+                print("\t".join(f"{value:.4f}" if isinstance(value, float) else str(value) for value in item.values()))
+
+
+def print_registries(pattern: str | None = None) -> None:
+    """Print every registered attention, model and data module with aliases and source."""
+    for title, registry in (("attention", ATTENTION_REGISTRY), ("models", MODEL_REGISTRY), ("data modules", DATAMODULE_REGISTRY)):
+        print(f"{title}:")
+        for entry in registry.entries():
+            if pattern is not None and entry.name not in registry.list(pattern):
+                continue
+            aliases = f" (aliases: {', '.join(entry.aliases)})" if entry.aliases else ""
+            source = "" if entry.source == "attention-zoo" else f" [from {entry.source}]"
+            print(f"  {entry.name}{aliases}{source}")
+        for name, error in sorted(registry.failed_plugins.items()):
+            print(f"  {name} [failed to load: {error}]")
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of ``zoo`` and ``python -m zoo``."""
+    args = list(sys.argv[1:] if args is None else args)
+    if args[:1] == ["list"]:
+        print_registries(args[1] if len(args) > 1 else None)
+        return
+    if args[:1] == ["--version"]:
+        print(zoo.__version__)
+        return
+    try:
+        ZooCLI(args)
+    except (RegistryError, IncompatibleAttentionError, FileNotFoundError) as error:
+        if os.environ.get("ZOO_DEBUG"):
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,77 @@
+"""Self-attention sentiment classifier: Transformer encoder, mean pooling, linear head."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from torch import Tensor, nn
+
+from zoo.attention import require_attention
+from zoo.attention.masking import lengths_to_mask
+from zoo.layers import EncoderBlock, PositionalEncoding
+
+__all__ = ["SentimentClassifier"]
+
+
+class SentimentClassifier(nn.Module):
+    """Token embedding (scaled by sqrt(d_model)) + sinusoidal positions + encoder blocks +
+    mean pooling over valid tokens + a linear classifier.
+
+    Args:
+        vocab_size: Vocabulary size (from the data module).
+        num_classes: Number of labels.
+        d_model: Embedding and model size.
+        num_heads: Attention heads per block.
+        num_layers: Encoder blocks.
+        ffn_hidden: Inner size of each block's FFN.
+        dropout: Dropout throughout.
+        attention: Registered per-head scoring attention name.
+        attention_kwargs: Extra keyword arguments for it.
+        padding_idx: Token id of padding (from the data module).
+        max_len: Longest sequence the positional encoding covers.
+        norm_first: Pre-LN blocks instead of post-LN.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int = 2,
+        d_model: int = 128,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        ffn_hidden: int = 256,
+        dropout: float = 0.1,
+        attention: str = "dot_product",
+        attention_kwargs: dict[str, Any] | None = None,
+        padding_idx: int = 0,
+        max_len: int = 4096,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        require_attention(attention, padding=True, role="the sentiment classifier (padding masks)")
+        self.d_model = d_model
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.positional_encoding = PositionalEncoding(d_model, dropout, max_len)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
+            for _ in range(num_layers)
+        )
+        self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(d_model, num_classes)
+
+    def forward(self, tokens: Tensor, valid_lens: Tensor, *, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """``tokens``: ``(B, L)``; ``valid_lens``: ``(B,)``. Returns logits ``(B, C)`` and, if
+        asked, one ``(B, H, L, L)`` weight tensor per block (else an empty list)."""
+        x = self.positional_encoding(self.embedding(tokens) * math.sqrt(self.d_model))
+        keep = lengths_to_mask(valid_lens, tokens.shape[1])  # (B, L)
+        attn_mask = keep[:, None, :]  # built once, shared by all blocks
+        weights = []
+        for block in self.blocks:
+            x, block_weights = block(x, attn_mask=attn_mask, need_weights=need_weights)
+            if block_weights is not None:
+                weights.append(block_weights)
+        x = self.final_norm(x)
+        pooled = (x * keep.unsqueeze(-1)).sum(1) / valid_lens.clamp_min(1).unsqueeze(-1).to(x.dtype)
+        return self.classifier(self.dropout(pooled)), weights

@@ -1,0 +1,141 @@
+"""Text classification as a LightningModule: cross-entropy, accuracy and F1, attention heatmaps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torchmetrics
+from torch import Tensor
+
+from zoo.models import SentimentClassifier
+from zoo.models.registry import register_model
+from zoo.tasks.base import ZooTask
+from zoo.tasks.figures import attention_heatmaps, publish_figure
+from zoo.tasks.optim import adamw_with_warmup
+
+__all__ = ["Sentiment"]
+
+
+@register_model("sentiment", aliases=("sentiment_classifier",))
+class Sentiment(ZooTask):
+    """Self-attention sentiment classifier (see :class:`zoo.models.SentimentClassifier`).
+
+    ``vocab_size``, ``padding_idx`` and ``num_classes`` come from the data module.
+
+    Args:
+        vocab_size: Vocabulary size.
+        num_classes: Number of labels.
+        padding_idx: Token id of padding.
+        d_model: Model size.
+        num_heads: Attention heads per block.
+        num_layers: Encoder blocks.
+        ffn_hidden: Inner FFN size.
+        dropout: Dropout throughout.
+        attention: Registered per-head scoring attention name.
+        attention_kwargs: Extra keyword arguments for it.
+        norm_first: Pre-LN blocks.
+        lr: Peak AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: Linear warm-up steps before cosine decay.
+        label_smoothing: Cross-entropy label smoothing.
+        heatmap_examples: Validation examples whose attention is drawn after each validation.
+    """
+
+    default_datamodule = "sst2"
+    data_links = ("vocab_size", "padding_idx", "num_classes")
+    monitor = ("val/acc", "max")
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int = 2,
+        padding_idx: int = 0,
+        d_model: int = 128,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        ffn_hidden: int = 256,
+        dropout: float = 0.1,
+        attention: str = "dot_product",
+        attention_kwargs: dict[str, Any] | None = None,
+        norm_first: bool = False,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 200,
+        label_smoothing: float = 0.0,
+        heatmap_examples: int = 2,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = SentimentClassifier(
+            vocab_size, num_classes, d_model, num_heads, num_layers, ffn_hidden, dropout,
+            attention, attention_kwargs, padding_idx, norm_first=norm_first,
+        )
+        self.metrics = torch.nn.ModuleDict()
+        for stage in ("val", "test"):
+            self.metrics[f"{stage}_acc"] = torchmetrics.Accuracy(task="multiclass", num_classes=num_classes)
+            self.metrics[f"{stage}_f1"] = torchmetrics.F1Score(task="multiclass", num_classes=num_classes, average="macro")
+            self.metrics[f"{stage}_loss"] = torchmetrics.MeanMetric()
+        self._heatmap_batch: dict[str, Tensor] | None = None
+
+    def forward(self, tokens: Tensor, valid_lens: Tensor) -> Tensor:
+        return self.model(tokens, valid_lens)[0]
+
+    def _loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        return torch.nn.functional.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        loss = self._loss(self(batch["tokens"], batch["valid_lens"]), batch["labels"])
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def _evaluate(self, batch: dict[str, Any], stage: str) -> None:
+        logits = self(batch["tokens"], batch["valid_lens"])
+        labels = batch["labels"]
+        self.metrics[f"{stage}_loss"].update(self._loss(logits, labels), weight=labels.numel())
+        self.metrics[f"{stage}_acc"].update(logits, labels)
+        self.metrics[f"{stage}_f1"].update(logits, labels)
+        for name in ("loss", "acc", "f1"):
+            self.log(f"{stage}/{name}", self.metrics[f"{stage}_{name}"], prog_bar=name == "acc")
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        if batch_idx == 0 and self._heatmap_batch is None:
+            count = self.hparams.heatmap_examples
+            self._heatmap_batch = {k: batch[k][:count] for k in ("tokens", "valid_lens")}
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def on_validation_epoch_end(self) -> None:
+        """Draw every head of the last block for a fixed few validation examples."""
+        if self.trainer.sanity_checking or self._heatmap_batch is None or not self.hparams.heatmap_examples:
+            return
+        tokens, valid_lens = self._heatmap_batch["tokens"], self._heatmap_batch["valid_lens"]
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            _, weights = self.model(tokens, valid_lens, need_weights=True)
+        self.model.train(was_training)
+        decode = getattr(self.trainer.datamodule, "decode_tokens", None)
+        for i in range(tokens.shape[0]):
+            length = int(valid_lens[i])
+            labels = decode(tokens[i, :length].tolist()) if decode else [str(t) for t in tokens[i, :length].tolist()]
+            figure = attention_heatmaps(weights[-1][i, :, :length, :length], x_labels=labels, y_labels=labels)
+            publish_figure(self, figure, f"attention_example{i}")
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, Any]]:
+        probabilities = torch.softmax(self(batch["tokens"], batch["valid_lens"]), dim=-1)
+        names = getattr(self.trainer.datamodule, "class_names", None) or [str(i) for i in range(probabilities.shape[-1])]
+        confidence, labels = probabilities.max(dim=-1)
+        texts = batch.get("texts") or [""] * labels.numel()
+        return [
+            {"text": text, "label": names[int(label)], "probability": float(p)}
+            for text, label, p in zip(texts, labels, confidence)
+        ]
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        return adamw_with_warmup(
+            self.model, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
+            warmup_steps=self.hparams.warmup_steps, total_steps=self.trainer.estimated_stepping_batches,
+        )

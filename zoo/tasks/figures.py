@@ -1,0 +1,99 @@
+"""Figures the tasks produce: attention heatmaps and the regression fit.
+
+Each figure is saved as a PNG in the run directory and logged to the trainer's loggers that
+take images (TensorBoard, Weights & Biases). Only the global-zero process writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers and CI
+
+import lightning as L
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from torch import Tensor
+
+__all__ = ["attention_heatmaps", "publish_figure", "regression_plot"]
+
+
+def attention_heatmaps(
+    weights: Tensor,
+    *,
+    x_labels: Sequence[str] | None = None,
+    y_labels: Sequence[str] | None = None,
+    x_title: str = "Keys",
+    y_title: str = "Queries",
+    titles: Sequence[str] | None = None,
+) -> Figure:
+    """One heatmap per ``(Lq, Lk)`` slice of ``weights`` (``(H, Lq, Lk)`` or ``(Lq, Lk)``)."""
+    weights = weights.detach().float().cpu()
+    if weights.dim() == 2:
+        weights = weights.unsqueeze(0)
+    count = weights.shape[0]
+    cols = min(count, 4)
+    rows = math.ceil(count / cols)
+    size = min(8.0, max(2.5, 0.2 * max(weights.shape[1:])))
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 1, size * rows), squeeze=False)
+    image = None
+    for i, ax in enumerate(axes.flat):
+        if i >= count:
+            ax.axis("off")
+            continue
+        image = ax.imshow(weights[i].numpy(), cmap="Reds", vmin=0.0, aspect="auto")
+        ax.set_title(titles[i] if titles else f"head {i}", fontsize=9)
+        ax.set_xlabel(x_title)
+        ax.set_ylabel(y_title)
+        for labels, set_ticks, set_labels, rotation in (
+            (x_labels, ax.set_xticks, ax.set_xticklabels, 90),
+            (y_labels, ax.set_yticks, ax.set_yticklabels, 0),
+        ):
+            if labels is not None:
+                set_ticks(range(len(labels)))
+                set_labels(labels, fontsize=7, rotation=rotation)
+    if image is not None:
+        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8)
+    return fig
+
+
+def regression_plot(inputs: Tensor, predictions: Tensor, truth: Tensor, train_inputs: Tensor, train_targets: Tensor) -> Figure:
+    """Truth and prediction curves over the query inputs, with the training points."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(inputs.cpu(), truth.cpu(), label="Truth")
+    ax.plot(inputs.cpu(), predictions.detach().cpu(), "--", label="Pred")
+    ax.plot(train_inputs.cpu(), train_targets.cpu(), "o", alpha=0.5, label="Training points")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def publish_figure(module: L.LightningModule, figure: Figure, name: str) -> Path | None:
+    """Save ``figure`` as ``<run dir>/images/<name>.png`` and log it; close it either way.
+
+    Returns the PNG path on the global-zero process, None elsewhere (and without a trainer).
+    """
+    path = None
+    try:
+        trainer = module.trainer
+    except RuntimeError:  # not attached to a trainer
+        trainer = None
+    if trainer is not None and trainer.is_global_zero:
+        run_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        path = run_dir / "images" / f"{name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=100)
+        for logger in trainer.loggers:
+            experiment = getattr(logger, "experiment", None)
+            if hasattr(experiment, "add_figure"):  # TensorBoard
+                experiment.add_figure(name, figure, global_step=trainer.global_step, close=False)
+            elif hasattr(logger, "log_image"):  # Weights & Biases
+                logger.log_image(key=name, images=[str(path)], step=trainer.global_step)
+    plt.close(figure)
+    return path

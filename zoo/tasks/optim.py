@@ -1,0 +1,40 @@
+"""The default optimization recipe: AdamW with linear warm-up then cosine decay."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["adamw_with_warmup", "warmup_cosine"]
+
+
+def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_ratio: float = 0.0) -> float:
+    """Learning-rate multiplier: linear from 0 to 1 over ``warmup_steps``, then cosine to ``min_ratio``."""
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if total_steps <= warmup_steps:
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def adamw_with_warmup(
+    model: nn.Module, *, lr: float, weight_decay: float, warmup_steps: int, total_steps: int, betas: tuple[float, float] = (0.9, 0.98)
+) -> dict[str, Any]:
+    """AdamW (no decay on biases, norms and embeddings' padding) and a per-step schedule,
+    in the dictionary form ``LightningModule.configure_optimizers`` returns."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (no_decay if param.dim() < 2 or "norm" in name else decay).append(param)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_cosine(step, warmup_steps=warmup_steps, total_steps=total_steps)
+    )
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,96 @@
+"""Kernel regression as a LightningModule: leave-one-out training, MSE, fit and heatmap figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torchmetrics
+from torch import Tensor
+
+from zoo.models import KernelRegression
+from zoo.models.registry import register_model
+from zoo.tasks.base import ZooTask
+from zoo.tasks.figures import attention_heatmaps, publish_figure, regression_plot
+
+__all__ = ["NadarayaWatson"]
+
+
+@register_model("nadaraya_watson", aliases=("kernel_regression",))
+class NadarayaWatson(ZooTask):
+    """Nadaraya-Watson kernel regression trained leave-one-out (each training point attends
+    to all the others), as in the reference notes.
+
+    The three kernels of the notes: ``--model.attention average`` (average pooling),
+    ``--model.learnable false`` (fixed Gaussian kernel: non-parametric, nothing to train) and
+    the default, a Gaussian kernel with a learned bandwidth.
+
+    Args:
+        attention: Registered scoring attention name.
+        attention_kwargs: Keyword arguments for it.
+        learnable: Learn the kernel's parameters (False: the non-parametric estimator).
+        lr: SGD learning rate (on the mean squared error).
+    """
+
+    default_datamodule = "synthetic_regression"
+    monitor = ("val/mse", "min")
+
+    def __init__(
+        self, attention: str = "gaussian_kernel", attention_kwargs: dict[str, Any] | None = None, learnable: bool = True, lr: float = 5.0
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = KernelRegression(attention, attention_kwargs, learnable)
+        self.lr = lr
+        self.metrics = torch.nn.ModuleDict(
+            {stage: torchmetrics.MeanSquaredError() for stage in ("val", "test")}
+            | {f"{stage}_truth": torchmetrics.MeanSquaredError() for stage in ("val", "test")}
+        )
+
+    def setup(self, stage: str) -> None:
+        """Remember the training points: always when fitting, else only if no checkpoint did."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if hasattr(datamodule, "train_tensors") and (stage == "fit" or self.model.memory_size == 0):
+            inputs, targets = datamodule.train_tensors()
+            self.model.remember(inputs.to(self.device), targets.to(self.device))
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        return self.model(inputs).output
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor | None:
+        predictions = self.model(batch["inputs"], exclude=batch["index"]).output
+        loss = torch.nn.functional.mse_loss(predictions, batch["targets"])
+        self.log("train/loss", loss, prog_bar=True)
+        # Fixed kernels have nothing to learn: skip the backward pass instead of failing.
+        return loss if any(p.requires_grad for p in self.parameters()) else None
+
+    def _evaluate(self, batch: dict[str, Tensor], stage: str) -> None:
+        predictions, weights = self.model(batch["inputs"], need_weights=True)
+        self.metrics[stage].update(predictions, batch["targets"])
+        self.metrics[f"{stage}_truth"].update(predictions, batch["truth"])
+        self.log(f"{stage}/mse", self.metrics[stage], prog_bar=True)
+        self.log(f"{stage}/mse_truth", self.metrics[f"{stage}_truth"])
+        trainer = self.trainer
+        if stage == "test" or (not trainer.sanity_checking and self.current_epoch == trainer.max_epochs - 1):
+            self._figures(batch, predictions, weights, stage)
+
+    def _figures(self, batch: dict[str, Tensor], predictions: Tensor, weights: Tensor, stage: str) -> None:
+        """The fit against the truth and the weights of each query over the training inputs."""
+        model = self.model
+        publish_figure(self, regression_plot(batch["inputs"], predictions, batch["truth"], model.memory_inputs, model.memory_targets), f"{stage}_fit")
+        heatmap = attention_heatmaps(weights, x_title="Sorted training inputs", y_title=f"Sorted {stage} inputs", titles=[model.attention.__class__.__name__])
+        publish_figure(self, heatmap, f"{stage}_attention")
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> list[dict[str, float]]:
+        predictions = self.model(batch["inputs"]).output
+        return [{"input": float(x), "prediction": float(y)} for x, y in zip(batch["inputs"], predictions)]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer | None:
+        params = [p for p in self.parameters() if p.requires_grad]
+        return torch.optim.SGD(params, lr=self.lr) if params else None
