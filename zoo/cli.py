@@ -164,6 +164,22 @@ def print_registries(pattern: str | None = None) -> None:
             print(f"  {name} [failed to load: {error}]")
 
 
+#: Mistakes of configuration or input: shown as one line, without a traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (RegistryError, IncompatibleAttentionError, FileNotFoundError)
+
+
+def _user_error(error: BaseException) -> BaseException | None:
+    """The first user error in ``error``'s chain (jsonargparse wraps constructor errors)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, USER_ERRORS):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``zoo`` and ``python -m zoo``."""
     args = list(sys.argv[1:] if args is None else args)
@@ -175,8 +191,9 @@ def main(args: list[str] | None = None) -> None:
         return
     try:
         ZooCLI(args)
-    except (RegistryError, IncompatibleAttentionError, FileNotFoundError) as error:
-        if os.environ.get("ZOO_DEBUG"):
+    except Exception as error:
+        cause = _user_error(error)
+        if cause is None or os.environ.get("ZOO_DEBUG"):
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {cause}\n(set ZOO_DEBUG=1 to see the traceback)", file=sys.stderr)
         raise SystemExit(2) from None

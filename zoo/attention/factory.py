@@ -80,12 +80,14 @@ def require_attention(
         return issubclass(candidate, Attention) and all(getattr(candidate, flag) for flag, need in needs.items() if need)
 
     if not fits(cls):
-        missing = ["scoring (a layer cannot be used per head)"] if not issubclass(cls, Attention) else []
         labels = {"supports_causal": "causal masking", "supports_padding_mask": "padding masks", "supports_weights": "returning weights"}
-        missing += [labels[flag] for flag, need in needs.items() if need and not getattr(cls, flag)]
+        if not issubclass(cls, Attention):
+            reason = "it is an attention layer (it owns projections), not a scoring attention"
+        else:
+            reason = "it does not support " + " or ".join(labels[f] for f, need in needs.items() if need and not getattr(cls, f))
         compatible = [e.name for e in ATTENTION_REGISTRY.entries() if fits(e.obj)]
         raise IncompatibleAttentionError(
-            f"Attention {name!r} cannot be used by {role}: it lacks {', '.join(missing)}. "
+            f"Attention {name!r} cannot be used by {role}: {reason}. "
             f"Compatible registered names: {', '.join(compatible) or 'none'}."
         )
     return cls

@@ -37,7 +37,7 @@ class GaussianKernelAttention(Attention):
     @property
     def bandwidth(self) -> float:
         """The current kernel width ``1 / |w|``."""
-        return 1.0 / abs(float(self.inverse_bandwidth))
+        return 1.0 / abs(float(self.inverse_bandwidth.detach()))
 
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         # ||q - k||^2 = ||q||^2 + ||k||^2 - 2 q.k, without a (Lq, Lk, d) temporary.

@@ -2,5 +2,14 @@
 
 from zoo.datamodules.registry import DATAMODULE_REGISTRY, list_datamodules, register_datamodule
 from zoo.datamodules.synthetic import SyntheticRegressionDataModule
+from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule, TextClassificationDataModule
 
-__all__ = ["DATAMODULE_REGISTRY", "SyntheticRegressionDataModule", "list_datamodules", "register_datamodule"]
+__all__ = [
+    "DATAMODULE_REGISTRY",
+    "IMDBDataModule",
+    "SST2DataModule",
+    "SyntheticRegressionDataModule",
+    "TextClassificationDataModule",
+    "list_datamodules",
+    "register_datamodule",
+]

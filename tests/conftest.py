@@ -1,0 +1,30 @@
+"""Shared fixtures: where the real corpora live, and quiet, isolated runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The real corpora beside the project (``../shared/data``); skip if absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real corpora not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in a temporary working directory with a private cache (runs/ and caches land there)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path

@@ -1,0 +1,75 @@
+"""The command line, run in-process: subcommands, names, configs and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zoo.cli import main
+
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+
+
+def _run_dir(root: Path, model: str) -> Path:
+    versions = sorted((root / "runs" / model).glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+    return versions[-1]
+
+
+def test_list_prints_every_registry_with_aliases(capsys) -> None:
+    main(["list"])
+    out = capsys.readouterr().out
+    for expected in ("attention:", "additive (aliases: bahdanau)", "multi_head", "models:", "nadaraya_watson",
+                     "sentiment", "data modules:", "synthetic_regression", "sst2", "imdb"):
+        assert expected in out
+
+
+def test_fit_test_predict_nadaraya_watson_by_registered_name(in_tmp, capsys) -> None:
+    main(["fit", "--model", "nadaraya_watson", "--trainer.max_epochs", "5", *QUIET])
+    run = _run_dir(in_tmp, "nadaraya_watson")
+    assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+    assert (run / "images" / "val_fit.png").is_file() and (run / "images" / "val_attention.png").is_file()
+    assert list(run.glob("events.out.tfevents.*"))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["data"]["class_path"].endswith("SyntheticRegressionDataModule")  # the model's default data
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+
+    main(["test", "--model", "nadaraya_watson", "--ckpt_path", ckpt, *QUIET])
+    assert "test/mse" in capsys.readouterr().out
+    main(["predict", "--model", "kernel_regression", "--ckpt_path", ckpt, *QUIET])  # an alias works too
+    lines = [line.split("\t") for line in capsys.readouterr().out.strip().splitlines() if line.count("\t") == 1]
+    assert len(lines) == 50 and all(float(x) >= 0 for x, _ in lines)
+
+
+def test_validate_accepts_class_name_and_class_path(in_tmp, capsys) -> None:
+    for model in ("NadarayaWatson", "zoo.tasks.regression.NadarayaWatson"):
+        main(["validate", "--model", model, "--data", "synthetic_regression", *QUIET])
+        assert "val/mse" in capsys.readouterr().out
+
+
+def test_print_config_round_trips_into_fit(in_tmp, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "nadaraya_watson", "--model.attention", "average", "--print_config"])
+    assert exit_info.value.code in (0, None)
+    config_file = in_tmp / "printed.yaml"
+    config_file.write_text(capsys.readouterr().out)
+    assert yaml.safe_load(config_file.read_text())["model"]["init_args"]["attention"] == "average"
+    main(["fit", "--config", str(config_file), "--trainer.fast_dev_run", "true", *QUIET])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["fit", "--model", "nadaraya_watsn"], "Did you mean 'nadaraya_watson'"),
+        (["fit", "--model", "nadaraya_watson", "--data", "synthetic_regresion"], "Did you mean 'synthetic_regression'"),
+        (["fit", "--model", "nadaraya_watson", "--model.attention", "gausian_kernel"], "Did you mean 'gaussian_kernel'"),
+        (["fit", "--model", "nadaraya_watson", "--model.attention", "multi_head"], "Compatible registered names"),
+    ],
+)
+def test_bad_names_fail_before_training_with_suggestions(in_tmp, capsys, args, message) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (in_tmp / "runs").exists()
