@@ -42,6 +42,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.datamodules.registry import register_datamodule
+from zoo.errors import DataError
 from zoo.datamodules.tokenization import PAD_ID, TOKENIZER_VERSION, UNK_ID, Vocabulary, tokenize
 
 __all__ = [
@@ -143,7 +144,7 @@ class PadCollator:
 
 def _require(name: str, value: int | None, minimum: int) -> None:
     if value is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}.")
+        raise DataError(f"{name} must be at least {minimum}, got {value}.")
 
 
 def _check_texts(texts: Sequence[str], where: str) -> None:
@@ -151,10 +152,10 @@ def _check_texts(texts: Sequence[str], where: str) -> None:
     if isinstance(texts, str):
         raise TypeError(f"{where} must be a list of texts, not one string: wrap it as [text].")
     if len(texts) == 0:
-        raise ValueError(f"{where} holds no texts; give at least one text to classify.")
+        raise DataError(f"{where} holds no texts; give at least one text to classify.")
     for index, text in enumerate(texts):
         if not isinstance(text, str) or not text.strip():
-            raise ValueError(
+            raise DataError(
                 f"{where}[{index}] is empty text ({text!r}): there is nothing to classify. "
                 f"Remove it or give a non-empty text."
             )
@@ -348,14 +349,14 @@ class TextClassificationDataModule(L.LightningDataModule):
             return self._read[split]
         source = self._load_source()
         if split not in source:
-            raise ValueError(
+            raise DataError(
                 f"{self._source_name} has no {split!r} split (found: {sorted(source)}). "
                 f"The {self.name} data module expects {self.layout}."
             )
         data = source[split]
         missing = [c for c in (self.text_column, self.label_column) if c not in data.column_names]
         if missing:
-            raise ValueError(
+            raise DataError(
                 f"The {split!r} split of {self._source_name} has no column {missing} "
                 f"(columns: {data.column_names}). The {self.name} data module expects {self.layout}."
             )
@@ -363,13 +364,13 @@ class TextClassificationDataModule(L.LightningDataModule):
         texts, labels = columns[self.text_column], columns[self.label_column]
         bad_texts = [i for i, t in enumerate(texts) if not isinstance(t, str)]
         if bad_texts:
-            raise ValueError(
+            raise DataError(
                 f"The {split!r} split of {self._source_name} has {len(bad_texts)} rows whose "
                 f"{self.text_column!r} is not text (first rows: {bad_texts[:5]}); drop or fix them."
             )
         bad_labels = sorted({label for label in labels if label not in (0, 1)}, key=repr)
         if bad_labels:
-            raise ValueError(
+            raise DataError(
                 f"The {split!r} split of {self._source_name} has labels {bad_labels[:10]} outside "
                 f"{{0, 1}}. The {self.name} data module needs binary sentiment labels, 0 = negative "
                 f"and 1 = positive: relabel those rows or drop them. (An unlabelled split, such as "
@@ -387,7 +388,7 @@ class TextClassificationDataModule(L.LightningDataModule):
                 try:
                     self._source = datasets.load_dataset(str(self.root))
                 except Exception as exc:  # whatever datasets could not read, say what it needs
-                    raise ValueError(
+                    raise DataError(
                         f"Could not read the {self.name} data at {self.root}: {type(exc).__name__}: "
                         f"{exc}. Expected {self.layout}."
                     ) from exc
@@ -408,7 +409,7 @@ class TextClassificationDataModule(L.LightningDataModule):
                 f"or leave path unset to load {self.hub_id!r} from the hub."
             )
         if not root.is_dir():
-            raise ValueError(f"The {self.name} data path {path!r} is not a directory. Expected {self.layout}.")
+            raise DataError(f"The {self.name} data path {path!r} is not a directory. Expected {self.layout}.")
         return root
 
     def _dataset_identity(self) -> dict[str, Any]:
@@ -461,7 +462,7 @@ class TextClassificationDataModule(L.LightningDataModule):
     def _predict_texts(self) -> list[str]:
         """The texts to classify, from ``predict_texts`` or ``predict_file``, checked."""
         if self.predict_texts is not None and self.predict_file is not None:
-            raise ValueError("Pass either --data.predict_texts or --data.predict_file, not both.")
+            raise DataError("Pass either --data.predict_texts or --data.predict_file, not both.")
         if self.predict_texts is not None:
             _check_texts(self.predict_texts, "predict_texts")
             return list(self.predict_texts)
@@ -472,7 +473,7 @@ class TextClassificationDataModule(L.LightningDataModule):
             texts = [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
             _check_texts(texts, f"the lines of {self.predict_file}")
             return texts
-        raise ValueError(
+        raise DataError(
             "Nothing to predict: pass --data.predict_texts '[\"a text\", \"another\"]' or "
             "--data.predict_file FILE (one text per line)."
         )

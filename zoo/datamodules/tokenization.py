@@ -21,6 +21,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from zoo.errors import DataError
+
 __all__ = [
     "PAD_ID",
     "PAD_TOKEN",
@@ -98,7 +100,7 @@ class Vocabulary:
         self._stoi = {token: index for index, token in enumerate(self._itos)}
         if len(self._stoi) != len(self._itos):
             duplicates = sorted(t for t, n in Counter(self._itos).items() if n > 1)
-            raise ValueError(
+            raise DataError(
                 f"Vocabulary tokens must be unique (and must not repeat the specials "
                 f"{SPECIAL_TOKENS}); duplicated: {duplicates[:10]}."
             )
@@ -120,12 +122,12 @@ class Vocabulary:
             min_freq: Tokens seen fewer times than this map to ``<unk>``.
         """
         if max_size is not None and max_size <= len(SPECIAL_TOKENS):
-            raise ValueError(
+            raise DataError(
                 f"max_size={max_size} leaves no room for words next to the specials "
                 f"{SPECIAL_TOKENS}; use a value above {len(SPECIAL_TOKENS)}."
             )
         if min_freq < 1:
-            raise ValueError(f"min_freq must be at least 1, got {min_freq}.")
+            raise DataError(f"min_freq must be at least 1, got {min_freq}.")
         counts: Counter[str] = Counter()
         for tokens in tokenized_texts:
             counts.update(tokens)
@@ -219,15 +221,15 @@ class Vocabulary:
         try:
             payload = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not a vocabulary file (invalid JSON: {exc}); delete it to rebuild.") from exc
+            raise DataError(f"{path} is not a vocabulary file (invalid JSON: {exc}); delete it to rebuild.") from exc
         if not isinstance(payload, dict) or payload.get("format") != _VOCAB_FORMAT:
-            raise ValueError(f"{path} is not an attention-zoo vocabulary file; delete it to rebuild.")
+            raise DataError(f"{path} is not an attention-zoo vocabulary file; delete it to rebuild.")
         if payload.get("version") != _VOCAB_FORMAT_VERSION:
-            raise ValueError(
+            raise DataError(
                 f"{path} has vocabulary format version {payload.get('version')!r}, this zoo reads "
                 f"version {_VOCAB_FORMAT_VERSION}; delete it to rebuild."
             )
         tokens = payload.get("tokens")
         if not isinstance(tokens, list) or tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
-            raise ValueError(f"{path} does not start with the special tokens {SPECIAL_TOKENS}; delete it to rebuild.")
+            raise DataError(f"{path} does not start with the special tokens {SPECIAL_TOKENS}; delete it to rebuild.")
         return cls(tokens[len(SPECIAL_TOKENS) :])

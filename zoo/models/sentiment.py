@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from torch import Tensor, nn
 
 from zoo.attention import require_attention
 from zoo.attention.masking import lengths_to_mask
-from zoo.layers import EncoderBlock, PositionalEncoding
+from zoo.layers import EncoderBlock, PositionalEncoding, scaled_embedding
 
 __all__ = ["SentimentClassifier"]
 
@@ -50,8 +49,7 @@ class SentimentClassifier(nn.Module):
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, role="the sentiment classifier (padding masks)")
-        self.d_model = d_model
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.embedding = scaled_embedding(vocab_size, d_model, padding_idx)
         self.positional_encoding = PositionalEncoding(d_model, dropout, max_len)
         self.blocks = nn.ModuleList(
             EncoderBlock(d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
@@ -64,7 +62,7 @@ class SentimentClassifier(nn.Module):
     def forward(self, tokens: Tensor, valid_lens: Tensor, *, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
         """``tokens``: ``(B, L)``; ``valid_lens``: ``(B,)``. Returns logits ``(B, C)`` and, if
         asked, one ``(B, H, L, L)`` weight tensor per block (else an empty list)."""
-        x = self.positional_encoding(self.embedding(tokens) * math.sqrt(self.d_model))
+        x = self.positional_encoding(self.embedding(tokens))
         keep = lengths_to_mask(valid_lens, tokens.shape[1])  # (B, L)
         attn_mask = keep[:, None, :]  # built once, shared by all blocks
         weights = []

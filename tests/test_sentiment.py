@@ -1,0 +1,111 @@
+"""The sentiment model on real SST-2: it learns, any registered scoring trains, the CLI works."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+import yaml
+
+import zoo
+from zoo.cli import main
+from zoo.datamodules import SST2DataModule
+from zoo.tasks import Sentiment
+
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+
+
+class LossRecorder(L.Callback):
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+
+def _train(data: SST2DataModule, tmp_path, max_steps: int, **model_kwargs) -> tuple[list[float], dict[str, float]]:
+    L.seed_everything(0)
+    task = Sentiment(vocab_size=data.vocab_size, padding_idx=data.padding_idx, num_classes=data.num_classes,
+                     d_model=64, num_heads=4, num_layers=1, ffn_hidden=128, warmup_steps=20, heatmap_examples=0, **model_kwargs)
+    recorder = LossRecorder()
+    trainer = L.Trainer(max_steps=max_steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[recorder], default_root_dir=tmp_path, num_sanity_val_steps=0)
+    trainer.fit(task, datamodule=data)
+    return recorder.losses, trainer.validate(task, datamodule=data, verbose=False)[0]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+@pytest.fixture
+def sst2_slice(shared_data, in_tmp) -> SST2DataModule:
+    return SST2DataModule(path=str(shared_data / "sst2"), batch_size=64, limit_train=8000)
+
+
+def test_short_sst2_run_lowers_the_loss_and_beats_chance(sst2_slice, tmp_path) -> None:
+    losses, metrics = _train(sst2_slice, tmp_path, max_steps=250)
+    assert _mean(losses[-30:]) < _mean(losses[:30]) - 0.1
+    assert metrics["val/acc"] > 0.62  # chance on the balanced validation split is about 0.51
+    assert 0.0 < metrics["val/f1"] <= 1.0
+
+
+@zoo.register_attention("test_cosine")
+class CosineAttention(zoo.Attention):
+    """A user's variant: cosine similarity with a learned temperature."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__(dropout)
+        self.temperature = torch.nn.Parameter(torch.tensor(5.0))
+
+    def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        q, k = torch.nn.functional.normalize(queries, dim=-1), torch.nn.functional.normalize(keys, dim=-1)
+        return self.temperature * q @ k.transpose(-2, -1)
+
+
+@pytest.mark.parametrize("attention", ["additive", "test_cosine"])
+def test_other_scoring_attentions_train(sst2_slice, tmp_path, attention) -> None:
+    losses, metrics = _train(sst2_slice, tmp_path, max_steps=200, attention=attention)
+    assert _mean(losses[-30:]) < _mean(losses[:30]) - 0.05
+    assert metrics["val/acc"] > 0.58
+
+
+def test_cli_fit_predict_and_print_config_round_trip(shared_data, in_tmp, capsys) -> None:
+    data = ["--data.path", str(shared_data / "sst2"), "--data.limit_train", "2000"]
+    main(["fit", "--model", "sentiment", *data, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "10", "--trainer.limit_val_batches", "2", *QUIET])
+    run = sorted((in_tmp / "runs" / "sentiment").glob("version_*"))[-1]
+    hparams = yaml.safe_load((run / "hparams.yaml").read_text())
+    assert hparams["vocab_size"] > 1000 and hparams["padding_idx"] == 0  # linked from the data module
+    assert (run / "images" / "attention_example0.png").is_file()
+    capsys.readouterr()
+
+    main(["predict", "--model", "sentiment", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), *data,
+          "--data.predict_texts", '["a gripping, beautiful film", "dull and far too long"]', *QUIET])
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines() if line.count("\t") == 2]
+    assert [line[0] for line in lines] == ["a gripping, beautiful film", "dull and far too long"]
+    assert all(label in ("negative", "positive") and 0.5 <= float(p) <= 1.0 for _, label, p in lines)
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--model", "sentiment", *data, "--model.num_heads", "2", "--print_config"])
+    printed = in_tmp / "sentiment.yaml"
+    printed.write_text(capsys.readouterr().out)
+    main(["fit", "--config", str(printed), "--trainer.fast_dev_run", "true", *QUIET])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--data.path", "does/not/exist"], "does/not/exist"),
+        (["--data.predict_texts", '["  "]'], "empty"),
+        (["--model.attention", "multi_head"], "Compatible registered names"),
+        (["--model.attention", "dot_prodcut"], "Did you mean 'dot_product'"),
+    ],
+)
+def test_cli_bad_input_is_one_clear_message(shared_data, in_tmp, capsys, extra, message) -> None:
+    args = ["predict" if "predict_texts" in extra[0] else "fit", "--model", "sentiment",
+            "--data.path", str(shared_data / "sst2"), "--data.limit_train", "500", *extra, *QUIET]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
