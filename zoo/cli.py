@@ -30,6 +30,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 import zoo
 from zoo.attention import ATTENTION_REGISTRY, IncompatibleAttentionError
 from zoo.datamodules import DATAMODULE_REGISTRY
+from zoo.datamodules.download import DownloadError
 from zoo.errors import DataError
 from zoo.models import MODEL_REGISTRY
 from zoo.registry import Registry, RegistryError
@@ -166,7 +167,9 @@ def print_registries(pattern: str | None = None) -> None:
 
 
 #: Mistakes of configuration or input: shown as one line, without a traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (RegistryError, IncompatibleAttentionError, DataError, FileNotFoundError)
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    RegistryError, IncompatibleAttentionError, DataError, DownloadError, FileNotFoundError,
+)
 
 
 def _user_error(error: BaseException) -> BaseException | None:

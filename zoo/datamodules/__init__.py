@@ -1,11 +1,13 @@
 """LightningDataModules; importing this registers the built-in data modules."""
 
 from zoo.datamodules.registry import DATAMODULE_REGISTRY, list_datamodules, register_datamodule
+from zoo.datamodules.fra_eng import FraEngDataModule
 from zoo.datamodules.synthetic import SyntheticRegressionDataModule
 from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule, TextClassificationDataModule
 
 __all__ = [
     "DATAMODULE_REGISTRY",
+    "FraEngDataModule",
     "IMDBDataModule",
     "SST2DataModule",
     "SyntheticRegressionDataModule",

@@ -291,7 +291,7 @@ class TextClassificationDataModule(L.LightningDataModule):
         """Encode the splits that ``stage`` uses (all of them for ``None``)."""
         for split in _ALL_SPLITS if stage is None else _STAGE_SPLITS[stage]:
             if split not in self._datasets:
-                data = self._split(split)
+                data = self.split(split)
                 self._datasets[split] = EncodedTexts([self._encode(t) for t in data.texts], labels=data.labels)
 
     def train_dataloader(self) -> DataLoader:
@@ -331,8 +331,10 @@ class TextClassificationDataModule(L.LightningDataModule):
 
     # -- reading the corpus -----------------------------------------------------------------------
 
-    def _split(self, split: str) -> TextSplit:
-        """The texts of ``split`` (train, validation or test), ``limit_train`` applied."""
+    def split(self, split: str) -> TextSplit:
+        """The raw texts and labels of ``split`` (train, validation or test), ``limit_train`` applied
+
+        (public so that baselines can be scored on exactly the same splits)."""
         data = self._unlimited_split(split)
         if split == "train" and self.limit_train is not None:
             order = np.random.default_rng(self.seed).permutation(len(data))[: self.limit_train]
@@ -433,7 +435,7 @@ class TextClassificationDataModule(L.LightningDataModule):
         file = self.vocab_file
         if file.exists():
             return Vocabulary.load(file)
-        train = self._split("train")
+        train = self.split("train")
         log.info("Building the %s vocabulary from %d training texts into %s", self.name, len(train), file)
         vocab = Vocabulary.build(
             (tokenize(text) for text in train.texts), max_size=self.max_vocab_size, min_freq=self.min_freq
