@@ -114,10 +114,34 @@ class HeadedAttention(AttentionLayer):
         """Project, attend per head, merge heads and project back."""
         self._check(queries, keys, values)
         mask = self._layer_mask(queries, keys, valid_lens, attn_mask)
+        k, v = self.project_kv(keys, values)
+        return self.attend_projected(queries, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
+
+    def project_kv(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values projected and split into heads: two ``(B, H, Lk, d)`` tensors.
+
+        Decoders cache these: the projections of earlier positions never change, so each step
+        projects only its new position (and cross-attention projects the memory once).
+        """
+        return self._split_heads(self.k_proj(keys)), self._split_heads(self.v_proj(values))
+
+    def attend_projected(
+        self,
+        queries: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """Attend from ``queries`` ``(B, Lq, embed_dim)`` over already projected ``k``, ``v``.
+
+        ``attn_mask`` must broadcast to ``(B, H, Lq, Lk)``; causal masks align bottom-right,
+        so a single new query (``Lq = 1``) sees every cached position.
+        """
         q = self._split_heads(self.q_proj(queries))
-        k = self._split_heads(self.k_proj(keys))
-        v = self._split_heads(self.v_proj(values))
-        heads, weights = self.score_attention(q, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
+        heads, weights = self.score_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights)
         output = self.out_proj(heads.transpose(1, 2).flatten(-2))  # (B, H, Lq, d) -> (B, Lq, H * d)
         return AttentionOutput(output, weights)
 

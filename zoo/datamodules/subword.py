@@ -144,6 +144,10 @@ class SubwordTokenizer:
                 kept.append(index)
         return self._tokenizer.decode(kept)
 
+    def id_to_token(self, ids: Iterable[int]) -> list[str]:
+        """The subword strings of ``ids`` (for labelling attention heatmaps)."""
+        return [self._tokenizer.id_to_token(int(i)) or "?" for i in ids]
+
     def tokens(self, text: str) -> list[str]:
         """The subword strings of ``text`` (``▁`` marks a leading space), e.g. to label attention plots."""
         return self._tokenizer.encode(normalize_text(text)).tokens

@@ -1,9 +1,14 @@
 """Building blocks shared by the architectures."""
 
 from zoo.layers.add_norm import AddNorm
+from zoo.layers.decoder_block import DecoderBlock, KeyValue
 from zoo.layers.embedding import ScaledEmbedding, scaled_embedding
 from zoo.layers.encoder_block import EncoderBlock
 from zoo.layers.feed_forward import PositionWiseFFN
 from zoo.layers.positional_encoding import PositionalEncoding, sinusoidal_table
 
-__all__ = ["AddNorm", "EncoderBlock", "PositionWiseFFN", "PositionalEncoding", "ScaledEmbedding", "scaled_embedding", "sinusoidal_table"]
+__all__ = [
+    "AddNorm",
+    "DecoderBlock",
+    "KeyValue",
+    "EncoderBlock", "PositionWiseFFN", "PositionalEncoding", "ScaledEmbedding", "scaled_embedding", "sinusoidal_table"]

@@ -1,0 +1,151 @@
+"""Encoder-decoder Transformer (Vaswani et al., 2017) for translation, with cached decoding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from zoo.attention import require_attention
+from zoo.attention.masking import lengths_to_mask
+from zoo.layers import DecoderBlock, EncoderBlock, KeyValue, PositionalEncoding, scaled_embedding
+
+__all__ = ["Transformer", "TransformerState"]
+
+
+@dataclass
+class TransformerState:
+    """Decoding state: what the encoder computed once, and what the decoder has cached.
+
+    ``memory_kv`` holds each decoder block's projected memory; ``memory_mask`` the source
+    padding ``(B, 1, 1, Ls)``; ``self_kv`` each block's self-attention keys/values of the
+    positions decoded so far (``None`` before the first step or without the cache);
+    ``prefix`` the tokens fed so far ``(B, t)``, used when decoding without the cache.
+    """
+
+    memory_kv: list[KeyValue]
+    memory_mask: Tensor
+    self_kv: list[KeyValue] | None
+    prefix: Tensor
+
+    def select(self, index: Tensor) -> TransformerState:
+        """The rows ``index`` of every batch-first tensor (for beam search)."""
+        pick = lambda kv: (kv[0].index_select(0, index), kv[1].index_select(0, index))  # noqa: E731
+        return TransformerState(
+            memory_kv=[pick(kv) for kv in self.memory_kv],
+            memory_mask=self.memory_mask.index_select(0, index),
+            self_kv=None if self.self_kv is None else [pick(kv) for kv in self.self_kv],
+            prefix=self.prefix.index_select(0, index),
+        )
+
+
+class Transformer(nn.Module):
+    """Embeddings scaled by sqrt(d_model) + sinusoidal positions -> encoder blocks; decoder
+    blocks with masked self-attention and encoder-decoder cross-attention -> vocabulary logits.
+
+    Source and target share one (joint subword) vocabulary, so one embedding matrix serves
+    the encoder, the decoder and, with ``tie_embeddings``, the output projection.
+
+    Args:
+        vocab_size: Joint vocabulary size.
+        d_model: Model size.
+        num_heads: Attention heads.
+        num_encoder_layers: Encoder blocks.
+        num_decoder_layers: Decoder blocks.
+        ffn_hidden: Inner FFN size.
+        dropout: Dropout throughout.
+        attention: Registered per-head scoring attention (needs padding and causal masks).
+        attention_kwargs: Extra keyword arguments for it.
+        norm_first: Pre-LN blocks (with a final norm) instead of post-LN.
+        padding_idx: Padding token id.
+        max_len: Longest sequence the positional encoding covers.
+        tie_embeddings: Share the embedding matrix with the output projection.
+        use_cache: Decode with cached keys/values (False re-runs the decoder over the prefix).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 256,
+        num_heads: int = 4,
+        num_encoder_layers: int = 3,
+        num_decoder_layers: int = 3,
+        ffn_hidden: int = 1024,
+        dropout: float = 0.1,
+        attention: str = "dot_product",
+        attention_kwargs: dict[str, Any] | None = None,
+        norm_first: bool = False,
+        padding_idx: int = 0,
+        max_len: int = 1024,
+        tie_embeddings: bool = True,
+        use_cache: bool = True,
+    ) -> None:
+        super().__init__()
+        require_attention(attention, padding=True, causal=True, role="the Transformer (padding and causal masks)")
+        self.padding_idx, self.use_cache = padding_idx, use_cache
+        self.embedding = scaled_embedding(vocab_size, d_model, padding_idx)
+        self.positional_encoding = PositionalEncoding(d_model, dropout, max_len)
+        block_args = (d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
+        self.encoder_blocks = nn.ModuleList(EncoderBlock(*block_args) for _ in range(num_encoder_layers))
+        self.decoder_blocks = nn.ModuleList(DecoderBlock(*block_args) for _ in range(num_decoder_layers))
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.output = None if tie_embeddings else nn.Linear(d_model, vocab_size)
+
+    # -- shapes: B batch, Ls source length, Lt target length, D d_model, V vocabulary ------------
+
+    def _logits(self, h: Tensor) -> Tensor:
+        return F.linear(h, self.embedding.weight) if self.output is None else self.output(h)
+
+    def _check(self, src: Tensor, src_lens: Tensor) -> None:
+        if src.dim() != 2 or src_lens.shape != src.shape[:1]:
+            raise ValueError(f"Expected src (B, Ls) and src_lens (B,); got {tuple(src.shape)} and {tuple(src_lens.shape)}.")
+
+    def encode_memory(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder output ``(B, Ls, D)`` and the source padding mask ``(B, 1, 1, Ls)``."""
+        self._check(src, src_lens)
+        mask = lengths_to_mask(src_lens, src.shape[1])[:, None, None, :]
+        x = self.positional_encoding(self.embedding(src))
+        for block in self.encoder_blocks:
+            x, _ = block(x, attn_mask=mask)
+        return self.encoder_norm(x), mask
+
+    def _decode(self, tokens: Tensor, state: TransformerState, *, offset: int, need_weights: bool = False) -> tuple[Tensor, list[KeyValue], Tensor | None]:
+        """Run the decoder over ``tokens`` ``(B, t)`` placed after ``offset`` cached positions."""
+        x = self.positional_encoding(self.embedding(tokens), offset=offset)
+        new_kv, weights = [], None
+        for i, block in enumerate(self.decoder_blocks):
+            cached = state.self_kv[i] if state.self_kv is not None else None
+            x, kv, weights = block(x, state.memory_kv[i], state.memory_mask, self_kv=cached, need_weights=need_weights)
+            new_kv.append(kv)
+        return self._logits(self.decoder_norm(x)), new_kv, weights
+
+    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, *, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Teacher forcing: logits ``(B, Lt, V)`` for every target position, and if asked the
+        last decoder block's cross-attention weights ``(B, H, Lt, Ls)``."""
+        if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(f"Expected tgt_in (B, Lt) with B = {src.shape[0]}; got {tuple(tgt_in.shape)}.")
+        state = self.encode(src, src_lens)
+        logits, _, weights = self._decode(tgt_in, state, offset=0, need_weights=need_weights)
+        return logits, weights
+
+    # -- the EncoderDecoder protocol of zoo.models.decoding -------------------------------------
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> TransformerState:
+        memory, mask = self.encode_memory(src, src_lens)
+        memory_kv = [block.project_memory(memory) for block in self.decoder_blocks]
+        return TransformerState(memory_kv, mask, None, src.new_zeros((src.shape[0], 0)))
+
+    def decode_step(self, tokens: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
+        prefix = torch.cat([state.prefix, tokens.unsqueeze(1)], dim=1)
+        if self.use_cache:
+            logits, kv, _ = self._decode(tokens.unsqueeze(1), state, offset=state.prefix.shape[1])
+            return logits[:, -1], replace(state, self_kv=kv, prefix=prefix)
+        logits, _, _ = self._decode(prefix, replace(state, self_kv=None), offset=0)
+        return logits[:, -1], replace(state, prefix=prefix)
+
+    def reorder_state(self, state: TransformerState, index: Tensor) -> TransformerState:
+        return state.select(index)

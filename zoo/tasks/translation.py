@@ -1,0 +1,307 @@
+"""Translation as LightningModules: teacher-forced training, sacreBLEU, greedy and beam decoding.
+
+:class:`TranslationTask` holds what every translation model shares; the registered models
+``transformer`` and ``seq2seq`` are thin subclasses with typed constructors (LightningCLI reads
+their signatures). Validation decodes greedily; test reports beam search (``test/bleu``) and
+greedy (``test/bleu_greedy``); predict translates with beam search. BLEU is corpus-level
+sacreBLEU on detokenized, cased text against every reference of each source.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torchmetrics
+from torch import Tensor, nn
+
+from zoo.models.decoding import beam_search, greedy_decode
+from zoo.models.registry import register_model
+from zoo.models.seq2seq import Seq2SeqAttention
+from zoo.models.transformer import Transformer
+from zoo.tasks.base import ZooTask
+from zoo.tasks.bleu import CorpusBLEU
+from zoo.tasks.figures import attention_heatmaps, publish_figure
+from zoo.tasks.optim import adamw_with_warmup
+
+__all__ = ["Seq2SeqTranslator", "TransformerTranslator", "TranslationTask"]
+
+
+class TranslationTask(ZooTask):
+    """Shared training, evaluation and decoding of translation models.
+
+    The data module provides ``decode(ids) -> str`` (detokenized text) and, for heatmaps,
+    ``tokenizer.id_to_token``. Subclasses set ``self.model`` to an
+    :class:`~zoo.models.decoding.EncoderDecoder` whose ``forward(src, src_lens, tgt_in,
+    need_weights=...)`` returns logits and cross-attention weights.
+    """
+
+    default_datamodule = "fra_eng"
+    data_links = ("vocab_size", "padding_idx", "bos_idx", "eos_idx")
+    monitor = ("val/bleu", "max")
+    model: nn.Module
+
+    def __init__(
+        self,
+        *,
+        padding_idx: int,
+        bos_idx: int,
+        eos_idx: int,
+        lr: float,
+        weight_decay: float,
+        warmup_steps: int,
+        label_smoothing: float,
+        beam_size: int,
+        length_penalty: float,
+        max_decode_len: int,
+        heatmap_examples: int,
+    ) -> None:
+        super().__init__()
+        self.padding_idx, self.bos_idx, self.eos_idx = padding_idx, bos_idx, eos_idx
+        self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
+        self.label_smoothing, self.beam_size, self.alpha = label_smoothing, beam_size, length_penalty
+        self.max_decode_len, self.heatmap_examples = max_decode_len, heatmap_examples
+        self.bleu = nn.ModuleDict({name: CorpusBLEU() for name in ("val", "test", "test_greedy")})
+        self.losses = nn.ModuleDict({name: torchmetrics.MeanMetric() for name in ("val", "test")})
+        self._heatmap_batch: dict[str, Any] | None = None
+        self._last_step_end: float | None = None
+
+    # -- training -------------------------------------------------------------------------------
+
+    def _loss(self, batch: dict[str, Any]) -> Tensor:
+        logits, _ = self.model(batch["src"], batch["src_lens"], batch["tgt_in"])
+        return nn.functional.cross_entropy(
+            logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=self.padding_idx, label_smoothing=self.label_smoothing
+        )
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        loss = self._loss(batch)
+        target_tokens = int(batch["tgt_lens"].sum())
+        padding = 1.0 - (int(batch["src_lens"].sum()) + target_tokens) / (batch["src"].numel() + batch["tgt_out"].numel())
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/padding", padding)
+        now = time.perf_counter()
+        if self._last_step_end is not None:  # target tokens per second over the last step, loading included
+            self.log("train/tgt_tokens_per_sec", target_tokens / max(now - self._last_step_end, 1e-9), prog_bar=True)
+        self._last_step_end = now
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        self._last_step_end = None  # validation between epochs is not training time
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        return adamw_with_warmup(
+            self.model, lr=self.lr, weight_decay=self.weight_decay,
+            warmup_steps=self.warmup_steps, total_steps=self.trainer.estimated_stepping_batches,
+        )
+
+    # -- decoding -------------------------------------------------------------------------------
+
+    def _decode_limit(self, src_lens: Tensor) -> int:
+        return min(self.max_decode_len, 2 * int(src_lens.max()) + 10)
+
+    def translate_ids(self, src: Tensor, src_lens: Tensor, *, beam_size: int = 1) -> list[list[int]]:
+        """Output token ids per source: greedy for ``beam_size=1``, else beam search."""
+        was_training = self.model.training
+        self.model.eval()
+        limits = {"bos": self.bos_idx, "eos": self.eos_idx, "max_len": self._decode_limit(src_lens), "forbid": (self.padding_idx, self.bos_idx)}
+        if beam_size == 1:
+            ids = greedy_decode(self.model, src, src_lens, **limits)
+        else:
+            ids = beam_search(self.model, src, src_lens, beam_size=beam_size, alpha=self.alpha, **limits)
+        self.model.train(was_training)
+        return ids
+
+    def _detokenize(self, ids: list[list[int]]) -> list[str]:
+        decode = self.trainer.datamodule.decode
+        return [decode(row) for row in ids]
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    def _evaluate(self, batch: dict[str, Any], stage: str) -> None:
+        loss = self._loss(batch)
+        self.losses[stage].update(loss, weight=int(batch["tgt_lens"].sum()))
+        self.log(f"{stage}/loss", self.losses[stage], prog_bar=stage == "val")
+        greedy = self._detokenize(self.translate_ids(batch["src"], batch["src_lens"]))
+        if stage == "val":
+            self.bleu["val"].update(greedy, batch["references"])
+            self.log("val/bleu", self.bleu["val"], prog_bar=True)
+            return
+        beam = self._detokenize(self.translate_ids(batch["src"], batch["src_lens"], beam_size=self.beam_size))
+        self.bleu["test"].update(beam, batch["references"])
+        self.bleu["test_greedy"].update(greedy, batch["references"])
+        self.log("test/bleu", self.bleu["test"])
+        self.log("test/bleu_greedy", self.bleu["test_greedy"])
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        if batch_idx == 0 and self._heatmap_batch is None and self.heatmap_examples:
+            count = self.heatmap_examples
+            self._heatmap_batch = {"src": batch["src"][:count], "src_lens": batch["src_lens"][:count]}
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def on_test_epoch_start(self) -> None:
+        self.log_signature()
+
+    def on_validation_epoch_start(self) -> None:
+        self.log_signature()
+
+    def log_signature(self) -> None:
+        """Record the sacreBLEU signature with the run (once, global zero only)."""
+        if self.trainer.is_global_zero and not getattr(self, "_signature_logged", False):
+            for logger in self.trainer.loggers:
+                logger.log_hyperparams({"sacrebleu_signature": self.bleu["val"].signature()})
+            self._signature_logged = True
+
+    def on_validation_epoch_end(self) -> None:
+        """Cross-attention of the last decoder block for a few fixed validation sentences."""
+        if self.trainer.sanity_checking or self._heatmap_batch is None:
+            return
+        src, src_lens = self._heatmap_batch["src"], self._heatmap_batch["src_lens"]
+        outputs = self.translate_ids(src, src_lens)
+        tokenizer = self.trainer.datamodule.tokenizer
+        self.model.eval()
+        for i, output in enumerate(outputs):
+            tgt_in = torch.tensor([[self.bos_idx, *output]], device=src.device)
+            with torch.no_grad():
+                _, weights = self.model(src[i : i + 1, : src_lens[i]], src_lens[i : i + 1], tgt_in, need_weights=True)
+            figure = attention_heatmaps(
+                weights[0, :, 1:, :] if weights.shape[2] > 1 else weights[0],
+                x_labels=tokenizer.id_to_token(src[i, : src_lens[i]].tolist()),
+                y_labels=tokenizer.id_to_token(output) if output else None,
+                x_title="Source tokens", y_title="Output tokens",
+            )
+            publish_figure(self, figure, f"cross_attention_example{i}")
+        self.model.train()
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, str]]:
+        translations = self._detokenize(self.translate_ids(batch["src"], batch["src_lens"], beam_size=self.beam_size))
+        return [{"source": source, "translation": text} for source, text in zip(batch["sources"], translations)]
+
+
+@register_model("transformer")
+class TransformerTranslator(TranslationTask):
+    """Encoder-decoder Transformer for translation (see :class:`zoo.models.Transformer`).
+
+    Args:
+        vocab_size: Joint vocabulary size (from the data module).
+        padding_idx: Padding id (from the data module).
+        bos_idx: Beginning-of-sentence id (from the data module).
+        eos_idx: End-of-sentence id (from the data module).
+        d_model: Model size.
+        num_heads: Attention heads.
+        num_encoder_layers: Encoder blocks.
+        num_decoder_layers: Decoder blocks.
+        ffn_hidden: Inner FFN size.
+        dropout: Dropout throughout.
+        attention: Registered per-head scoring attention (padding and causal masks needed).
+        attention_kwargs: Extra keyword arguments for it.
+        norm_first: Pre-LN instead of post-LN.
+        tie_embeddings: Share input embeddings and output projection.
+        lr: Peak learning rate (AdamW, linear warm-up, cosine decay).
+        weight_decay: AdamW weight decay.
+        warmup_steps: Warm-up steps.
+        label_smoothing: Label smoothing of the cross-entropy.
+        beam_size: Beam size for test and predict.
+        length_penalty: GNMT length-penalty exponent alpha.
+        max_decode_len: Most tokens decoded per sentence.
+        heatmap_examples: Validation sentences whose cross-attention is drawn.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        padding_idx: int = 0,
+        bos_idx: int = 2,
+        eos_idx: int = 3,
+        d_model: int = 256,
+        num_heads: int = 4,
+        num_encoder_layers: int = 3,
+        num_decoder_layers: int = 3,
+        ffn_hidden: int = 1024,
+        dropout: float = 0.1,
+        attention: str = "dot_product",
+        attention_kwargs: dict[str, Any] | None = None,
+        norm_first: bool = False,
+        tie_embeddings: bool = True,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 1000,
+        label_smoothing: float = 0.1,
+        beam_size: int = 4,
+        length_penalty: float = 0.6,
+        max_decode_len: int = 100,
+        heatmap_examples: int = 2,
+    ) -> None:
+        super().__init__(
+            padding_idx=padding_idx, bos_idx=bos_idx, eos_idx=eos_idx, lr=lr, weight_decay=weight_decay,
+            warmup_steps=warmup_steps, label_smoothing=label_smoothing, beam_size=beam_size,
+            length_penalty=length_penalty, max_decode_len=max_decode_len, heatmap_examples=heatmap_examples,
+        )
+        self.save_hyperparameters()
+        self.model = Transformer(
+            vocab_size, d_model, num_heads, num_encoder_layers, num_decoder_layers, ffn_hidden, dropout,
+            attention, attention_kwargs, norm_first, padding_idx, tie_embeddings=tie_embeddings,
+        )
+
+
+@register_model("seq2seq", aliases=("gru_seq2seq",))
+class Seq2SeqTranslator(TranslationTask):
+    """GRU encoder-decoder with Bahdanau attention (see :class:`zoo.models.Seq2SeqAttention`).
+
+    Args:
+        vocab_size: Joint vocabulary size (from the data module).
+        padding_idx: Padding id (from the data module).
+        bos_idx: Beginning-of-sentence id (from the data module).
+        eos_idx: End-of-sentence id (from the data module).
+        embed_dim: Embedding size.
+        hidden_size: GRU hidden size.
+        num_layers: GRU layers (encoder and decoder).
+        dropout: Dropout throughout.
+        attention: Registered scoring attention of the decoder (``additive``, ``dot_product``, ...).
+        attention_kwargs: Extra keyword arguments for it.
+        tie_embeddings: Share input embeddings and output projection.
+        lr: Peak learning rate (AdamW, linear warm-up, cosine decay).
+        weight_decay: AdamW weight decay.
+        warmup_steps: Warm-up steps.
+        label_smoothing: Label smoothing of the cross-entropy.
+        beam_size: Beam size for test and predict.
+        length_penalty: GNMT length-penalty exponent alpha.
+        max_decode_len: Most tokens decoded per sentence.
+        heatmap_examples: Validation sentences whose attention is drawn.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        padding_idx: int = 0,
+        bos_idx: int = 2,
+        eos_idx: int = 3,
+        embed_dim: int = 256,
+        hidden_size: int = 256,
+        num_layers: int = 2,
+        dropout: float = 0.2,
+        attention: str = "additive",
+        attention_kwargs: dict[str, Any] | None = None,
+        tie_embeddings: bool = True,
+        lr: float = 2e-3,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 500,
+        label_smoothing: float = 0.1,
+        beam_size: int = 4,
+        length_penalty: float = 0.6,
+        max_decode_len: int = 100,
+        heatmap_examples: int = 2,
+    ) -> None:
+        super().__init__(
+            padding_idx=padding_idx, bos_idx=bos_idx, eos_idx=eos_idx, lr=lr, weight_decay=weight_decay,
+            warmup_steps=warmup_steps, label_smoothing=label_smoothing, beam_size=beam_size,
+            length_penalty=length_penalty, max_decode_len=max_decode_len, heatmap_examples=heatmap_examples,
+        )
+        self.save_hyperparameters()
+        self.model = Seq2SeqAttention(
+            vocab_size, embed_dim, hidden_size, num_layers, dropout, attention, attention_kwargs, padding_idx, tie_embeddings
+        )
