@@ -1,0 +1,86 @@
+"""Full training runs behind the README's results tables.
+
+Usage (on an otherwise idle machine; each run takes minutes to tens of minutes):
+
+    python benchmarks/full_runs.py --data ../shared/data RUN [RUN ...]
+    python benchmarks/full_runs.py --list
+
+Each run fits through the zoo's CLI (its default config plus the flags below), then tests
+the last checkpoint, and appends one JSON line to ``benchmarks/results.jsonl`` with the
+command, seed, fit wall time (validation included), throughput where logged, and the test
+metrics. Fresh processes per run keep one run's memory state from slowing the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).with_name("results.jsonl")
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+
+
+def runs(data: str) -> dict[str, list[str]]:
+    """Run name -> the ``fit`` arguments (the test reuses them)."""
+    fra = ["--data.path", f"{data}/fra-eng.zip"]
+    return {
+        "nw_average": ["--model", "nadaraya_watson", "--model.attention", "average"],
+        "nw_fixed": ["--model", "nadaraya_watson", "--model.learnable", "false"],
+        "nw_learned": ["--model", "nadaraya_watson"],
+        "sst2": ["--model", "sentiment", "--data.path", f"{data}/sst2"],
+        "imdb": ["--model", "sentiment", "--config", "configs/sentiment_imdb.yaml", "--data.path", f"{data}/imdb"],
+        "transformer_10min": ["--model", "transformer", *fra, "--config", "configs/transformer_10min.yaml"],
+        "transformer_30min": ["--model", "transformer", *fra, "--config", "configs/transformer_30min.yaml"],
+        "seq2seq_10min": ["--model", "seq2seq", *fra, "--config", "configs/seq2seq_10min.yaml"],
+    }
+
+
+def run(name: str, fit_args: list[str]) -> dict:
+    """Fit, then test the last checkpoint, in fresh processes; return the record."""
+    model = fit_args[fit_args.index("--model") + 1]
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "zoo", "fit", *fit_args, *QUIET], check=True)
+    fit_seconds = time.perf_counter() - start
+    run_dir = max((Path("runs") / model).glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+    out = subprocess.run(
+        [sys.executable, "-m", "zoo", "test", *fit_args, "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt"), *QUIET],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    metrics = {}
+    for line in out.splitlines():  # Lightning's table rows: "│ test/bleu │ 21.3 │"
+        cells = [c.strip() for c in line.replace("│", "|").split("|") if c.strip()]
+        if len(cells) == 2 and cells[0].startswith("test/"):
+            metrics[cells[0]] = float(cells[1])
+    return {
+        "run": name, "command": "python -m zoo fit " + " ".join(fit_args), "run_dir": str(run_dir),
+        "fit_seconds": round(fit_seconds, 1), "test": metrics, "torch": torch.__version__,
+        "machine": f"{platform.machine()} {torch.get_num_threads()} threads", "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="runs to do (default: all)")
+    parser.add_argument("--data", default="../shared/data", help="directory of the local corpora")
+    parser.add_argument("--list", action="store_true", help="list the runs and exit")
+    args = parser.parse_args()
+    table = runs(args.data)
+    if args.list:
+        print("\n".join(f"{k}: {' '.join(v)}" for k, v in table.items()))
+        return
+    for name in args.names or list(table):
+        record = run(name, table[name])
+        with RESULTS.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()
