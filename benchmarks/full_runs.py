@@ -2,7 +2,7 @@
 
 Usage (on an otherwise idle machine; each run takes minutes to tens of minutes):
 
-    python benchmarks/full_runs.py --data ../shared/data RUN [RUN ...]
+    python benchmarks/full_runs.py --data ../shared/data RUN [RUN ...] [--extra --model.dropout 0.3 ...]
     python benchmarks/full_runs.py --list
 
 Each run fits through the zoo's CLI (its default config plus the flags below), then tests
@@ -54,8 +54,8 @@ def run(name: str, fit_args: list[str]) -> dict:
         check=True, capture_output=True, text=True,
     ).stdout
     metrics = {}
-    for line in out.splitlines():  # Lightning's table rows: "│ test/bleu │ 21.3 │"
-        cells = [c.strip() for c in line.replace("│", "|").split("|") if c.strip()]
+    for line in out.splitlines():  # Lightning's table rows: "test/bleu   21.3" (boxed with rich)
+        cells = line.replace("│", " ").replace("┃", " ").split()
         if len(cells) == 2 and cells[0].startswith("test/"):
             metrics[cells[0]] = float(cells[1])
     return {
@@ -70,13 +70,14 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help="runs to do (default: all)")
     parser.add_argument("--data", default="../shared/data", help="directory of the local corpora")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more fit arguments for every run (last)")
     args = parser.parse_args()
     table = runs(args.data)
     if args.list:
         print("\n".join(f"{k}: {' '.join(v)}" for k, v in table.items()))
         return
     for name in args.names or list(table):
-        record = run(name, table[name])
+        record = run(name, table[name] + args.extra)
         with RESULTS.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
         print(json.dumps(record), flush=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning as L
 import pytest
 import torch
@@ -109,3 +111,9 @@ def test_cli_bad_input_is_one_clear_message(shared_data, in_tmp, capsys, extra, 
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_imdb_config_runs(shared_data, in_tmp) -> None:
+    config = Path(__file__).resolve().parents[1] / "configs" / "sentiment_imdb.yaml"
+    main(["fit", "--model", "sentiment", "--config", str(config), "--data.path", str(shared_data / "imdb"),
+          "--data.limit_train", "300", "--trainer.fast_dev_run", "true", *QUIET])

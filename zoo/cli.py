@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
@@ -46,19 +47,23 @@ def _class_path(obj: type) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
+def _flag_values(args: list[str], *flags: str) -> Iterator[tuple[int, str, bool]]:
+    """``(index, value, joined)`` for each ``FLAG VALUE`` or ``FLAG=VALUE`` in ``args``."""
+    for i, arg in enumerate(args):
+        for flag in flags:
+            if arg == flag and i + 1 < len(args):
+                yield i + 1, args[i + 1], False
+            elif arg.startswith(flag + "="):
+                yield i, arg.split("=", 1)[1], True
+
+
 def _rewrite_choice(args: list[str], flag: str, registry: Registry[Any]) -> tuple[list[str], str | None]:
     """Replace a registered name given to ``flag`` by its class path.
 
     Returns the new arguments and the chosen value (a class path, a class name, or None).
     """
     out, chosen = list(args), None
-    for i, arg in enumerate(out):
-        if arg == flag and i + 1 < len(out):
-            index, value, joined = i + 1, out[i + 1], False
-        elif arg.startswith(flag + "="):
-            index, value, joined = i, arg.split("=", 1)[1], True
-        else:
-            continue
+    for index, value, joined in _flag_values(args, flag):
         if not value.startswith(("{", "[")) and "." not in value and not value[:1].isupper():
             value = _class_path(registry.get(value))  # raises UnknownNameError with suggestions
         out[index] = f"{flag}={value}" if joined else value
@@ -69,9 +74,8 @@ def _rewrite_choice(args: list[str], flag: str, registry: Registry[Any]) -> tupl
 def _model_from_configs(args: list[str]) -> str | None:
     """The model class path or name named by ``--config`` files, if any (the last one wins)."""
     chosen = None
-    for i, arg in enumerate(args):
-        path = args[i + 1] if arg in ("--config", "-c") and i + 1 < len(args) else arg.split("=", 1)[1] if arg.startswith("--config=") else None
-        if path is None or not os.path.isfile(path):
+    for _, path, _ in _flag_values(args, "--config", "-c"):
+        if not os.path.isfile(path):
             continue
         with open(path, encoding="utf-8") as handle:
             config = yaml.safe_load(handle) or {}
@@ -111,20 +115,17 @@ class ZooCLI(LightningCLI):
         # LightningCLI reads sys.argv when given no args; hand it the rewritten arguments that way.
         saved_argv, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "zoo", *args]
         try:
-            self._init_lightning_cli(parser_kwargs, **kwargs)
+            super().__init__(
+                model_class=L.LightningModule,
+                datamodule_class=L.LightningDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                parser_kwargs=parser_kwargs,
+                save_config_kwargs={"overwrite": True},
+                **kwargs,
+            )
         finally:
             sys.argv = saved_argv
-
-    def _init_lightning_cli(self, parser_kwargs: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(
-            model_class=L.LightningModule,
-            datamodule_class=L.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            parser_kwargs=parser_kwargs,
-            save_config_kwargs={"overwrite": True},
-            **kwargs,
-        )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")

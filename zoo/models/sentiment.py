@@ -1,8 +1,10 @@
-"""Self-attention sentiment classifier: Transformer encoder, mean pooling, linear head."""
+"""Self-attention sentiment classifier: Transformer encoder, pooling over valid tokens, linear head."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+import torch
 
 from torch import Tensor, nn
 
@@ -15,7 +17,7 @@ __all__ = ["SentimentClassifier"]
 
 class SentimentClassifier(nn.Module):
     """Token embedding (scaled by sqrt(d_model)) + sinusoidal positions + encoder blocks +
-    mean pooling over valid tokens + a linear classifier.
+    pooling over the valid tokens + a linear classifier.
 
     Args:
         vocab_size: Vocabulary size (from the data module).
@@ -30,6 +32,7 @@ class SentimentClassifier(nn.Module):
         padding_idx: Token id of padding (from the data module).
         max_len: Longest sequence the positional encoding covers.
         norm_first: Pre-LN blocks instead of post-LN.
+        pooling: ``mean`` over valid tokens, ``max``, or both concatenated (``mean_max``).
     """
 
     def __init__(
@@ -46,9 +49,13 @@ class SentimentClassifier(nn.Module):
         padding_idx: int = 0,
         max_len: int = 4096,
         norm_first: bool = False,
+        pooling: Literal["mean", "max", "mean_max"] = "mean",
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, role="the sentiment classifier (padding masks)")
+        if pooling not in ("mean", "max", "mean_max"):
+            raise ValueError(f"pooling must be 'mean', 'max' or 'mean_max', got {pooling!r}.")
+        self.pooling = pooling
         self.embedding = scaled_embedding(vocab_size, d_model, padding_idx)
         self.positional_encoding = PositionalEncoding(d_model, dropout, max_len)
         self.blocks = nn.ModuleList(
@@ -57,7 +64,7 @@ class SentimentClassifier(nn.Module):
         )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(d_model, num_classes)
+        self.classifier = nn.Linear(2 * d_model if pooling == "mean_max" else d_model, num_classes)
 
     def forward(self, tokens: Tensor, valid_lens: Tensor, *, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
         """``tokens``: ``(B, L)``; ``valid_lens``: ``(B,)``. Returns logits ``(B, C)`` and, if
@@ -71,5 +78,13 @@ class SentimentClassifier(nn.Module):
             if block_weights is not None:
                 weights.append(block_weights)
         x = self.final_norm(x)
-        pooled = (x * keep.unsqueeze(-1)).sum(1) / valid_lens.clamp_min(1).unsqueeze(-1).to(x.dtype)
-        return self.classifier(self.dropout(pooled)), weights
+        return self.classifier(self.dropout(self._pool(x, keep, valid_lens))), weights
+
+    def _pool(self, x: Tensor, keep: Tensor, valid_lens: Tensor) -> Tensor:
+        """``(B, L, D)`` -> ``(B, D)`` (``2D`` for ``mean_max``), ignoring padding."""
+        pooled = []
+        if self.pooling in ("mean", "mean_max"):
+            pooled.append((x * keep.unsqueeze(-1)).sum(1) / valid_lens.clamp_min(1).unsqueeze(-1).to(x.dtype))
+        if self.pooling in ("max", "mean_max"):
+            pooled.append(x.masked_fill(~keep.unsqueeze(-1), torch.finfo(x.dtype).min).amax(1))
+        return torch.cat(pooled, dim=-1)

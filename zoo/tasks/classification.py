@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torchmetrics
@@ -40,6 +40,7 @@ class Sentiment(ZooTask):
         warmup_steps: Linear warm-up steps before cosine decay.
         label_smoothing: Cross-entropy label smoothing.
         heatmap_examples: Validation examples whose attention is drawn after each validation.
+        pooling: ``mean``, ``max`` or ``mean_max`` pooling over the valid tokens.
     """
 
     default_datamodule = "sst2"
@@ -64,12 +65,13 @@ class Sentiment(ZooTask):
         warmup_steps: int = 200,
         label_smoothing: float = 0.0,
         heatmap_examples: int = 2,
+        pooling: Literal["mean", "max", "mean_max"] = "mean",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.model = SentimentClassifier(
             vocab_size, num_classes, d_model, num_heads, num_layers, ffn_hidden, dropout,
-            attention, attention_kwargs, padding_idx, norm_first=norm_first,
+            attention, attention_kwargs, padding_idx, norm_first=norm_first, pooling=pooling,
         )
         self.metrics = torch.nn.ModuleDict()
         for stage in ("val", "test"):

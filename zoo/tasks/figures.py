@@ -39,7 +39,7 @@ def attention_heatmaps(
     cols = min(count, 4)
     rows = math.ceil(count / cols)
     size = min(8.0, max(2.5, 0.2 * max(weights.shape[1:])))
-    fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 1, size * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 1, size * rows), squeeze=False, layout="constrained")
     image = None
     for i, ax in enumerate(axes.flat):
         if i >= count:

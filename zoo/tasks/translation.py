@@ -66,6 +66,7 @@ class TranslationTask(ZooTask):
         self.losses = nn.ModuleDict({name: torchmetrics.MeanMetric() for name in ("val", "test")})
         self._heatmap_batch: dict[str, Any] | None = None
         self._last_step_end: float | None = None
+        self._signature_logged = False
 
     # -- training -------------------------------------------------------------------------------
 
@@ -151,7 +152,7 @@ class TranslationTask(ZooTask):
 
     def log_signature(self) -> None:
         """Record the sacreBLEU signature with the run (once, global zero only)."""
-        if self.trainer.is_global_zero and not getattr(self, "_signature_logged", False):
+        if self.trainer.is_global_zero and not self._signature_logged:
             for logger in self.trainer.loggers:
                 logger.log_hyperparams({"sacrebleu_signature": self.bleu["val"].signature()})
             self._signature_logged = True
