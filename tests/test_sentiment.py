@@ -6,6 +6,7 @@ from pathlib import Path
 
 import lightning as L
 import pytest
+from conftest import LossRecorder
 import torch
 import yaml
 
@@ -15,14 +16,6 @@ from zoo.datamodules import SST2DataModule
 from zoo.tasks import Sentiment
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
-
-
-class LossRecorder(L.Callback):
-    def __init__(self) -> None:
-        self.losses: list[float] = []
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
-        self.losses.append(float(outputs["loss"]))
 
 
 def _train(data: SST2DataModule, tmp_path, max_steps: int, **model_kwargs) -> tuple[list[float], dict[str, float]]:

@@ -21,7 +21,7 @@ import pytest
 import torch
 from jsonargparse import ArgumentParser
 
-from zoo.datamodules import tokenization
+from zoo.datamodules import files, tokenization
 from zoo.datamodules.registry import DATAMODULE_REGISTRY
 from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule, split_indices
 from zoo.datamodules.tokenization import Vocabulary, tokenize
@@ -166,7 +166,7 @@ def test_vocabulary_save_failure_keeps_old_file_and_no_temp_file(tmp_path: Path,
     def fail(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(tokenization.json, "dump", fail)
+    monkeypatch.setattr(files.os, "fsync", fail)  # the write fails after the temp file exists
     with pytest.raises(OSError, match="disk full"):
         Vocabulary(["new"]).save(file)
     monkeypatch.undo()

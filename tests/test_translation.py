@@ -6,6 +6,7 @@ import random
 
 import lightning as L
 import pytest
+from conftest import LossRecorder
 import sacrebleu
 import torch
 
@@ -15,14 +16,6 @@ from zoo.tasks import Seq2SeqTranslator, TransformerTranslator
 from zoo.tasks.bleu import CorpusBLEU, reference_streams
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
-
-
-class LossRecorder(L.Callback):
-    def __init__(self) -> None:
-        self.losses: list[float] = []
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
-        self.losses.append(float(outputs["loss"]))
 
 
 @pytest.fixture

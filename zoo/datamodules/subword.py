@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from zoo.datamodules.files import atomic_write_text
 from zoo.errors import DataError
 
 __all__ = [
@@ -160,18 +160,7 @@ class SubwordTokenizer:
         Concurrent writers of the same cache entry (ranks of a multi-GPU run) cannot leave a torn
         file; a reader sees the old file or a complete new one.
         """
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(self._tokenizer.to_str())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp_name, path)
-        except BaseException:
-            Path(tmp_name).unlink(missing_ok=True)
-            raise
+        atomic_write_text(path, self._tokenizer.to_str())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SubwordTokenizer:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from zoo.datamodules.files import atomic_write_text
 from zoo.errors import DataError
 
 __all__ = [
@@ -195,19 +195,8 @@ class Vocabulary:
         ``path``, so a concurrent reader (another process of a multi-GPU run building the same
         cached vocabulary) sees either the old file or the complete new one, never half a file.
         """
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"format": _VOCAB_FORMAT, "version": _VOCAB_FORMAT_VERSION, "tokens": self._itos}
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(payload, handle, ensure_ascii=False)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp_name, path)
-        except BaseException:
-            Path(tmp_name).unlink(missing_ok=True)
-            raise
+        atomic_write_text(path, json.dumps(payload, ensure_ascii=False))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Vocabulary:
