@@ -36,9 +36,8 @@ def runs(data: str) -> dict[str, list[str]]:
         "nw_learned": ["--model", "nadaraya_watson"],
         "sst2": ["--model", "sentiment", "--data.path", f"{data}/sst2"],
         "imdb": ["--model", "sentiment", "--config", "configs/sentiment_imdb.yaml", "--data.path", f"{data}/imdb"],
-        "transformer_10min": ["--model", "transformer", *fra, "--config", "configs/transformer_10min.yaml"],
-        "transformer_30min": ["--model", "transformer", *fra, "--config", "configs/transformer_30min.yaml"],
-        "seq2seq_10min": ["--model", "seq2seq", *fra, "--config", "configs/seq2seq_10min.yaml"],
+        "transformer": ["--model", "transformer", *fra],
+        "seq2seq": ["--model", "seq2seq", *fra],
     }
 
 
