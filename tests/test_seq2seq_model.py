@@ -73,7 +73,7 @@ def test_encoder_outputs_are_zero_on_padding_and_state_has_the_documented_shapes
     state = model.encode(src, src_lens)
     assert state["memory"].shape == (3, 4, 16)
     assert state["hidden"].shape == (2, 3, 16)
-    assert torch.equal(state["src_lens"], src_lens)
+    assert torch.equal(state["memory_mask"].squeeze(1).sum(-1), src_lens)  # True exactly on real tokens
     for row, n in enumerate(src_lens.tolist()):
         assert torch.all(state["memory"][row, n:] == 0)
 

@@ -26,12 +26,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from zoo.attention import create_scoring_attention, require_attention
+from zoo.attention import create_scoring_attention, lengths_to_mask, require_attention
 
 __all__ = ["Seq2SeqAttention"]
 
-#: The decoding state: ``memory`` (N, Ls, H) encoder outputs, ``src_lens`` (N,), ``hidden``
-#: (num_layers, N, H) decoder GRU state. Plain tensors, so beam search can reorder rows.
+#: The decoding state: ``memory`` (N, Ls, H) encoder outputs, ``memory_mask`` (N, 1, Ls) True on
+#: real source tokens (built once per source, not per step), ``hidden`` (num_layers, N, H)
+#: decoder GRU state. Plain tensors, so beam search can reorder rows.
 State = dict[str, Tensor]
 
 
@@ -138,7 +139,8 @@ class Seq2SeqAttention(nn.Module):
         packed = pack_padded_sequence(embedded, src_lens.cpu(), batch_first=True, enforce_sorted=False)
         packed_memory, hidden = self.encoder(packed)  # hidden: (num_layers, B, H)
         memory, _ = pad_packed_sequence(packed_memory, batch_first=True, total_length=src.shape[1])  # (B, Ls, H)
-        return {"memory": memory, "src_lens": src_lens, "hidden": hidden}
+        memory_mask = lengths_to_mask(src_lens, src.shape[1]).unsqueeze(1)  # (B, 1, Ls)
+        return {"memory": memory, "memory_mask": memory_mask, "hidden": hidden}
 
     def decode_step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
         """Feed one token per row ``(N,)``; return next-token logits ``(N, V)`` and the new state."""
@@ -156,7 +158,7 @@ class Seq2SeqAttention(nn.Module):
         """Pick rows ``index`` of the batch (beam search); ``hidden`` has the batch on axis 1."""
         return {
             "memory": state["memory"].index_select(0, index),
-            "src_lens": state["src_lens"].index_select(0, index),
+            "memory_mask": state["memory_mask"].index_select(0, index),
             "hidden": state["hidden"].index_select(1, index),
         }
 
@@ -167,11 +169,11 @@ class Seq2SeqAttention(nn.Module):
 
         Returns the top-layer output ``(B, 1, H)``, the new state and, if asked, weights ``(B, 1, Ls)``.
         """
-        memory, src_lens, hidden = state["memory"], state["src_lens"], state["hidden"]
+        memory, memory_mask, hidden = state["memory"], state["memory_mask"], state["hidden"]
         query = hidden[-1].unsqueeze(1)  # (B, 1, H): the decoder state before this step
-        context, weights = self.attention(query, memory, memory, valid_lens=src_lens, need_weights=need_weights)  # (B, 1, H)
+        context, weights = self.attention(query, memory, memory, attn_mask=memory_mask, need_weights=need_weights)  # (B, 1, H)
         output, hidden = self.decoder(torch.cat([embedded, context], dim=-1), hidden)  # (B, 1, H), (num_layers, B, H)
-        return output, {"memory": memory, "src_lens": src_lens, "hidden": hidden}, weights
+        return output, {"memory": memory, "memory_mask": memory_mask, "hidden": hidden}, weights
 
     def _logits(self, output: Tensor) -> Tensor:
         """Decoder outputs ``(..., H)`` -> vocabulary logits ``(..., V)``."""

@@ -164,6 +164,7 @@ class TranslationTask(ZooTask):
         src, src_lens = self._heatmap_batch["src"], self._heatmap_batch["src_lens"]
         outputs = self.translate_ids(src, src_lens)
         tokenizer = self.trainer.datamodule.tokenizer
+        was_training = self.model.training
         self.model.eval()
         for i, output in enumerate(outputs):
             tgt_in = torch.tensor([[self.bos_idx, *output]], device=src.device)
@@ -176,7 +177,7 @@ class TranslationTask(ZooTask):
                 x_title="Source tokens", y_title="Output tokens",
             )
             publish_figure(self, figure, f"cross_attention_example{i}")
-        self.model.train()
+        self.model.train(was_training)
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, str]]:
         translations = self._detokenize(self.translate_ids(batch["src"], batch["src_lens"], beam_size=self.beam_size))
