@@ -15,9 +15,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
 from zoo.datamodules.fra_eng import (
-    BucketBatchSampler,
-    EpochShuffleSampler,
     FraEngDataModule,
     TranslationCollator,
     padding_fraction,

@@ -236,14 +236,22 @@ def test_imdb_batches_are_truncated_to_max_length(imdb: IMDBDataModule, data_dir
     assert batch["valid_lens"].tolist() == [16, 2]
 
 
-def test_train_loader_shuffles_and_collate_pickles(sst2: SST2DataModule) -> None:
+def test_train_loader_buckets_shuffles_per_epoch_and_collate_pickles(sst2: SST2DataModule) -> None:
     loader = sst2.train_dataloader()
-    first_epoch, second_epoch = next(iter(loader)), next(iter(loader))
-    assert not torch.equal(first_epoch["labels"], second_epoch["labels"]) or not torch.equal(
-        first_epoch["valid_lens"], second_epoch["valid_lens"]
-    )
+    sampler = loader.batch_sampler
+    first = [batch["labels"] for batch in loader]
+    assert all(torch.equal(a, b) for a, b in zip(first, (batch["labels"] for batch in loader)))  # same epoch, same batches
+    sampler.set_epoch(1)
+    assert not all(torch.equal(a, b) for a, b in zip(first, (batch["labels"] for batch in loader)))
+    # batches of similar length: far less padding than random batches of the same texts
+    batches = list(loader)
+    padded = sum(batch["tokens"].numel() for batch in batches)
+    real = sum(int(batch["valid_lens"].sum()) for batch in batches)
+    lengths = torch.cat([batch["valid_lens"] for batch in batches])
+    random_padded = sum(int(chunk.max()) * len(chunk) for chunk in lengths[torch.randperm(len(lengths))].split(sst2.batch_size))
+    assert padded - real < 0.5 * (random_padded - real)
     collate = pickle.loads(pickle.dumps(loader.collate_fn))
-    assert collate([sst2.train_dataloader().dataset[0]])["tokens"].shape[0] == 1
+    assert collate([loader.dataset[0]])["tokens"].shape[0] == 1
 
 
 def test_imdb_validation_is_a_seeded_tenth_of_train(imdb: IMDBDataModule, data_dir: Path, vocab_cache: Path) -> None:

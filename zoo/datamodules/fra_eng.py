@@ -48,7 +48,7 @@ import json
 import logging
 import zipfile
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,10 +58,11 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
-from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from zoo.datamodules.download import download, sha1_of
 from zoo.datamodules.registry import register_datamodule
+from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
 from zoo.datamodules.subword import (
     BOS_ID,
     EOS_ID,
@@ -76,8 +77,6 @@ from zoo.errors import DataError
 __all__ = [
     "FRA_ENG_SHA1",
     "FRA_ENG_URL",
-    "BucketBatchSampler",
-    "EpochShuffleSampler",
     "EvalItem",
     "FraEngDataModule",
     "FraEngSplits",
@@ -318,70 +317,6 @@ def padding_fraction(batch: Mapping[str, Any]) -> float:
     total = batch["src"].numel() + (batch["tgt_out"].numel() if "tgt_out" in batch else 0)
     real = int(batch["src_lens"].sum()) + (int(batch["tgt_lens"].sum()) if "tgt_lens" in batch else 0)
     return 1.0 - real / total
-
-
-class EpochShuffleSampler(Sampler[int]):
-    """A permutation of ``range(size)`` fixed by ``(seed, epoch)``; Lightning calls :meth:`set_epoch`."""
-
-    def __init__(self, size: int, seed: int = 0) -> None:
-        self.size, self.seed, self.epoch = size, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(np.random.default_rng([self.seed, self.epoch]).permutation(self.size).tolist())
-
-    def __len__(self) -> int:
-        return self.size
-
-
-class BucketBatchSampler(BatchSampler):
-    """Batches of similar-length examples, in random order: little padding, still shuffled.
-
-    Takes the (shuffled) indices of ``sampler``, cuts them into chunks of ``bucket_batches``
-    batches, sorts each chunk by ``sort_keys`` (one number per example of the dataset, e.g. its
-    length), slices it into batches, and shuffles all batches. Examples meet different
-    neighbours every epoch, yet each batch is nearly uniform in length. The batch order is
-    fixed by ``seed`` and the sampler's ``epoch``.
-
-    It subclasses ``BatchSampler`` and takes ``sampler`` first so that Lightning can rebuild it
-    around a ``DistributedSampler`` under DDP: every process then buckets its own shard.
-    """
-
-    def __init__(
-        self,
-        sampler: Sampler[int],
-        batch_size: int,
-        drop_last: bool = False,
-        *,
-        sort_keys: Sequence[int],
-        bucket_batches: int = 100,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(sampler, batch_size, drop_last)
-        self.sort_keys = np.asarray(sort_keys)
-        self.bucket_batches = bucket_batches
-        self.seed = seed
-
-    def set_epoch(self, epoch: int) -> None:
-        """Pass the epoch to the sampler (for plain PyTorch loops; Lightning sets it on the sampler)."""
-        if callable(set_epoch := getattr(self.sampler, "set_epoch", None)):
-            set_epoch(epoch)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        indices = np.fromiter(self.sampler, dtype=np.int64)
-        chunk = self.batch_size * self.bucket_batches
-        batches = []
-        for start in range(0, len(indices), chunk):
-            piece = indices[start : start + chunk]
-            piece = piece[np.argsort(self.sort_keys[piece], kind="stable")]
-            batches += [piece[i : i + self.batch_size] for i in range(0, len(piece), self.batch_size)]
-        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
-            batches.pop()  # chunks are whole batches, so only the very last one can be short
-        order = np.random.default_rng([self.seed, getattr(self.sampler, "epoch", 0), 1]).permutation(len(batches))
-        for index in order:
-            yield batches[index].tolist()
 
 
 # -- the data module ------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.datamodules.registry import register_datamodule
+from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
 from zoo.errors import DataError
 from zoo.datamodules.tokenization import PAD_ID, TOKENIZER_VERSION, UNK_ID, Vocabulary, tokenize
 
@@ -295,19 +296,27 @@ class TextClassificationDataModule(L.LightningDataModule):
                 self._datasets[split] = EncodedTexts([self._encode(t) for t in data.texts], labels=data.labels)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self._encoded("train", "fit"), shuffle=True)
+        """Shuffled batches of texts of similar length (IMDB: about 5% padding instead of 40%)."""
+        dataset = self._encoded("train", "fit")
+        sampler = BucketBatchSampler(
+            EpochShuffleSampler(len(dataset), self.seed),
+            self.batch_size,
+            sort_keys=[len(tokens) for tokens in dataset.tokens],
+            seed=self.seed,
+        )
+        return self._loader(dataset, batch_sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self._encoded("validation", "validate"), shuffle=False)
+        return self._loader(self._encoded("validation", "validate"), batch_size=self.batch_size)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._encoded("test", "test"), shuffle=False)
+        return self._loader(self._encoded("test", "test"), batch_size=self.batch_size)
 
     def predict_dataloader(self) -> DataLoader:
         """Batches of ``predict_texts`` or the lines of ``predict_file``, with a ``"texts"`` key."""
         texts = self._predict_texts()
         dataset = EncodedTexts([self._encode(t) for t in texts], texts=texts)
-        return self._loader(dataset, shuffle=False)
+        return self._loader(dataset, batch_size=self.batch_size)
 
     # -- encoding raw text ----------------------------------------------------------------------
 
@@ -451,11 +460,11 @@ class TextClassificationDataModule(L.LightningDataModule):
             )
         return self._datasets[split]
 
-    def _loader(self, dataset: EncodedTexts, *, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset: EncodedTexts, **batching: Any) -> DataLoader:
+        """A loader over ``dataset``; ``batching`` is ``batch_size`` or ``batch_sampler``."""
         return DataLoader(
             dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
+            **batching,
             num_workers=self.num_workers,
             collate_fn=PadCollator(self.padding_idx),
             persistent_workers=self.num_workers > 0,

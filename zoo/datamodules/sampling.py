@@ -1,0 +1,79 @@
+"""Batch samplers that keep batches nearly uniform in length, so little of each batch is padding.
+
+Shared by every text data module: translation pairs sort by source then target length, texts to
+classify by their length. Both samplers are deterministic given ``(seed, epoch)``, so a resumed
+run sees the same batches as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+from torch.utils.data import BatchSampler, Sampler
+
+__all__ = ["BucketBatchSampler", "EpochShuffleSampler"]
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """A permutation of ``range(size)`` fixed by ``(seed, epoch)``; Lightning calls :meth:`set_epoch`."""
+
+    def __init__(self, size: int, seed: int = 0) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(np.random.default_rng([self.seed, self.epoch]).permutation(self.size).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class BucketBatchSampler(BatchSampler):
+    """Batches of similar-length examples, in random order: little padding, still shuffled.
+
+    Takes the (shuffled) indices of ``sampler``, cuts them into chunks of ``bucket_batches``
+    batches, sorts each chunk by ``sort_keys`` (one number per example of the dataset, e.g. its
+    length), slices it into batches, and shuffles all batches. Examples meet different
+    neighbours every epoch, yet each batch is nearly uniform in length. The batch order is
+    fixed by ``seed`` and the sampler's ``epoch``.
+
+    It subclasses ``BatchSampler`` and takes ``sampler`` first so that Lightning can rebuild it
+    around a ``DistributedSampler`` under DDP: every process then buckets its own shard.
+    """
+
+    def __init__(
+        self,
+        sampler: Sampler[int],
+        batch_size: int,
+        drop_last: bool = False,
+        *,
+        sort_keys: Sequence[int],
+        bucket_batches: int = 100,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        self.sort_keys = np.asarray(sort_keys)
+        self.bucket_batches = bucket_batches
+        self.seed = seed
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pass the epoch to the sampler (for plain PyTorch loops; Lightning sets it on the sampler)."""
+        if callable(set_epoch := getattr(self.sampler, "set_epoch", None)):
+            set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        indices = np.fromiter(self.sampler, dtype=np.int64)
+        chunk = self.batch_size * self.bucket_batches
+        batches = []
+        for start in range(0, len(indices), chunk):
+            piece = indices[start : start + chunk]
+            piece = piece[np.argsort(self.sort_keys[piece], kind="stable")]
+            batches += [piece[i : i + self.batch_size] for i in range(0, len(piece), self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()  # chunks are whole batches, so only the very last one can be short
+        order = np.random.default_rng([self.seed, getattr(self.sampler, "epoch", 0), 1]).permutation(len(batches))
+        for index in order:
+            yield batches[index].tolist()
