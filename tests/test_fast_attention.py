@@ -299,7 +299,7 @@ def test_bad_constructor_arguments() -> None:
 def test_capabilities() -> None:
     for cls in (zoo.LocalAttention, zoo.LinearAttention):
         assert cls.supports_padding_mask and cls.supports_causal and cls.supports_weights
-        assert not cls.has_fused_path
+    assert zoo.LocalAttention.has_fused_path and not zoo.LinearAttention.has_fused_path
     assert not zoo.LocalAttention.supports_cross_attention
     assert zoo.LinearAttention.supports_cross_attention
     assert {"local", "linear"} <= set(zoo.list_attention())
@@ -338,5 +338,7 @@ def test_mask_at_reads_broadcast_axes_at_zero() -> None:
     rows, cols = torch.tensor([[0], [2]]), torch.tensor([[1, 4]])
     assert torch.equal(mask_at(full, rows, cols), full[:, [[0, 0], [2, 2]], [[1, 4], [1, 4]]])
     keys_only = torch.rand(2, 1, 5) > 0.5
-    assert torch.equal(mask_at(keys_only, rows, cols), keys_only[:, 0, [[1, 4], [1, 4]]])
-    assert mask_at(torch.tensor(True), rows, cols).shape == (2, 2)
+    padding = mask_at(keys_only, rows, cols)
+    assert padding.shape == (2, 1, 2), "no query axis in the mask: none in the result"
+    assert torch.equal(padding.expand(2, 2, 2), keys_only[:, 0, [[1, 4], [1, 4]]])
+    assert mask_at(torch.tensor(True), rows, cols).shape == (1, 1)

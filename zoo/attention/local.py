@@ -9,9 +9,12 @@ Which keys ``j`` a query at position ``p`` sees:
 The computation is blockwise, so time and memory grow as ``O(L * window)``, never as ``L x L``:
 queries are cut into blocks of ``block_size``; the keys one block can reach (``block_size`` plus
 the window's width minus one) are cut out of the zero-padded keys as ``unfold`` views; each block
-scores only those, masked to the exact window. Padding masks are read at the scored (query, key)
-pairs only (:func:`~zoo.attention.masking.mask_at`); a caller's own ``(Lq, Lk)`` mask is read the
-same way, though building it cost the caller ``O(L^2)``.
+attends over only those, masked to the exact window, in the fused
+:func:`~torch.nn.functional.scaled_dot_product_attention` (in an explicit softmax when weights
+are asked for). When the window spans nearly the whole sequence, one block costs less and is
+used instead. Padding masks are read at the scored (query, key) pairs only
+(:func:`~zoo.attention.masking.mask_at`); a caller's own ``(Lq, Lk)`` mask is read the same way,
+though building it cost the caller ``O(L^2)``.
 
 Positions: causal query ``i`` of ``Lq`` sits at key position ``i + Lk - Lq`` (bottom-right, as
 everywhere in the zoo), so a decoder step over cached keys (``Lq = 1``) scores only the last
@@ -29,6 +32,7 @@ import math
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
@@ -53,6 +57,7 @@ class LocalAttention(Attention):
     """
 
     supports_cross_attention: ClassVar[bool] = False
+    has_fused_path: ClassVar[bool] = True
 
     def __init__(self, window: int = 128, block_size: int | None = None, dropout: float = 0.0, scale: float | None = None) -> None:
         super().__init__(dropout)
@@ -98,6 +103,8 @@ class LocalAttention(Attention):
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         offset = num_keys - num_queries  # key position of query 0 (bottom-right alignment)
         block = min(self.block_size or max(1, (before + after + 1) // 2), num_queries)
+        if math.ceil(num_queries / block) * block * (block + before + after) >= num_queries * num_keys:
+            block = num_queries  # the window spans (nearly) everything: one block scores less
         num_blocks = math.ceil(num_queries / block)
         span = block + before + after  # keys one block can reach
         first = offset - before  # key position of block 0's first key
@@ -119,10 +126,12 @@ class LocalAttention(Attention):
         k = rows_from(keys, first, (num_blocks - 1) * block + span).unfold(-2, span, block)  # (*batch, nb, d, span)
         v = rows_from(values, first, (num_blocks - 1) * block + span).unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
+        if not need_weights:  # the blocks are ordinary attention problems: the fused kernel takes them
+            dropout = self.dropout.p if self.training else 0.0
+            heads = F.scaled_dot_product_attention(q, k.transpose(-2, -1), v, attn_mask=keep, dropout_p=dropout, scale=scale)
+            return AttentionOutput(heads.flatten(-3, -2)[..., :num_queries, :], None)
         weights = masked_softmax(torch.matmul(q, k) * scale, mask=keep)  # (*batch, nb, block, span)
         output = torch.matmul(self.dropout(weights), v).flatten(-3, -2)[..., :num_queries, :]
-        if not need_weights:
-            return AttentionOutput(output, None)
         # out-of-range keys have weight 0, so adding them onto a clamped column changes nothing
         dense = weights.new_zeros((*weights.shape[:-1], num_keys)).scatter_add(-1, key_index.expand_as(weights), weights)
         return AttentionOutput(output, dense.flatten(-3, -2)[..., :num_queries, :])
