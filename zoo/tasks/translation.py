@@ -201,6 +201,10 @@ class TransformerTranslator(TranslationTask):
         dropout: Dropout throughout.
         attention: Registered per-head scoring attention (padding and causal masks needed).
         attention_kwargs: Extra keyword arguments for it.
+        cross_attention: Scoring attention of the decoder's cross-attention; ``None``: the same
+            as ``attention``, or ``dot_product`` when that works within one sequence only (``local``).
+        cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is the
+            same variant).
         norm_first: Pre-LN instead of post-LN.
         tie_embeddings: Share input embeddings and output projection.
         lr: Peak learning rate (AdamW, linear warm-up, cosine decay).
@@ -227,6 +231,8 @@ class TransformerTranslator(TranslationTask):
         dropout: float = 0.1,
         attention: str = "dot_product",
         attention_kwargs: dict[str, Any] | None = None,
+        cross_attention: str | None = None,
+        cross_attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
         tie_embeddings: bool = True,
         lr: float = 1e-3,
@@ -247,6 +253,7 @@ class TransformerTranslator(TranslationTask):
         self.model = Transformer(
             vocab_size, d_model, num_heads, num_encoder_layers, num_decoder_layers, ffn_hidden, dropout,
             attention, attention_kwargs, norm_first, padding_idx, tie_embeddings=tie_embeddings,
+            cross_attention=cross_attention, cross_attention_kwargs=cross_attention_kwargs,
         )
 
 
