@@ -56,8 +56,9 @@ class TranslationTask(ZooTask):
         length_penalty: float,
         max_decode_len: int,
         heatmap_examples: int,
+        torch_compile: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(torch_compile)
         self.padding_idx, self.bos_idx, self.eos_idx = padding_idx, bos_idx, eos_idx
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.label_smoothing, self.beam_size, self.alpha = label_smoothing, beam_size, length_penalty
@@ -215,6 +216,8 @@ class TransformerTranslator(TranslationTask):
         length_penalty: GNMT length-penalty exponent alpha.
         max_decode_len: Most tokens decoded per sentence.
         heatmap_examples: Validation sentences whose cross-attention is drawn.
+        torch_compile: Compile the model's teacher-forced forward pass with ``torch.compile``
+            (decoding runs eagerly; checkpoints unchanged).
     """
 
     def __init__(
@@ -243,11 +246,13 @@ class TransformerTranslator(TranslationTask):
         length_penalty: float = 0.6,
         max_decode_len: int = 100,
         heatmap_examples: int = 2,
+        torch_compile: bool = False,
     ) -> None:
         super().__init__(
             padding_idx=padding_idx, bos_idx=bos_idx, eos_idx=eos_idx, lr=lr, weight_decay=weight_decay,
             warmup_steps=warmup_steps, label_smoothing=label_smoothing, beam_size=beam_size,
             length_penalty=length_penalty, max_decode_len=max_decode_len, heatmap_examples=heatmap_examples,
+            torch_compile=torch_compile,
         )
         self.save_hyperparameters()
         self.model = Transformer(
@@ -281,6 +286,8 @@ class Seq2SeqTranslator(TranslationTask):
         length_penalty: GNMT length-penalty exponent alpha.
         max_decode_len: Most tokens decoded per sentence.
         heatmap_examples: Validation sentences whose attention is drawn.
+        torch_compile: Compile the model's teacher-forced forward pass with ``torch.compile``
+            (decoding runs eagerly; checkpoints unchanged).
     """
 
     def __init__(
@@ -304,11 +311,13 @@ class Seq2SeqTranslator(TranslationTask):
         length_penalty: float = 0.6,
         max_decode_len: int = 100,
         heatmap_examples: int = 2,
+        torch_compile: bool = False,
     ) -> None:
         super().__init__(
             padding_idx=padding_idx, bos_idx=bos_idx, eos_idx=eos_idx, lr=lr, weight_decay=weight_decay,
             warmup_steps=warmup_steps, label_smoothing=label_smoothing, beam_size=beam_size,
             length_penalty=length_penalty, max_decode_len=max_decode_len, heatmap_examples=heatmap_examples,
+            torch_compile=torch_compile,
         )
         self.save_hyperparameters()
         self.model = Seq2SeqAttention(
