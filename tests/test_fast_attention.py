@@ -17,6 +17,7 @@ from torch import Tensor
 import zoo
 from zoo.attention.blocks import rows_from
 from zoo.attention.masking import mask_at
+from zoo.bench.measure import peak_memory
 
 F64 = {"rtol": 1e-10, "atol": 1e-12}
 
@@ -244,6 +245,25 @@ def test_one_query_at_a_time_equals_the_whole_sequence(name: str, kwargs: dict) 
     whole = attention(q, k, v, is_causal=True).output
     steps = [attention(q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1], is_causal=True).output for t in range(7)]
     torch.testing.assert_close(torch.cat(steps, dim=1), whole, **F64)
+
+
+# -- cost ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["global", "causal"])
+@pytest.mark.parametrize(("name", "kwargs"), [("local", {"window": 16}), ("linear", {"chunk_size": 16})], ids=["local", "linear"])
+def test_memory_grows_linearly_with_the_length(name: str, kwargs: dict, causal: bool) -> None:
+    """Forward+backward at 4x the length holds about 4x the memory (a score matrix: 16x)."""
+    attention = zoo.create_attention(name, **kwargs)
+
+    def peak(length: int) -> int:
+        q, k, v = (torch.randn(1, 2, length, 8, requires_grad=True) for _ in range(3))
+        mask = (torch.arange(length) < length - 5)[None, None, None, :]
+        return peak_memory(lambda: attention(q, k, v, attn_mask=mask, is_causal=causal).output.sum().backward(), device=torch.device("cpu"))
+
+    short, long = peak(512), peak(2048)
+    assert long < 5 * short
+    assert long < 2 * 2048 * 2048 * 4 / 4, "a quarter of the two heads' (L, L) float32 score matrices"
 
 
 # -- masks, precision, errors ---------------------------------------------------------------------

@@ -84,17 +84,18 @@ class LinearAttention(Attention):
         if num_queries == 0 or num_keys == 0:  # nothing to attend over: zero output
             output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
             return AttentionOutput(output, values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None)
-        padding = merge_masks(batch_shape, num_queries, num_keys, valid_lens=valid_lens, attn_mask=attn_mask, device=queries.device)
-        if padding is not None:
-            while padding.dim() < 2:
-                padding = padding.unsqueeze(0)
-        if need_weights or (padding is not None and padding.shape[-2] > 1):
+        # valid_lens and attn_mask merged (causality comes later, from positions)
+        mask = merge_masks(batch_shape, num_queries, num_keys, valid_lens=valid_lens, attn_mask=attn_mask, device=queries.device)
+        if mask is not None:
+            while mask.dim() < 2:
+                mask = mask.unsqueeze(0)
+        if need_weights or (mask is not None and mask.shape[-2] > 1):  # weights, or a mask per query: quadratic
             return super().forward(queries, keys, values, valid_lens, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights)
 
         compute = torch.promote_types(queries.dtype, torch.float32)
         phi_q, phi_k, v = feature_map(queries.to(compute)), feature_map(keys.to(compute)), values.to(compute)
-        if padding is not None:
-            phi_k = phi_k * padding[..., 0, :, None]  # (*batch, Lk, 1): masked keys drop out of the sums
+        if mask is not None:
+            phi_k = phi_k * mask[..., 0, :, None]  # (*batch, Lk, 1): masked keys drop out of the sums
         output = self._causal(phi_q, phi_k, v) if is_causal else self._global(phi_q, phi_k, v)
         return AttentionOutput(output.to(values.dtype), None)
 
@@ -117,14 +118,14 @@ class LinearAttention(Attention):
         kv_start = torch.matmul(phi_k[..., :earlier, :].transpose(-2, -1), v[..., :earlier, :])  # (*batch, d, dv)
         z_start = phi_k[..., :earlier, :].sum(-2)  # (*batch, d)
         # the keys at the queries' positions, cut into chunks aligned with the query chunks
-        q = rows_from(phi_q, 0, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, d)
-        k = rows_from(phi_k, offset, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, d)
-        values = rows_from(v, offset, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, dv)
-        kv_before = kv_start.unsqueeze(-3) + _sums_before(torch.matmul(k.transpose(-2, -1), values), dim=-3)
-        z_before = z_start.unsqueeze(-2) + _sums_before(k.sum(-2), dim=-2)  # (*batch, nc, d)
-        within = torch.matmul(q, k.transpose(-2, -1)).tril()  # (*batch, nc, C, C): keys up to the query
-        numerator = torch.matmul(q, kv_before) + torch.matmul(within, values)
-        denominator = torch.matmul(q, z_before.unsqueeze(-1)) + within.sum(-1, keepdim=True)
+        q_chunks = rows_from(phi_q, 0, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, d)
+        k_chunks = rows_from(phi_k, offset, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, d)
+        v_chunks = rows_from(v, offset, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, dv)
+        kv_before = kv_start.unsqueeze(-3) + _sums_before(torch.matmul(k_chunks.transpose(-2, -1), v_chunks), dim=-3)
+        z_before = z_start.unsqueeze(-2) + _sums_before(k_chunks.sum(-2), dim=-2)  # (*batch, nc, d)
+        within = torch.matmul(q_chunks, k_chunks.transpose(-2, -1)).tril()  # (*batch, nc, C, C): keys up to the query
+        numerator = torch.matmul(q_chunks, kv_before) + torch.matmul(within, v_chunks)
+        denominator = torch.matmul(q_chunks, z_before.unsqueeze(-1)) + within.sum(-1, keepdim=True)
         return _normalize(numerator, denominator).flatten(-3, -2)[..., :num_queries, :]
 
     def extra_repr(self) -> str:

@@ -90,13 +90,13 @@ class LocalAttention(Attention):
             output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
             weights = values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None
             return AttentionOutput(output, weights)
-        # padding only: the window and causality are applied per block, from positions
-        padding = merge_masks(queries.shape[:-2], num_queries, num_keys, valid_lens=valid_lens, attn_mask=attn_mask, device=queries.device)
+        # valid_lens and attn_mask merged; the window and causality are applied per block, from positions
+        mask = merge_masks(queries.shape[:-2], num_queries, num_keys, valid_lens=valid_lens, attn_mask=attn_mask, device=queries.device)
         before, after = (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
-        return self._attend_blocks(queries, keys, values, padding, before, after, need_weights)
+        return self._attend_blocks(queries, keys, values, mask, before, after, need_weights)
 
     def _attend_blocks(
-        self, queries: Tensor, keys: Tensor, values: Tensor, padding: Tensor | None, before: int, after: int, need_weights: bool
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, before: int, after: int, need_weights: bool
     ) -> AttentionOutput:
         """Attend from each block of queries over the keys from ``before`` positions before its
         first query to ``after`` positions after its last one."""
@@ -119,8 +119,8 @@ class LocalAttention(Attention):
         distance = query_index + offset - key_pos  # query position - key position
         keep = (distance <= before) & (distance >= -after) & (key_pos >= 0) & (key_pos < num_keys)
         key_index = key_pos.clamp(0, num_keys - 1)
-        if padding is not None:
-            keep = keep & mask_at(padding, query_index.clamp(max=num_queries - 1), key_index)
+        if mask is not None:
+            keep = keep & mask_at(mask, query_index.clamp(max=num_queries - 1), key_index)
 
         q = rows_from(queries, 0, num_blocks * block).unflatten(-2, (num_blocks, block))  # (*batch, nb, block, d)
         k = rows_from(keys, first, (num_blocks - 1) * block + span).unfold(-2, span, block)  # (*batch, nb, d, span)

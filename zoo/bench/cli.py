@@ -16,7 +16,7 @@ from zoo.bench.attention import AttentionBenchConfig, attention_cases, attention
 from zoo.bench.decode import DecodeBenchConfig, decode_table, run_decode_bench
 from zoo.bench.measure import resolve_device
 from zoo.bench.report import environment, plot_growth, write_json
-from zoo.bench.setup import TranslationSetup
+from zoo.bench.translation import TranslationSetup
 from zoo.bench.train import TrainBenchConfig, run_train_bench, train_table
 from zoo.registry import RegistryError
 

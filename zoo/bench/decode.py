@@ -18,7 +18,7 @@ from torch import Tensor
 
 from zoo.bench.measure import time_call
 from zoo.bench.report import markdown_table
-from zoo.bench.setup import TranslationSetup, build_data, build_task
+from zoo.bench.translation import TranslationSetup, build_data, build_task
 from zoo.models.decoding import beam_search, greedy_decode
 
 __all__ = ["DecodeBenchConfig", "decode_table", "run_decode_bench"]

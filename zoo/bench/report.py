@@ -55,6 +55,17 @@ def _git_commit() -> str | None:
     return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
+def _cpu_model() -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -67,7 +78,7 @@ def environment(device: torch.device, argv: Sequence[str]) -> dict[str, Any]:
     info: dict[str, Any] = {
         "command": "python -m zoo " + shlex.join(argv),
         "machine": platform.machine(),
-        "processor": platform.processor() or None,
+        "cpu": _cpu_model(),
         "system": platform.platform(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

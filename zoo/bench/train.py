@@ -18,7 +18,7 @@ import torch
 
 from zoo.bench.measure import Summary, synchronize
 from zoo.bench.report import markdown_table
-from zoo.bench.setup import TranslationSetup, build_data, build_task
+from zoo.bench.translation import TranslationSetup, build_data, build_task
 from zoo.datamodules.fra_eng import padding_fraction
 
 __all__ = ["StepClock", "TrainBenchConfig", "run_train_bench", "train_table"]
