@@ -36,7 +36,10 @@ def _compatible_scorings() -> list[str]:
     return [
         e.name
         for e in zoo.ATTENTION_REGISTRY.entries()
-        if issubclass(e.obj, zoo.Attention) and e.obj.supports_padding_mask and e.obj.supports_weights
+        if issubclass(e.obj, zoo.Attention)
+        and e.obj.supports_padding_mask
+        and e.obj.supports_weights
+        and e.obj.supports_cross_attention
     ]
 
 
@@ -197,10 +200,11 @@ def test_beam_search_finds_hypotheses_at_least_as_likely_as_greedy(attention: st
 
 
 def test_any_compatible_scoring_attention_is_accepted() -> None:
-    assert {"additive", "dot_product"} <= set(_compatible_scorings())
+    assert {"additive", "dot_product", "linear"} <= set(_compatible_scorings())
+    assert "local" not in _compatible_scorings(), "a sliding window does not attend over another sequence"
 
 
-@pytest.mark.parametrize("flag", ["supports_padding_mask", "supports_weights"])
+@pytest.mark.parametrize("flag", ["supports_padding_mask", "supports_weights", "supports_cross_attention"])
 def test_an_attention_without_masks_or_weights_is_refused(flag: str) -> None:
     name = f"test_seq2seq_without_{flag}"
 

@@ -1,4 +1,4 @@
-"""The command line: ``python -m zoo {fit,validate,test,predict,list}``.
+"""The command line: ``python -m zoo {fit,validate,test,predict,list,bench}``.
 
 ``ZooCLI`` is a :class:`lightning.pytorch.cli.LightningCLI` with the zoo's conveniences, all
 applied before Lightning parses anything:
@@ -13,6 +13,8 @@ applied before Lightning parses anything:
   from the data module at instantiation.
 * Each run writes into its own directory ``runs/<model>/version_N`` (resolved config,
   checkpoints, metrics and images).
+
+``list`` prints the registries; ``bench`` runs the benchmarks of :mod:`zoo.bench`.
 """
 
 from __future__ import annotations
@@ -190,6 +192,11 @@ def main(args: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if args is None else args)
     if args[:1] == ["list"]:
         print_registries(args[1] if len(args) > 1 else None)
+        return
+    if args[:1] == ["bench"]:
+        from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking
+
+        bench_main(args[1:])
         return
     if args[:1] == ["--version"]:
         print(zoo.__version__)

@@ -20,6 +20,8 @@ from zoo.attention.additive import AdditiveAttention  # noqa: E402  (after the r
 from zoo.attention.average import AveragePooling  # noqa: E402
 from zoo.attention.dot_product import DotProductAttention  # noqa: E402
 from zoo.attention.gaussian_kernel import GaussianKernelAttention  # noqa: E402
+from zoo.attention.linear import LinearAttention  # noqa: E402
+from zoo.attention.local import LocalAttention  # noqa: E402
 from zoo.attention.multi_head import HeadedAttention, MultiHeadAttention  # noqa: E402
 from zoo.attention.self_attention import SelfAttention  # noqa: E402
 from zoo.attention.cross_attention import CrossAttention  # noqa: E402
@@ -36,6 +38,8 @@ __all__ = [
     "GaussianKernelAttention",
     "HeadedAttention",
     "IncompatibleAttentionError",
+    "LinearAttention",
+    "LocalAttention",
     "MultiHeadAttention",
     "SelfAttention",
     "causal_mask",

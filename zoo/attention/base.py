@@ -64,6 +64,9 @@ class Attention(_Capabilities, nn.Module):
 
     #: the variant needs queries and keys of the same feature size
     requires_equal_qk_dims: ClassVar[bool] = True
+    #: queries and keys may come from two different sequences (cross-attention); False for a
+    #: variant defined by positions within one sequence, such as a sliding window
+    supports_cross_attention: ClassVar[bool] = True
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()

@@ -7,7 +7,7 @@ from typing import Any
 from torch import Tensor
 
 from zoo.attention.base import AttentionOutput
-from zoo.attention.factory import register_attention
+from zoo.attention.factory import register_attention, require_attention
 from zoo.attention.multi_head import HeadedAttention
 
 __all__ = ["CrossAttention"]
@@ -38,6 +38,7 @@ class CrossAttention(HeadedAttention):
         dropout: float = 0.0,
         bias: bool = True,
     ) -> None:
+        require_attention(score, cross=True, role="cross-attention (queries and keys from two sequences)")
         super().__init__(
             embed_dim, num_heads, kdim=memory_dim, vdim=memory_dim,
             score=score, score_kwargs=score_kwargs, dropout=dropout, bias=bias,

@@ -64,7 +64,13 @@ def scoring_names() -> list[str]:
 
 
 def require_attention(
-    name: str, *, causal: bool = False, padding: bool = False, weights: bool = False, role: str = "this architecture"
+    name: str,
+    *,
+    causal: bool = False,
+    padding: bool = False,
+    weights: bool = False,
+    cross: bool = False,
+    role: str = "this architecture",
 ) -> type[Attention]:
     """Resolve a scoring attention name and check it can do what ``role`` needs.
 
@@ -74,13 +80,23 @@ def require_attention(
             lists the registered names that would work.
     """
     cls = ATTENTION_REGISTRY.get(name)
-    needs = {"supports_causal": causal, "supports_padding_mask": padding, "supports_weights": weights}
+    needs = {
+        "supports_causal": causal,
+        "supports_padding_mask": padding,
+        "supports_weights": weights,
+        "supports_cross_attention": cross,
+    }
 
     def fits(candidate: type[nn.Module]) -> bool:
         return issubclass(candidate, Attention) and all(getattr(candidate, flag) for flag, need in needs.items() if need)
 
     if not fits(cls):
-        labels = {"supports_causal": "causal masking", "supports_padding_mask": "padding masks", "supports_weights": "returning weights"}
+        labels = {
+            "supports_causal": "causal masking",
+            "supports_padding_mask": "padding masks",
+            "supports_weights": "returning weights",
+            "supports_cross_attention": "attending over another sequence (cross-attention)",
+        }
         if not issubclass(cls, Attention):
             reason = "it is an attention layer (it owns projections), not a scoring attention"
         else:

@@ -20,6 +20,7 @@ from torch import Tensor
 __all__ = [
     "causal_mask",
     "lengths_to_mask",
+    "mask_at",
     "masked_softmax",
     "merge_masks",
     "validate_valid_lens",
@@ -93,6 +94,30 @@ def merge_masks(
         causal = causal_mask(num_queries, num_keys, device=device)
         mask = causal if mask is None else mask & causal
     return mask
+
+
+def mask_at(mask: Tensor, query_index: Tensor, key_index: Tensor) -> Tensor:
+    """The entries of ``mask`` at (query, key) index pairs, without expanding it to ``(Lq, Lk)``.
+
+    Variants that never form the full score matrix (sliding windows, blocks) read a merged mask
+    only where they score. ``mask`` is boolean and broadcastable to ``(*batch, Lq, Lk)``. An
+    axis of size 1 (a padding mask has no query axis) is read once, at index 0, and the result
+    keeps a size-1 axis there, so it stays as small as the mask.
+
+    Args:
+        mask: Boolean mask (a 0-d or 1-d one broadcasts like a ``(1, Lk)`` one).
+        query_index: Integer query indices in ``[0, Lq)``, broadcastable against ``key_index``.
+        key_index: Integer key indices in ``[0, Lk)``.
+
+    Returns:
+        A mask of shape ``(*mask_batch, *index_shape)``, broadcastable to
+        ``(*mask_batch, *broadcast(query_index, key_index).shape)``.
+    """
+    while mask.dim() < 2:
+        mask = mask.unsqueeze(0)
+    rows = query_index if mask.shape[-2] > 1 else query_index.new_zeros([1] * query_index.dim())
+    cols = key_index if mask.shape[-1] > 1 else key_index.new_zeros([1] * key_index.dim())
+    return mask[..., rows, cols]
 
 
 def masked_softmax(scores: Tensor, valid_lens: Tensor | None = None, *, mask: Tensor | None = None) -> Tensor:

@@ -34,6 +34,9 @@ class DecoderBlock(nn.Module):
         attention: Registered per-head scoring attention name (must support causal masking).
         attention_kwargs: Extra keyword arguments for it.
         norm_first: Pre-LN instead of post-LN.
+        cross_attention: Scoring attention of the cross-attention; ``None``: ``attention``.
+        cross_attention_kwargs: Its keyword arguments; ``None`` with ``cross_attention=None``:
+            ``attention_kwargs``.
     """
 
     def __init__(
@@ -45,11 +48,17 @@ class DecoderBlock(nn.Module):
         attention: str = "dot_product",
         attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
+        cross_attention: str | None = None,
+        cross_attention_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
+        if cross_attention is None:
+            cross_attention, cross_attention_kwargs = attention, attention_kwargs
         self.self_attention = SelfAttention(d_model, num_heads, score=attention, score_kwargs=attention_kwargs, dropout=dropout)
-        self.cross_attention = CrossAttention(d_model, num_heads, score=attention, score_kwargs=attention_kwargs, dropout=dropout)
+        self.cross_attention = CrossAttention(
+            d_model, num_heads, score=cross_attention, score_kwargs=cross_attention_kwargs, dropout=dropout
+        )
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
         self.add_norm1, self.add_norm2, self.add_norm3 = AddNorm(d_model, dropout), AddNorm(d_model, dropout), AddNorm(d_model, dropout)
 

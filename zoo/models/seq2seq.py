@@ -45,8 +45,9 @@ class Seq2SeqAttention(nn.Module):
         hidden_size: GRU hidden size (encoder and decoder); also the attention's query/key size.
         num_layers: Stacked GRU layers in the encoder and in the decoder.
         dropout: Dropout on embeddings, between GRU layers and before the output layer.
-        attention: Registered scoring-attention name; it must take padding masks and return
-            weights (``additive`` and ``dot_product`` do).
+        attention: Registered scoring-attention name; it must take padding masks, return
+            weights and attend over another sequence (``additive`` and ``dot_product`` do;
+            ``local`` does not).
         attention_kwargs: Extra keyword arguments for the attention's constructor.
         padding_idx: Token id of padding.
         tie_embeddings: Project decoder states to ``embed_dim`` and score the vocabulary against
@@ -66,7 +67,7 @@ class Seq2SeqAttention(nn.Module):
         tie_embeddings: bool = True,
     ) -> None:
         super().__init__()
-        require_attention(attention, padding=True, weights=True, role="the GRU decoder (Bahdanau)")
+        require_attention(attention, padding=True, weights=True, cross=True, role="the GRU decoder (Bahdanau)")
         for label, size in (("vocab_size", vocab_size), ("embed_dim", embed_dim), ("hidden_size", hidden_size), ("num_layers", num_layers)):
             if not isinstance(size, int) or size <= 0:
                 raise ValueError(f"Seq2SeqAttention: {label} must be a positive integer, got {size!r}.")

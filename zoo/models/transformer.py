@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -13,7 +14,34 @@ from zoo.attention import require_attention
 from zoo.attention.masking import lengths_to_mask
 from zoo.layers import DecoderBlock, EncoderBlock, KeyValue, PositionalEncoding, scaled_embedding
 
-__all__ = ["Transformer", "TransformerState"]
+__all__ = ["Transformer", "TransformerState", "choose_cross_attention"]
+
+log = logging.getLogger(__name__)
+
+#: The decoder's cross-attention when the chosen attention works only within one sequence.
+DEFAULT_CROSS_ATTENTION = "dot_product"
+
+
+def choose_cross_attention(
+    attention: str,
+    attention_kwargs: dict[str, Any] | None,
+    cross_attention: str | None,
+    cross_attention_kwargs: dict[str, Any] | None,
+) -> tuple[str, dict[str, Any] | None]:
+    """The decoder's cross-attention and its keyword arguments.
+
+    ``cross_attention=None`` means ``attention`` when that variant can attend over another
+    sequence, else ``dot_product`` (a sliding window, ``local``, is defined by positions within
+    one sequence). Keyword arguments carry over only when the name does.
+    """
+    if cross_attention is None:
+        cross_attention = attention if require_attention(attention).supports_cross_attention else DEFAULT_CROSS_ATTENTION
+        if cross_attention != attention:
+            log.info("%r attends within one sequence only; the decoder's cross-attention uses %r.", attention, cross_attention)
+    if cross_attention_kwargs is None and cross_attention == attention:
+        cross_attention_kwargs = attention_kwargs
+    require_attention(cross_attention, padding=True, cross=True, role="the Transformer's cross-attention")
+    return cross_attention, cross_attention_kwargs
 
 
 @dataclass
@@ -57,13 +85,18 @@ class Transformer(nn.Module):
         num_decoder_layers: Decoder blocks.
         ffn_hidden: Inner FFN size.
         dropout: Dropout throughout.
-        attention: Registered per-head scoring attention (needs padding and causal masks).
+        attention: Registered per-head scoring attention of the encoder and of the decoder's
+            self-attention (needs padding and causal masks).
         attention_kwargs: Extra keyword arguments for it.
         norm_first: Pre-LN blocks (with a final norm) instead of post-LN.
         padding_idx: Padding token id.
         max_len: Longest sequence the positional encoding covers.
         tie_embeddings: Share the embedding matrix with the output projection.
         use_cache: Decode with cached keys/values (False re-runs the decoder over the prefix).
+        cross_attention: Scoring attention of the decoder's cross-attention; ``None``: see
+            :func:`choose_cross_attention`.
+        cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is
+            the same variant).
     """
 
     def __init__(
@@ -82,15 +115,18 @@ class Transformer(nn.Module):
         max_len: int = 1024,
         tie_embeddings: bool = True,
         use_cache: bool = True,
+        cross_attention: str | None = None,
+        cross_attention_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, causal=True, role="the Transformer (padding and causal masks)")
+        cross = choose_cross_attention(attention, attention_kwargs, cross_attention, cross_attention_kwargs)
         self.padding_idx, self.use_cache = padding_idx, use_cache
         self.embedding = scaled_embedding(vocab_size, d_model, padding_idx)
         self.positional_encoding = PositionalEncoding(d_model, dropout, max_len)
         block_args = (d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
         self.encoder_blocks = nn.ModuleList(EncoderBlock(*block_args) for _ in range(num_encoder_layers))
-        self.decoder_blocks = nn.ModuleList(DecoderBlock(*block_args) for _ in range(num_decoder_layers))
+        self.decoder_blocks = nn.ModuleList(DecoderBlock(*block_args, *cross) for _ in range(num_decoder_layers))
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.output = None if tie_embeddings else nn.Linear(d_model, vocab_size)

@@ -41,6 +41,7 @@ class Sentiment(ZooTask):
         label_smoothing: Cross-entropy label smoothing.
         heatmap_examples: Validation examples whose attention is drawn after each validation.
         pooling: ``mean``, ``max`` or ``mean_max`` pooling over the valid tokens.
+        torch_compile: Compile the model with ``torch.compile`` (checkpoints unchanged).
     """
 
     default_datamodule = "sst2"
@@ -66,8 +67,9 @@ class Sentiment(ZooTask):
         label_smoothing: float = 0.0,
         heatmap_examples: int = 2,
         pooling: Literal["mean", "max", "mean_max"] = "mean",
+        torch_compile: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(torch_compile)
         self.save_hyperparameters()
         self.model = SentimentClassifier(
             vocab_size, num_classes, d_model, num_heads, num_layers, ffn_hidden, dropout,

@@ -30,15 +30,21 @@ class NadarayaWatson(ZooTask):
         attention_kwargs: Keyword arguments for it.
         learnable: Learn the kernel's parameters (False: the non-parametric estimator).
         lr: SGD learning rate (on the mean squared error).
+        torch_compile: Compile the model with ``torch.compile`` (checkpoints unchanged).
     """
 
     default_datamodule = "synthetic_regression"
     monitor = ("val/mse", "min")
 
     def __init__(
-        self, attention: str = "gaussian_kernel", attention_kwargs: dict[str, Any] | None = None, learnable: bool = True, lr: float = 5.0
+        self,
+        attention: str = "gaussian_kernel",
+        attention_kwargs: dict[str, Any] | None = None,
+        learnable: bool = True,
+        lr: float = 5.0,
+        torch_compile: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(torch_compile)
         self.save_hyperparameters()
         self.model = KernelRegression(attention, attention_kwargs, learnable)
         self.lr = lr

@@ -56,8 +56,9 @@ class TranslationTask(ZooTask):
         length_penalty: float,
         max_decode_len: int,
         heatmap_examples: int,
+        torch_compile: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(torch_compile)
         self.padding_idx, self.bos_idx, self.eos_idx = padding_idx, bos_idx, eos_idx
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.label_smoothing, self.beam_size, self.alpha = label_smoothing, beam_size, length_penalty
@@ -201,6 +202,10 @@ class TransformerTranslator(TranslationTask):
         dropout: Dropout throughout.
         attention: Registered per-head scoring attention (padding and causal masks needed).
         attention_kwargs: Extra keyword arguments for it.
+        cross_attention: Scoring attention of the decoder's cross-attention; ``None``: the same
+            as ``attention``, or ``dot_product`` when that works within one sequence only (``local``).
+        cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is the
+            same variant).
         norm_first: Pre-LN instead of post-LN.
         tie_embeddings: Share input embeddings and output projection.
         lr: Peak learning rate (AdamW, linear warm-up, cosine decay).
@@ -211,6 +216,8 @@ class TransformerTranslator(TranslationTask):
         length_penalty: GNMT length-penalty exponent alpha.
         max_decode_len: Most tokens decoded per sentence.
         heatmap_examples: Validation sentences whose cross-attention is drawn.
+        torch_compile: Compile the model's teacher-forced forward pass with ``torch.compile``
+            (decoding runs eagerly; checkpoints unchanged).
     """
 
     def __init__(
@@ -227,6 +234,8 @@ class TransformerTranslator(TranslationTask):
         dropout: float = 0.1,
         attention: str = "dot_product",
         attention_kwargs: dict[str, Any] | None = None,
+        cross_attention: str | None = None,
+        cross_attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
         tie_embeddings: bool = True,
         lr: float = 1e-3,
@@ -237,16 +246,19 @@ class TransformerTranslator(TranslationTask):
         length_penalty: float = 0.6,
         max_decode_len: int = 100,
         heatmap_examples: int = 2,
+        torch_compile: bool = False,
     ) -> None:
         super().__init__(
             padding_idx=padding_idx, bos_idx=bos_idx, eos_idx=eos_idx, lr=lr, weight_decay=weight_decay,
             warmup_steps=warmup_steps, label_smoothing=label_smoothing, beam_size=beam_size,
             length_penalty=length_penalty, max_decode_len=max_decode_len, heatmap_examples=heatmap_examples,
+            torch_compile=torch_compile,
         )
         self.save_hyperparameters()
         self.model = Transformer(
             vocab_size, d_model, num_heads, num_encoder_layers, num_decoder_layers, ffn_hidden, dropout,
             attention, attention_kwargs, norm_first, padding_idx, tie_embeddings=tie_embeddings,
+            cross_attention=cross_attention, cross_attention_kwargs=cross_attention_kwargs,
         )
 
 
@@ -274,6 +286,8 @@ class Seq2SeqTranslator(TranslationTask):
         length_penalty: GNMT length-penalty exponent alpha.
         max_decode_len: Most tokens decoded per sentence.
         heatmap_examples: Validation sentences whose attention is drawn.
+        torch_compile: Compile the model's teacher-forced forward pass with ``torch.compile``
+            (decoding runs eagerly; checkpoints unchanged).
     """
 
     def __init__(
@@ -297,11 +311,13 @@ class Seq2SeqTranslator(TranslationTask):
         length_penalty: float = 0.6,
         max_decode_len: int = 100,
         heatmap_examples: int = 2,
+        torch_compile: bool = False,
     ) -> None:
         super().__init__(
             padding_idx=padding_idx, bos_idx=bos_idx, eos_idx=eos_idx, lr=lr, weight_decay=weight_decay,
             warmup_steps=warmup_steps, label_smoothing=label_smoothing, beam_size=beam_size,
             length_penalty=length_penalty, max_decode_len=max_decode_len, heatmap_examples=heatmap_examples,
+            torch_compile=torch_compile,
         )
         self.save_hyperparameters()
         self.model = Seq2SeqAttention(

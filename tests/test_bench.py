@@ -1,0 +1,111 @@
+"""``python -m zoo bench`` on tiny grids: the tool runs and reports sane numbers.
+
+Smoke tests of the benchmark tool, not timed assertions: they check that every case runs, that
+times and memory are positive and consistent, that growth exponents are computed and that the
+JSON, the tables and the plot are written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from zoo.attention.factory import scoring_names
+from zoo.bench.measure import Summary, peak_memory
+from zoo.bench.report import growth_exponent, markdown_table
+from zoo.cli import main
+
+SMALL_TRANSLATOR = json.dumps({"d_model": 32, "ffn_hidden": 32, "num_heads": 2})
+
+
+def test_growth_exponent_recovers_power_laws() -> None:
+    lengths = [256, 512, 1024, 2048]
+    assert growth_exponent(lengths, [3e-6 * n**2 for n in lengths]) == pytest.approx(2.0)
+    assert growth_exponent(lengths, [0.5 * n for n in lengths]) == pytest.approx(1.0)
+    assert growth_exponent([256, 256], [1.0, 2.0]) is None
+
+
+def test_summary_gives_median_quartiles_and_extremes() -> None:
+    summary = Summary.of([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (summary.median, summary.q1, summary.q3, summary.min, summary.max, summary.repeats) == (3.0, 2.0, 4.0, 1.0, 5.0, 5)
+    assert Summary.of([2.0]).scaled(1e3)["median"] == 2000.0
+
+
+def test_cpu_peak_memory_counts_the_tensors_a_call_holds() -> None:
+    def two_at_once() -> None:
+        x = torch.ones(2**20)  # 4 MiB
+        y = x * 2  # 4 MiB more, while x lives
+        del x, y
+
+    peak = peak_memory(two_at_once, device=torch.device("cpu"))
+    assert 8 * 2**20 <= peak < 9 * 2**20
+
+
+def test_markdown_table_lines_up() -> None:
+    table = markdown_table(["a", "long header"], [[1, 2], ["wide cell", 3]])
+    lines = table.splitlines()
+    assert len({len(line) for line in lines}) == 1 and lines[1].startswith("|---")
+
+
+def test_bench_attention_on_a_tiny_grid(in_tmp, capsys) -> None:
+    main(["bench", "attention", "--lengths", "16", "32", "--batch", "2", "--d-model", "16", "--heads", "2",
+          "--warmup", "1", "--repeats", "3", "--out", "attention.json", "--plot", "attention.png"])
+    out = capsys.readouterr().out
+    payload = json.loads((in_tmp / "attention.json").read_text())
+    names = [case["name"] for case in payload["cases"]]
+    assert names[:4] == ["floor", "explicit", "torch_mha", "multi_head"]
+    assert set(scoring_names()) | {"additive_broadcast"} <= set(names)
+    for case in payload["cases"]:
+        assert [r["length"] for r in case["results"]] == [16, 32]
+        for result in case["results"]:
+            assert result["status"] == "ok", (case["name"], result)
+            t = result["time_ms"]
+            assert 0 < t["min"] <= t["q1"] <= t["median"] <= t["q3"] <= t["max"] and t["repeats"] == 3
+            assert result["peak_memory_mib"] > 0
+        assert math.isfinite(case["growth_exponent"])
+    environment = payload["environment"]
+    assert environment["command"].startswith("python -m zoo bench attention --lengths 16 32")
+    assert environment["torch"] == torch.__version__ and environment["device"] == "cpu"
+    assert (in_tmp / "attention.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Forward+backward time" in out and "| multi_head" in out and "| floor" in out
+
+
+def test_bench_attention_causal_subset_and_bad_cases(in_tmp, capsys) -> None:
+    main(["bench", "attention", "--causal", "--cases", "multi_head", "lin*", "loc*", "--lengths", "24", "--batch", "1",
+          "--d-model", "8", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory", "--out", "c.json", "--plot", "c.png"])
+    payload = json.loads((in_tmp / "c.json").read_text())
+    assert [c["name"] for c in payload["cases"]] == ["multi_head", "linear", "local"]
+    assert payload["config"]["causal"] is True
+    assert all(c["growth_exponent"] is None and "peak_memory_mib" not in c["results"][0] for c in payload["cases"])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "attention", "--cases", "nope"])
+    assert exit_info.value.code == 2 and "no case matches --cases nope" in capsys.readouterr().err
+
+
+def test_bench_train_on_a_few_steps(shared_data, in_tmp, capsys) -> None:
+    main(["bench", "train", "--data-path", str(shared_data / "fra-eng.zip"), "--limit-train", "1000", "--vocab-size", "600",
+          "--batch", "16", "--steps", "3", "--warmup", "2", "--model-kwargs", SMALL_TRANSLATOR, "--out", "train.json"])
+    payload = json.loads((in_tmp / "train.json").read_text())
+    result = payload["result"]
+    assert result["steps"] == 3 and result["tokens_per_second"] > 0 and result["step_time_ms"]["median"] > 0
+    assert 0 <= result["padding_fraction"] < 1 and result["target_tokens_per_batch"] > 16
+    assert payload["config"]["model_kwargs"]["d_model"] == 32 and payload["config"]["steps"] == 3
+    assert "target tokens/s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("model", "modes"), [("transformer", ["cached", "uncached"]), ("seq2seq", ["default"])])
+def test_bench_decode_forces_the_length(shared_data, in_tmp, capsys, model: str, modes: list[str]) -> None:
+    kwargs = SMALL_TRANSLATOR if model == "transformer" else json.dumps({"embed_dim": 16, "hidden_size": 16, "num_layers": 1})
+    main(["bench", "decode", "--model", model, "--data-path", str(shared_data / "fra-eng.zip"), "--limit-train", "1000",
+          "--vocab-size", "600", "--sentences", "6", "--batch", "4", "--tokens", "5", "--warmup", "0", "--repeats", "2",
+          "--model-kwargs", kwargs, "--out", "decode.json"])
+    results = json.loads((in_tmp / "decode.json").read_text())["results"]
+    assert [r["mode"] for r in results] == modes
+    for r in results:
+        low, high = r["sentences_per_second_quartiles"]
+        assert 0 < low <= r["sentences_per_second"] <= high
+        assert r["tokens_per_second"] == pytest.approx(5 * r["sentences_per_second"])
+    assert "sentences/s" in capsys.readouterr().out

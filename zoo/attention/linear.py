@@ -1,0 +1,143 @@
+"""Linear attention (Katharopoulos et al., 2020): a kernel feature map instead of the softmax.
+
+With the feature map ``phi(x) = elu(x) + 1`` (positive everywhere), query ``i`` weighs key ``j``
+by ``phi(q_i) . phi(k_j)``, normalized over the keys it sees::
+
+    out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T)  /  phi(q_i)^T (sum_j phi(k_j))
+
+The sums over keys do not depend on the query, so they are formed once: time and memory grow
+linearly with the sequence length (``O(L d dv)``), where a score matrix costs ``O(L^2)``.
+
+* Non-causal: one ``(d, dv)`` sum serves every query.
+* Causal: prefix sums, in chunks. Queries are cut into chunks of ``chunk_size``; each chunk
+  reads the sum over all earlier chunks (an exclusive cumulative sum of per-chunk
+  ``phi(K)^T V``, ``O(L / chunk_size * d * dv)`` memory) and adds its own keys through a small
+  ``(chunk_size, chunk_size)`` lower-triangular product. Alignment is bottom-right, so a decoder
+  step over cached keys (``Lq = 1``) sees them all.
+* Padding: a masked key gets ``phi(k) = 0``, which takes it out of both sums. A mask that
+  differs per query (``valid_lens`` of shape ``(*batch, Lq)``, an ``attn_mask`` with a query
+  axis) has no such form: those calls, and calls with ``need_weights=True``, run the quadratic
+  formulation ``masked_softmax(log(phi(Q) phi(K)^T))``, which has the same weights.
+* A query with no visible key gets a zero output.
+
+As in the paper, queries and keys are not scaled by ``1 / sqrt(d)``: the weights are ratios of
+kernel values, not a softmax, so there is no temperature to set. There is no dropout on the
+weights either: outside the quadratic formulation they are never formed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.blocks import rows_from
+from zoo.attention.factory import register_attention
+from zoo.attention.masking import merge_masks
+
+__all__ = ["LinearAttention", "feature_map"]
+
+
+def feature_map(x: Tensor) -> Tensor:
+    """``elu(x) + 1``: positive, so every kernel value ``phi(q) . phi(k)`` is too."""
+    return F.elu(x) + 1
+
+
+@register_attention("linear", aliases=("linear_attention",))
+class LinearAttention(Attention):
+    """Kernelized attention whose cost is linear in the sequence length (see the module docstring).
+
+    Args:
+        chunk_size: Queries per chunk of the causal prefix sums: larger chunks make fewer,
+            bigger products and a larger ``(chunk_size, chunk_size)`` block per chunk.
+    """
+
+    def __init__(self, chunk_size: int = 64) -> None:
+        super().__init__(0.0)
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"LinearAttention: chunk_size must be a positive integer, got {chunk_size!r}.")
+        self.chunk_size = chunk_size
+
+    def score(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """``log(phi(q) . phi(k))``: its masked softmax is the normalized kernel (quadratic path)."""
+        compute = torch.promote_types(queries.dtype, torch.float32)
+        kernel = torch.matmul(feature_map(queries.to(compute)), feature_map(keys.to(compute)).transpose(-2, -1))
+        return kernel.log().to(queries.dtype)
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """The contract of :meth:`zoo.Attention.forward`, in linear time where masks allow."""
+        valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+        batch_shape, num_queries, num_keys = queries.shape[:-2], queries.shape[-2], keys.shape[-2]
+        if num_queries == 0 or num_keys == 0:  # nothing to attend over: zero output
+            output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
+            return AttentionOutput(output, values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None)
+        # valid_lens and attn_mask merged (causality comes later, from positions)
+        mask = merge_masks(batch_shape, num_queries, num_keys, valid_lens=valid_lens, attn_mask=attn_mask, device=queries.device)
+        if mask is not None:
+            while mask.dim() < 2:
+                mask = mask.unsqueeze(0)
+        if need_weights or (mask is not None and mask.shape[-2] > 1):  # weights, or a mask per query: quadratic
+            return super().forward(queries, keys, values, valid_lens, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights)
+
+        compute = torch.promote_types(queries.dtype, torch.float32)
+        phi_q, phi_k, v = feature_map(queries.to(compute)), feature_map(keys.to(compute)), values.to(compute)
+        if mask is not None:
+            phi_k = phi_k * mask[..., 0, :, None]  # (*batch, Lk, 1): masked keys drop out of the sums
+        output = self._causal(phi_q, phi_k, v) if is_causal else self._global(phi_q, phi_k, v)
+        return AttentionOutput(output.to(values.dtype), None)
+
+    @staticmethod
+    def _global(phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:
+        """Every query over every (unmasked) key: two sums over the keys."""
+        kv = torch.matmul(phi_k.transpose(-2, -1), v)  # (*batch, d, dv)
+        normalizer = phi_k.sum(-2).unsqueeze(-1)  # (*batch, d, 1)
+        return _normalize(torch.matmul(phi_q, kv), torch.matmul(phi_q, normalizer))
+
+    def _causal(self, phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:
+        """Query ``i`` over the keys up to its position ``i + Lk - Lq``: chunked prefix sums."""
+        num_queries, num_keys = phi_q.shape[-2], phi_k.shape[-2]
+        offset = num_keys - num_queries  # key position of query 0
+        chunk = min(self.chunk_size, num_queries)
+        num_chunks = math.ceil(num_queries / chunk)
+        length = num_chunks * chunk
+        # keys before the first query's position: seen by every query
+        earlier = max(offset, 0)
+        kv_start = torch.matmul(phi_k[..., :earlier, :].transpose(-2, -1), v[..., :earlier, :])  # (*batch, d, dv)
+        z_start = phi_k[..., :earlier, :].sum(-2)  # (*batch, d)
+        # the keys at the queries' positions, cut into chunks aligned with the query chunks
+        q_chunks = rows_from(phi_q, 0, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, d)
+        k_chunks = rows_from(phi_k, offset, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, d)
+        v_chunks = rows_from(v, offset, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, dv)
+        kv_before = kv_start.unsqueeze(-3) + _sums_before(torch.matmul(k_chunks.transpose(-2, -1), v_chunks), dim=-3)
+        z_before = z_start.unsqueeze(-2) + _sums_before(k_chunks.sum(-2), dim=-2)  # (*batch, nc, d)
+        within = torch.matmul(q_chunks, k_chunks.transpose(-2, -1)).tril()  # (*batch, nc, C, C): keys up to the query
+        numerator = torch.matmul(q_chunks, kv_before) + torch.matmul(within, v_chunks)
+        denominator = torch.matmul(q_chunks, z_before.unsqueeze(-1)) + within.sum(-1, keepdim=True)
+        return _normalize(numerator, denominator).flatten(-3, -2)[..., :num_queries, :]
+
+    def extra_repr(self) -> str:
+        return f"chunk_size={self.chunk_size}"
+
+
+def _normalize(numerator: Tensor, denominator: Tensor) -> Tensor:
+    """``numerator / denominator``; a zero denominator means no visible key (and a zero numerator)."""
+    return numerator / torch.where(denominator > 0, denominator, torch.ones_like(denominator))
+
+
+def _sums_before(x: Tensor, dim: int) -> Tensor:
+    """The sum of the entries before each index along ``dim`` (an exclusive cumulative sum)."""
+    preceding = x.cumsum(dim).narrow(dim, 0, x.shape[dim] - 1)
+    return torch.cat([torch.zeros_like(x.narrow(dim, 0, 1)), preceding], dim)

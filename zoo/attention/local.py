@@ -1,0 +1,142 @@
+"""Local (sliding-window) attention: each query attends only to the keys in a window around it.
+
+Which keys ``j`` a query at position ``p`` sees:
+
+* non-causal: ``|p - j| <= window // 2``, the query's own position and ``window // 2`` keys on
+  each side (``window + 1`` keys for an even ``window``, as in Longformer);
+* causal: ``0 <= p - j < window``, its own position and the ``window - 1`` before it.
+
+The computation is blockwise, so time and memory grow as ``O(L * window)``, never as ``L x L``:
+queries are cut into blocks of ``block_size``; the keys one block can reach (``block_size`` plus
+the window's width minus one) are cut out of the zero-padded keys as ``unfold`` views; each block
+attends over only those, masked to the exact window, in the fused
+:func:`~torch.nn.functional.scaled_dot_product_attention` (in an explicit softmax when weights
+are asked for). When the window spans nearly the whole sequence, one block costs less and is
+used instead. Padding masks are read at the scored (query, key) pairs only
+(:func:`~zoo.attention.masking.mask_at`); a caller's own ``(Lq, Lk)`` mask is read the same way,
+though building it cost the caller ``O(L^2)``.
+
+Positions: causal query ``i`` of ``Lq`` sits at key position ``i + Lk - Lq`` (bottom-right, as
+everywhere in the zoo), so a decoder step over cached keys (``Lq = 1``) scores only the last
+``window`` keys. A non-causal window needs queries and keys of one sequence (``Lq == Lk``): a
+window over the positions of *another* sequence has no meaning, so ``local`` cannot serve as
+cross-attention (:attr:`~zoo.Attention.supports_cross_attention` is False).
+
+With ``need_weights=True`` the block weights are also scattered into a dense ``(*batch, Lq, Lk)``
+tensor (for heatmaps): that costs ``O(Lq * Lk)`` memory, so ask for it on short inputs only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.blocks import rows_from
+from zoo.attention.factory import register_attention
+from zoo.attention.masking import mask_at, masked_softmax, merge_masks
+
+__all__ = ["LocalAttention"]
+
+
+@register_attention("local", aliases=("sliding_window",))
+class LocalAttention(Attention):
+    """Scaled dot-product attention within a sliding window (see the module docstring).
+
+    Args:
+        window: Width of the window: a causal query sees itself and the ``window - 1`` keys
+            before it; a non-causal one ``window // 2`` keys on each side of itself.
+        block_size: Queries per block; ``None`` takes half the window. Smaller blocks score fewer
+            keys outside the window; larger ones make fewer, bigger matrix products.
+        dropout: Dropout on the attention weights during training.
+        scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
+    """
+
+    supports_cross_attention: ClassVar[bool] = False
+    has_fused_path: ClassVar[bool] = True
+
+    def __init__(self, window: int = 128, block_size: int | None = None, dropout: float = 0.0, scale: float | None = None) -> None:
+        super().__init__(dropout)
+        for label, value in (("window", window), ("block_size", block_size)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"LocalAttention: {label} must be a positive integer, got {value!r}.")
+        self.window, self.block_size, self.scale = window, block_size, scale
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """The contract of :meth:`zoo.Attention.forward`; non-causal calls need ``Lq == Lk``."""
+        valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+        if not is_causal and num_queries != num_keys:
+            raise IncompatibleAttentionError(
+                f"LocalAttention: a non-causal window needs queries and keys of one sequence; got "
+                f"{num_queries} queries and {num_keys} keys. Use it for self-attention (a causal window "
+                f"also takes fewer queries than keys, aligned bottom-right, as in cached decoding)."
+            )
+        if num_queries == 0 or num_keys == 0:  # nothing to score: zero output, as for a fully masked row
+            output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
+            weights = values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None
+            return AttentionOutput(output, weights)
+        # valid_lens and attn_mask merged; the window and causality are applied per block, from positions
+        mask = merge_masks(queries.shape[:-2], num_queries, num_keys, valid_lens=valid_lens, attn_mask=attn_mask, device=queries.device)
+        before, after = (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
+        return self._attend_blocks(queries, keys, values, mask, before, after, need_weights)
+
+    def _attend_blocks(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, before: int, after: int, need_weights: bool
+    ) -> AttentionOutput:
+        """Attend from each block of queries over the keys from ``before`` positions before its
+        first query to ``after`` positions after its last one."""
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+        offset = num_keys - num_queries  # key position of query 0 (bottom-right alignment)
+        block = min(self.block_size or max(1, (before + after + 1) // 2), num_queries)
+        if math.ceil(num_queries / block) * block * (block + before + after) >= num_queries * num_keys:
+            block = num_queries  # the window spans (nearly) everything: one block scores less
+        num_blocks = math.ceil(num_queries / block)
+        span = block + before + after  # keys one block can reach
+        first = offset - before  # key position of block 0's first key
+        if num_blocks == 1:  # a single block reaches every key from `first` on: score only those
+            first = max(first, 0)
+            span = num_keys - first
+
+        device = queries.device
+        starts = torch.arange(num_blocks, device=device).unsqueeze(-1) * block  # (nb, 1)
+        query_index = (starts + torch.arange(block, device=device)).unsqueeze(-1)  # (nb, block, 1)
+        key_pos = (first + starts + torch.arange(span, device=device)).unsqueeze(-2)  # (nb, 1, span)
+        distance = query_index + offset - key_pos  # query position - key position
+        keep = (distance <= before) & (distance >= -after) & (key_pos >= 0) & (key_pos < num_keys)
+        key_index = key_pos.clamp(0, num_keys - 1)
+        if mask is not None:
+            keep = keep & mask_at(mask, query_index.clamp(max=num_queries - 1), key_index)
+
+        q = rows_from(queries, 0, num_blocks * block).unflatten(-2, (num_blocks, block))  # (*batch, nb, block, d)
+        k = rows_from(keys, first, (num_blocks - 1) * block + span).unfold(-2, span, block)  # (*batch, nb, d, span)
+        v = rows_from(values, first, (num_blocks - 1) * block + span).unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
+        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
+        if not need_weights:  # the blocks are ordinary attention problems: the fused kernel takes them
+            dropout = self.dropout.p if self.training else 0.0
+            heads = F.scaled_dot_product_attention(q, k.transpose(-2, -1), v, attn_mask=keep, dropout_p=dropout, scale=scale)
+            return AttentionOutput(heads.flatten(-3, -2)[..., :num_queries, :], None)
+        weights = masked_softmax(torch.matmul(q, k) * scale, mask=keep)  # (*batch, nb, block, span)
+        output = torch.matmul(self.dropout(weights), v).flatten(-3, -2)[..., :num_queries, :]
+        # out-of-range keys have weight 0, so adding them onto a clamped column changes nothing
+        dense = weights.new_zeros((*weights.shape[:-1], num_keys)).scatter_add(-1, key_index.expand_as(weights), weights)
+        return AttentionOutput(output, dense.flatten(-3, -2)[..., :num_queries, :])
+
+    def extra_repr(self) -> str:
+        block = f", block_size={self.block_size}" if self.block_size is not None else ""
+        scale = f", scale={self.scale}" if self.scale is not None else ""
+        return f"window={self.window}{block}{scale}"

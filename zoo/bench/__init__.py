@@ -1,0 +1,13 @@
+"""``python -m zoo bench``: how fast and how big the zoo's attention, training and decoding are.
+
+* ``attention``: forward+backward time and peak memory of every registered scoring attention
+  and of ``multi_head``, against reference formulations (:mod:`zoo.bench.baselines`), over a
+  grid of sequence lengths, with each case's growth exponent.
+* ``train``: training throughput (non-padding target tokens per second) through the Lightning
+  trainer on fra-eng.
+* ``decode``: greedy (or beam) decoding throughput, with and without the decoder's cache.
+
+These are benchmarks, not tests: they measure and report, they assert nothing. Each prints a
+table and writes JSON with the machine, the versions and the command that produced it
+(:mod:`zoo.bench.report`); timing and memory are measured as :mod:`zoo.bench.measure` says.
+"""

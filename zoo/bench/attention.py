@@ -1,0 +1,253 @@
+"""``python -m zoo bench attention``: forward+backward time and peak memory over sequence lengths.
+
+Cases, each run on random inputs with a padding mask (every sequence keeps a random length
+between half and all of ``L``), optionally causal:
+
+* layers, self-attention over ``x`` of shape ``(batch, L, d_model)`` with ``heads`` heads:
+  ``floor`` (:class:`~zoo.bench.baselines.SDPAFloor`), ``explicit`` (the reference notes'
+  formulation), ``torch_mha`` (``torch.nn.MultiheadAttention``) and the zoo's ``multi_head``;
+* every registered scoring attention (plugins included) on per-head inputs
+  ``(batch, heads, L, d_model / heads)``, as ``multi_head`` runs it, and ``additive_broadcast``,
+  the straightforward formulation of ``additive``.
+
+Each case names a baseline (``multi_head`` against ``floor``, ``additive`` against
+``additive_broadcast``, other scoring attentions against ``dot_product``); the report gives the
+ratios of time and memory to it, and each case's growth exponent, the slope of log time against
+log length over the lengths measured. A case that runs past ``time_limit`` or out of memory at
+one length is skipped at the longer ones.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from zoo.attention import MultiHeadAttention, create_scoring_attention
+from zoo.attention.factory import scoring_names
+from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
+from zoo.bench.measure import TooSlow, peak_memory, time_call
+from zoo.bench.report import growth_exponent, markdown_table
+
+__all__ = ["AttentionBenchConfig", "Case", "Workload", "attention_cases", "run_attention_bench"]
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class AttentionBenchConfig:
+    """What ``bench attention`` measures, and how often."""
+
+    lengths: list[int]
+    batch: int = 32
+    d_model: int = 256
+    heads: int = 8
+    causal: bool = False
+    warmup: int = 2
+    repeats: int = 10
+    time_limit: float = 60.0
+    memory: bool = True
+    seed: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+
+@dataclass
+class Workload:
+    """One case at one length: a forward pass to differentiate, and the tensors whose
+    gradients are cleared between calls (inputs and parameters)."""
+
+    forward: Callable[[], Tensor]
+    leaves: list[Tensor]
+
+    def step(self) -> None:
+        """Forward and backward."""
+        self.forward().sum().backward()
+
+    def reset(self) -> None:
+        for tensor in self.leaves:
+            tensor.grad = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """A benchmarked module: its name, kind, what it is, its baseline, how to build it."""
+
+    name: str
+    kind: str  # "layer" or "scoring"
+    description: str
+    baseline: str | None
+    build: Callable[[AttentionBenchConfig, int, torch.device], Workload] = field(repr=False)
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+
+def _generator(config: AttentionBenchConfig, length: int) -> torch.Generator:
+    return torch.Generator().manual_seed(config.seed * 100_003 + length)
+
+
+def _valid_lens(config: AttentionBenchConfig, length: int, generator: torch.Generator) -> Tensor:
+    return torch.randint(max(length // 2, 1), length + 1, (config.batch,), generator=generator)
+
+
+def _layer_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module], call: Callable[[nn.Module, Tensor, Tensor, bool], Tensor]):
+    """A layer case: self-attention over ``x`` with a padding mask given as valid lengths."""
+
+    def build(config: AttentionBenchConfig, length: int, device: torch.device) -> Workload:
+        generator = _generator(config, length)
+        torch.manual_seed(config.seed)
+        module = module_factory(config).to(device)
+        x = torch.randn(config.batch, length, config.d_model, generator=generator).to(device).requires_grad_()
+        valid_lens = _valid_lens(config, length, generator).to(device)
+        return Workload(lambda: call(module, x, valid_lens, config.causal), [x, *module.parameters()])
+
+    return build
+
+
+def _scoring_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module]):
+    """A scoring case: per-head queries, keys and values with a ``(B, 1, 1, L)`` padding mask."""
+
+    def build(config: AttentionBenchConfig, length: int, device: torch.device) -> Workload:
+        generator = _generator(config, length)
+        torch.manual_seed(config.seed)
+        module = module_factory(config).to(device)
+        shape = (config.batch, config.heads, length, config.head_dim)
+        q, k, v = (torch.randn(shape, generator=generator).to(device).requires_grad_() for _ in range(3))
+        lens = _valid_lens(config, length, generator).to(device)
+        mask = (torch.arange(length, device=device) < lens.unsqueeze(-1))[:, None, None, :]
+        if isinstance(module, BroadcastAdditive):
+            forward = lambda: module(q, k, v, mask, config.causal)  # noqa: E731
+        else:
+            forward = lambda: module(q, k, v, attn_mask=mask, is_causal=config.causal).output  # noqa: E731
+        return Workload(forward, [q, k, v, *module.parameters()])
+
+    return build
+
+
+def attention_cases() -> list[Case]:
+    """Every case, references first, then the registered scoring attentions by name."""
+    cases = [
+        Case("floor", "layer", "4 nn.Linear + F.scaled_dot_product_attention", None,
+             _layer_workload(lambda c: SDPAFloor(c.d_model, c.heads), lambda m, x, lens, causal: m(x, lens, causal))),
+        Case("explicit", "layer", "4 nn.Linear + explicit masked softmax (the notes' formulation)", "floor",
+             _layer_workload(lambda c: ExplicitMultiHead(c.d_model, c.heads), lambda m, x, lens, causal: m(x, lens, causal))),
+        Case("torch_mha", "layer", "torch.nn.MultiheadAttention with a key padding mask", "floor",
+             _layer_workload(lambda c: TorchMultiHead(c.d_model, c.heads), lambda m, x, lens, causal: m(x, lens, causal))),
+        Case("multi_head", "layer", "zoo multi_head (dot_product per head)", "floor",
+             _layer_workload(lambda c: MultiHeadAttention(c.d_model, c.heads),
+                             lambda m, x, lens, causal: m(x, x, x, lens, is_causal=causal).output)),
+    ]
+    for name in scoring_names():
+        baseline = {"additive": "additive_broadcast", "dot_product": None}.get(name, "dot_product")
+        cases.append(Case(name, "scoring", f"zoo scoring attention {name!r} per head", baseline,
+                          _scoring_workload(lambda c, name=name: create_scoring_attention(name, head_dim=c.head_dim))))
+    cases.append(Case("additive_broadcast", "scoring", "additive scores with the whole (B, H, L, L, hidden) tensor", None,
+                      _scoring_workload(lambda c: BroadcastAdditive(c.head_dim, c.head_dim, c.head_dim))))
+    return cases
+
+
+# -- running ----------------------------------------------------------------------------------------
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
+
+
+def _measure(case: Case, config: AttentionBenchConfig, length: int, device: torch.device) -> dict[str, Any]:
+    """One case at one length: ``{"length", "status", "time_ms", "peak_memory_mib"}``."""
+    workload = case.build(config, length, device)
+    timing = time_call(workload.step, device=device, warmup=config.warmup, repeats=config.repeats,
+                       reset=workload.reset, time_limit=config.time_limit)
+    result: dict[str, Any] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
+    if config.memory:
+        result["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
+    return result
+
+
+def run_attention_bench(config: AttentionBenchConfig, device: torch.device, patterns: list[str]) -> list[dict[str, Any]]:
+    """Measure every case whose name matches one of ``patterns``; one record per case."""
+    cases = [c for c in attention_cases() if any(fnmatchcase(c.name, p) for p in patterns)]
+    if not cases:
+        names = ", ".join(c.name for c in attention_cases())
+        raise ValueError(f"No benchmark case matches {patterns}; the cases are: {names}.")
+    records = []
+    for case in cases:
+        results, stop = [], None
+        for length in config.lengths:
+            if stop is not None:
+                results.append({"length": length, "status": f"skipped: {stop}"})
+                continue
+            try:
+                results.append(_measure(case, config, length, device))
+            except TooSlow as error:
+                results.append({"length": length, "status": f"too slow: {error}"})
+                stop = f"too slow at length {length}"
+            except Exception as error:  # a case that fails is reported, and the others still run
+                status = "out of memory" if _is_out_of_memory(error) else f"failed: {type(error).__name__}: {error}"
+                results.append({"length": length, "status": status})
+                stop = f"{status.split(':')[0]} at length {length}"
+            finally:
+                gc.collect()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            print(f"  {case.name} L={length}: {_cell(results[-1])}", file=sys.stderr, flush=True)
+        ok = [r for r in results if r["status"] == "ok"]
+        exponent = growth_exponent([r["length"] for r in ok], [r["time_ms"]["median"] for r in ok])
+        records.append({**{k: v for k, v in asdict(case).items() if k != "build"}, "growth_exponent": exponent, "results": results})
+    return records
+
+
+# -- reporting -------------------------------------------------------------------------------------
+
+
+def _cell(result: dict[str, Any]) -> str:
+    if result["status"] != "ok":
+        return result["status"].split(":")[0]
+    t = result["time_ms"]
+    return f"{t['median']:.3g} ms [{t['q1']:.3g}-{t['q3']:.3g}]"
+
+
+def _ratio(result: dict[str, Any], base: dict[str, Any] | None, key: str, field_name: str | None) -> float | None:
+    if base is None or result["status"] != "ok" or base["status"] != "ok" or key not in result:
+        return None
+    value, reference = (result[key][field_name], base[key][field_name]) if field_name else (result[key], base[key])
+    return value / reference if reference > 0 else None
+
+
+def attention_tables(records: list[dict[str, Any]], lengths: list[int]) -> str:
+    """Three Markdown tables: times (median [quartiles]), peak memory, ratios to the baselines."""
+    by_name = {r["name"]: r for r in records}
+
+    def at(record: dict[str, Any] | None, length: int) -> dict[str, Any] | None:
+        return None if record is None else next((r for r in record["results"] if r["length"] == length), None)
+
+    time_rows = [[r["name"], r["kind"], *(_cell(at(r, n)) for n in lengths),
+                  "-" if r["growth_exponent"] is None else f"{r['growth_exponent']:.2f}"] for r in records]
+    memory_rows = [[r["name"], *(f"{at(r, n)['peak_memory_mib']:.1f}" if "peak_memory_mib" in at(r, n) else "-" for n in lengths)]
+                   for r in records]
+    ratio_rows = []
+    for record in records:
+        baseline = by_name.get(record["baseline"] or "")
+        if baseline is None:
+            continue
+        cells = []
+        for n in lengths:
+            time_ratio = _ratio(at(record, n), at(baseline, n), "time_ms", "median")
+            memory_ratio = _ratio(at(record, n), at(baseline, n), "peak_memory_mib", None)
+            cells.append(" / ".join("-" if x is None else f"{x:.2f}x" for x in (time_ratio, memory_ratio)))
+        ratio_rows.append([record["name"], baseline["name"], *cells])
+    headers = [f"L={n}" for n in lengths]
+    return "\n\n".join([
+        "Forward+backward time, median [quartiles]:\n\n" + markdown_table(["case", "kind", *headers, "exponent"], time_rows),
+        "Peak memory above the inputs (MiB):\n\n" + markdown_table(["case", *headers], memory_rows),
+        "Against the baseline (time / peak memory):\n\n" + markdown_table(["case", "baseline", *headers], ratio_rows),
+    ])

@@ -1,0 +1,140 @@
+"""``python -m zoo bench {attention,train,decode}``: arguments, and where the results go."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zoo.attention import IncompatibleAttentionError
+from zoo.bench.attention import AttentionBenchConfig, attention_cases, attention_tables, run_attention_bench
+from zoo.bench.decode import DecodeBenchConfig, decode_table, run_decode_bench
+from zoo.bench.measure import resolve_device
+from zoo.bench.report import environment, plot_growth, write_json
+from zoo.bench.translation import TranslationSetup
+from zoo.bench.train import TrainBenchConfig, run_train_bench, train_table
+from zoo.registry import RegistryError
+
+__all__ = ["main", "parser"]
+
+DEFAULT_DIR = Path("runs") / "bench"
+
+
+def _common(sub: argparse.ArgumentParser, name: str) -> None:
+    sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (CUDA when available)")
+    sub.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    sub.add_argument("--out", type=Path, default=DEFAULT_DIR / f"{name}.json", help="where the JSON results go")
+
+
+def _translation(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--model", default="transformer", help="registered translation model (transformer, seq2seq)")
+    sub.add_argument("--data-path", default=None, help="local fra-eng.zip or fra.txt (default: download and cache)")
+    sub.add_argument("--vocab-size", type=int, default=8000, help="joint BPE vocabulary size")
+    sub.add_argument("--limit-train", type=int, default=None, help="use only N training pairs (quick runs)")
+    sub.add_argument("--attention", default=None, help="registered scoring attention (default: the model's)")
+    sub.add_argument("--model-kwargs", type=json.loads, default={}, help="JSON of constructor arguments over the recipe")
+    sub.add_argument("--compile", action="store_true", help="torch.compile the model (--model.torch_compile)")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``bench`` argument parser and its three subcommands."""
+    root = argparse.ArgumentParser(prog="python -m zoo bench", description=__doc__)
+    subs = root.add_subparsers(dest="benchmark", required=True)
+
+    attention = subs.add_parser("attention", help="forward+backward time and peak memory of the attention variants")
+    attention.add_argument("--lengths", type=int, nargs="+", default=[256], help="sequence lengths")
+    attention.add_argument("--batch", type=int, default=32)
+    attention.add_argument("--d-model", type=int, default=256)
+    attention.add_argument("--heads", type=int, default=8)
+    attention.add_argument("--causal", action="store_true", help="causal masking on top of the padding mask")
+    attention.add_argument("--cases", nargs="+", default=["*"], help="case names or wildcards (default: all)")
+    attention.add_argument("--warmup", type=int, default=2)
+    attention.add_argument("--repeats", type=int, default=10)
+    attention.add_argument("--time-limit", type=float, default=60.0, help="seconds per call before longer lengths are skipped")
+    attention.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    attention.add_argument("--seed", type=int, default=0)
+    attention.add_argument("--plot", type=Path, default=DEFAULT_DIR / "attention.png", help="log-log plot of time against length")
+    _common(attention, "attention")
+
+    train = subs.add_parser("train", help="training tokens per second through the Lightning trainer")
+    _translation(train)
+    train.add_argument("--batch", type=int, default=128)
+    train.add_argument("--steps", type=int, default=50, help="measured steps")
+    train.add_argument("--warmup", type=int, default=5, help="steps before the measured ones")
+    train.add_argument("--precision", default="32-true", help="Lightning precision (bf16-mixed on a GPU, say)")
+    _common(train, "train")
+
+    decode = subs.add_parser("decode", help="decoded sentences per second, with and without the cache")
+    _translation(decode)
+    decode.add_argument("--batch", type=int, default=64, help="sentences decoded together")
+    decode.add_argument("--sentences", type=int, default=256)
+    decode.add_argument("--tokens", type=int, default=30, help="output tokens per sentence (<eos> is forbidden)")
+    decode.add_argument("--beam-size", type=int, default=1)
+    decode.add_argument("--warmup", type=int, default=1)
+    decode.add_argument("--repeats", type=int, default=3)
+    decode.add_argument("--ckpt", default=None, help="decode with a checkpoint's weights (default: random ones)")
+    _common(decode, "decode")
+    return root
+
+
+def _translation_setup(args: argparse.Namespace) -> TranslationSetup:
+    return TranslationSetup(
+        model=args.model, data_path=args.data_path, batch=args.batch, vocab_size=args.vocab_size, limit_train=args.limit_train,
+        attention=args.attention, model_kwargs=args.model_kwargs, torch_compile=args.compile,
+    )  # fmt: skip
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    """Run one benchmark; print its tables, write its JSON (and plot); return the JSON payload."""
+    argument_parser = parser()
+    args = argument_parser.parse_args(argv)
+    if args.benchmark == "attention":
+        if args.d_model % args.heads:
+            argument_parser.error(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads}).")
+        names = [case.name for case in attention_cases()]
+        if not any(fnmatchcase(name, pattern) for name in names for pattern in args.cases):
+            argument_parser.error(f"no case matches --cases {' '.join(args.cases)}; the cases are: {', '.join(names)}.")
+    try:
+        return _run(args, argv)
+    except (RegistryError, IncompatibleAttentionError) as error:  # a bad name: one line, like argparse's errors
+        argument_parser.error(str(error))
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    payload: dict[str, Any] = {"benchmark": args.benchmark, "environment": environment(device, ["bench", *argv])}
+    if args.benchmark == "attention":
+        config = AttentionBenchConfig(
+            lengths=args.lengths, batch=args.batch, d_model=args.d_model, heads=args.heads, causal=args.causal,
+            warmup=args.warmup, repeats=args.repeats, time_limit=args.time_limit, memory=not args.no_memory, seed=args.seed,
+        )  # fmt: skip
+        records = run_attention_bench(config, device, args.cases)
+        payload |= {"config": {**vars(config), "cases": args.cases}, "cases": records}
+        print(attention_tables(records, config.lengths))
+        series = {}
+        for record in records:
+            ok = [r for r in record["results"] if r["status"] == "ok"]
+            series[record["name"]] = ([r["length"] for r in ok], [r["time_ms"]["median"] for r in ok], record["growth_exponent"])
+        title = f"batch {config.batch}, d_model {config.d_model}, {config.heads} heads, {device}" + (", causal" if config.causal else "")
+        print(f"\nplot: {plot_growth(series, args.plot, title)}")
+    elif args.benchmark == "train":
+        setup, config = _translation_setup(args), TrainBenchConfig(steps=args.steps, warmup=args.warmup, precision=args.precision)
+        result = run_train_bench(setup, config, device)
+        payload |= {"config": {**vars(setup), **vars(config)}, "result": result}
+        print(train_table(setup, result))
+    else:
+        setup = _translation_setup(args)
+        config = DecodeBenchConfig(sentences=args.sentences, tokens=args.tokens, beam_size=args.beam_size,
+                                   warmup=args.warmup, repeats=args.repeats, checkpoint=args.ckpt)
+        results = run_decode_bench(setup, config, device)
+        payload |= {"config": {**vars(setup), **vars(config)}, "results": results}
+        print(decode_table(setup, config, results))
+    print(f"results: {write_json(args.out, payload)}", file=sys.stderr)
+    return payload

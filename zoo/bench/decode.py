@@ -1,0 +1,96 @@
+"""``python -m zoo bench decode``: sentences decoded per second, with and without the cache.
+
+Decoding runs on the first ``sentences`` validation sources of fra-eng, in batches of
+``batch``, for exactly ``tokens`` output tokens each: ``<eos>`` is forbidden (with padding and
+``<bos>``), so every mode does the same work whatever the weights (random ones by default, or
+a checkpoint's). A model with a ``use_cache`` switch (the Transformer) is measured both ways;
+others (the GRU seq2seq) once. Times cover encoding and decoding of all batches, repeated
+after a warm-up; sentences per second are reported at the median time and the quartiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from zoo.bench.measure import time_call
+from zoo.bench.report import markdown_table
+from zoo.bench.translation import TranslationSetup, build_data, build_task
+from zoo.models.decoding import beam_search, greedy_decode
+
+__all__ = ["DecodeBenchConfig", "decode_table", "run_decode_bench"]
+
+
+@dataclass(frozen=True)
+class DecodeBenchConfig:
+    """What ``bench decode`` decodes, and how often."""
+
+    sentences: int = 256
+    tokens: int = 30
+    beam_size: int = 1
+    warmup: int = 1
+    repeats: int = 3
+    checkpoint: str | None = None
+
+
+def _sources(data: Any, count: int, device: torch.device) -> list[tuple[Tensor, Tensor]]:
+    """The first ``count`` validation sources as ``(src, src_lens)`` batches on ``device``."""
+    data.setup("validate")
+    batches, remaining = [], count
+    for batch in data.val_dataloader():
+        take = min(remaining, batch["src"].shape[0])
+        lens = batch["src_lens"][:take]
+        batches.append((batch["src"][:take, : int(lens.max())].to(device), lens.to(device)))
+        remaining -= take
+        if remaining == 0:
+            break
+    if remaining:
+        raise ValueError(f"bench decode asked for {count} sentences; the validation split has {count - remaining}.")
+    return batches
+
+
+def run_decode_bench(setup: TranslationSetup, config: DecodeBenchConfig, device: torch.device) -> list[dict[str, Any]]:
+    """Decoding throughput per mode (``cached`` / ``uncached``, or ``default``)."""
+    data = build_data(setup)
+    task = build_task(setup, data, checkpoint=config.checkpoint)
+    model = task.model.to(device).eval()
+    batches = _sources(data, config.sentences, device)
+    limits = {"bos": data.bos_idx, "eos": data.eos_idx, "max_len": config.tokens, "forbid": (data.padding_idx, data.bos_idx, data.eos_idx)}
+
+    def decode_all() -> None:
+        for src, src_lens in batches:
+            if config.beam_size == 1:
+                outputs = greedy_decode(model, src, src_lens, **limits)
+            else:
+                outputs = beam_search(model, src, src_lens, beam_size=config.beam_size, alpha=0.0, **limits)
+            if any(len(row) != config.tokens for row in outputs):
+                raise RuntimeError(f"bench decode expected {config.tokens} tokens per sentence; the model stopped early.")
+
+    modes = [("cached", True), ("uncached", False)] if hasattr(model, "use_cache") else [("default", None)]
+    results = []
+    for mode, use_cache in modes:
+        if use_cache is not None:
+            model.use_cache = use_cache
+        timing = time_call(decode_all, device=device, warmup=config.warmup, repeats=config.repeats)
+        results.append({
+            "mode": mode,
+            "time_s": timing.scaled(1.0),
+            "sentences_per_second": config.sentences / timing.median,
+            "sentences_per_second_quartiles": [config.sentences / timing.q3, config.sentences / timing.q1],
+            "tokens_per_second": config.sentences * config.tokens / timing.median,
+        })  # fmt: skip
+    return results
+
+
+def decode_table(setup: TranslationSetup, config: DecodeBenchConfig, results: list[dict[str, Any]]) -> str:
+    base = next((r for r in results if r["mode"] == "uncached"), None)
+    rows = []
+    for r in results:
+        low, high = r["sentences_per_second_quartiles"]
+        speedup = f"{r['sentences_per_second'] / base['sentences_per_second']:.2f}x" if base else "-"
+        rows.append([setup.model, r["mode"], config.sentences, config.tokens, config.beam_size,
+                     f"{r['sentences_per_second']:.1f} [{low:.1f}-{high:.1f}]", f"{r['tokens_per_second']:.0f}", speedup])
+    return markdown_table(["model", "mode", "sentences", "tokens", "beam", "sentences/s [quartiles]", "tokens/s", "vs uncached"], rows)
