@@ -57,3 +57,9 @@ __all__ = [
     "register_attention",
     "require_attention",
 ]
+
+# Last, once every name above exists: modules named by `--import` in a parent process (their
+# list travels in ZOO_IMPORTS) are imported in this one too. See zoo.plugins.
+from zoo.plugins import import_from_environment as _import_from_environment  # noqa: E402
+
+_import_from_environment()

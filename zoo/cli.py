@@ -13,6 +13,7 @@ applied before Lightning parses anything:
   from the data module at instantiation.
 * Each run writes into its own directory ``runs/<model>/version_N`` (resolved config,
   checkpoints, metrics and images).
+* ``--import FILE_OR_MODULE`` imports a plugin that is not installed (see :mod:`zoo.plugins`).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ import zoo
 from zoo.attention import ATTENTION_REGISTRY, IncompatibleAttentionError
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.datamodules.download import DownloadError
-from zoo.errors import DataError
+from zoo.errors import DataError, PluginImportError
 from zoo.models import MODEL_REGISTRY
+from zoo.plugins import import_plugins, pop_import_flags
 from zoo.registry import Registry, RegistryError
 from zoo.tasks import ZooTask
 
@@ -169,7 +171,7 @@ def print_registries(pattern: str | None = None) -> None:
 
 #: Mistakes of configuration or input: shown as one line, without a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    RegistryError, IncompatibleAttentionError, DataError, DownloadError, FileNotFoundError,
+    RegistryError, IncompatibleAttentionError, DataError, DownloadError, FileNotFoundError, PluginImportError,
 )
 
 
@@ -186,15 +188,21 @@ def _user_error(error: BaseException) -> BaseException | None:
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point of ``zoo`` and ``python -m zoo``."""
+    """Entry point of ``zoo`` and ``python -m zoo``.
+
+    ``--import FILE_OR_MODULE`` (repeatable, anywhere) is handled first: the modules are
+    imported, and listed in ``ZOO_IMPORTS`` for child processes, before anything is parsed.
+    """
     args = list(sys.argv[1:] if args is None else args)
-    if args[:1] == ["list"]:
-        print_registries(args[1] if len(args) > 1 else None)
-        return
-    if args[:1] == ["--version"]:
-        print(zoo.__version__)
-        return
     try:
+        args, imports = pop_import_flags(args)
+        import_plugins(imports)
+        if args[:1] == ["list"]:
+            print_registries(args[1] if len(args) > 1 else None)
+            return
+        if args[:1] == ["--version"]:
+            print(zoo.__version__)
+            return
         ZooCLI(args)
     except Exception as error:
         cause = _user_error(error)
