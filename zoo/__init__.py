@@ -24,6 +24,8 @@ from zoo.attention import (
 )
 from zoo.layers import AddNorm, PositionalEncoding, PositionWiseFFN
 from zoo.registry import DuplicateNameError, Registry, UnknownArgumentError, UnknownNameError
+from zoo import testing
+from zoo.testing import check_attention
 
 __version__ = "0.1.0"
 
@@ -49,6 +51,7 @@ __all__ = [
     "UnknownNameError",
     "__version__",
     "causal_mask",
+    "check_attention",
     "create_attention",
     "get_attention",
     "lengths_to_mask",
@@ -56,6 +59,7 @@ __all__ = [
     "masked_softmax",
     "register_attention",
     "require_attention",
+    "testing",
 ]
 
 # Last, once every name above exists: modules named by `--import` in a parent process (their
