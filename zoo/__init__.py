@@ -56,11 +56,22 @@ __all__ = [
     "get_attention",
     "lengths_to_mask",
     "list_attention",
+    "load_checkpoint",
     "masked_softmax",
     "register_attention",
     "require_attention",
     "testing",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``zoo.load_checkpoint`` imports Lightning and the tasks on first use, not with ``import zoo``."""
+    if name == "load_checkpoint":
+        from zoo.checkpoint import load_checkpoint
+
+        return load_checkpoint
+    raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+
 
 # Last, once every name above exists: modules named by `--import` in a parent process (their
 # list travels in ZOO_IMPORTS) are imported in this one too. See zoo.plugins.

@@ -1,12 +1,28 @@
-"""What every zoo task shares: how the CLI finds its defaults and how it links data sizes."""
+"""What every zoo task shares: how the CLI finds its defaults and links data sizes, what its
+checkpoints record, and predicting from raw inputs."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar, Protocol
 
 import lightning as L
+import torch
 
-__all__ = ["ZooTask"]
+from zoo.models.registry import MODEL_REGISTRY
+from zoo.provenance import RECORD_KEY, run_record
+
+__all__ = ["Codec", "ZooTask"]
+
+
+class Codec(Protocol):
+    """Turns raw inputs into a model's batch and its outputs back; convertible to plain data."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> Codec: ...
 
 
 class ZooTask(L.LightningModule):
@@ -18,8 +34,61 @@ class ZooTask(L.LightningModule):
     * ``data_links``: constructor arguments filled from data-module attributes of the same
       name at instantiation (vocabulary size, padding id, class count), so users never type them.
     * ``monitor``: the validation metric checkpoints track, and whether higher is better.
+    * ``codec_class``: the kind of :class:`Codec` the task predicts with, if it needs one.
+
+    Checkpoints carry the zoo's record under ``checkpoint["zoo"]``: the registered model name,
+    the seed, the package versions and, for tasks with a codec, the data module's codec as
+    plain data, so that :func:`zoo.load_checkpoint` can rebuild the model and :meth:`predict`
+    from the checkpoint alone.
     """
 
     default_datamodule: ClassVar[str]
     data_links: ClassVar[tuple[str, ...]] = ()
     monitor: ClassVar[tuple[str, str]] = ("val/loss", "min")
+    codec_class: ClassVar[type[Codec] | None] = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codec: Codec | None = None
+
+    def setup(self, stage: str) -> None:
+        """Adopt the data module's codec, so that checkpoints carry what predicting needs."""
+        codec = getattr(self.trainer.datamodule, "codec", None)
+        if self.codec_class is not None and isinstance(codec, self.codec_class):
+            self.codec = codec
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        record = run_record(MODEL_REGISTRY.name_of(type(self)))
+        if self.codec is not None:
+            record["codec"] = self.codec.state_dict()
+        checkpoint[RECORD_KEY] = record
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = (checkpoint.get(RECORD_KEY) or {}).get("codec")
+        if state is not None and self.codec_class is not None:
+            self.codec = self.codec_class.from_state_dict(state)
+
+    def predict(self, inputs: Sequence[Any]) -> list[dict[str, Any]]:
+        """Predictions for raw inputs, one dictionary per input (the rows ``zoo predict`` prints)."""
+        raise NotImplementedError(f"{type(self).__name__} does not predict from raw inputs.")
+
+    def require_codec(self) -> Codec:
+        """The codec, or an error that says where one comes from."""
+        if self.codec is None:
+            raise RuntimeError(
+                f"{type(self).__name__} has no codec to turn raw inputs into tensors: load it with "
+                f"zoo.load_checkpoint from a checkpoint that holds one, or train it with a data module "
+                f"that provides one (its 'codec' attribute)."
+            )
+        return self.codec
+
+    @contextmanager
+    def inference(self) -> Iterator[None]:
+        """Evaluation mode without gradients for the block; the previous mode is restored after."""
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            self.train(was_training)
