@@ -355,11 +355,6 @@ class TranslationCodec:
         """English sentences as one model-input batch: ``{"src", "src_lens", "sources"}``."""
         return TranslationCollator()(self.items(texts))
 
-    @property
-    def codec(self) -> TranslationCodec:
-        """English text to source ids (this module's tokenizer and ``max_length``), ids to French."""
-        return TranslationCodec(self.tokenizer, self.max_length)
-
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """French text of predicted ids, up to the first ``<eos>``, specials skipped."""
         return self.tokenizer.decode(ids)
