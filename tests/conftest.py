@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 
 import lightning as L
@@ -39,3 +40,25 @@ class LossRecorder(L.Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         self.losses.append(float(outputs["loss"]))
+
+
+def write_distribution(site: Path, dist_name: str, modules: dict[str, str], entry_points: dict[str, dict[str, str]]) -> None:
+    """Install a minimal distribution into ``site``, as pip would: its modules, and a
+    ``<name>-0.1.0.dist-info`` with ``METADATA`` and ``entry_points.txt`` that
+    ``importlib.metadata`` finds once ``site`` is on ``sys.path``.
+
+    Args:
+        modules: module name -> source code (dedented).
+        entry_points: group (``zoo.attention``, ``zoo.models``, ``zoo.datamodules``) ->
+            {entry-point name: ``module:attribute``}.
+    """
+    for module, source in modules.items():
+        (site / f"{module}.py").write_text(textwrap.dedent(source))
+    info = site / f"{dist_name.replace('-', '_')}-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: 0.1.0\n")
+    sections = []
+    for group, points in entry_points.items():
+        lines = "\n".join(f"{name} = {target}" for name, target in points.items())
+        sections.append(f"[{group}]\n{lines}\n")
+    (info / "entry_points.txt").write_text("\n".join(sections))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import textwrap
 import warnings
 from collections.abc import Iterator
 from importlib import metadata
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import write_distribution
 
 import zoo
 from zoo.registry import (
@@ -415,26 +415,15 @@ GOOD_MODULE = "zoo_test_plugin_good"
 BROKEN_MODULE = "zoo_test_plugin_broken"
 
 
-def _write_distribution(site: Path, dist_name: str, module: str, source: str, entry_points: dict[str, str]) -> None:
-    """A minimal installed distribution: a module plus ``<name>-<version>.dist-info``."""
-    (site / f"{module}.py").write_text(textwrap.dedent(source))
-    info = site / f"{dist_name.replace('-', '_')}-0.1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: 0.1.0\n")
-    lines = "\n".join(f"{name} = {target}" for name, target in entry_points.items())
-    (info / "entry_points.txt").write_text(f"[zoo.attention]\n{lines}\n")
-
-
 @pytest.fixture
 def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A directory on ``sys.path`` holding a working and a broken ``zoo.attention`` plugin."""
     site = tmp_path / "site"
     site.mkdir()
-    _write_distribution(
+    write_distribution(
         site,
         "zoo-test-plugin",
-        GOOD_MODULE,
-        """
+        {GOOD_MODULE: """
         import torch
         import zoo
 
@@ -444,17 +433,16 @@ def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
                 q = torch.nn.functional.normalize(queries, dim=-1)
                 k = torch.nn.functional.normalize(keys, dim=-1)
                 return q @ k.transpose(-2, -1)
-        """,
-        {"plugin_cosine": f"{GOOD_MODULE}:CosineAttention"},
+        """},
+        {"zoo.attention": {"plugin_cosine": f"{GOOD_MODULE}:CosineAttention"}},
     )
-    _write_distribution(
+    write_distribution(
         site,
         "zoo-broken-plugin",
-        BROKEN_MODULE,
-        """
+        {BROKEN_MODULE: """
         raise ImportError("this plugin needs a package that is not installed")
-        """,
-        {"plugin_broken": f"{BROKEN_MODULE}:Nothing"},
+        """},
+        {"zoo.attention": {"plugin_broken": f"{BROKEN_MODULE}:Nothing"}},
     )
     monkeypatch.syspath_prepend(str(site))
     importlib.invalidate_caches()
@@ -531,3 +519,89 @@ def test_global_registry_reload_plugins(global_reload: None) -> None:
 def test_global_registry_clean_after_plugin_tests() -> None:
     assert "plugin_cosine" not in zoo.ATTENTION_REGISTRY
     assert not zoo.ATTENTION_REGISTRY.failed_plugins
+
+
+# -- entry points that point nowhere, or claim one name twice -------------------------------
+
+TWIN_SOURCE = """
+import zoo
+
+
+class Twin(zoo.Attention):
+    def score(self, queries, keys):
+        return queries @ keys.transpose(-2, -1)
+"""
+
+
+@pytest.fixture
+def bad_plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Entry points to a missing module and a missing attribute, and two distributions that
+    claim the same name, beside one good plugin."""
+    site = tmp_path / "site"
+    site.mkdir()
+    write_distribution(site, "zoo-nomodule-plugin", {}, {"zoo.attention": {"plugin_nomodule": "zoo_test_no_such_module:Attention"}})
+    write_distribution(
+        site, "zoo-noattr-plugin", {"zoo_test_noattr": TWIN_SOURCE}, {"zoo.attention": {"plugin_noattr": "zoo_test_noattr:Missing"}}
+    )
+    write_distribution(site, "zoo-twin-a", {"zoo_test_twin_a": TWIN_SOURCE}, {"zoo.attention": {"plugin_twin": "zoo_test_twin_a:Twin"}})
+    write_distribution(site, "zoo-twin-b", {"zoo_test_twin_b": TWIN_SOURCE}, {"zoo.attention": {"plugin_twin": "zoo_test_twin_b:Twin"}})
+    write_distribution(site, "zoo-good-plugin", {"zoo_test_good": TWIN_SOURCE}, {"zoo.attention": {"plugin_good": "zoo_test_good:Twin"}})
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    yield site
+    for module in ("zoo_test_noattr", "zoo_test_twin_a", "zoo_test_twin_b", "zoo_test_good"):
+        sys.modules.pop(module, None)
+
+
+def _fresh_attention_registry() -> Registry:
+    return Registry("attention", base=zoo.Attention, entry_point_group="zoo.attention")
+
+
+def test_entry_points_that_point_nowhere_are_reported_by_name_and_skipped(bad_plugin_site: Path) -> None:
+    registry = _fresh_attention_registry()
+    with pytest.warns(PluginLoadWarning) as record:
+        names = registry.list()
+    messages = " | ".join(str(w.message) for w in record)
+    assert "'plugin_nomodule' from 'zoo-nomodule-plugin' (entry point 'zoo_test_no_such_module:Attention'): ModuleNotFoundError" in messages
+    assert "'plugin_noattr' from 'zoo-noattr-plugin' (entry point 'zoo_test_noattr:Missing'): AttributeError" in messages
+    assert "plugin_good" in names and "dot_product" not in names
+    assert not {"plugin_nomodule", "plugin_noattr"} & set(names)
+    with pytest.raises(UnknownNameError, match="'plugin_noattr' is installed but could not be loaded: AttributeError"):
+        registry.get("plugin_noattr")
+    with pytest.raises(KeyError, match="'plugin_nomodule' is installed but could not be loaded: ModuleNotFoundError"):
+        registry.create("plugin-nomodule")
+    assert type(registry.create("plugin_good")).__name__ == "Twin", "the rest keeps working"
+
+
+def test_two_distributions_claiming_one_name_is_an_error_naming_both(bad_plugin_site: Path) -> None:
+    registry = _fresh_attention_registry()
+    with pytest.warns(PluginLoadWarning) as record:
+        names = registry.list()
+    twin = [str(w.message) for w in record if "'plugin_twin'" in str(w.message)]
+    assert len(twin) == 1 and "claimed by zoo-twin-a (zoo_test_twin_a:Twin) and zoo-twin-b" in twin[0]
+    assert "plugin_twin" not in names and "plugin_good" in names
+    assert "zoo_test_twin_a" not in sys.modules and "zoo_test_twin_b" not in sys.modules, "neither claimant is imported"
+    with pytest.raises(DuplicateNameError) as info:
+        registry.get("plugin_twin")
+    message = str(info.value)
+    assert "zoo-twin-a (zoo_test_twin_a:Twin)" in message and "zoo-twin-b (zoo_test_twin_b:Twin)" in message
+    assert "Uninstall all but one" in message
+    assert registry.conflicts["plugin_twin"] == ("zoo-twin-a (zoo_test_twin_a:Twin)", "zoo-twin-b (zoo_test_twin_b:Twin)")
+    assert "plugin_twin" in registry.failed_plugins, "zoo list shows it with its problem"
+    assert "plugin_twin" not in registry
+
+
+def test_plugin_that_registers_itself_on_import_is_credited_to_its_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    source = TWIN_SOURCE.replace("class Twin", '@zoo.register_attention("plugin_selfreg")\nclass Twin')
+    write_distribution(site, "zoo-selfreg-plugin", {"zoo_test_selfreg": source}, {"zoo.attention": {"plugin_selfreg": "zoo_test_selfreg:Twin"}})
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    try:
+        zoo.ATTENTION_REGISTRY.reload_plugins()
+        assert zoo.ATTENTION_REGISTRY.entry("plugin_selfreg").source == "zoo-selfreg-plugin"
+        assert not zoo.ATTENTION_REGISTRY.failed_plugins
+    finally:
+        zoo.ATTENTION_REGISTRY.unregister("plugin_selfreg")
+        sys.modules.pop("zoo_test_selfreg", None)

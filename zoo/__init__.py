@@ -26,6 +26,8 @@ from zoo.attention import (
 )
 from zoo.layers import AddNorm, PositionalEncoding, PositionWiseFFN
 from zoo.registry import DuplicateNameError, Registry, UnknownArgumentError, UnknownNameError
+from zoo import testing
+from zoo.testing import check_attention
 
 __version__ = "0.1.0"
 
@@ -53,11 +55,30 @@ __all__ = [
     "UnknownNameError",
     "__version__",
     "causal_mask",
+    "check_attention",
     "create_attention",
     "get_attention",
     "lengths_to_mask",
     "list_attention",
+    "load_checkpoint",
     "masked_softmax",
     "register_attention",
     "require_attention",
+    "testing",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``zoo.load_checkpoint`` imports Lightning and the tasks on first use, not with ``import zoo``."""
+    if name == "load_checkpoint":
+        from zoo.checkpoint import load_checkpoint
+
+        return load_checkpoint
+    raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+
+
+# Last, once every name above exists: modules named by `--import` in a parent process (their
+# list travels in ZOO_IMPORTS) are imported in this one too. See zoo.plugins.
+from zoo.plugins import import_from_environment as _import_from_environment  # noqa: E402
+
+_import_from_environment()

@@ -13,12 +13,21 @@ applied before Lightning parses anything:
   from the data module at instantiation.
 * Each run writes into its own directory ``runs/<model>/version_N`` (resolved config,
   checkpoints, metrics and images).
+* ``--import FILE_OR_MODULE`` imports a plugin that is not installed (see :mod:`zoo.plugins`).
+* A ``--ckpt_path`` is read safely first: an unreadable or unsafe file, or one saved by another
+  model than ``--model``, is one clear error. Lightning then loads it with ``weights_only=True``
+  (``--weights_only false`` loads a trusted older file). ``predict --ckpt_path FILE`` without
+  ``--model`` or ``--config`` rebuilds the model from the checkpoint alone
+  (:func:`zoo.load_checkpoint`) and predicts ``--data.predict_texts`` or ``--data.predict_file``
+  without the training data.
+* ``versions.json`` (package versions) is written beside each run's ``config.yaml``.
 
 ``list`` prints the registries; ``bench`` runs the benchmarks of :mod:`zoo.bench`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -28,14 +37,18 @@ from typing import Any
 import lightning as L
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 import zoo
 from zoo.attention import ATTENTION_REGISTRY, IncompatibleAttentionError
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.datamodules.download import DownloadError
-from zoo.errors import DataError
+from zoo.checkpoint import verify_checkpoint
+from zoo.errors import CheckpointError, DataError, PluginImportError
 from zoo.models import MODEL_REGISTRY
+from zoo.plugins import import_plugins, pop_import_flags
+from zoo.predict import format_row, from_checkpoint_alone, predict_from_checkpoint
+from zoo.provenance import package_versions
 from zoo.registry import Registry, RegistryError
 from zoo.tasks import ZooTask
 
@@ -43,6 +56,8 @@ __all__ = ["ZooCLI", "main"]
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
+#: ``--ckpt_path`` values that Lightning resolves itself (``registry:name`` included)
+LIGHTNING_CHECKPOINT_NAMES = ("last", "best", "hpc", "registry")
 
 
 def _class_path(obj: type) -> str:
@@ -100,14 +115,26 @@ def _resolve_task(value: str | None) -> type[ZooTask] | None:
     return None
 
 
+class ZooSaveConfig(SaveConfigCallback):
+    """Saves the resolved ``config.yaml`` and, beside it, ``versions.json`` (global zero only)."""
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if trainer.log_dir is not None:
+            versions = json.dumps(package_versions(), indent=2)
+            Path(trainer.log_dir, "versions.json").write_text(versions + "\n", encoding="utf-8")
+
+
 class ZooCLI(LightningCLI):
-    """LightningCLI with registry names, per-model defaults and data-to-model links."""
+    """LightningCLI with registry names, per-model defaults, data-to-model links and safe checkpoints."""
 
     def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
         args = list(sys.argv[1:] if args is None else args)
         args, model_value = _rewrite_choice(args, "--model", MODEL_REGISTRY)
         args, _ = _rewrite_choice(args, "--data", DATAMODULE_REGISTRY)
         self.task_class = _resolve_task(model_value or _model_from_configs(args))
+        for _, ckpt_path, _ in _flag_values(args, "--ckpt_path"):
+            if ckpt_path.split(":", 1)[0] not in LIGHTNING_CHECKPOINT_NAMES:
+                verify_checkpoint(ckpt_path, MODEL_REGISTRY.name_of(self.task_class) if self.task_class else None)
         parser_kwargs: dict[str, Any] = {}
         if self.task_class is not None:
             name = MODEL_REGISTRY.name_of(self.task_class)
@@ -123,6 +150,7 @@ class ZooCLI(LightningCLI):
                 subclass_mode_model=True,
                 subclass_mode_data=True,
                 parser_kwargs=parser_kwargs,
+                save_config_callback=ZooSaveConfig,
                 save_config_kwargs={"overwrite": True},
                 **kwargs,
             )
@@ -146,13 +174,20 @@ class ZooCLI(LightningCLI):
                 parser.link_arguments(f"data.{attribute}", f"model.init_args.{attribute}", apply_on="instantiate")
         parser.set_defaults(defaults)
 
+    def before_instantiate_classes(self) -> None:
+        """Load checkpoints with ``weights_only=True`` unless ``--weights_only false`` is given
+        (torch before 2.6 defaults to False)."""
+        config = self.config[self.subcommand]
+        if config.get("weights_only") is None:
+            config["weights_only"] = True
+
     def after_predict(self) -> None:
         """Print predictions, one per line (global zero only)."""
         if not self.trainer.is_global_zero:
             return
         for batch in self.trainer.predict_loop.predictions or []:
             for item in batch:
-                print("\t".join(f"{value:.4f}" if isinstance(value, float) else str(value) for value in item.values()))
+                print(format_row(item))
 
 
 def print_registries(pattern: str | None = None) -> None:
@@ -171,7 +206,8 @@ def print_registries(pattern: str | None = None) -> None:
 
 #: Mistakes of configuration or input: shown as one line, without a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    RegistryError, IncompatibleAttentionError, DataError, DownloadError, FileNotFoundError,
+    RegistryError, IncompatibleAttentionError, DataError, DownloadError, FileNotFoundError, PluginImportError,
+    CheckpointError,
 )
 
 
@@ -188,20 +224,29 @@ def _user_error(error: BaseException) -> BaseException | None:
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point of ``zoo`` and ``python -m zoo``."""
-    args = list(sys.argv[1:] if args is None else args)
-    if args[:1] == ["list"]:
-        print_registries(args[1] if len(args) > 1 else None)
-        return
-    if args[:1] == ["bench"]:
-        from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking
+    """Entry point of ``zoo`` and ``python -m zoo``.
 
-        bench_main(args[1:])
-        return
-    if args[:1] == ["--version"]:
-        print(zoo.__version__)
-        return
+    ``--import FILE_OR_MODULE`` (repeatable, anywhere) is handled first: the modules are
+    imported, and listed in ``ZOO_IMPORTS`` for child processes, before anything is parsed.
+    """
+    args = list(sys.argv[1:] if args is None else args)
     try:
+        args, imports = pop_import_flags(args)
+        import_plugins(imports)
+        if args[:1] == ["list"]:
+            print_registries(args[1] if len(args) > 1 else None)
+            return
+        if args[:1] == ["bench"]:
+            from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking
+
+            bench_main(args[1:])
+            return
+        if args[:1] == ["--version"]:
+            print(zoo.__version__)
+            return
+        if from_checkpoint_alone(args):
+            predict_from_checkpoint(args[1:])
+            return
         ZooCLI(args)
     except Exception as error:
         cause = _user_error(error)

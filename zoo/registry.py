@@ -9,7 +9,10 @@ registered names.
 Installed packages register through Python entry points (``[project.entry-points."zoo.attention"]``
 and so on). Those are discovered lazily, on the first lookup or listing in each process, so
 worker processes of a multi-process run see the same plugins as the parent without relying on
-import side effects. A plugin that fails to import is reported once by name and skipped.
+import side effects. A plugin that fails to import is reported once by name and skipped. A name
+claimed by two installed distributions is loaded from neither: picking one would depend on the
+order of ``sys.path``, so looking the name up raises :class:`DuplicateNameError` naming both,
+while every other name keeps working.
 
 This module imports nothing else from the zoo.
 """
@@ -128,7 +131,10 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, str] = {}
         self._plugins_loaded = entry_point_group is None
+        #: entry-point names that could not be registered, with the reason (shown by ``zoo list``)
         self.failed_plugins: dict[str, str] = {}
+        #: entry-point names claimed by more than one distribution, with those distributions
+        self.conflicts: dict[str, tuple[str, ...]] = {}
 
     # -- registration -------------------------------------------------------------------
 
@@ -235,6 +241,17 @@ class Registry(Generic[T]):
             return key
         if key in self._aliases:
             return self._aliases[key]
+        if key in self.conflicts:
+            raise DuplicateNameError(
+                f"The {self.kind} name {key!r} is claimed by more than one installed plugin "
+                f"({', '.join(self.conflicts[key])}), so neither is used. Uninstall all but one of "
+                f"them (pip uninstall ...), or ask their authors to rename one."
+            )
+        if key in self.failed_plugins:
+            raise UnknownNameError(
+                f"The {self.kind} plugin {key!r} is installed but could not be loaded: "
+                f"{self.failed_plugins[key]}"
+            )
         known = sorted([*self._entries, *self._aliases], key=_natural_key)
         close = suggest(key, known)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
@@ -315,24 +332,51 @@ class Registry(Generic[T]):
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
+        claims: dict[str, list[metadata.EntryPoint]] = {}
         for ep in metadata.entry_points(group=self.entry_point_group or ""):
-            dist = ep.dist.name if ep.dist is not None else ep.value.split(":")[0]
-            try:
-                obj = ep.load()
+            claims.setdefault(ep.name, []).append(ep)
+        for name, eps in claims.items():
+            if len({(_distribution(ep), ep.value) for ep in eps}) > 1:
+                self._record_conflict(name, eps)
+            else:
+                self._load_entry_point(eps[0])
+
+    def _load_entry_point(self, ep: metadata.EntryPoint) -> None:
+        """Import one entry point and register it under its name; report and skip a failure."""
+        dist = _distribution(ep)
+        try:
+            obj = ep.load()
+            existing = self._entries.get(ep.name)
+            if existing is not None and existing.obj is obj:  # the module registered itself on import
+                self._entries[ep.name] = replace(existing, source=dist)
+            else:
                 self.add(ep.name, obj, source=dist)
-            except Exception as exc:  # a broken plugin must not take the zoo down with it
-                self.failed_plugins[ep.name] = f"{type(exc).__name__}: {exc}"
-                warnings.warn(
-                    f"Skipping {self.kind} plugin {ep.name!r} from {dist!r} "
-                    f"(entry point {ep.value!r}): {type(exc).__name__}: {exc}",
-                    PluginLoadWarning,
-                    stacklevel=2,
-                )
+        except Exception as exc:  # a broken plugin must not take the zoo down with it
+            self.failed_plugins[ep.name] = f"{type(exc).__name__}: {exc}"
+            warnings.warn(
+                f"Skipping {self.kind} plugin {ep.name!r} from {dist!r} "
+                f"(entry point {ep.value!r}): {type(exc).__name__}: {exc}",
+                PluginLoadWarning,
+                stacklevel=4,
+            )
+
+    def _record_conflict(self, name: str, eps: list[metadata.EntryPoint]) -> None:
+        """Refuse a name that several distributions claim, and say which ones."""
+        claimants = tuple(sorted({f"{_distribution(ep)} ({ep.value})" for ep in eps}))
+        self.conflicts[name] = claimants
+        self.failed_plugins[name] = f"DuplicateNameError: claimed by {' and '.join(claimants)}"
+        warnings.warn(
+            f"Skipping {self.kind} plugin {name!r}: it is claimed by {' and '.join(claimants)}; "
+            f"looking it up fails until only one of them is installed.",
+            PluginLoadWarning,
+            stacklevel=4,
+        )
 
     def reload_plugins(self) -> None:
         """Discover entry points again (after installing a plugin in a running process)."""
         self._plugins_loaded = self.entry_point_group is None
         self.failed_plugins.clear()
+        self.conflicts.clear()
         self._load_plugins()
 
 
@@ -359,6 +403,11 @@ def check_kwargs(factory: Callable[..., Any], kwargs: dict[str, Any], *, what: s
             f"{what} got unexpected keyword argument(s) {', '.join(parts)}. "
             f"Accepted: {', '.join(accepted) or 'none'}."
         )
+
+
+def _distribution(ep: metadata.EntryPoint) -> str:
+    """The name of the distribution that declares ``ep`` (its module path if unknown)."""
+    return ep.dist.name if ep.dist is not None else ep.value.split(":")[0]
 
 
 def _snake_case(name: str) -> str:

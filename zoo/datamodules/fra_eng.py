@@ -82,6 +82,7 @@ __all__ = [
     "FraEngSplits",
     "ParsedPairs",
     "TokenIds",
+    "TranslationCodec",
     "TranslationCollator",
     "TranslationDataset",
     "padding_fraction",
@@ -312,6 +313,77 @@ class TranslationCollator:
         return batch
 
 
+class TranslationCodec:
+    """English sentences to a translation model's source batch, output ids to French text.
+
+    What predicting needs besides the weights: the subword tokenizer and the source length limit.
+    It converts to and from plain data (:meth:`state_dict`: the tokenizer's JSON text and
+    integers), so a checkpoint carries it, still loads with ``torch.load(weights_only=True)``, and
+    a model restored from the checkpoint alone translates without the corpus.
+    """
+
+    def __init__(self, tokenizer: SubwordTokenizer, max_length: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+
+    def items(self, texts: Sequence[str]) -> list[dict[str, Any]]:
+        """Checked, encoded sentences as collator items ``{"src", "source"}``.
+
+        Raises:
+            ValueError: no sentences, an empty sentence, or one longer than ``max_length`` tokens.
+        """
+        if isinstance(texts, str):
+            raise TypeError("Expected a list of sentences, not one string: wrap it as [sentence].")
+        if len(texts) == 0:
+            raise DataError("No sentences to translate; give at least one.")
+        items = []
+        for index, text in enumerate(texts):
+            ids = self.tokenizer.encode(text) if isinstance(text, str) else []
+            if not ids:
+                raise DataError(f"Sentence {index} is empty ({text!r}): there is nothing to translate.")
+            if len(ids) > self.max_length:
+                raise DataError(
+                    f"Sentence {index} has {len(ids)} subword tokens, more than max_length={self.max_length}: "
+                    f"{text[:60]!r}... Shorten or split it, or raise the limit with --data.max_length "
+                    f"(the model must have been trained for such lengths)."
+                )
+            items.append({"src": ids, "source": text})
+        return items
+
+    def batch(self, texts: Sequence[str]) -> dict[str, Any]:
+        """English sentences as one model-input batch: ``{"src", "src_lens", "sources"}``."""
+        return TranslationCollator()(self.items(texts))
+
+    def decode(self, ids: Sequence[int] | Tensor) -> str:
+        """French text of predicted ids, up to the first ``<eos>``, specials skipped."""
+        return self.tokenizer.decode(ids)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data: the tokenizer's JSON text and integers."""
+        return {"tokenizer": self.tokenizer.to_json(), "max_length": self.max_length, "tokenizer_version": SUBWORD_TOKENIZER_VERSION}
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> TranslationCodec:
+        """Rebuild the codec of :meth:`state_dict`.
+
+        Raises:
+            DataError: the state is incomplete, or was made by another version of the text
+                pipeline (the model would read its inputs differently).
+        """
+        if state.get("tokenizer_version") != SUBWORD_TOKENIZER_VERSION:
+            raise DataError(
+                f"This model was trained with subword tokenizer version {state.get('tokenizer_version')!r}; "
+                f"this zoo normalizes text with version {SUBWORD_TOKENIZER_VERSION}."
+            )
+        tokenizer, max_length = state.get("tokenizer"), state.get("max_length")
+        if not isinstance(tokenizer, str) or not isinstance(max_length, int):
+            raise DataError("The translation codec lacks its tokenizer or max_length.")
+        try:
+            return cls(SubwordTokenizer.from_json(tokenizer), max_length)
+        except DataError as exc:
+            raise DataError(f"The saved tokenizer is {exc}") from exc
+
+
 def padding_fraction(batch: Mapping[str, Any]) -> float:
     """Share of padded positions in ``src`` and ``tgt_out`` (``tgt_in`` is padded alike): 0 is no waste."""
     total = batch["src"].numel() + (batch["tgt_out"].numel() if "tgt_out" in batch else 0)
@@ -415,6 +487,11 @@ class FraEngDataModule(L.LightningDataModule):
     def eos_idx(self) -> int:
         return EOS_ID
 
+    @property
+    def codec(self) -> TranslationCodec:
+        """English text to source ids (this module's tokenizer and ``max_length``), ids to French."""
+        return TranslationCodec(self.tokenizer, self.max_length)
+
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """French text of predicted ids, up to the first ``<eos>``, specials skipped."""
         return self.tokenizer.decode(ids)
@@ -425,7 +502,7 @@ class FraEngDataModule(L.LightningDataModule):
         Raises:
             ValueError: no sentences, an empty sentence, or one longer than ``max_length`` tokens.
         """
-        return TranslationCollator()(self._source_items(texts))
+        return self.codec.batch(texts)
 
     # -- the corpus ------------------------------------------------------------------------------
 
@@ -510,7 +587,7 @@ class FraEngDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         """Batches of ``predict_texts`` or the lines of ``predict_file``: ``src``, ``src_lens``, ``sources``."""
-        items = self._source_items(self._predict_texts())
+        items = self.codec.items(self._predict_texts())
         dataset = TranslationDataset(TokenIds([i["src"] for i in items]), sources=[i["source"] for i in items])
         return self._loader(dataset, batch_size=self.batch_size)
 
@@ -571,26 +648,6 @@ class FraEngDataModule(L.LightningDataModule):
             sources=[item.source for item in items],
             references=[item.references for item in items],
         )
-
-    def _source_items(self, texts: Sequence[str]) -> list[dict[str, Any]]:
-        """Checked, encoded sentences as collator items ``{"src", "source"}``."""
-        if isinstance(texts, str):
-            raise TypeError("Expected a list of sentences, not one string: wrap it as [sentence].")
-        if len(texts) == 0:
-            raise DataError("No sentences to translate; give at least one.")
-        items = []
-        for index, text in enumerate(texts):
-            ids = self.tokenizer.encode(text) if isinstance(text, str) else []
-            if not ids:
-                raise DataError(f"Sentence {index} is empty ({text!r}): there is nothing to translate.")
-            if len(ids) > self.max_length:
-                raise DataError(
-                    f"Sentence {index} has {len(ids)} subword tokens, more than max_length={self.max_length}: "
-                    f"{text[:60]!r}... Shorten or split it, or raise the limit with --data.max_length "
-                    f"(the model must have been trained for such lengths)."
-                )
-            items.append({"src": ids, "source": text})
-        return items
 
     def _predict_texts(self) -> list[str]:
         if self.predict_texts is not None and self.predict_file is not None:

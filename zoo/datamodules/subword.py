@@ -154,13 +154,30 @@ class SubwordTokenizer:
 
     # -- files ---------------------------------------------------------------------------------------
 
+    def to_json(self) -> str:
+        """The tokenizer as ``tokenizers`` JSON text (plain data, for files and checkpoints)."""
+        return self._tokenizer.to_str()
+
+    @classmethod
+    def from_json(cls, text: str) -> SubwordTokenizer:
+        """Rebuild a tokenizer from :meth:`to_json`'s text.
+
+        Raises:
+            ValueError: the text is not a tokenizer of this kind.
+        """
+        try:
+            tokenizer = Tokenizer.from_str(text)
+        except Exception as exc:  # the library raises a bare Exception for unreadable JSON
+            raise DataError(f"not a readable subword tokenizer ({exc}).") from exc
+        return cls(tokenizer)
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the tokenizer as ``tokenizers`` JSON, atomically (temp file, then rename).
 
         Concurrent writers of the same cache entry (ranks of a multi-GPU run) cannot leave a torn
         file; a reader sees the old file or a complete new one.
         """
-        atomic_write_text(path, self._tokenizer.to_str())
+        atomic_write_text(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SubwordTokenizer:

@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -52,6 +52,7 @@ __all__ = [
     "IMDBDataModule",
     "PadCollator",
     "SST2DataModule",
+    "TextClassificationCodec",
     "TextClassificationDataModule",
     "TextSplit",
     "default_cache_dir",
@@ -162,6 +163,63 @@ def _check_texts(texts: Sequence[str], where: str) -> None:
             )
 
 
+class TextClassificationCodec:
+    """Raw texts to a classifier's inputs, and label ids to names: what predicting needs besides
+    the weights.
+
+    It holds the training vocabulary, the length limit and the class names, and converts to and
+    from plain data (:meth:`state_dict`), so a checkpoint carries it, still loads with
+    ``torch.load(weights_only=True)``, and a model restored from the checkpoint alone classifies
+    raw text without the corpus.
+    """
+
+    def __init__(self, vocab: Vocabulary, max_length: int, class_names: Sequence[str]) -> None:
+        self.vocab = vocab
+        self.max_length = max_length
+        self.class_names = list(class_names)
+
+    def encode(self, text: str) -> Tensor:
+        """Token ids of ``text``, truncated to ``max_length``; ``[<unk>]`` if nothing is left."""
+        ids = self.vocab.encode(tokenize(text)[: self.max_length]) or [UNK_ID]
+        return torch.tensor(ids, dtype=torch.long)
+
+    def batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
+        """Raw texts as one model-input batch: ``{"tokens", "valid_lens"}``.
+
+        Raises:
+            ValueError: a text is empty or only whitespace.
+        """
+        _check_texts(texts, "texts")
+        return PadCollator(PAD_ID)([{"tokens": self.encode(t)} for t in texts])
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data: strings, integers, lists and dicts."""
+        return {
+            "vocabulary": self.vocab.to_dict(),
+            "max_length": self.max_length,
+            "class_names": list(self.class_names),
+            "tokenizer_version": TOKENIZER_VERSION,
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> TextClassificationCodec:
+        """Rebuild the codec of :meth:`state_dict`.
+
+        Raises:
+            DataError: the state is incomplete, or was made by another version of :func:`tokenize`
+                (the model would read its words differently).
+        """
+        if state.get("tokenizer_version") != TOKENIZER_VERSION:
+            raise DataError(
+                f"This model was trained with tokenizer version {state.get('tokenizer_version')!r}; this zoo "
+                f"tokenizes with version {TOKENIZER_VERSION}, so it would read its inputs differently."
+            )
+        max_length, class_names = state.get("max_length"), state.get("class_names")
+        if not isinstance(max_length, int) or not isinstance(class_names, list):
+            raise DataError("The text classification codec lacks max_length or class_names.")
+        return cls(Vocabulary.from_dict(state.get("vocabulary"), where="the saved vocabulary"), max_length, class_names)
+
+
 class TextClassificationDataModule(L.LightningDataModule):
     """A binary sentiment corpus as padded word-id batches; subclasses name the corpus.
 
@@ -230,6 +288,7 @@ class TextClassificationDataModule(L.LightningDataModule):
         self._source: datasets.DatasetDict | None = None
         self._read: dict[str, TextSplit] = {}
         self._vocab: Vocabulary | None = None
+        self._codec: TextClassificationCodec | None = None
         self._datasets: dict[str, EncodedTexts] = {}
 
     # -- sizes the model needs, available right after construction ----------------------------
@@ -260,6 +319,13 @@ class TextClassificationDataModule(L.LightningDataModule):
     def class_names(self) -> list[str]:
         """Human-readable name of each label id."""
         return list(CLASS_NAMES)
+
+    @property
+    def codec(self) -> TextClassificationCodec:
+        """Raw text to token ids (this module's vocabulary and ``max_length``), ids to class names."""
+        if self._codec is None:
+            self._codec = TextClassificationCodec(self.vocab, self.max_length, self.class_names)
+        return self._codec
 
     @property
     def vocab_file(self) -> Path:
@@ -293,7 +359,7 @@ class TextClassificationDataModule(L.LightningDataModule):
         for split in _ALL_SPLITS if stage is None else _STAGE_SPLITS[stage]:
             if split not in self._datasets:
                 data = self.split(split)
-                self._datasets[split] = EncodedTexts([self._encode(t) for t in data.texts], labels=data.labels)
+                self._datasets[split] = EncodedTexts([self.codec.encode(t) for t in data.texts], labels=data.labels)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled batches of texts of similar length (IMDB: about 5% padding instead of 40%)."""
@@ -315,7 +381,7 @@ class TextClassificationDataModule(L.LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         """Batches of ``predict_texts`` or the lines of ``predict_file``, with a ``"texts"`` key."""
         texts = self._predict_texts()
-        dataset = EncodedTexts([self._encode(t) for t in texts], texts=texts)
+        dataset = EncodedTexts([self.codec.encode(t) for t in texts], texts=texts)
         return self._loader(dataset, batch_size=self.batch_size)
 
     # -- encoding raw text ----------------------------------------------------------------------
@@ -326,17 +392,11 @@ class TextClassificationDataModule(L.LightningDataModule):
         Raises:
             ValueError: a text is empty or only whitespace.
         """
-        _check_texts(texts, "texts")
-        return PadCollator(self.padding_idx)([{"tokens": self._encode(t)} for t in texts])
+        return self.codec.batch(texts)
 
     def decode_tokens(self, ids: Sequence[int]) -> list[str]:
         """The words behind token ids, e.g. to label attention heatmaps."""
         return self.vocab.decode(ids)
-
-    def _encode(self, text: str) -> Tensor:
-        """Token ids of ``text``, truncated to ``max_length``; ``[<unk>]`` if nothing is left."""
-        ids = self.vocab.encode(tokenize(text)[: self.max_length]) or [UNK_ID]
-        return torch.tensor(ids, dtype=torch.long)
 
     # -- reading the corpus -----------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from zoo.datamodules.files import atomic_write_text
 from zoo.errors import DataError
@@ -188,6 +189,29 @@ class Vocabulary:
             tokens.append(self._itos[index])
         return tokens
 
+    def to_dict(self) -> dict[str, Any]:
+        """The vocabulary as plain data (JSON, or a checkpoint loadable with ``weights_only``)."""
+        return {"format": _VOCAB_FORMAT, "version": _VOCAB_FORMAT_VERSION, "tokens": list(self._itos)}
+
+    @classmethod
+    def from_dict(cls, payload: object, *, where: str = "the data") -> Vocabulary:
+        """Rebuild a vocabulary from :meth:`to_dict`'s output; ``where`` names its origin in errors.
+
+        Raises:
+            DataError: ``payload`` is not a vocabulary of this format.
+        """
+        if not isinstance(payload, dict) or payload.get("format") != _VOCAB_FORMAT:
+            raise DataError(f"{where} is not an attention-zoo vocabulary.")
+        if payload.get("version") != _VOCAB_FORMAT_VERSION:
+            raise DataError(
+                f"{where} has vocabulary format version {payload.get('version')!r}, this zoo reads "
+                f"version {_VOCAB_FORMAT_VERSION}."
+            )
+        tokens = payload.get("tokens")
+        if not isinstance(tokens, list) or tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+            raise DataError(f"{where} does not start with the special tokens {SPECIAL_TOKENS}.")
+        return cls(tokens[len(SPECIAL_TOKENS) :])
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the vocabulary as JSON, atomically.
 
@@ -195,8 +219,7 @@ class Vocabulary:
         ``path``, so a concurrent reader (another process of a multi-GPU run building the same
         cached vocabulary) sees either the old file or the complete new one, never half a file.
         """
-        payload = {"format": _VOCAB_FORMAT, "version": _VOCAB_FORMAT_VERSION, "tokens": self._itos}
-        atomic_write_text(path, json.dumps(payload, ensure_ascii=False))
+        atomic_write_text(path, json.dumps(self.to_dict(), ensure_ascii=False))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Vocabulary:
@@ -211,14 +234,7 @@ class Vocabulary:
             payload = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise DataError(f"{path} is not a vocabulary file (invalid JSON: {exc}); delete it to rebuild.") from exc
-        if not isinstance(payload, dict) or payload.get("format") != _VOCAB_FORMAT:
-            raise DataError(f"{path} is not an attention-zoo vocabulary file; delete it to rebuild.")
-        if payload.get("version") != _VOCAB_FORMAT_VERSION:
-            raise DataError(
-                f"{path} has vocabulary format version {payload.get('version')!r}, this zoo reads "
-                f"version {_VOCAB_FORMAT_VERSION}; delete it to rebuild."
-            )
-        tokens = payload.get("tokens")
-        if not isinstance(tokens, list) or tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
-            raise DataError(f"{path} does not start with the special tokens {SPECIAL_TOKENS}; delete it to rebuild.")
-        return cls(tokens[len(SPECIAL_TOKENS) :])
+        try:
+            return cls.from_dict(payload, where=str(path))
+        except DataError as exc:
+            raise DataError(f"{exc} Delete it to rebuild.") from exc

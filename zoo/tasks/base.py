@@ -1,14 +1,29 @@
-"""What every zoo task shares: how the CLI finds its defaults, how it links data sizes, and the
-``torch_compile`` option."""
+"""What every zoo task shares: how the CLI finds its defaults and links data sizes, what its
+checkpoints record, predicting from raw inputs, and the ``torch_compile`` option."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar, Protocol
 
 import lightning as L
+import torch
 from torch import nn
 
-__all__ = ["ZooTask"]
+from zoo.models.registry import MODEL_REGISTRY
+from zoo.provenance import RECORD_KEY, run_record
+
+__all__ = ["Codec", "ZooTask"]
+
+
+class Codec(Protocol):
+    """Turns raw inputs into a model's batch and its outputs back; convertible to plain data."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> Codec: ...
 
 
 class ZooTask(L.LightningModule):
@@ -20,8 +35,12 @@ class ZooTask(L.LightningModule):
     * ``data_links``: constructor arguments filled from data-module attributes of the same
       name at instantiation (vocabulary size, padding id, class count), so users never type them.
     * ``monitor``: the validation metric checkpoints track, and whether higher is better.
+    * ``codec_class``: the kind of :class:`Codec` the task predicts with, if it needs one.
 
-    Subclasses hold their architecture in ``self.model``.
+    Subclasses hold their architecture in ``self.model``. Checkpoints carry the zoo's record
+    under ``checkpoint["zoo"]``: the registered model name, the seed, the package versions and,
+    for tasks with a codec, the data module's codec as plain data, so that
+    :func:`zoo.load_checkpoint` can rebuild the model and :meth:`predict` from the checkpoint alone.
 
     Args:
         torch_compile: Compile ``self.model`` with :func:`torch.compile` when the trainer sets
@@ -32,12 +51,14 @@ class ZooTask(L.LightningModule):
     default_datamodule: ClassVar[str]
     data_links: ClassVar[tuple[str, ...]] = ()
     monitor: ClassVar[tuple[str, str]] = ("val/loss", "min")
+    codec_class: ClassVar[type[Codec] | None] = None
     model: nn.Module
 
     def __init__(self, torch_compile: bool = False) -> None:
         super().__init__()
         self.torch_compile = torch_compile
         self._model_compiled = False
+        self.codec: Codec | None = None
 
     def configure_model(self) -> None:
         """Compile ``self.model`` in place, once, if ``torch_compile`` is set.
@@ -49,3 +70,45 @@ class ZooTask(L.LightningModule):
         if self.torch_compile and not self._model_compiled:
             self.model.compile()
             self._model_compiled = True
+
+    def setup(self, stage: str) -> None:
+        """Adopt the data module's codec, so that checkpoints carry what predicting needs."""
+        codec = getattr(self.trainer.datamodule, "codec", None)
+        if self.codec_class is not None and isinstance(codec, self.codec_class):
+            self.codec = codec
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        record = run_record(MODEL_REGISTRY.name_of(type(self)))
+        if self.codec is not None:
+            record["codec"] = self.codec.state_dict()
+        checkpoint[RECORD_KEY] = record
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = (checkpoint.get(RECORD_KEY) or {}).get("codec")
+        if state is not None and self.codec_class is not None:
+            self.codec = self.codec_class.from_state_dict(state)
+
+    def predict(self, inputs: Sequence[Any]) -> list[dict[str, Any]]:
+        """Predictions for raw inputs, one dictionary per input (the rows ``zoo predict`` prints)."""
+        raise NotImplementedError(f"{type(self).__name__} does not predict from raw inputs.")
+
+    def require_codec(self) -> Codec:
+        """The codec, or an error that says where one comes from."""
+        if self.codec is None:
+            raise RuntimeError(
+                f"{type(self).__name__} has no codec to turn raw inputs into tensors: load it with "
+                f"zoo.load_checkpoint from a checkpoint that holds one, or train it with a data module "
+                f"that provides one (its 'codec' attribute)."
+            )
+        return self.codec
+
+    @contextmanager
+    def inference(self) -> Iterator[None]:
+        """Evaluation mode without gradients for the block; the previous mode is restored after."""
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            self.train(was_training)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
 import torchmetrics
 from torch import Tensor
 
+from zoo.datamodules.text_classification import TextClassificationCodec
 from zoo.models import SentimentClassifier
 from zoo.models.registry import register_model
 from zoo.tasks.base import ZooTask
@@ -47,6 +49,7 @@ class Sentiment(ZooTask):
     default_datamodule = "sst2"
     data_links = ("vocab_size", "padding_idx", "num_classes")
     monitor = ("val/acc", "max")
+    codec_class = TextClassificationCodec
 
     def __init__(
         self,
@@ -129,17 +132,30 @@ class Sentiment(ZooTask):
             publish_figure(self, figure, f"attention_example{i}")
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, Any]]:
-        probabilities = torch.softmax(self(batch["tokens"], batch["valid_lens"]), dim=-1)
-        names = getattr(self.trainer.datamodule, "class_names", None) or [str(i) for i in range(probabilities.shape[-1])]
-        confidence, labels = probabilities.max(dim=-1)
-        texts = batch.get("texts") or [""] * labels.numel()
-        return [
-            {"text": text, "label": names[int(label)], "probability": float(p)}
-            for text, label, p in zip(texts, labels, confidence)
-        ]
+        logits = self(batch["tokens"], batch["valid_lens"])
+        names = getattr(self.trainer.datamodule, "class_names", None) or [str(i) for i in range(logits.shape[-1])]
+        return _labelled(logits, batch.get("texts") or [""] * logits.shape[0], names)
+
+    def predict(self, inputs: Sequence[str]) -> list[dict[str, Any]]:
+        """Classify raw texts with the codec (from the data module or the checkpoint):
+        ``[{"text", "label", "probability"}, ...]``."""
+        codec = self.require_codec()
+        batch = codec.batch(inputs)
+        with self.inference():
+            logits = self(batch["tokens"].to(self.device), batch["valid_lens"].to(self.device))
+        return _labelled(logits, list(inputs), codec.class_names)
 
     def configure_optimizers(self) -> dict[str, Any]:
         return adamw_with_warmup(
             self.model, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
             warmup_steps=self.hparams.warmup_steps, total_steps=self.trainer.estimated_stepping_batches,
         )
+
+
+def _labelled(logits: Tensor, texts: Sequence[str], names: Sequence[str]) -> list[dict[str, Any]]:
+    """The most probable class of each text, with its probability."""
+    confidence, labels = torch.softmax(logits, dim=-1).max(dim=-1)
+    return [
+        {"text": text, "label": names[int(label)], "probability": float(p)}
+        for text, label, p in zip(texts, labels, confidence)
+    ]

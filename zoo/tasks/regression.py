@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torchmetrics
 from torch import Tensor
 
+from zoo.errors import DataError
 from zoo.models import KernelRegression
 from zoo.models.registry import register_model
 from zoo.tasks.base import ZooTask
@@ -55,6 +57,7 @@ class NadarayaWatson(ZooTask):
 
     def setup(self, stage: str) -> None:
         """Remember the training points: always when fitting, else only if no checkpoint did."""
+        super().setup(stage)
         datamodule = getattr(self.trainer, "datamodule", None)
         if hasattr(datamodule, "train_tensors") and (stage == "fit" or self.model.memory_size == 0):
             inputs, targets = datamodule.train_tensors()
@@ -96,6 +99,17 @@ class NadarayaWatson(ZooTask):
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> list[dict[str, float]]:
         predictions = self.model(batch["inputs"]).output
         return [{"input": float(x), "prediction": float(y)} for x, y in zip(batch["inputs"], predictions)]
+
+    def predict(self, inputs: Sequence[float | str] | Tensor) -> list[dict[str, float]]:
+        """Predict ``y`` at raw inputs ``x`` (numbers, or text that reads as numbers) from the
+        remembered training points: ``[{"input", "prediction"}, ...]``."""
+        try:
+            x = torch.as_tensor([float(value) for value in inputs], dtype=torch.float32, device=self.device)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"Kernel regression predicts at numbers; got {list(inputs)[:5]!r} ({exc}).") from exc
+        with self.inference():
+            predictions = self(x)
+        return [{"input": float(a), "prediction": float(b)} for a, b in zip(x, predictions)]
 
     def configure_optimizers(self) -> torch.optim.Optimizer | None:
         params = [p for p in self.parameters() if p.requires_grad]

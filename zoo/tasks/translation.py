@@ -10,12 +10,14 @@ sacreBLEU on detokenized, cased text against every reference of each source.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torchmetrics
 from torch import Tensor, nn
 
+from zoo.datamodules.fra_eng import TranslationCodec
 from zoo.models.decoding import beam_search, greedy_decode
 from zoo.models.registry import register_model
 from zoo.models.seq2seq import Seq2SeqAttention
@@ -40,6 +42,7 @@ class TranslationTask(ZooTask):
     default_datamodule = "fra_eng"
     data_links = ("vocab_size", "padding_idx", "bos_idx", "eos_idx")
     monitor = ("val/bleu", "max")
+    codec_class = TranslationCodec
     model: nn.Module
 
     def __init__(
@@ -183,6 +186,15 @@ class TranslationTask(ZooTask):
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, str]]:
         translations = self._detokenize(self.translate_ids(batch["src"], batch["src_lens"], beam_size=self.beam_size))
         return [{"source": source, "translation": text} for source, text in zip(batch["sources"], translations)]
+
+    def predict(self, inputs: Sequence[str]) -> list[dict[str, str]]:
+        """Translate raw English sentences with beam search and the codec (from the data module
+        or the checkpoint): ``[{"source", "translation"}, ...]``."""
+        codec = self.require_codec()
+        batch = codec.batch(inputs)
+        with self.inference():
+            ids = self.translate_ids(batch["src"].to(self.device), batch["src_lens"].to(self.device), beam_size=self.beam_size)
+        return [{"source": source, "translation": codec.decode(row)} for source, row in zip(batch["sources"], ids)]
 
 
 @register_model("transformer")

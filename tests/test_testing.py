@@ -1,0 +1,229 @@
+"""``zoo.testing.check_attention``: every built-in keeps the contract, and broken variants are
+caught by the check they break, with a message saying what went wrong."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import zoo
+from zoo.attention import AttentionOutput
+from zoo.attention.masking import masked_softmax
+from zoo.testing import AttentionContractError, check_attention
+
+BUILT_INS = [e.name for e in zoo.ATTENTION_REGISTRY.entries() if e.source == "attention-zoo"]
+ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16", "bfloat16", "gradients")
+
+
+def test_the_built_ins_are_all_checked() -> None:
+    assert {"additive", "dot_product", "gaussian_kernel", "average", "multi_head", "self", "cross"} <= set(BUILT_INS)
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_every_built_in_keeps_the_contract(name: str) -> None:
+    report = check_attention(name)
+    assert report.passed == ALL_CHECKS and not report.skipped
+
+
+@pytest.mark.parametrize(
+    ("variant", "kwargs"),
+    [
+        ("gaussian_kernel", {"learnable": True, "bandwidth": 0.5}),
+        ("additive", {"query_size": 3, "key_size": 9, "num_hiddens": 4}),
+        ("multi_head", {"score": "additive", "kdim": 6, "vdim": 3}),
+        ("self", {"score": "gaussian_kernel", "num_heads": 4}),
+        ("cross", {"score": "additive", "memory_dim": 5}),
+        (zoo.DotProductAttention, {"scale": 0.3}),
+    ],
+)
+def test_configured_variants_keep_the_contract(variant, kwargs) -> None:
+    assert check_attention(variant, **kwargs).passed == ALL_CHECKS
+
+
+def test_an_instance_can_be_checked_and_is_left_untouched() -> None:
+    layer = zoo.create_attention("multi_head", embed_dim=12, num_heads=3, kdim=4).train()
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    report = check_attention(layer, dtypes=())
+    assert report.passed == ("shape", "padding", "causal", "fully_masked", "weights", "gradients")
+    assert layer.training and all(torch.equal(before[k], v) for k, v in layer.state_dict().items())
+
+
+def test_check_attention_leaves_the_global_random_state_alone() -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    check_attention("additive", dtypes=())
+    assert torch.equal(torch.rand(3), expected)
+
+
+# -- broken variants, each caught by the check it breaks --------------------------------------------
+
+
+class _Cosine(zoo.Attention):
+    """A correct plugin variant that the broken ones below start from."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__(dropout)
+        self.temperature = nn.Parameter(torch.tensor(3.0))
+
+    def score(self, queries: Tensor, keys: Tensor) -> Tensor:
+        q, k = nn.functional.normalize(queries, dim=-1), nn.functional.normalize(keys, dim=-1)
+        return self.temperature * q @ k.transpose(-2, -1)
+
+
+class _LeaksTheFuture(_Cosine):
+    """Accepts is_causal but never masks: the bug the Hugging Face registry once shipped."""
+
+    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, is_causal=False, need_weights=False):
+        return super().forward(queries, keys, values, valid_lens, attn_mask=attn_mask, need_weights=need_weights)
+
+
+class _IgnoresPadding(_Cosine):
+    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, is_causal=False, need_weights=False):
+        return super().forward(queries, keys, values, is_causal=is_causal, need_weights=need_weights)
+
+
+class _IgnoresAttnMask(_Cosine):
+    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, is_causal=False, need_weights=False):
+        return super().forward(queries, keys, values, valid_lens, is_causal=is_causal, need_weights=need_weights)
+
+
+class _NaNWhenNothingIsVisible(_Cosine):
+    """The textbook masked softmax: fill with -inf, so a fully masked row is 0/0."""
+
+    def attend(self, queries, keys, values, mask, *, need_weights):
+        scores = self.score(queries, keys)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        return AttentionOutput(weights @ values, weights if need_weights else None)
+
+
+class _UniformWhenNothingIsVisible(_Cosine):
+    """Fills with a large negative number and forgets to zero rows with no visible key.
+
+    Dot-product scores are used because a per-row shift changes nothing in the softmax: only the
+    fully masked rows differ, where every key, hidden or not, gets the same weight."""
+
+    def score(self, queries, keys):
+        return queries @ keys.transpose(-2, -1)
+
+    def attend(self, queries, keys, values, mask, *, need_weights):
+        scores = self.score(queries, keys)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -1e9)
+        weights = torch.softmax(scores, dim=-1)
+        return AttentionOutput(weights @ values, weights if need_weights else None)
+
+
+class _UnnormalizedWeights(_Cosine):
+    """Returns the weights before normalizing them, though the output is right."""
+
+    def attend(self, queries, keys, values, mask, *, need_weights):
+        weights = masked_softmax(self.score(queries, keys), mask=mask)
+        return AttentionOutput(weights @ values, 2 * weights if need_weights else None)
+
+
+class _HalfPrecisionOverflow(_Cosine):
+    """Multiplies scores by a constant that overflows float16."""
+
+    def score(self, queries, keys):
+        return 1e5 * super().score(queries, keys)
+
+
+class _ReturnsFloat32(_Cosine):
+    def forward(self, *args, **kwargs):
+        output, weights = super().forward(*args, **kwargs)
+        return AttentionOutput(output.float(), weights)
+
+
+class _UnusedParameter(_Cosine):
+    """A parameter the computation never uses: DistributedDataParallel would stop on it."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__(dropout)
+        self.forgotten = nn.Parameter(torch.ones(3))
+
+
+class _DetachesValues(_Cosine):
+    def attend(self, queries, keys, values, mask, *, need_weights):
+        return super().attend(queries, keys, values.detach(), mask, need_weights=need_weights)
+
+
+class _WrongBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.exp()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad  # should be grad * exp(x)
+
+
+class _BadCustomGradient(_Cosine):
+    def score(self, queries, keys):
+        return torch.log(_WrongBackward.apply(super().score(queries, keys)))
+
+
+class _DropsAQuery(_Cosine):
+    def forward(self, *args, **kwargs):
+        output, weights = super().forward(*args, **kwargs)
+        return AttentionOutput(output[..., :-1, :], weights)
+
+
+class _ClaimsNoCausalButIgnoresIt(_LeaksTheFuture):
+    """Declares it cannot mask the future, yet accepts is_causal=True silently."""
+
+    supports_causal = False
+
+
+class _NoCausal(_Cosine):
+    """Honest: cannot mask the future and refuses to (the base class raises)."""
+
+    supports_causal = False
+
+
+@pytest.mark.parametrize(
+    ("variant", "check", "message"),
+    [
+        (_LeaksTheFuture, "causal", "with is_causal=True (7 queries, 7 keys), query 0 of sequence 0 changed when key/value 1, hidden from it, changed"),
+        (_IgnoresPadding, "padding", "with valid_lens of shape (B,), query 0 of sequence 2 changed when key/value 1, hidden from it, changed"),
+        (_IgnoresAttnMask, "padding", "with a boolean attn_mask, query"),
+        (_NaNWhenNothingIsVisible, "fully_masked", "a query with no visible key (valid_lens 0) gives a non-finite output"),
+        (_UniformWhenNothingIsVisible, "padding", "with valid_lens of shape (B, Lq), query"),
+        (_UnnormalizedWeights, "weights", "must sum to 1"),
+        (_HalfPrecisionOverflow, "float16", "the output in torch.float16 has NaN or inf"),
+        (_ReturnsFloat32, "float16", "torch.float16 inputs gave a torch.float32 output"),
+        (_UnusedParameter, "gradients", "the trainable parameter 'forgotten' gets no gradient"),
+        (_DetachesValues, "gradients", "the values get no gradient"),
+        (_BadCustomGradient, "gradients", "analytical gradients differ from finite differences"),
+        (_DropsAQuery, "shape", "output has shape (3, 4, 5), expected (3, 5, 5)"),
+        (_ClaimsNoCausalButIgnoresIt, "supports_causal", "declares supports_causal=False but accepted is_causal=True"),
+    ],
+)
+def test_broken_variants_are_caught_by_the_check_they_break(variant, check, message) -> None:
+    with pytest.raises(AttentionContractError) as info:
+        check_attention(variant)
+    text = str(info.value)
+    assert text.startswith(f"{variant.__name__} fails the attention contract [{check}]: "), text
+    assert message in text, text
+    assert isinstance(info.value, AssertionError), "pytest reports it as a failed assertion"
+
+
+def test_a_variant_declaring_no_causal_support_is_checked_for_the_rest() -> None:
+    report = check_attention(_NoCausal)
+    assert "causal" not in report.passed and report.skipped == {"causal": "declares supports_causal=False (and refuses it)"}
+    assert {"padding", "fully_masked", "weights", "gradients"} <= set(report.passed)
+
+
+def test_a_correct_plugin_passes_and_is_reachable_from_the_package() -> None:
+    assert zoo.testing.check_attention is zoo.check_attention is check_attention
+    assert check_attention(_Cosine).passed == ALL_CHECKS
+
+
+def test_not_an_attention_is_refused() -> None:
+    with pytest.raises(TypeError, match="subclass of zoo.Attention or zoo.AttentionLayer"):
+        check_attention(nn.Linear)
+    with pytest.raises(KeyError, match="Did you mean 'additive'"):
+        check_attention("adittive")

@@ -1,0 +1,76 @@
+"""``zoo predict --ckpt_path FILE`` without ``--model``: predicting from a checkpoint alone.
+
+LightningCLI's ``predict`` needs the model's data module, and so the training corpus, to build
+its vocabulary. A zoo checkpoint carries what predicting needs (the weights, the
+hyperparameters and the codec), so with only ``--ckpt_path`` the model is rebuilt with
+:func:`zoo.load_checkpoint` and the inputs come from ``--data.predict_texts`` or
+``--data.predict_file``, the flags of the Lightning path.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from zoo.checkpoint import load_checkpoint
+from zoo.errors import CheckpointError, DataError
+from zoo.models import MODEL_REGISTRY
+
+__all__ = ["format_row", "from_checkpoint_alone", "predict_from_checkpoint"]
+
+
+def format_row(item: dict[str, Any]) -> str:
+    """One prediction as a tab-separated line, floats to four decimals."""
+    return "\t".join(f"{value:.4f}" if isinstance(value, float) else str(value) for value in item.values())
+
+
+def from_checkpoint_alone(args: list[str]) -> bool:
+    """``predict`` with a ``--ckpt_path`` but neither ``--model`` nor ``--config``."""
+    flags = {arg.split("=", 1)[0] for arg in args}
+    return args[:1] == ["predict"] and "--ckpt_path" in flags and not flags & {"--model", "--config", "-c"}
+
+
+def _inputs(texts: str | None, file: str | None) -> list[Any]:
+    """The raw inputs from a YAML/JSON list or from the non-blank lines of a file."""
+    if file is not None:
+        path = Path(file).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"predict_file {file!r} does not exist; give a text file, one input per line.")
+        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        items = yaml.safe_load(texts or "")
+    except yaml.YAMLError as exc:
+        raise DataError(f"--data.predict_texts is not a JSON/YAML list: {exc}") from exc
+    if not isinstance(items, list) or not items:
+        raise DataError(f"--data.predict_texts must be a non-empty list, like '[\"a text\", \"another\"]'; got {texts!r}.")
+    return items
+
+
+def predict_from_checkpoint(args: list[str], chunk_size: int = 64) -> None:
+    """``zoo predict --ckpt_path FILE (--data.predict_texts LIST | --data.predict_file FILE)``.
+
+    Prints one tab-separated line per input, as the Lightning path does. Inputs are texts
+    (sentiment), English sentences (translation) or numbers (kernel regression), predicted
+    ``chunk_size`` at a time.
+    """
+    parser = argparse.ArgumentParser(
+        prog="zoo predict", description="Predict with a model rebuilt from its checkpoint alone (no --model, no data)."
+    )
+    parser.add_argument("--ckpt_path", required=True, help="a checkpoint of a registered zoo model")
+    inputs = parser.add_mutually_exclusive_group(required=True)
+    inputs.add_argument("--data.predict_texts", dest="texts", help="a JSON/YAML list of inputs")
+    inputs.add_argument("--data.predict_file", dest="file", help="a UTF-8 file of inputs, one per line")
+    options = parser.parse_args(args)
+    items = _inputs(options.texts, options.file)
+    model = load_checkpoint(options.ckpt_path)
+    if model.codec_class is not None and model.codec is None:
+        raise CheckpointError(
+            f"{options.ckpt_path!r} holds no codec (vocabulary or tokenizer) to read raw inputs with: it predates "
+            f"them. Predict with --model {MODEL_REGISTRY.name_of(type(model))} and its --data options instead."
+        )
+    for start in range(0, len(items), chunk_size):
+        for row in model.predict(items[start : start + chunk_size]):
+            print(format_row(row))
