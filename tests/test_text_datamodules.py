@@ -236,12 +236,16 @@ def test_imdb_batches_are_truncated_to_max_length(imdb: IMDBDataModule, data_dir
     assert batch["valid_lens"].tolist() == [16, 2]
 
 
-def test_train_loader_shuffles_and_collate_pickles(sst2: SST2DataModule) -> None:
+def test_train_loader_shuffles_by_epoch_and_collate_pickles(sst2: SST2DataModule) -> None:
     loader = sst2.train_dataloader()
-    first_epoch, second_epoch = next(iter(loader)), next(iter(loader))
+    first_epoch = next(iter(loader))
+    loader.sampler.set_epoch(1)  # Lightning does this at every epoch
+    second_epoch = next(iter(loader))
     assert not torch.equal(first_epoch["labels"], second_epoch["labels"]) or not torch.equal(
         first_epoch["valid_lens"], second_epoch["valid_lens"]
     )
+    loader.sampler.set_epoch(0)
+    assert torch.equal(next(iter(loader))["tokens"], first_epoch["tokens"])  # an epoch's order is reproducible
     collate = pickle.loads(pickle.dumps(loader.collate_fn))
     assert collate([sst2.train_dataloader().dataset[0]])["tokens"].shape[0] == 1
 
