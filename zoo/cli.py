@@ -32,7 +32,7 @@ import zoo
 from zoo.attention import ATTENTION_REGISTRY, IncompatibleAttentionError
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.datamodules.download import DownloadError
-from zoo.errors import DataError
+from zoo.errors import ConfigurationError, DataError
 from zoo.models import MODEL_REGISTRY
 from zoo.registry import Registry, RegistryError
 from zoo.tasks import ZooTask
@@ -169,7 +169,7 @@ def print_registries(pattern: str | None = None) -> None:
 
 #: Mistakes of configuration or input: shown as one line, without a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    RegistryError, IncompatibleAttentionError, DataError, DownloadError, FileNotFoundError,
+    RegistryError, IncompatibleAttentionError, DataError, ConfigurationError, DownloadError, FileNotFoundError,
 )
 
 

@@ -7,8 +7,12 @@ working. Registry errors live in :mod:`zoo.registry`, which imports nothing of t
 
 from __future__ import annotations
 
-__all__ = ["DataError"]
+__all__ = ["ConfigurationError", "DataError"]
 
 
 class DataError(ValueError):
     """Data that cannot be used as given: a bad path or file, bad labels, empty text."""
+
+
+class ConfigurationError(ValueError):
+    """Settings that cannot work together, such as a strategy the chosen model cannot use."""
