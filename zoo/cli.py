@@ -12,7 +12,9 @@ applied before Lightning parses anything:
 * Sizes the model needs from the data (vocabulary size, padding id, class count) are linked
   from the data module at instantiation.
 * Each run writes into its own directory ``runs/<model>/version_N`` (resolved config,
-  checkpoints, metrics and images).
+  checkpoints, metrics and images); a W&B run gets W&B defaults (:mod:`zoo.loggers`).
+* SIGTERM and Ctrl-C save ``last.ckpt``; ``fit --ckpt_path last`` continues the newest run
+  exactly (:mod:`zoo.resume`).
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from zoo.attention import ATTENTION_REGISTRY, IncompatibleAttentionError
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.datamodules.download import DownloadError
 from zoo.errors import ConfigurationError, DataError
+from zoo.loggers import SaveConfigToRun, apply_logger_defaults
 from zoo.models import MODEL_REGISTRY
 from zoo.registry import Registry, RegistryError
+from zoo.resume import Resumable, continue_last_run
 from zoo.tasks import ZooTask
 
 __all__ = ["ZooCLI", "main"]
@@ -121,6 +125,7 @@ class ZooCLI(LightningCLI):
                 subclass_mode_model=True,
                 subclass_mode_data=True,
                 parser_kwargs=parser_kwargs,
+                save_config_callback=SaveConfigToRun,
                 save_config_kwargs={"overwrite": True},
                 **kwargs,
             )
@@ -129,6 +134,7 @@ class ZooCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(Resumable, "resume")
         defaults: dict[str, Any] = {"checkpoint.save_last": True}
         task = self.task_class
         if task is not None:
@@ -143,6 +149,13 @@ class ZooCLI(LightningCLI):
             for attribute in task.data_links:
                 parser.link_arguments(f"data.{attribute}", f"model.init_args.{attribute}", apply_on="instantiate")
         parser.set_defaults(defaults)
+
+    def before_instantiate_classes(self) -> None:
+        """W&B logger defaults; ``fit --ckpt_path last`` continues the newest run in its directory."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        apply_logger_defaults(config, MODEL_REGISTRY.name_of(self.task_class) if self.task_class else None)
+        if self.subcommand == "fit":
+            continue_last_run(config)
 
     def after_predict(self) -> None:
         """Print predictions, one per line (global zero only)."""
