@@ -239,7 +239,7 @@ def test_imdb_batches_are_truncated_to_max_length(imdb: IMDBDataModule, data_dir
 def test_train_loader_buckets_shuffles_per_epoch_and_collate_pickles(sst2: SST2DataModule) -> None:
     loader = sst2.train_dataloader()
     sampler = loader.batch_sampler
-    first = [batch["labels"] for batch in loader]
+    first = [batch["labels"] for batch in loader]  # an epoch's order is reproducible
     assert all(torch.equal(a, b) for a, b in zip(first, (batch["labels"] for batch in loader)))  # same epoch, same batches
     sampler.set_epoch(1)
     assert not all(torch.equal(a, b) for a, b in zip(first, (batch["labels"] for batch in loader)))

@@ -12,7 +12,9 @@ applied before Lightning parses anything:
 * Sizes the model needs from the data (vocabulary size, padding id, class count) are linked
   from the data module at instantiation.
 * Each run writes into its own directory ``runs/<model>/version_N`` (resolved config,
-  checkpoints, metrics and images).
+  checkpoints, metrics and images); a W&B run gets W&B defaults (:mod:`zoo.loggers`).
+* SIGTERM and Ctrl-C save ``last.ckpt``; ``fit --ckpt_path last`` continues the newest run
+  exactly (:mod:`zoo.resume`).
 * ``--import FILE_OR_MODULE`` imports a plugin that is not installed (see :mod:`zoo.plugins`).
 * A ``--ckpt_path`` is read safely first: an unreadable or unsafe file, or one saved by another
   model than ``--model``, is one clear error. Lightning then loads it with ``weights_only=True``
@@ -37,19 +39,22 @@ from typing import Any
 import lightning as L
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import zoo
 from zoo.attention import ATTENTION_REGISTRY, IncompatibleAttentionError
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.datamodules.download import DownloadError
 from zoo.checkpoint import verify_checkpoint
-from zoo.errors import CheckpointError, DataError, PluginImportError
+from zoo.errors import CheckpointError, ConfigurationError, DataError, PluginImportError
+from zoo.distributed import run_directory
+from zoo.loggers import SaveConfigToRun, apply_logger_defaults
 from zoo.models import MODEL_REGISTRY
 from zoo.plugins import import_plugins, pop_import_flags
 from zoo.predict import format_row, from_checkpoint_alone, predict_from_checkpoint
 from zoo.provenance import package_versions
 from zoo.registry import Registry, RegistryError
+from zoo.resume import Resumable, continue_last_run
 from zoo.tasks import ZooTask
 
 __all__ = ["ZooCLI", "main"]
@@ -115,13 +120,13 @@ def _resolve_task(value: str | None) -> type[ZooTask] | None:
     return None
 
 
-class ZooSaveConfig(SaveConfigCallback):
+class ZooSaveConfig(SaveConfigToRun):
     """Saves the resolved ``config.yaml`` and, beside it, ``versions.json`` (global zero only)."""
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if trainer.log_dir is not None:
-            versions = json.dumps(package_versions(), indent=2)
-            Path(trainer.log_dir, "versions.json").write_text(versions + "\n", encoding="utf-8")
+        super().save_config(trainer, pl_module, stage)
+        versions = json.dumps(package_versions(), indent=2)
+        Path(run_directory(trainer), "versions.json").write_text(versions + "\n", encoding="utf-8")
 
 
 class ZooCLI(LightningCLI):
@@ -159,6 +164,7 @@ class ZooCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(Resumable, "resume")
         defaults: dict[str, Any] = {"checkpoint.save_last": True}
         task = self.task_class
         if task is not None:
@@ -175,10 +181,14 @@ class ZooCLI(LightningCLI):
         parser.set_defaults(defaults)
 
     def before_instantiate_classes(self) -> None:
-        """Load checkpoints with ``weights_only=True`` unless ``--weights_only false`` is given
-        (torch before 2.6 defaults to False)."""
-        config = self.config[self.subcommand]
-        if config.get("weights_only") is None:
+        """W&B logger defaults; ``fit --ckpt_path last`` continues the newest run in its directory;
+        checkpoints load with ``weights_only=True`` unless ``--weights_only false`` is given (torch
+        before 2.6 defaults to False)."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        apply_logger_defaults(config, MODEL_REGISTRY.name_of(self.task_class) if self.task_class else None)
+        if self.subcommand == "fit":
+            continue_last_run(config)
+        if self.subcommand and config.get("weights_only") is None:
             config["weights_only"] = True
 
     def after_predict(self) -> None:
@@ -206,8 +216,8 @@ def print_registries(pattern: str | None = None) -> None:
 
 #: Mistakes of configuration or input: shown as one line, without a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    RegistryError, IncompatibleAttentionError, DataError, DownloadError, FileNotFoundError, PluginImportError,
-    CheckpointError,
+    RegistryError, IncompatibleAttentionError, DataError, ConfigurationError, DownloadError, FileNotFoundError,
+    PluginImportError, CheckpointError,
 )
 
 

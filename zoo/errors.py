@@ -8,7 +8,7 @@ nothing of the zoo.
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "DataError", "PluginImportError"]
+__all__ = ["CheckpointError", "ConfigurationError", "DataError", "PluginImportError"]
 
 
 class DataError(ValueError):
@@ -21,3 +21,7 @@ class PluginImportError(ImportError):
 
 class CheckpointError(ValueError):
     """A file that is not a usable zoo checkpoint: unreadable, truncated, unsafe or for another model."""
+
+
+class ConfigurationError(ValueError):
+    """Settings that cannot work together, such as a strategy the chosen model cannot use."""

@@ -61,6 +61,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.datamodules.download import download, sha1_of
+from zoo.datamodules.loaders import ResumableDataLoader, evaluation_loader
 from zoo.datamodules.registry import register_datamodule
 from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
 from zoo.datamodules.subword import (
@@ -577,19 +578,21 @@ class FraEngDataModule(L.LightningDataModule):
             sort_keys=src_lens * (int(tgt_lens.max()) + 1) + tgt_lens,
             seed=self.seed,
         )
-        return self._loader(dataset, batch_sampler=sampler)
+        return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self._dataset("validation", "validate"), batch_size=self.batch_size)
+        """Validation batches in corpus order; under several processes, each gets whole batches (no repeats)."""
+        return evaluation_loader(self._dataset("validation", "validate"), self.batch_size, self.trainer, **self._loader_kwargs())
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._dataset("test", "test"), batch_size=self.batch_size)
+        """Test batches in corpus order; under several processes, each gets whole batches (no repeats)."""
+        return evaluation_loader(self._dataset("test", "test"), self.batch_size, self.trainer, **self._loader_kwargs())
 
     def predict_dataloader(self) -> DataLoader:
         """Batches of ``predict_texts`` or the lines of ``predict_file``: ``src``, ``src_lens``, ``sources``."""
         items = self.codec.items(self._predict_texts())
         dataset = TranslationDataset(TokenIds([i["src"] for i in items]), sources=[i["source"] for i in items])
-        return self._loader(dataset, batch_size=self.batch_size)
+        return DataLoader(dataset, batch_size=self.batch_size, **self._loader_kwargs())
 
     # -- internals -----------------------------------------------------------------------------------
 
@@ -673,14 +676,8 @@ class FraEngDataModule(L.LightningDataModule):
             )
         return self._datasets[split]
 
-    def _loader(self, dataset: TranslationDataset, **kwargs: Any) -> DataLoader:
-        return DataLoader(
-            dataset,
-            num_workers=self.num_workers,
-            collate_fn=TranslationCollator(),
-            persistent_workers=self.num_workers > 0,
-            **kwargs,
-        )
+    def _loader_kwargs(self) -> dict[str, Any]:
+        return {"num_workers": self.num_workers, "collate_fn": TranslationCollator(), "persistent_workers": self.num_workers > 0}
 
 
 def _check_path(path: str | None) -> Path | None:

@@ -16,15 +16,21 @@ __all__ = ["BucketBatchSampler", "EpochShuffleSampler"]
 
 
 class EpochShuffleSampler(Sampler[int]):
-    """A permutation of ``range(size)`` fixed by ``(seed, epoch)``; Lightning calls :meth:`set_epoch`."""
+    """A permutation of ``range(size)`` fixed by ``(seed, epoch)``; Lightning calls :meth:`set_epoch`.
 
-    def __init__(self, size: int, seed: int = 0) -> None:
-        self.size, self.seed, self.epoch = size, seed, 0
+    With ``shuffle=False`` it yields ``range(size)`` in order, and still keeps the epoch, which
+    :class:`ResumableDataLoader` reads.
+    """
+
+    def __init__(self, size: int, seed: int = 0, *, shuffle: bool = True) -> None:
+        self.size, self.seed, self.shuffle, self.epoch = size, seed, shuffle, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[int]:
+        if not self.shuffle:
+            return iter(range(self.size))
         return iter(np.random.default_rng([self.seed, self.epoch]).permutation(self.size).tolist())
 
     def __len__(self) -> int:

@@ -8,6 +8,8 @@ from torch.utils.data import DataLoader, Dataset
 
 import lightning as L
 
+from zoo.datamodules.loaders import ResumableDataLoader, evaluation_loader
+from zoo.datamodules.sampling import EpochShuffleSampler
 from zoo.datamodules.registry import register_datamodule
 
 __all__ = ["SyntheticRegressionDataModule", "target_function"]
@@ -44,8 +46,10 @@ class SyntheticRegressionDataModule(L.LightningDataModule):
         num_val: Validation points.
         num_test: Test points (an even grid).
         noise: Standard deviation of the noise.
-        seed: Seed of the generator; the same seed gives the same data.
-        batch_size: Points per batch; None means the whole split in one batch.
+        seed: Seed of the generator and of the order of training batches; the same seed gives the
+            same data.
+        batch_size: Points per batch; None means the whole split in one batch (under several
+            processes, each process's share of it).
     """
 
     def __init__(
@@ -80,18 +84,20 @@ class SyntheticRegressionDataModule(L.LightningDataModule):
         train = self.splits["train"]
         return train.inputs, train.targets
 
-    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
-        dataset = self.splits[split]
-        return DataLoader(dataset, batch_size=self.batch_size or len(dataset), shuffle=shuffle)
+    def _batch_size(self, split: str) -> int:
+        return self.batch_size or len(self.splits[split])
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=self.batch_size is not None)
+        """Mini-batches shuffled by ``seed`` and the epoch (resumable), or the whole split as one batch."""
+        dataset = self.splits["train"]
+        sampler = EpochShuffleSampler(len(dataset), self.seed, shuffle=self.batch_size is not None)
+        return ResumableDataLoader(dataset, batch_size=self._batch_size("train"), sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
+        return evaluation_loader(self.splits["val"], self._batch_size("val"), self.trainer)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+        return evaluation_loader(self.splits["test"], self._batch_size("test"), self.trainer)
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader("test")
+        return DataLoader(self.splits["test"], batch_size=self._batch_size("test"))

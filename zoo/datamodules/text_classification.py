@@ -41,6 +41,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
+from zoo.datamodules.loaders import ResumableDataLoader, evaluation_loader
 from zoo.datamodules.registry import register_datamodule
 from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
 from zoo.errors import DataError
@@ -235,7 +236,8 @@ class TextClassificationDataModule(L.LightningDataModule):
             or ``$ZOO_CACHE_DIR/<name>`` when that variable is set.
         limit_train: Use only the first N training texts after a shuffle seeded by ``seed``
             (fast experiments and tests); the vocabulary is built from those N only.
-        seed: Seeds that shuffle and, for IMDB, the choice of validation rows.
+        seed: Seeds that shuffle, the order of training batches in each epoch and, for IMDB, the
+            choice of validation rows.
         predict_texts: Texts to classify in the predict stage.
         predict_file: A UTF-8 file of texts to classify, one per line (blank lines skipped).
     """
@@ -362,7 +364,8 @@ class TextClassificationDataModule(L.LightningDataModule):
                 self._datasets[split] = EncodedTexts([self.codec.encode(t) for t in data.texts], labels=data.labels)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled batches of texts of similar length (IMDB: about 5% padding instead of 40%)."""
+        """Shuffled batches of texts of similar length (IMDB: about 5% padding instead of 40%), in an
+        order fixed by ``seed`` and the epoch, so that a run resumes exactly."""
         dataset = self._encoded("train", "fit")
         sampler = BucketBatchSampler(
             EpochShuffleSampler(len(dataset), self.seed),
@@ -370,19 +373,21 @@ class TextClassificationDataModule(L.LightningDataModule):
             sort_keys=[len(tokens) for tokens in dataset.tokens],
             seed=self.seed,
         )
-        return self._loader(dataset, batch_sampler=sampler)
+        return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self._encoded("validation", "validate"), batch_size=self.batch_size)
+        """Validation batches in order; under several processes, each gets whole batches (no repeats)."""
+        return evaluation_loader(self._encoded("validation", "validate"), self.batch_size, self.trainer, **self._loader_kwargs())
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._encoded("test", "test"), batch_size=self.batch_size)
+        """Test batches in order; under several processes, each gets whole batches (no repeats)."""
+        return evaluation_loader(self._encoded("test", "test"), self.batch_size, self.trainer, **self._loader_kwargs())
 
     def predict_dataloader(self) -> DataLoader:
         """Batches of ``predict_texts`` or the lines of ``predict_file``, with a ``"texts"`` key."""
         texts = self._predict_texts()
         dataset = EncodedTexts([self.codec.encode(t) for t in texts], texts=texts)
-        return self._loader(dataset, batch_size=self.batch_size)
+        return DataLoader(dataset, batch_size=self.batch_size, **self._loader_kwargs())
 
     # -- encoding raw text ----------------------------------------------------------------------
 
@@ -520,15 +525,8 @@ class TextClassificationDataModule(L.LightningDataModule):
             )
         return self._datasets[split]
 
-    def _loader(self, dataset: EncodedTexts, **batching: Any) -> DataLoader:
-        """A loader over ``dataset``; ``batching`` is ``batch_size`` or ``batch_sampler``."""
-        return DataLoader(
-            dataset,
-            **batching,
-            num_workers=self.num_workers,
-            collate_fn=PadCollator(self.padding_idx),
-            persistent_workers=self.num_workers > 0,
-        )
+    def _loader_kwargs(self) -> dict[str, Any]:
+        return {"num_workers": self.num_workers, "collate_fn": PadCollator(self.padding_idx), "persistent_workers": self.num_workers > 0}
 
     def _predict_texts(self) -> list[str]:
         """The texts to classify, from ``predict_texts`` or ``predict_file``, checked."""

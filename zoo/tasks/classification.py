@@ -93,7 +93,7 @@ class Sentiment(ZooTask):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         loss = self._loss(self(batch["tokens"], batch["valid_lens"]), batch["labels"])
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)  # the mean over every process's batch
         return loss
 
     def _evaluate(self, batch: dict[str, Any], stage: str) -> None:
@@ -115,8 +115,11 @@ class Sentiment(ZooTask):
         self._evaluate(batch, "test")
 
     def on_validation_epoch_end(self) -> None:
-        """Draw every head of the last block for a fixed few validation examples."""
+        """Draw every head of the last block for a fixed few validation examples (global zero only;
+        nothing here communicates, so the other processes may skip it)."""
         if self.trainer.sanity_checking or self._heatmap_batch is None or not self.hparams.heatmap_examples:
+            return
+        if not self.trainer.is_global_zero:
             return
         tokens, valid_lens = self._heatmap_batch["tokens"], self._heatmap_batch["valid_lens"]
         was_training = self.model.training

@@ -1,7 +1,8 @@
 """Figures the tasks produce: attention heatmaps and the regression fit.
 
 Each figure is saved as a PNG in the run directory and logged to the trainer's loggers that
-take images (TensorBoard, Weights & Biases). Only the global-zero process writes.
+take images (TensorBoard, Weights & Biases). Only the global-zero process writes, and nothing
+here communicates with other processes, so a task may call these from global zero alone.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import lightning as L
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from torch import Tensor
+
+from zoo.distributed import run_directory
 
 __all__ = ["attention_heatmaps", "publish_figure", "regression_plot"]
 
@@ -85,8 +88,7 @@ def publish_figure(module: L.LightningModule, figure: Figure, name: str) -> Path
     except RuntimeError:  # not attached to a trainer
         trainer = None
     if trainer is not None and trainer.is_global_zero:
-        run_dir = Path(trainer.log_dir or trainer.default_root_dir)
-        path = run_dir / "images" / f"{name}.png"
+        path = run_directory(trainer) / "images" / f"{name}.png"  # not trainer.log_dir: it is a collective
         path.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(path, dpi=100)
         for logger in trainer.loggers:

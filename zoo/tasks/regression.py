@@ -9,7 +9,8 @@ import torch
 import torchmetrics
 from torch import Tensor
 
-from zoo.errors import DataError
+from zoo.distributed import gather_objects
+from zoo.errors import ConfigurationError, DataError
 from zoo.models import KernelRegression
 from zoo.models.registry import register_model
 from zoo.tasks.base import ZooTask
@@ -54,10 +55,22 @@ class NadarayaWatson(ZooTask):
             {stage: torchmetrics.MeanSquaredError() for stage in ("val", "test")}
             | {f"{stage}_truth": torchmetrics.MeanSquaredError() for stage in ("val", "test")}
         )
+        self._figure_points: list[tuple[Tensor, ...]] = []  # (inputs, predictions, truth, weights) per batch
 
     def setup(self, stage: str) -> None:
-        """Remember the training points: always when fitting, else only if no checkpoint did."""
+        """Remember the training points: always when fitting, else only if no checkpoint did.
+
+        Every process remembers all of them (each training point attends to all the others);
+        under DDP the processes share out the training *queries*, and the index each carries
+        keeps leave-one-out exact.
+        """
         super().setup(stage)
+        if stage == "fit" and self.trainer.world_size > 1 and not any(p.requires_grad for p in self.parameters()):
+            raise ConfigurationError(
+                f"nadaraya_watson with attention {self.hparams.attention!r} and learnable={self.hparams.learnable} "
+                f"has no parameter to train, so there is nothing for {self.trainer.world_size} processes to share: "
+                f"fit it with --trainer.devices 1 (validate and test do run on several processes)."
+            )
         datamodule = getattr(self.trainer, "datamodule", None)
         if hasattr(datamodule, "train_tensors") and (stage == "fit" or self.model.memory_size == 0):
             inputs, targets = datamodule.train_tensors()
@@ -69,9 +82,14 @@ class NadarayaWatson(ZooTask):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor | None:
         predictions = self.model(batch["inputs"], exclude=batch["index"]).output
         loss = torch.nn.functional.mse_loss(predictions, batch["targets"])
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
         # Fixed kernels have nothing to learn: skip the backward pass instead of failing.
         return loss if any(p.requires_grad for p in self.parameters()) else None
+
+    def _draws_figures(self, stage: str) -> bool:
+        """Figures after testing and after the last validation of a fit (the same on every process)."""
+        trainer = self.trainer
+        return stage == "test" or (not trainer.sanity_checking and self.current_epoch == trainer.max_epochs - 1)
 
     def _evaluate(self, batch: dict[str, Tensor], stage: str) -> None:
         predictions, weights = self.model(batch["inputs"], need_weights=True)
@@ -79,14 +97,25 @@ class NadarayaWatson(ZooTask):
         self.metrics[f"{stage}_truth"].update(predictions, batch["truth"])
         self.log(f"{stage}/mse", self.metrics[stage], prog_bar=True)
         self.log(f"{stage}/mse_truth", self.metrics[f"{stage}_truth"])
-        trainer = self.trainer
-        if stage == "test" or (not trainer.sanity_checking and self.current_epoch == trainer.max_epochs - 1):
-            self._figures(batch, predictions, weights, stage)
+        if self._draws_figures(stage):
+            points = (batch["inputs"], predictions, batch["truth"], weights)
+            self._figure_points.append(tuple(t.detach().cpu() for t in points))
 
-    def _figures(self, batch: dict[str, Tensor], predictions: Tensor, weights: Tensor, stage: str) -> None:
-        """The fit against the truth and the weights of each query over the training inputs."""
+    def _figures(self, stage: str) -> None:
+        """The fit against the truth and the weights of each query over the training inputs.
+
+        Drawn from every batch of every process (gathered here, so every process must call
+        this), sorted by input; global zero publishes.
+        """
+        gathered = [part for parts in gather_objects(self._figure_points) for part in parts]
+        self._figure_points = []
+        if not self.trainer.is_global_zero or not gathered:
+            return
+        inputs, predictions, truth, weights = (torch.cat(column) for column in zip(*gathered))
+        order = inputs.argsort()
+        inputs, predictions, truth, weights = inputs[order], predictions[order], truth[order], weights[order]
         model = self.model
-        publish_figure(self, regression_plot(batch["inputs"], predictions, batch["truth"], model.memory_inputs, model.memory_targets), f"{stage}_fit")
+        publish_figure(self, regression_plot(inputs, predictions, truth, model.memory_inputs, model.memory_targets), f"{stage}_fit")
         heatmap = attention_heatmaps(weights, x_title="Sorted training inputs", y_title=f"Sorted {stage} inputs", titles=[model.attention.__class__.__name__])
         publish_figure(self, heatmap, f"{stage}_attention")
 
@@ -95,6 +124,13 @@ class NadarayaWatson(ZooTask):
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "test")
+
+    def on_validation_epoch_end(self) -> None:
+        if self._draws_figures("val"):
+            self._figures("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._figures("test")
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> list[dict[str, float]]:
         predictions = self.model(batch["inputs"]).output

@@ -84,11 +84,13 @@ class TranslationTask(ZooTask):
         loss = self._loss(batch)
         target_tokens = int(batch["tgt_lens"].sum())
         padding = 1.0 - (int(batch["src_lens"].sum()) + target_tokens) / (batch["src"].numel() + batch["tgt_out"].numel())
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/padding", padding)
+        # Averaged over the processes, except throughput, which is the whole run's: their sum.
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
+        self.log("train/padding", padding, sync_dist=True)
         now = time.perf_counter()
         if self._last_step_end is not None:  # target tokens per second over the last step, loading included
-            self.log("train/tgt_tokens_per_sec", target_tokens / max(now - self._last_step_end, 1e-9), prog_bar=True)
+            tokens_per_sec = target_tokens / max(now - self._last_step_end, 1e-9)
+            self.log("train/tgt_tokens_per_sec", tokens_per_sec, prog_bar=True, sync_dist=True, reduce_fx="sum")
         self._last_step_end = now
         return loss
 
@@ -162,8 +164,9 @@ class TranslationTask(ZooTask):
             self._signature_logged = True
 
     def on_validation_epoch_end(self) -> None:
-        """Cross-attention of the last decoder block for a few fixed validation sentences."""
-        if self.trainer.sanity_checking or self._heatmap_batch is None:
+        """Cross-attention of the last decoder block for a few fixed validation sentences (global
+        zero only; nothing here communicates, so the other processes may skip it)."""
+        if self.trainer.sanity_checking or self._heatmap_batch is None or not self.trainer.is_global_zero:
             return
         src, src_lens = self._heatmap_batch["src"], self._heatmap_batch["src_lens"]
         outputs = self.translate_ids(src, src_lens)

@@ -1,0 +1,119 @@
+"""Two CPU processes (DDP, gloo) against one: the same training, the same metrics on the whole split.
+
+Multi-process runs start ``python -m zoo`` in a subprocess (Lightning re-executes the command
+line for each process, which a pytest process cannot be). Metrics are read back from the CSV
+logger's ``metrics.csv``; CSV keeps every digit, so "equal" means equal.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from zoo.cli import main
+
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+TWO_PROCESSES = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"]
+
+
+def run_zoo(*args: str, cwd: Path, timeout: float = 900) -> str:
+    """``python -m zoo ARGS`` in ``cwd`` with this environment; its output, or a failure showing it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"python -m zoo {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return result.stdout + result.stderr
+
+
+def csv_metrics(save_dir: Path) -> dict[str, float]:
+    """The last value of every metric in the newest CSV run under ``save_dir``."""
+    newest = max(save_dir.glob("*/version_*/metrics.csv"), key=lambda path: path.stat().st_mtime)
+    values: dict[str, float] = {}
+    with newest.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            values |= {key: float(value) for key, value in row.items() if value not in ("", None)}
+    return values
+
+
+def _csv(directory: Path) -> list[str]:
+    return ["--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", str(directory)]
+
+
+def test_two_process_fit_of_kernel_regression_matches_one_process(in_tmp) -> None:
+    """Each process takes half the training queries, all attend to every training point, and
+    DDP averages the two halves' gradients: the full-batch step of one process."""
+    args = ["fit", "--model", "nadaraya_watson", "--trainer.max_epochs", "4", *QUIET]
+    main([*args, *_csv(in_tmp / "one")])
+    output = run_zoo(*args, *TWO_PROCESSES, *_csv(in_tmp / "two"), cwd=in_tmp)
+    assert "distributed_backend=gloo" in output and "Starting with 2 processes" in output
+    one, two = csv_metrics(in_tmp / "one"), csv_metrics(in_tmp / "two")
+    assert two["val/mse"] == pytest.approx(one["val/mse"], rel=1e-5)
+    assert two["train/loss"] == pytest.approx(one["train/loss"], rel=1e-5)
+    run = next((in_tmp / "two").glob("*/version_*"))
+    assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "config.yaml").is_file()
+    assert (run / "images" / "val_fit.png").is_file()  # drawn by global zero from both processes' points
+
+
+# Both validation splits have an odd number of examples: two processes cannot split them evenly,
+# and Lightning's own DistributedSampler would evaluate one example twice.
+
+
+def _fra_txt_slice(shared_data: Path, directory: Path) -> Path:
+    """The first 4,100 lines of the real corpus: 109 validation sentences."""
+    with zipfile.ZipFile(shared_data / "fra-eng.zip") as archive:
+        (member,) = (name for name in archive.namelist() if name.endswith("fra.txt"))
+        text = archive.read(member).decode("utf-8")
+    path = directory / "fra.txt"
+    path.write_text("\n".join(text.splitlines()[:4100]) + "\n", encoding="utf-8")
+    return path
+
+
+def _sst2_odd(shared_data: Path, directory: Path) -> Path:
+    """SST-2 in the hub layout with 871 of its 872 validation sentences."""
+    root = directory / "sst2"
+    (root / "data").mkdir(parents=True)
+    shutil.copy(shared_data / "sst2" / "data" / "train-00000-of-00001.parquet", root / "data")
+    validation = pq.read_table(shared_data / "sst2" / "data" / "validation-00000-of-00001.parquet")
+    pq.write_table(validation.slice(0, 871), root / "data" / "validation-00000-of-00001.parquet")
+    return root
+
+
+MODELS = {
+    "sentiment": (
+        ["--model.d_model", "32", "--model.num_heads", "2", "--model.num_layers", "1", "--model.ffn_hidden", "64",
+         "--model.heatmap_examples", "0", "--data.limit_train", "2000"],
+        ["val/acc", "val/f1"],
+    ),
+    "transformer": (
+        ["--model.d_model", "32", "--model.num_heads", "2", "--model.num_encoder_layers", "1", "--model.num_decoder_layers", "1",
+         "--model.ffn_hidden", "64", "--model.max_decode_len", "12", "--model.heatmap_examples", "0", "--model.warmup_steps", "20",
+         "--model.lr", "0.003", "--data.vocab_size", "500", "--data.batch_size", "32"],
+        ["val/bleu"],
+    ),
+}
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared_data, in_tmp, model) -> None:
+    """The whole validation split, each sentence once: exactly the single-process accuracy and BLEU."""
+    small, exact = MODELS[model]
+    data = ["--data.path", str(_sst2_odd(shared_data, in_tmp) if model == "sentiment" else _fra_txt_slice(shared_data, in_tmp))]
+    common = ["--model", model, *data, *small, *QUIET]
+    main(["fit", *common, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "100"])
+    checkpoint = str(next(in_tmp.glob(f"runs/{model}/version_0/checkpoints/last.ckpt")))
+
+    main(["validate", *common, "--ckpt_path", checkpoint, *_csv(in_tmp / "one")])
+    run_zoo("validate", *common, "--ckpt_path", checkpoint, *TWO_PROCESSES, *_csv(in_tmp / "two"), cwd=in_tmp)
+    one, two = csv_metrics(in_tmp / "one"), csv_metrics(in_tmp / "two")
+    for name in exact:
+        assert two[name] == one[name], name
+    assert two["val/loss"] == pytest.approx(one["val/loss"], rel=1e-6)  # float sums, in another order
+    if model == "transformer":
+        assert one["val/bleu"] > 0  # a real comparison, not of two zeros

@@ -1,0 +1,108 @@
+"""One seeded run logged by TensorBoard, CSV and Weights & Biases (offline): each logger's files
+hold the same metrics, and the W&B run holds the full resolved configuration."""
+
+from __future__ import annotations
+
+import csv
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from wandb.proto import wandb_internal_pb2
+
+from zoo.cli import main
+
+FIT = ["fit", "--model", "nadaraya_watson", "--model.attention_kwargs", '{"bandwidth": 0.7}', "--trainer.max_epochs", "3",
+       "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+
+
+def _tensorboard(run: Path) -> dict[str, float]:
+    events = EventAccumulator(str(run))
+    events.Reload()
+    return {tag: events.Scalars(tag)[-1].value for tag in events.Tags()["scalars"]}
+
+
+def _csv(run: Path) -> dict[str, float]:
+    values: dict[str, float] = {}
+    with (run / "metrics.csv").open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            values |= {key: float(value) for key, value in row.items() if value}
+    return values
+
+
+def _wandb_records(path: Path) -> list[wandb_internal_pb2.Record]:
+    """The records of an offline run's ``run-<id>.wandb``: W&B's transaction log, in LevelDB's
+    log format (a 7-byte file header, then 32 KiB blocks of chunks, each with a 7-byte header:
+    CRC-32, length, kind), one protobuf ``Record`` per chunk sequence. W&B 0.31 writes its
+    ``files/config.yaml`` and ``files/wandb-summary.json`` only when it syncs, so this is what
+    an offline run holds."""
+    data, block, position = path.read_bytes(), 32768, 7
+    records, pieces = [], b""
+    while position + 7 <= len(data):
+        if block - position % block < 7:  # no room for a chunk header: the block is padded
+            position += block - position % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        pieces += data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):  # a whole record, or the last chunk of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pieces)
+            records.append(record)
+            pieces = b""
+    return records
+
+
+def _wandb(root: Path) -> tuple[dict[str, float], dict]:
+    """The last logged value of each metric, and the run's configuration, from the offline run."""
+    (log,) = root.glob("wandb/offline-run-*/run-*.wandb")
+    metrics, config = {}, {}
+    for record in _wandb_records(log):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            for item in record.history.item:
+                value = json.loads(item.value_json)
+                if isinstance(value, float):
+                    metrics[item.key or "/".join(item.nested_key)] = value
+        elif kind in ("run", "config"):
+            updates = record.run.config.update if kind == "run" else record.config.update
+            config |= {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in updates}
+    return metrics, config
+
+
+@pytest.fixture
+def wandb_offline(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    yield
+    import wandb
+
+    wandb.finish()  # Lightning leaves the run open for the process to finish
+
+
+def test_every_logger_records_the_same_metrics(in_tmp, wandb_offline) -> None:
+    main(FIT)  # TensorBoard, the default
+    (tensorboard_run,) = in_tmp.glob("runs/nadaraya_watson/version_*")
+    main([*FIT, "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "csv"])
+    (csv_run,) = in_tmp.glob("csv/*/version_*")
+    main([*FIT, "--trainer.logger", "WandbLogger"])
+    import wandb
+
+    wandb.finish()
+
+    tensorboard, table, (summary, config) = _tensorboard(tensorboard_run), _csv(csv_run), _wandb(in_tmp / "runs")
+    for name in ("val/mse", "val/mse_truth", "train/loss"):
+        assert tensorboard[name] == pytest.approx(table[name], rel=1e-6) == pytest.approx(summary[name], rel=1e-6)
+    assert tensorboard["val/mse"] < 1.5  # a model that learned, not an empty log
+
+    # The full resolved configuration, defaults included, recorded in the W&B run.
+    model = config["model"]
+    assert model["class_path"] == "zoo.tasks.regression.NadarayaWatson"
+    assert model["init_args"]["attention_kwargs"] == {"bandwidth": 0.7} and model["init_args"]["lr"] == 5.0
+    assert config["data"]["init_args"]["num_train"] == 50 and config["trainer"]["max_epochs"] == 3
+    # W&B runs default to runs/<model>/<run id>, beside the TensorBoard versions.
+    (wandb_run,) = (path for path in in_tmp.glob("runs/nadaraya_watson/*") if not path.name.startswith("version_"))
+    assert (wandb_run / "checkpoints" / "last.ckpt").is_file() and (wandb_run / "config.yaml").is_file()
+    assert (wandb_run / "images" / "val_fit.png").is_file()

@@ -1,0 +1,129 @@
+"""Data loaders that behave the same on one process or many, and resume mid-epoch.
+
+Two problems of multi-process training that Lightning leaves to the data module:
+
+**Evaluation must see every example exactly once.** Under DDP, Lightning gives a validation
+or test loader a ``DistributedSampler``, which pads each process's share by repeating examples
+so that all processes run the same number of batches; a metric over the split then counts
+those examples twice. :func:`evaluation_loader` shards *whole batches* instead
+(:class:`WholeBatchSampler`): process ``r`` of ``W`` gets batches ``r, r + W, ...`` of the
+single-process pass, each identical to the batch one process would see (same examples, same
+padding), so summed metric states, and hence BLEU, accuracy and the rest, are exactly those of
+one process. Processes may run one batch more than others, which evaluation allows: the tasks'
+metrics are torchmetrics objects synchronised once, at epoch end, and nothing communicates per
+evaluation step. Each process needs at least one batch, so a split with fewer batches than
+processes is cut into smaller ones.
+
+**Training must resume where it stopped.** :class:`ResumableDataLoader` implements the
+``state_dict``/``load_state_dict`` pair that Lightning saves with a checkpoint, recording how
+many batches of which epoch it has served; a run resumed from a checkpoint taken mid-epoch
+skips exactly those batches. That reproduces the interrupted epoch only because its order is
+a function of ``(seed, epoch)`` (:class:`~zoo.datamodules.sampling.EpochShuffleSampler`), never of the global random
+state, also when Lightning shards it across processes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sized
+from typing import Any
+
+import lightning as L
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+__all__ = ["ResumableDataLoader", "WholeBatchSampler", "evaluation_loader"]
+
+
+class WholeBatchSampler(DistributedSampler):
+    """The examples of batches ``rank, rank + W, ...`` of a sequential pass in batches of ``batch_size``.
+
+    Cut into batches of ``batch_size`` again by the DataLoader, this process's share yields
+    exactly those batches: every share is made of whole batches, and the only short batch,
+    the last of the split, ends the share it belongs to. No example is repeated or dropped.
+    A ``DistributedSampler`` subclass, so that Lightning does not replace it.
+    """
+
+    def __init__(self, dataset: Sized, batch_size: int, num_replicas: int, rank: int) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)  # type: ignore[arg-type]
+        size = len(dataset)
+        self.batch_size = batch_size
+        self.indices = [
+            index
+            for batch in range(rank, math.ceil(size / batch_size), num_replicas)
+            for index in range(batch * batch_size, min(size, (batch + 1) * batch_size))
+        ]
+        self.num_samples, self.total_size = len(self.indices), size
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+def evaluation_loader(dataset: Dataset, batch_size: int, trainer: L.Trainer | None, **kwargs: Any) -> DataLoader:
+    """A sequential validation or test loader; under several processes, this process's whole batches.
+
+    ``trainer`` is the data module's (None outside a Trainer: one process). ``kwargs`` go to
+    the DataLoader (``collate_fn``, ``num_workers``, ...).
+
+    Raises:
+        ValueError: the split has fewer examples than there are processes.
+    """
+    placement = trainer.distributed_sampler_kwargs if trainer is not None else None
+    if not placement or placement["num_replicas"] == 1:
+        return DataLoader(dataset, batch_size=batch_size, shuffle=False, **kwargs)
+    size, processes = len(dataset), placement["num_replicas"]  # type: ignore[arg-type]
+    if size < processes:
+        raise ValueError(f"An evaluation split of {size} examples cannot give each of {processes} processes one.")
+    if math.ceil(size / batch_size) < processes:
+        batch_size = size // processes  # at least one batch per process, or a process would wait forever
+    sampler = WholeBatchSampler(dataset, batch_size, num_replicas=processes, rank=placement["rank"])  # type: ignore[arg-type]
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
+
+
+class ResumableDataLoader(DataLoader):
+    """A training DataLoader whose position within the epoch is saved and restored with checkpoints.
+
+    :meth:`state_dict` records the epoch of the pass in progress (the epoch its sampler was
+    given through ``set_epoch``) and how many batches it has served. After
+    :meth:`load_state_dict`, the next pass over the *same* epoch skips that many batches (they
+    are loaded and dropped, so any sampler works); a pass over another epoch, as after a
+    checkpoint taken at the end of an epoch, starts at its first batch. The sampler must make
+    the epoch's order reproducible: :class:`EpochShuffleSampler`, or the ``DistributedSampler``
+    Lightning wraps around it. A loader whose sampler has no epoch never skips.
+
+    The pass starts lazily, at its first batch, after Lightning has set the epoch.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._position: dict[str, int | None] = {"epoch": None, "batches": 0}
+        self._restored: dict[str, int | None] | None = None
+
+    def state_dict(self) -> dict[str, int | None]:
+        return dict(self._position)
+
+    def load_state_dict(self, state_dict: dict[str, int | None]) -> None:
+        self._restored = dict(state_dict)
+
+    def _epoch(self) -> int | None:
+        sampler = getattr(self.batch_sampler, "sampler", None)
+        epoch = getattr(sampler if sampler is not None else self.sampler, "epoch", None)
+        return None if epoch is None else int(epoch)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        restored, self._restored = self._restored, None
+        return self._pass(restored)
+
+    def _pass(self, restored: dict[str, int | None] | None) -> Iterator[Any]:
+        epoch = self._epoch()
+        skip = 0
+        if restored is not None and epoch is not None and restored["epoch"] == epoch:
+            skip = int(restored["batches"] or 0)
+        self._position = {"epoch": epoch, "batches": 0}
+        for index, batch in enumerate(super().__iter__()):
+            self._position["batches"] = index + 1
+            if index >= skip:
+                yield batch
