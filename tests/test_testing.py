@@ -23,7 +23,20 @@ def test_the_built_ins_are_all_checked() -> None:
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_every_built_in_keeps_the_contract(name: str) -> None:
     report = check_attention(name)
-    assert report.passed == ALL_CHECKS and not report.skipped
+    assert report.passed == ALL_CHECKS
+    # a sliding window needs one sequence: checked on equal lengths, and it refuses two
+    one_sequence = not getattr(zoo.get_attention(name), "supports_cross_attention", True)
+    assert report.skipped == ({"two_sequences": "declares supports_cross_attention=False (and refuses it)"} if one_sequence else {})
+
+
+def test_a_one_sequence_variant_that_accepts_two_sequences_is_caught() -> None:
+    class Window(zoo.DotProductAttention):
+        """Declares it needs one sequence, yet silently scores queries against another's keys."""
+
+        supports_cross_attention = False
+
+    with pytest.raises(AttentionContractError, match=r"supports_cross_attention=False but accepted 5 queries over 7 keys"):
+        check_attention(Window)
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,9 @@ hold whatever the implementation (explicit scores, a fused kernel, no score matr
 
 A variant that declares it cannot do something (``supports_padding_mask``, ``supports_causal``,
 ``supports_weights`` set to False) is not tested for it, but must refuse it with
-:class:`~zoo.attention.IncompatibleAttentionError` instead of silently ignoring the request.
+:class:`~zoo.attention.IncompatibleAttentionError` instead of silently ignoring the request. One
+that declares ``supports_cross_attention = False`` (queries and keys must be one sequence, as
+for a sliding window) is checked on equal lengths and must refuse unequal ones the same way.
 """
 
 from __future__ import annotations
@@ -80,6 +82,15 @@ class _Harness:
     @property
     def scoring(self) -> bool:
         return isinstance(self.prototype, Attention)
+
+    @property
+    def lengths(self) -> tuple[int, int]:
+        """Query and key lengths of the non-causal checks: unequal where the variant takes two
+        sequences, equal for a self-attention layer or a variant that declares
+        ``supports_cross_attention = False`` (a sliding window needs one sequence)."""
+        if self.form == "x" or not getattr(self.prototype, "supports_cross_attention", True):
+            return _LK, _LK
+        return _LQ, _LK
 
     def module(self, dtype: torch.dtype = torch.float32) -> nn.Module:
         return copy.deepcopy(self.prototype).to(dtype).eval()
@@ -151,6 +162,9 @@ def check_attention(variant: str | type[nn.Module] | nn.Module, /, *, dtypes: Se
         *((str(dtype).removeprefix("torch."), None, _half_precision_check(dtype)) for dtype in dtypes),
         ("gradients", None, _check_gradients),
     ]
+    if not getattr(harness.prototype, "supports_cross_attention", True):  # the checks then use one sequence
+        _expect_refusal(harness, "supports_cross_attention", generator)
+        skipped["two_sequences"] = "declares supports_cross_attention=False (and refuses it)"
     for name, flag, check in checks:
         if flag is not None and not getattr(harness.prototype, flag):
             _expect_refusal(harness, flag, generator)
@@ -232,7 +246,7 @@ def _close(a: Tensor, b: Tensor, atol: float = _ATOL, rtol: float = _RTOL) -> bo
 
 @torch.no_grad()
 def _check_shape(h: _Harness, g: torch.Generator) -> None:
-    lq, lk = (_LK, _LK) if h.form == "x" else (_LQ, _LK)
+    lq, lk = h.lengths
     module, inputs = h.module(), h.inputs(lq, lk, g)
     output, weights = h(module, inputs)
     expected = (_BATCH, lq, h.out_dim)
@@ -282,7 +296,7 @@ def _check_hidden_keys(h: _Harness, g: torch.Generator, lq: int, lk: int, what: 
 
 
 def _check_padding(h: _Harness, g: torch.Generator) -> None:
-    lq, lk = (_LK, _LK) if h.form == "x" else (_LQ, _LK)
+    lq, lk = h.lengths
     for what, mask, keep in _mask_cases(h, lq, lk, g):
         _check_hidden_keys(h, g, lq, lk, what, keep, **mask)
 
@@ -296,7 +310,7 @@ def _check_causal(h: _Harness, g: torch.Generator) -> None:
 
 def _fully_masked_cases(h: _Harness) -> list[tuple[str, int, int, dict[str, Any], Tensor]]:
     """Masks leaving some query with no visible key: ``(what, Lq, Lk, mask, rows)``."""
-    lq, lk = (_LK, _LK) if h.form == "x" else (_LQ, _LK)
+    lq, lk = h.lengths
     lengths = torch.tensor([0, 2, lk])
     attn_mask = torch.ones(_BATCH, lq, lk, dtype=torch.bool)
     attn_mask[1, 2] = False
@@ -333,7 +347,7 @@ def _check_fully_masked(h: _Harness, g: torch.Generator) -> None:
 
 @torch.no_grad()
 def _check_weights(h: _Harness, g: torch.Generator) -> None:
-    lq, lk = (_LK, _LK) if h.form == "x" else (_LQ, _LK)
+    lq, lk = h.lengths
     module, inputs = h.module(), h.inputs(lq, lk, g)
     cases = _mask_cases(h, lq, lk, g) if h.prototype.supports_padding_mask else []
     for what, mask, keep in [("no mask", {}, torch.ones(_BATCH, lq, lk, dtype=torch.bool)), *cases]:
@@ -357,7 +371,7 @@ def _check_weights(h: _Harness, g: torch.Generator) -> None:
 
 def _half_precision_check(dtype: torch.dtype) -> Callable[[_Harness, torch.Generator], None]:
     def check(h: _Harness, g: torch.Generator) -> None:
-        lq, lk = (_LK, _LK) if h.form == "x" else (_LQ, _LK)
+        lq, lk = h.lengths
         module = h.module(dtype)
         reference = copy.deepcopy(module).float()  # the same rounded parameters, computed in float32
         kwargs: dict[str, Any] = {}
@@ -400,7 +414,7 @@ def _retie(h: _Harness, distinct: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, T
 
 
 def _check_gradients(h: _Harness, g: torch.Generator) -> None:
-    lq, lk = (4, 4) if h.form == "x" else (3, 4)
+    lq, lk = (4, 4) if h.lengths[0] == h.lengths[1] else (3, 4)  # small: gradcheck runs in float64
     module = h.module(torch.float64)
     inputs = tuple(t.detach().requires_grad_() for t in _unique(h.inputs(lq, lk, g, torch.float64)))
     valid_lens = torch.tensor([lk, 2, 0]) if h.prototype.supports_padding_mask else None
@@ -428,8 +442,11 @@ def _check_gradients(h: _Harness, g: torch.Generator) -> None:
 
 def _expect_refusal(h: _Harness, flag: str, g: torch.Generator) -> None:
     """A variant that declares it lacks a capability must refuse it, not ignore it silently."""
-    lq, lk = (_LK, _LK) if h.form == "x" else (_LQ, _LK)
+    lq, lk = h.lengths
+    if flag == "supports_cross_attention":
+        lq = _LQ  # queries and keys of two sequences
     request = {
+        "supports_cross_attention": (f"{lq} queries over {lk} keys", {}),
         "supports_padding_mask": ("valid_lens", {"valid_lens": torch.tensor([lk, 3, 1])}),
         "supports_causal": ("is_causal=True", {"is_causal": True}),
         "supports_weights": ("need_weights=True", {"need_weights": True}),
