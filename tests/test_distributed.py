@@ -25,7 +25,7 @@ QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summa
 TWO_PROCESSES = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"]
 
 
-def run_zoo(*args: str, cwd: Path, timeout: float = 900) -> str:
+def run_zoo(*args: str, cwd: Path, returncode: int = 0, timeout: float = 900) -> str:
     """``python -m zoo ARGS`` in ``cwd`` with this environment; its output, or a failure showing it.
 
     The project and the tests directory (for test callbacks such as ``steplog.StepLosses``) are
@@ -34,8 +34,9 @@ def run_zoo(*args: str, cwd: Path, timeout: float = 900) -> str:
     here = Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here.parent), str(here), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, f"python -m zoo {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
-    return result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert result.returncode == returncode, f"python -m zoo {' '.join(args)} exited with {result.returncode}:\n{output[-8000:]}"
+    return output
 
 
 def csv_metrics(save_dir: Path) -> dict[str, float]:
@@ -65,6 +66,11 @@ def test_two_process_fit_of_kernel_regression_matches_one_process(in_tmp) -> Non
     run = next((in_tmp / "two").glob("*/version_*"))
     assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "config.yaml").is_file()
     assert (run / "images" / "val_fit.png").is_file()  # drawn by global zero from both processes' points
+
+
+def test_kernel_regression_with_nothing_to_learn_refuses_several_processes_clearly(in_tmp) -> None:
+    output = run_zoo("fit", "--model", "nadaraya_watson", "--model.learnable", "false", *TWO_PROCESSES, *QUIET, cwd=in_tmp, returncode=2)
+    assert "no parameter to train" in output and "--trainer.devices 1" in output and "Traceback" not in output
 
 
 # Both validation splits have an odd number of examples: two processes cannot split them evenly,
