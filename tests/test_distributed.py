@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from steplog import read_losses
 
 from zoo.cli import main
 
@@ -24,12 +25,18 @@ QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summa
 TWO_PROCESSES = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"]
 
 
-def run_zoo(*args: str, cwd: Path, timeout: float = 900) -> str:
-    """``python -m zoo ARGS`` in ``cwd`` with this environment; its output, or a failure showing it."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")]))}
+def run_zoo(*args: str, cwd: Path, returncode: int = 0, timeout: float = 900) -> str:
+    """``python -m zoo ARGS`` in ``cwd`` with this environment; its output, or a failure showing it.
+
+    The project and the tests directory (for test callbacks such as ``steplog.StepLosses``) are
+    on its ``PYTHONPATH``.
+    """
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here.parent), str(here), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, f"python -m zoo {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
-    return result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert result.returncode == returncode, f"python -m zoo {' '.join(args)} exited with {result.returncode}:\n{output[-8000:]}"
+    return output
 
 
 def csv_metrics(save_dir: Path) -> dict[str, float]:
@@ -59,6 +66,11 @@ def test_two_process_fit_of_kernel_regression_matches_one_process(in_tmp) -> Non
     run = next((in_tmp / "two").glob("*/version_*"))
     assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "config.yaml").is_file()
     assert (run / "images" / "val_fit.png").is_file()  # drawn by global zero from both processes' points
+
+
+def test_kernel_regression_with_nothing_to_learn_refuses_several_processes_clearly(in_tmp) -> None:
+    output = run_zoo("fit", "--model", "nadaraya_watson", "--model.learnable", "false", *TWO_PROCESSES, *QUIET, cwd=in_tmp, returncode=2)
+    assert "no parameter to train" in output and "--trainer.devices 1" in output and "Traceback" not in output
 
 
 # Both validation splits have an odd number of examples: two processes cannot split them evenly,
@@ -117,3 +129,24 @@ def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared
     assert two["val/loss"] == pytest.approx(one["val/loss"], rel=1e-6)  # float sums, in another order
     if model == "transformer":
         assert one["val/bleu"] > 0  # a real comparison, not of two zeros
+
+
+@pytest.mark.parametrize("signalled", ["0", pytest.param("null", marks=pytest.mark.slow)], ids=["first-process", "every-process"])
+def test_two_process_run_stopped_by_sigterm_resumes_on_the_same_trajectory(in_tmp, signalled) -> None:
+    """SIGTERM to the first process alone, as ``kill PID`` sends it, or to every process, as a
+    scheduler does: both processes stop after the same step and save last.ckpt, and
+    ``--ckpt_path last`` continues each one's losses exactly (three shuffled steps an epoch;
+    the signal comes in the middle of the third epoch)."""
+    fit = ["fit", "--model", "nadaraya_watson", "--data.batch_size", "10", "--trainer.max_epochs", "4", *QUIET, *TWO_PROCESSES,
+           "--trainer.callbacks+=steplog.StepLosses", "--trainer.callbacks.path"]
+    run_zoo(*fit, str(in_tmp / "reference{rank}.jsonl"), "--trainer.logger.name", "reference", cwd=in_tmp)
+    output = run_zoo(*fit, str(in_tmp / "interrupted{rank}.jsonl"), "--trainer.callbacks.signal_after_step", "7",
+                     "--trainer.callbacks.signal_rank", signalled, cwd=in_tmp)
+    assert "Saved" in output and (in_tmp / "runs" / "nadaraya_watson" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    run_zoo(*fit, str(in_tmp / "resumed{rank}.jsonl"), "--ckpt_path", "last", cwd=in_tmp)
+    for rank in (0, 1):
+        reference = read_losses(in_tmp / f"reference{rank}.jsonl")
+        interrupted, resumed = read_losses(in_tmp / f"interrupted{rank}.jsonl"), read_losses(in_tmp / f"resumed{rank}.jsonl")
+        assert sorted(reference) == list(range(1, 13)) and max(interrupted) == 7 and sorted(resumed) == list(range(8, 13))
+        for step, loss in (interrupted | resumed).items():
+            assert loss == pytest.approx(reference[step], rel=1e-6, abs=1e-9), f"process {rank}, step {step}"

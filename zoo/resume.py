@@ -2,13 +2,13 @@
 
 What an interrupted run needs to continue the loss trajectory it would have followed:
 
-* **A checkpoint taken between two steps.** On SIGTERM (a scheduler's time limit, ``kill``)
-  Lightning finishes the running step and raises ``SIGTERMException`` in every process.
-  Ctrl-C would raise ``KeyboardInterrupt`` wherever it lands, in the middle of an optimizer
-  step too; during ``fit`` :class:`Resumable` therefore only notes the first Ctrl-C and stops
-  after the running step, in every process at the same step (the request is reduced across
-  processes after each step). Either way it then saves ``last.ckpt`` where
-  ``--ckpt_path last`` looks. A second Ctrl-C stops at once, without a checkpoint.
+* **A checkpoint taken between two steps.** SIGTERM (a scheduler's time limit, ``kill``) and
+  Ctrl-C would otherwise interrupt wherever they land, in the middle of an optimizer step too.
+  While training runs, :class:`Resumable` turns the first of them into a request: the running
+  step finishes, every process stops after the same step (the request is reduced across
+  processes), and ``last.ckpt`` is saved where ``--ckpt_path last`` looks. After an epoch's
+  last step, and during the validation that follows it, the stop comes once that validation
+  has run. A second Ctrl-C stops at once, without a checkpoint.
 * **The position in the epoch.** The zoo's training loaders record it in the checkpoint and
   skip what was already trained (:class:`zoo.datamodules.loaders.ResumableDataLoader`).
 * **The random state** of every process (dropout masks): :class:`Resumable` stores them in the
@@ -67,63 +67,85 @@ def _set_random_states(states: dict[str, Any]) -> None:
 
 
 class Resumable(L.Callback):
-    """Saves ``last.ckpt`` when a fit is interrupted, and makes resuming from a checkpoint exact.
+    """Stops a fit cleanly on SIGTERM or Ctrl-C and saves ``last.ckpt``; makes resuming exact.
 
-    See the module docstring. The checkpoint goes to the first ``ModelCheckpoint``'s directory
-    under its "last" name, where ``--ckpt_path last`` finds it.
+    See the module docstring. While training runs, SIGTERM and the first Ctrl-C only request a
+    stop: after each training step the processes agree (one small all-reduce) whether any was
+    asked, and all raise together, ``SIGTERMException`` or ``KeyboardInterrupt`` as Lightning
+    would. The checkpoint goes to the first ``ModelCheckpoint``'s directory under its "last"
+    name, where ``--ckpt_path last`` finds it.
+
+    This replaces Lightning's own SIGTERM handler during training. That one broadcasts from
+    inside the handler, once per signal a process receives, and forwards SIGTERM to the other
+    local processes; a process signalled twice (by the scheduler and by the forwarding), or
+    signalled while the others wait in another collective, leaves the collectives unpaired,
+    which hangs a multi-process run. Here the handler only records the request.
+
+    A stop after the last step of an epoch waits for the epoch's validation, which a resumed
+    run would not repeat.
     """
 
     def __init__(self) -> None:
-        self._interrupt_requested = False  # this process saw a Ctrl-C
-        self._stopping = False  # some process did, and all stop after this step
+        self._requested: int | None = None  # the signal this process received
+        self._stopping = False  # some process received one: all stop after this step
         self._forced = False  # a second Ctrl-C: stopped at once
-        self._previous_handler: Any = None
+        self._previous_handlers: dict[int, Any] = {}
         self._pending_states: dict[str, Any] | None = None
 
-    # -- Ctrl-C: stop between two steps ------------------------------------------------------------
+    # -- signals: stop between two steps ------------------------------------------------------------
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._interrupt_requested = self._stopping = self._forced = False
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # After Lightning has installed its handlers (it does so once the fit is set up).
+        self._requested, self._stopping, self._forced = None, False, False
         if threading.current_thread() is threading.main_thread():
-            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+            self._previous_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
-    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        if self._interrupt_requested:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._requested is None:
+            self._requested = signum
+            second = " (Ctrl-C again stops at once, unsaved)" if signum == signal.SIGINT else ""
+            print(f"\n{signal.Signals(signum).name}: stopping after this training step and saving last.ckpt{second}.", flush=True)
+        elif signum == signal.SIGINT:
             self._forced = True
-            self._restore_handler()
+            self._restore_handlers()
             raise KeyboardInterrupt
-        self._interrupt_requested = True
-        print("\nInterrupted: stopping after this step and saving last.ckpt (Ctrl-C again stops at once, unsaved).", flush=True)
 
-    def _restore_handler(self) -> None:
-        if self._previous_handler is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._previous_handler)
-            self._previous_handler = None
+    def _restore_handlers(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in self._previous_handlers.items():
+                signal.signal(signum, handler)
+        self._previous_handlers = {}
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        # Every process takes part (one small all-reduce), so that all stop after the same step.
-        if trainer.strategy.reduce_boolean_decision(self._interrupt_requested, all=False):
-            self._stopping = True
-            raise KeyboardInterrupt
+        # After an epoch's last step, stop once its validation has run (on_train_epoch_end).
+        if self._agree_to_stop(trainer) and batch_idx + 1 < trainer.num_training_batches:
+            self._stop()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._agree_to_stop(trainer):  # also a request made during the validation
+            self._stop()
+
+    def _agree_to_stop(self, trainer: L.Trainer) -> bool:
+        """Whether any process was asked to stop; every process takes part, so all decide alike."""
+        self._stopping = trainer.strategy.reduce_boolean_decision(self._requested is not None, all=False)
+        return self._stopping
+
+    def _stop(self) -> None:
+        raise KeyboardInterrupt if self._requested == signal.SIGINT else SIGTERMException
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore_handlers()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self._restore_handler()
-        # Only stops between two steps leave a consistent state: SIGTERM's (Lightning raises it
-        # there) and the Ctrl-C this callback turned into one; not a Ctrl-C that landed anywhere.
-        between_steps = isinstance(exception, SIGTERMException) or (
-            isinstance(exception, KeyboardInterrupt) and self._stopping and not self._forced
-        )
-        if not between_steps or trainer.state.fn != "fit":
-            return
+        self._restore_handlers()
+        if not self._stopping or self._forced or trainer.state.fn != "fit":
+            return  # not a stop between two steps: the state may be half updated
         checkpoint = trainer.checkpoint_callback
         if not isinstance(checkpoint, ModelCheckpoint) or checkpoint.dirpath is None:
             return
         path = Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}"
         trainer.save_checkpoint(path)  # every process: it synchronises them
         rank_zero_info(f"Saved {path} at step {trainer.global_step}; continue with: fit ... --ckpt_path last")
-
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._restore_handler()
 
     # -- random state -----------------------------------------------------------------------------
 
