@@ -60,6 +60,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from zoo.datamodules.codec_state import codec_fields
 from zoo.datamodules.download import download, sha1_of
 from zoo.datamodules.loaders import ResumableDataLoader, evaluation_loader
 from zoo.datamodules.registry import register_datamodule
@@ -371,16 +372,12 @@ class TranslationCodec:
             DataError: the state is incomplete, or was made by another version of the text
                 pipeline (the model would read its inputs differently).
         """
-        if state.get("tokenizer_version") != SUBWORD_TOKENIZER_VERSION:
-            raise DataError(
-                f"This model was trained with subword tokenizer version {state.get('tokenizer_version')!r}; "
-                f"this zoo normalizes text with version {SUBWORD_TOKENIZER_VERSION}."
-            )
-        tokenizer, max_length = state.get("tokenizer"), state.get("max_length")
-        if not isinstance(tokenizer, str) or not isinstance(max_length, int):
-            raise DataError("The translation codec lacks its tokenizer or max_length.")
+        saved = codec_fields(
+            state, codec="the translation codec", pipeline="subword tokenizer",
+            version=SUBWORD_TOKENIZER_VERSION, fields={"tokenizer": str, "max_length": int},
+        )
         try:
-            return cls(SubwordTokenizer.from_json(tokenizer), max_length)
+            return cls(SubwordTokenizer.from_json(saved["tokenizer"]), saved["max_length"])
         except DataError as exc:
             raise DataError(f"The saved tokenizer is {exc}") from exc
 

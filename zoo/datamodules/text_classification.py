@@ -41,6 +41,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
+from zoo.datamodules.codec_state import codec_fields
 from zoo.datamodules.loaders import ResumableDataLoader, evaluation_loader
 from zoo.datamodules.registry import register_datamodule
 from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
@@ -210,15 +211,11 @@ class TextClassificationCodec:
             DataError: the state is incomplete, or was made by another version of :func:`tokenize`
                 (the model would read its words differently).
         """
-        if state.get("tokenizer_version") != TOKENIZER_VERSION:
-            raise DataError(
-                f"This model was trained with tokenizer version {state.get('tokenizer_version')!r}; this zoo "
-                f"tokenizes with version {TOKENIZER_VERSION}, so it would read its inputs differently."
-            )
-        max_length, class_names = state.get("max_length"), state.get("class_names")
-        if not isinstance(max_length, int) or not isinstance(class_names, list):
-            raise DataError("The text classification codec lacks max_length or class_names.")
-        return cls(Vocabulary.from_dict(state.get("vocabulary"), where="the saved vocabulary"), max_length, class_names)
+        saved = codec_fields(
+            state, codec="the text classification codec", pipeline="tokenizer",
+            version=TOKENIZER_VERSION, fields={"max_length": int, "class_names": list},
+        )
+        return cls(Vocabulary.from_dict(state.get("vocabulary"), where="the saved vocabulary"), saved["max_length"], saved["class_names"])
 
 
 class TextClassificationDataModule(L.LightningDataModule):
