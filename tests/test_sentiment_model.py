@@ -1,4 +1,5 @@
-"""The sentiment architecture on its own: padding never changes a prediction."""
+"""The sentiment architecture on its own: padding never changes a prediction; word order reaches
+it only through positions or the attention's window."""
 
 from __future__ import annotations
 
@@ -38,3 +39,32 @@ def test_max_pooling_sees_only_valid_tokens() -> None:
 def test_unknown_pooling_is_refused() -> None:
     with pytest.raises(ValueError, match="pooling"):
         SentimentClassifier(50, pooling="median")
+
+
+def _order_model(attention: str, positional_encoding: bool) -> SentimentClassifier:
+    torch.manual_seed(0)
+    kwargs = {"window": 3} if attention == "local" else None
+    return SentimentClassifier(
+        50, d_model=32, num_heads=4, num_layers=2, ffn_hidden=64, attention=attention,
+        attention_kwargs=kwargs, positional_encoding=positional_encoding,
+    ).eval()
+
+
+def test_without_positions_dense_attention_reads_a_bag_of_words() -> None:
+    tokens, lens = torch.randint(2, 50, (4, 9)), torch.full((4,), 9)
+    shuffled = tokens[:, torch.randperm(9, generator=torch.Generator().manual_seed(1))]
+    bag = _order_model("dot_product", positional_encoding=False)
+    torch.testing.assert_close(bag(shuffled, lens)[0], bag(tokens, lens)[0])
+    ordered = _order_model("dot_product", positional_encoding=True)
+    assert not torch.allclose(ordered(shuffled, lens)[0], ordered(tokens, lens)[0], atol=1e-4)
+
+
+def test_without_positions_local_attention_reads_neighbourhoods_not_directions() -> None:
+    """A symmetric window sees the same neighbours in a reversed sentence, so reversing changes
+    nothing; shuffling changes who is whose neighbour, so it does."""
+    tokens, lens = torch.randint(2, 50, (4, 9)), torch.full((4,), 9)
+    model = _order_model("local", positional_encoding=False)
+    logits = model(tokens, lens)[0]
+    torch.testing.assert_close(model(tokens.flip(1), lens)[0], logits)
+    shuffled = tokens[:, torch.tensor([4, 0, 7, 2, 8, 1, 6, 3, 5])]
+    assert not torch.allclose(model(shuffled, lens)[0], logits, atol=1e-4)

@@ -19,6 +19,13 @@ class SentimentClassifier(nn.Module):
     """Token embedding (scaled by sqrt(d_model)) + sinusoidal positions + encoder blocks +
     pooling over the valid tokens + a linear classifier.
 
+    Without positional encoding (``positional_encoding=False``) the model sees no word order
+    beyond what its attention builds in: with dense attention it reads a bag of words; with
+    ``local`` attention, a bag of words in context (each token mixed with its neighbours, though
+    not which neighbour came first). On SST-2, trained on short phrases and evaluated on whole
+    sentences, ``local`` attention without positions averaged 0.812 over five seeds against
+    0.802 with them (README, "Results").
+
     Args:
         vocab_size: Vocabulary size (from the data module).
         num_classes: Number of labels.
@@ -33,6 +40,7 @@ class SentimentClassifier(nn.Module):
         max_len: Longest sequence the positional encoding covers.
         norm_first: Pre-LN blocks instead of post-LN.
         pooling: ``mean`` over valid tokens, ``max``, or both concatenated (``mean_max``).
+        positional_encoding: Add sinusoidal positions to the embeddings.
     """
 
     def __init__(
@@ -50,6 +58,7 @@ class SentimentClassifier(nn.Module):
         max_len: int = 4096,
         norm_first: bool = False,
         pooling: Literal["mean", "max", "mean_max"] = "mean",
+        positional_encoding: bool = True,
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, role="the sentiment classifier (padding masks)")
@@ -57,7 +66,8 @@ class SentimentClassifier(nn.Module):
             raise ValueError(f"pooling must be 'mean', 'max' or 'mean_max', got {pooling!r}.")
         self.pooling = pooling
         self.embedding = scaled_embedding(vocab_size, d_model, padding_idx)
-        self.positional_encoding = PositionalEncoding(d_model, dropout, max_len)
+        # Either adds the sinusoids then applies dropout, or only applies dropout.
+        self.positional_encoding = PositionalEncoding(d_model, dropout, max_len) if positional_encoding else nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             EncoderBlock(d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
             for _ in range(num_layers)

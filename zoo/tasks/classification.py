@@ -43,6 +43,8 @@ class Sentiment(ZooTask):
         label_smoothing: Cross-entropy label smoothing.
         heatmap_examples: Validation examples whose attention is drawn after each validation.
         pooling: ``mean``, ``max`` or ``mean_max`` pooling over the valid tokens.
+        positional_encoding: Add sinusoidal positions to the embeddings (off: order comes only
+            from the attention, e.g. ``local`` windows).
         torch_compile: Compile the model with ``torch.compile`` (checkpoints unchanged).
     """
 
@@ -70,6 +72,7 @@ class Sentiment(ZooTask):
         label_smoothing: float = 0.0,
         heatmap_examples: int = 2,
         pooling: Literal["mean", "max", "mean_max"] = "mean",
+        positional_encoding: bool = True,
         torch_compile: bool = False,
     ) -> None:
         super().__init__(torch_compile)
@@ -77,6 +80,7 @@ class Sentiment(ZooTask):
         self.model = SentimentClassifier(
             vocab_size, num_classes, d_model, num_heads, num_layers, ffn_hidden, dropout,
             attention, attention_kwargs, padding_idx, norm_first=norm_first, pooling=pooling,
+            positional_encoding=positional_encoding,
         )
         self.metrics = torch.nn.ModuleDict()
         for stage in ("val", "test"):
