@@ -35,6 +35,7 @@ def runs(data: str) -> dict[str, list[str]]:
         "nw_fixed": ["--model", "nadaraya_watson", "--model.learnable", "false"],
         "nw_learned": ["--model", "nadaraya_watson"],
         "sst2": ["--model", "sentiment", "--data.path", f"{data}/sst2"],
+        "sst2_local": ["--model", "sentiment", "--config", "configs/sentiment_local.yaml", "--data.path", f"{data}/sst2"],
         "imdb": ["--model", "sentiment", "--config", "configs/sentiment_imdb.yaml", "--data.path", f"{data}/imdb"],
         "transformer": ["--model", "transformer", *fra],
         "seq2seq": ["--model", "seq2seq", *fra],

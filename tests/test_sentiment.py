@@ -106,7 +106,8 @@ def test_cli_bad_input_is_one_clear_message(shared_data, in_tmp, capsys, extra, 
     assert message in err and "Traceback" not in err
 
 
-def test_imdb_config_runs(shared_data, in_tmp) -> None:
-    config = Path(__file__).resolve().parents[1] / "configs" / "sentiment_imdb.yaml"
-    main(["fit", "--model", "sentiment", "--config", str(config), "--data.path", str(shared_data / "imdb"),
+@pytest.mark.parametrize(("config", "corpus"), [("sentiment_imdb.yaml", "imdb"), ("sentiment_local.yaml", "sst2")])
+def test_recipe_configs_run(shared_data, in_tmp, config, corpus) -> None:
+    path = Path(__file__).resolve().parents[1] / "configs" / config
+    main(["fit", "--model", "sentiment", "--config", str(path), "--data.path", str(shared_data / corpus),
           "--data.limit_train", "300", "--trainer.fast_dev_run", "true", *QUIET])
