@@ -107,7 +107,12 @@ def test_cli_bad_input_is_one_clear_message(shared_data, in_tmp, capsys, extra, 
 
 
 @pytest.mark.parametrize(("config", "corpus"), [("sentiment_imdb.yaml", "imdb"), ("sentiment_local.yaml", "sst2")])
-def test_recipe_configs_run(shared_data, in_tmp, config, corpus) -> None:
+def test_recipe_configs_reach_the_model(shared_data, in_tmp, config, corpus) -> None:
+    """Every model setting of a recipe YAML is what the trained model was built with."""
     path = Path(__file__).resolve().parents[1] / "configs" / config
     main(["fit", "--model", "sentiment", "--config", str(path), "--data.path", str(shared_data / corpus),
-          "--data.limit_train", "300", "--trainer.fast_dev_run", "true", *QUIET])
+          "--data.limit_train", "300", "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *QUIET])
+    run = sorted((in_tmp / "runs" / "sentiment").glob("version_*"))[-1]
+    hparams = yaml.safe_load((run / "hparams.yaml").read_text())
+    recipe = yaml.safe_load(path.read_text())["model"]["init_args"]
+    assert {key: hparams[key] for key in recipe} == recipe

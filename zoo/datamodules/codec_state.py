@@ -24,7 +24,7 @@ def codec_fields(
 
     Args:
         state: What the codec's ``state_dict`` returned, read back from a checkpoint.
-        codec: The codec, as error messages name it ("the translation codec").
+        codec: The codec, as error messages name it ("The translation codec").
         pipeline: The text pipeline whose version ``state["tokenizer_version"]`` records
             ("subword tokenizer").
         version: The version this zoo's pipeline has.
@@ -42,5 +42,5 @@ def codec_fields(
     wrong = [name for name, kind in fields.items() if not isinstance(state.get(name), kind)]
     if wrong:
         expected = ", ".join(f"{name} ({fields[name].__name__})" for name in wrong)
-        raise DataError(f"{codec[0].upper()}{codec[1:]} saved in this checkpoint lacks {expected}: the checkpoint is damaged or was not written by the zoo.")
+        raise DataError(f"{codec} saved in this checkpoint lacks {expected}: the checkpoint is damaged or was not written by the zoo.")
     return {name: state[name] for name in fields}

@@ -373,7 +373,7 @@ class TranslationCodec:
                 pipeline (the model would read its inputs differently).
         """
         saved = codec_fields(
-            state, codec="the translation codec", pipeline="subword tokenizer",
+            state, codec="The translation codec", pipeline="subword tokenizer",
             version=SUBWORD_TOKENIZER_VERSION, fields={"tokenizer": str, "max_length": int},
         )
         try:

@@ -212,7 +212,7 @@ class TextClassificationCodec:
                 (the model would read its words differently).
         """
         saved = codec_fields(
-            state, codec="the text classification codec", pipeline="tokenizer",
+            state, codec="The text classification codec", pipeline="tokenizer",
             version=TOKENIZER_VERSION, fields={"max_length": int, "class_names": list},
         )
         return cls(Vocabulary.from_dict(state.get("vocabulary"), where="the saved vocabulary"), saved["max_length"], saved["class_names"])
