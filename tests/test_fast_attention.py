@@ -56,10 +56,13 @@ def positive_part_plus_one(x: Tensor) -> Tensor:
     return torch.where(x > 0, x + 1, torch.exp(torch.clamp(x, max=0)))
 
 
-def naive(variant: str, q: Tensor, k: Tensor, v: Tensor, masks: dict, causal: bool, window: int = 0) -> tuple[Tensor, Tensor]:
+def naive(
+    variant: str, q: Tensor, k: Tensor, v: Tensor, masks: dict, causal: bool, window: int = 0, bias: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Loops over (batch, query): the visible keys, their weights, the weighted sum of values.
 
-    Differentiable, so gradients can be compared too.
+    ``bias[b, t]`` (local only) is added to the score of every pair of row ``b`` whose query sits
+    ``t - window // 2`` positions after its key. Differentiable, so gradients can be compared too.
     """
     batch, lq, lk, d = q.shape[0], q.shape[1], k.shape[1], q.shape[2]
     rows, weight_rows = [], []
@@ -69,7 +72,10 @@ def naive(variant: str, q: Tensor, k: Tensor, v: Tensor, masks: dict, causal: bo
             weights = q.new_zeros(lk)
             if kept:
                 if variant == "local":
-                    scores = torch.stack([q[b, i] @ k[b, j] / math.sqrt(d) for j in kept])
+                    position = i + lk - lq
+                    scores = torch.stack([
+                        q[b, i] @ k[b, j] / math.sqrt(d) + (0 if bias is None else bias[b, position - j + window // 2]) for j in kept
+                    ])
                     raw = torch.exp(scores - scores.max())
                 else:
                     raw = torch.stack([positive_part_plus_one(q[b, i]) @ positive_part_plus_one(k[b, j]) for j in kept])
@@ -340,6 +346,95 @@ def test_self_attention_layer_runs_them_per_head(score: str) -> None:
     assert out.shape == (2, 6, 8) and weights.shape == (2, 2, 6, 6)
     torch.testing.assert_close(layer(x, torch.tensor([6, 4]), is_causal=True).output, out, **F64)
     assert torch.all(weights[1, :, :, 4:] == 0)
+
+
+# -- relative position bias (local) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["no_weights", "weights"])
+@pytest.mark.parametrize("case", ["none", "valid_lens", "attn_mask"])
+@pytest.mark.parametrize(("lq", "lk", "causal"), SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize(("window", "block_size"), [(3, 2), (4, None), (5, 4), (30, None)], ids=["w3b2", "w4", "w5b4", "w30"])
+def test_relative_bias_matches_naive_formulation(window: int, block_size: int | None, lq: int, lk: int, causal: bool, case: str, need_weights: bool) -> None:
+    """Per head, the learned bias at each distance is added to the scores: outputs, weights and
+    the bias's own gradient agree with the loops."""
+    heads, batch = 3, 2
+    attention = build("local", {"window": window, "block_size": block_size, "relative_bias": True, "num_heads": heads})
+    with torch.no_grad():
+        attention.relative_bias.normal_()
+    q, k, v = (torch.randn(batch, heads, n, size, dtype=torch.float64) for n, size in ((lq, 4), (lk, 4), (lk, 3)))
+    masks = make_masks(case, batch, lq, lk)
+    layer_masks = {key: value.unsqueeze(1).expand(batch, heads, *value.shape[1:]) for key, value in masks.items()}  # a head axis
+    out, weights = attention(q, k, v, is_causal=causal, need_weights=need_weights, **layer_masks)
+    table = attention.relative_bias.detach().clone().requires_grad_()
+    rows = [
+        naive("local", q[:, h], k[:, h], v[:, h], masks, causal, window, bias=table[h].expand(batch, -1)) for h in range(heads)
+    ]
+    expected = torch.stack([row[0] for row in rows], dim=1)
+    torch.testing.assert_close(out, expected, **F64)
+    if need_weights:
+        torch.testing.assert_close(weights, torch.stack([row[1] for row in rows], dim=1), **F64)
+    upstream = torch.randn_like(out)
+    (ours,) = torch.autograd.grad((out * upstream).sum(), attention.relative_bias)
+    # where no query sees a key, the loops never read the bias: its gradient is zero
+    reference = torch.autograd.grad((expected * upstream).sum(), table)[0] if expected.requires_grad else torch.zeros_like(table)
+    torch.testing.assert_close(ours, reference, **F64)
+
+
+def test_relative_bias_tells_left_from_right() -> None:
+    """With equal scores a symmetric window averages a token with its neighbours; a large bias at
+    distance +1 (the key one position before the query) makes each query read its left neighbour."""
+    attention = build("local", {"window": 3, "relative_bias": True})
+    q = torch.zeros(1, 6, 4, dtype=torch.float64)
+    k, v = torch.randn(1, 6, 4, dtype=torch.float64), torch.randn(1, 6, 3, dtype=torch.float64)
+    plain = attention(q, k, v).output
+    torch.testing.assert_close(plain[:, 1:-1], (v[:, :-2] + v[:, 1:-1] + v[:, 2:]) / 3, **F64)
+    with torch.no_grad():
+        attention.relative_bias[0, 1 + 3 // 2] = 50.0  # distance +1
+    torch.testing.assert_close(attention(q, k, v).output[:, 1:], v[:, :-1], rtol=0, atol=1e-12)
+
+
+def test_relative_bias_starts_as_plain_local_attention_and_learns() -> None:
+    """At zero the bias changes nothing; one optimizer step moves it."""
+    biased = build("local", {"window": 3, "relative_bias": True, "num_heads": 2})
+    q, k, v = (torch.randn(2, 2, 7, n, dtype=torch.float64) for n in (4, 4, 3))
+    torch.testing.assert_close(biased(q, k, v).output, build("local", {"window": 3})(q, k, v).output, **F64)
+    torch.optim.SGD(biased.parameters(), lr=0.1).zero_grad()
+    biased(q, k, v).output.square().sum().backward()
+    assert biased.relative_bias.grad is not None and biased.relative_bias.grad.abs().sum() > 0
+
+
+def test_a_multi_head_layer_gives_the_bias_its_head_count() -> None:
+    layer = zoo.create_attention("self", embed_dim=12, num_heads=3, score="local", score_kwargs={"window": 5, "relative_bias": True})
+    assert layer.score_attention.relative_bias.shape == (3, 5 // 2 + 5)
+    assert "relative_bias.weight" not in dict(layer.named_parameters())
+    assert "score_attention.relative_bias" in dict(layer.named_parameters())
+    x = torch.randn(2, 6, 12)
+    out, weights = layer(x, torch.tensor([6, 4]), need_weights=True)
+    torch.testing.assert_close(layer(x, torch.tensor([6, 4])).output, out, rtol=1e-5, atol=1e-6)
+    assert torch.all(weights[1, :, :, 4:] == 0)
+    assert not zoo.create_attention("self", embed_dim=12, num_heads=3, score="local").score_attention.relative_bias
+
+
+def test_relative_bias_refuses_queries_without_its_heads() -> None:
+    attention = zoo.create_attention("local", window=3, relative_bias=True, num_heads=4)
+    with pytest.raises(ValueError, match=r"learned for 4 heads.*dimension -3.*got shape \(2, 3, 5, 4\).*num_heads=1"):
+        attention(*(torch.randn(2, 3, 5, 4) for _ in range(3)))
+    with pytest.raises(ValueError, match="num_heads must be a positive integer"):
+        zoo.create_attention("local", relative_bias=True, num_heads=0)
+
+
+def test_relative_bias_keeps_the_contract() -> None:
+    """Masks, causality, fully masked rows, weights, half precision and gradients, with a bias
+    that is not zero, alone and inside a multi-head layer. The window covers the check's
+    sequences (7 positions), whose masks assume every key in reach; the bias spans it all."""
+    attention = zoo.create_attention("local", window=13, relative_bias=True)
+    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, score="local", score_kwargs={"window": 13, "relative_bias": True})
+    for module in (attention, layer):
+        with torch.no_grad():
+            next(p for name, p in module.named_parameters() if name.endswith("relative_bias")).normal_()
+    assert zoo.testing.check_attention(attention).passed == ("shape", "padding", "causal", "fully_masked", "weights", "float16", "bfloat16", "gradients")
+    assert zoo.testing.check_attention(layer, dtypes=()).passed == ("shape", "padding", "causal", "fully_masked", "weights", "gradients")
 
 
 # -- helpers ----------------------------------------------------------------------------------------

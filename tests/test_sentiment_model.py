@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from zoo.models import SentimentClassifier
+from zoo.tasks.optim import adamw_with_warmup
 
 
 @pytest.mark.parametrize("pooling", ["mean", "max", "mean_max"])
@@ -41,9 +42,9 @@ def test_unknown_pooling_is_refused() -> None:
         SentimentClassifier(50, pooling="median")
 
 
-def _order_model(attention: str, positional_encoding: bool) -> SentimentClassifier:
+def _order_model(attention: str, positional_encoding: bool, relative_bias: bool = False) -> SentimentClassifier:
     torch.manual_seed(0)
-    kwargs = {"window": 3} if attention == "local" else None
+    kwargs = {"window": 3, "relative_bias": relative_bias} if attention == "local" else None
     return SentimentClassifier(
         50, d_model=32, num_heads=4, num_layers=2, ffn_hidden=64, attention=attention,
         attention_kwargs=kwargs, positional_encoding=positional_encoding,
@@ -68,3 +69,28 @@ def test_without_positions_local_attention_reads_neighbourhoods_not_directions()
     torch.testing.assert_close(model(tokens.flip(1), lens)[0], logits)
     shuffled = tokens[:, torch.tensor([4, 0, 7, 2, 8, 1, 6, 3, 5])]
     assert not torch.allclose(model(shuffled, lens)[0], logits, atol=1e-4)
+
+
+def test_a_relative_bias_gives_the_local_window_a_direction() -> None:
+    """With a (trained, here random) bias per head and distance, the left and the right
+    neighbour weigh differently, so reversing the sentence changes the prediction; positions
+    are still absent, so the model never sees where in the sentence a word is."""
+    tokens, lens = torch.randint(2, 50, (4, 9)), torch.full((4,), 9)
+    model = _order_model("local", positional_encoding=False, relative_bias=True)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attention.score_attention.relative_bias.normal_()
+    logits = model(tokens, lens)[0]
+    assert not torch.allclose(model(tokens.flip(1), lens)[0], logits, atol=1e-4)
+    padded = torch.cat([tokens, torch.zeros(4, 3, dtype=torch.long)], dim=1)
+    torch.testing.assert_close(model(padded, lens)[0], logits, rtol=1e-5, atol=1e-6)
+
+
+def test_relative_bias_tables_are_not_weight_decayed() -> None:
+    """Like biases and norms (and Swin's and T5's bias tables), they are offsets, not weights."""
+    model = _order_model("local", positional_encoding=False, relative_bias=True)
+    decayed, exempt = adamw_with_warmup(model, lr=1e-3, weight_decay=0.1, warmup_steps=1, total_steps=2)["optimizer"].param_groups
+    assert decayed["weight_decay"] == 0.1 and exempt["weight_decay"] == 0.0
+    tables = [p for name, p in model.named_parameters() if name.endswith("relative_bias")]
+    assert len(tables) == 2 and all(any(p is t for p in exempt["params"]) for t in tables)
+    assert any(p is model.embedding.weight for p in decayed["params"])

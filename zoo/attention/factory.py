@@ -109,15 +109,16 @@ def require_attention(
     return cls
 
 
-def create_scoring_attention(name: str, *, head_dim: int, dropout: float = 0.0, **kwargs: Any) -> Attention:
-    """Build a scoring attention for heads of size ``head_dim``.
+def create_scoring_attention(name: str, *, head_dim: int, num_heads: int = 1, dropout: float = 0.0, **kwargs: Any) -> Attention:
+    """Build a scoring attention for ``num_heads`` heads of size ``head_dim``.
 
     Constructors that take ``query_size`` / ``key_size`` (like ``additive``) get ``head_dim``
-    for them, and ``dropout`` is passed on, unless ``kwargs`` sets them already.
+    for them, those with per-head parameters ``num_heads`` (like ``local``'s relative bias), and
+    ``dropout`` is passed on, unless ``kwargs`` sets them already.
     """
     cls = require_attention(name, role="an attention layer (per-head scoring)")
     params = inspect.signature(cls).parameters
-    defaults = {"query_size": head_dim, "key_size": head_dim, "dropout": dropout}
+    defaults = {"query_size": head_dim, "key_size": head_dim, "num_heads": num_heads, "dropout": dropout}
     for key, value in defaults.items():
         if key in params and key not in kwargs:
             kwargs[key] = value

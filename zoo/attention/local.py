@@ -22,6 +22,13 @@ everywhere in the zoo), so a decoder step over cached keys (``Lq = 1``) scores o
 window over the positions of *another* sequence has no meaning, so ``local`` cannot serve as
 cross-attention (:attr:`~zoo.Attention.supports_cross_attention` is False).
 
+Relative position bias (``relative_bias=True``): a learned scalar per head and per query-key
+distance the window holds is added to the scaled scores, as in T5 and Swin. It starts at zero
+(plain local attention) and gives a model without positional encoding a sense of direction: a
+symmetric window otherwise reads a word's neighbours as a bag, the same on either side. Inside a
+multi-head layer the layer passes its ``num_heads``; the bias then needs the head axis at ``-3``
+of the queries, as the layer lays them out.
+
 With ``need_weights=True`` the block weights are also scattered into a dense ``(*batch, Lq, Lk)``
 tensor (for heatmaps): that costs ``O(Lq * Lk)`` memory, so ask for it on short inputs only.
 """
@@ -33,7 +40,7 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
 from zoo.attention.blocks import rows_from
@@ -54,17 +61,29 @@ class LocalAttention(Attention):
             keys outside the window; larger ones make fewer, bigger matrix products.
         dropout: Dropout on the attention weights during training.
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
+        relative_bias: Learn a bias per head and per query-key distance (see the module docstring).
+        num_heads: Heads the bias is learned for; a multi-head layer passes its own.
     """
 
     supports_cross_attention: ClassVar[bool] = False
     has_fused_path: ClassVar[bool] = True
 
-    def __init__(self, window: int = 128, block_size: int | None = None, dropout: float = 0.0, scale: float | None = None) -> None:
+    def __init__(
+        self,
+        window: int = 128,
+        block_size: int | None = None,
+        dropout: float = 0.0,
+        scale: float | None = None,
+        relative_bias: bool = False,
+        num_heads: int = 1,
+    ) -> None:
         super().__init__(dropout)
-        for label, value in (("window", window), ("block_size", block_size)):
+        for label, value in (("window", window), ("block_size", block_size), ("num_heads", num_heads)):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"LocalAttention: {label} must be a positive integer, got {value!r}.")
         self.window, self.block_size, self.scale = window, block_size, scale
+        # distances query - key from -(window // 2) (non-causal, ahead) to window - 1 (causal, behind)
+        self.relative_bias = nn.Parameter(torch.zeros(num_heads, window // 2 + window)) if relative_bias else None
 
     def forward(
         self,
@@ -85,6 +104,13 @@ class LocalAttention(Attention):
                 f"LocalAttention: a non-causal window needs queries and keys of one sequence; got "
                 f"{num_queries} queries and {num_keys} keys. Use it for self-attention (a causal window "
                 f"also takes fewer queries than keys, aligned bottom-right, as in cached decoding)."
+            )
+        heads = 0 if self.relative_bias is None else len(self.relative_bias)
+        if heads > 1 and (queries.dim() < 3 or queries.shape[-3] != heads):
+            raise ValueError(
+                f"LocalAttention: the relative bias is learned for {heads} heads, so queries need "
+                f"them at dimension -3, as (batch, heads, length, d); got shape {tuple(queries.shape)}. "
+                "Use the layer's own head count, or num_heads=1 to share one bias across a batch."
             )
         if num_queries == 0 or num_keys == 0:  # nothing to score: zero output, as for a fully masked row
             output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
@@ -126,17 +152,31 @@ class LocalAttention(Attention):
         k = rows_from(keys, first, (num_blocks - 1) * block + span).unfold(-2, span, block)  # (*batch, nb, d, span)
         v = rows_from(values, first, (num_blocks - 1) * block + span).unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
+        bias = self._bias_at(distance, queries.dtype)
         if not need_weights:  # the blocks are ordinary attention problems: the fused kernel takes them
             dropout = self.dropout.p if self.training else 0.0
-            heads = F.scaled_dot_product_attention(q, k.transpose(-2, -1), v, attn_mask=keep, dropout_p=dropout, scale=scale)
+            attn_mask = keep if bias is None else torch.where(keep, bias, float("-inf"))
+            heads = F.scaled_dot_product_attention(q, k.transpose(-2, -1), v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
             return AttentionOutput(heads.flatten(-3, -2)[..., :num_queries, :], None)
-        weights = masked_softmax(torch.matmul(q, k) * scale, mask=keep)  # (*batch, nb, block, span)
+        scores = torch.matmul(q, k) * scale
+        weights = masked_softmax(scores if bias is None else scores + bias, mask=keep)  # (*batch, nb, block, span)
         output = torch.matmul(self.dropout(weights), v).flatten(-3, -2)[..., :num_queries, :]
         # out-of-range keys have weight 0, so adding them onto a clamped column changes nothing
         dense = weights.new_zeros((*weights.shape[:-1], num_keys)).scatter_add(-1, key_index.expand_as(weights), weights)
         return AttentionOutput(output, dense.flatten(-3, -2)[..., :num_queries, :])
 
+    def _bias_at(self, distance: Tensor, dtype: torch.dtype) -> Tensor | None:
+        """The learned bias at each (block, query, key) ``distance``: ``(heads, nb, block, span)``
+        for several heads, ``(nb, block, span)`` for one; distances outside the window are masked
+        anyway and read a clamped entry."""
+        if self.relative_bias is None:
+            return None
+        index = (distance + self.window // 2).clamp(0, self.relative_bias.shape[1] - 1)
+        bias = self.relative_bias[:, index].to(dtype)
+        return bias.squeeze(0) if len(self.relative_bias) == 1 else bias
+
     def extra_repr(self) -> str:
         block = f", block_size={self.block_size}" if self.block_size is not None else ""
         scale = f", scale={self.scale}" if self.scale is not None else ""
-        return f"window={self.window}{block}{scale}"
+        relative = f", relative_bias=True, num_heads={len(self.relative_bias)}" if self.relative_bias is not None else ""
+        return f"window={self.window}{block}{scale}{relative}"

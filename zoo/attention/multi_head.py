@@ -57,7 +57,9 @@ class HeadedAttention(AttentionLayer):
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.score_name = score
-        self.score_attention = create_scoring_attention(score, head_dim=self.head_dim, dropout=dropout, **(score_kwargs or {}))
+        self.score_attention = create_scoring_attention(
+            score, head_dim=self.head_dim, num_heads=num_heads, dropout=dropout, **(score_kwargs or {})
+        )
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
