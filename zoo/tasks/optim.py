@@ -24,14 +24,17 @@ def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_ratio: 
 def adamw_with_warmup(
     model: nn.Module, *, lr: float, weight_decay: float, warmup_steps: int, total_steps: int, betas: tuple[float, float] = (0.9, 0.98)
 ) -> dict[str, Any]:
-    """AdamW (no decay on biases, norms, relative position biases and embeddings' padding) and a per-step schedule,
-    in the dictionary form ``LightningModule.configure_optimizers`` returns."""
+    """AdamW (no decay on biases, norms and embeddings' padding) and a per-step schedule,
+    in the dictionary form ``LightningModule.configure_optimizers`` returns.
+
+    A bias is any parameter of fewer than two dimensions or whose name ends in ``bias`` (as
+    Hugging Face's trainers decide it), so a bias table such as ``local`` attention's
+    ``relative_bias`` is not decayed either (Swin and T5 leave theirs undecayed)."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        # a relative position bias table (local attention) is a bias too, as in Swin and T5
-        (no_decay if param.dim() < 2 or "norm" in name or name.endswith("relative_bias") else decay).append(param)
+        (no_decay if param.dim() < 2 or "norm" in name or name.endswith("bias") else decay).append(param)
     # The fused kernel updates every parameter in one pass (about 10% of a small model's step on CPU).
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in decay + no_decay)
     optimizer = torch.optim.AdamW(
