@@ -24,12 +24,12 @@ def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_ratio: 
 def adamw_with_warmup(
     model: nn.Module, *, lr: float, weight_decay: float, warmup_steps: int, total_steps: int, betas: tuple[float, float] = (0.9, 0.98)
 ) -> dict[str, Any]:
-    """AdamW (no decay on biases, norms and embeddings' padding) and a per-step schedule,
-    in the dictionary form ``LightningModule.configure_optimizers`` returns.
+    """AdamW and a per-step schedule, in the dictionary form ``LightningModule.configure_optimizers``
+    returns.
 
-    A bias is any parameter of fewer than two dimensions or whose name ends in ``bias`` (as
-    Hugging Face's trainers decide it), so a bias table such as ``local`` attention's
-    ``relative_bias`` is not decayed either (Swin and T5 leave theirs undecayed)."""
+    Weight decay applies to weights only. Exempt are parameters of fewer than two dimensions,
+    those named ``*bias`` (Hugging Face's rule, which also exempts bias tables such as ``local``
+    attention's ``relative_bias``, as Swin and T5 do) and those of modules named ``*norm*``."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
