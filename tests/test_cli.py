@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,16 @@ def test_list_prints_every_registry_with_aliases(capsys) -> None:
     for expected in ("attention:", "additive (aliases: bahdanau)", "multi_head", "models:", "nadaraya_watson",
                      "sentiment", "data modules:", "synthetic_regression", "sst2", "imdb"):
         assert expected in out
+
+
+def test_list_into_a_closed_pipe_stops_quietly() -> None:
+    """``python -m zoo list | head -1``: the reader is gone before the output is written. In a
+    separate process, because the fix redirects the process's real standard output."""
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the child has imported anything, let alone printed
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stderr.decode()
+    assert b"BrokenPipeError" not in stderr and b"Traceback" not in stderr, stderr.decode()
 
 
 def test_fit_test_predict_nadaraya_watson_by_registered_name(in_tmp, capsys) -> None:

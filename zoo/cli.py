@@ -238,29 +238,41 @@ def main(args: list[str] | None = None) -> None:
 
     ``--import FILE_OR_MODULE`` (repeatable, anywhere) is handled first: the modules are
     imported, and listed in ``ZOO_IMPORTS`` for child processes, before anything is parsed.
+    A reader that stops early (``python -m zoo list | head``) ends the command quietly with
+    status 1, as Python's documentation recommends, instead of a ``BrokenPipeError`` traceback.
     """
     args = list(sys.argv[1:] if args is None else args)
     try:
-        args, imports = pop_import_flags(args)
-        import_plugins(imports)
-        if args[:1] == ["list"]:
-            print_registries(args[1] if len(args) > 1 else None)
-            return
-        if args[:1] == ["bench"]:
-            from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking
-
-            bench_main(args[1:])
-            return
-        if args[:1] == ["--version"]:
-            print(zoo.__version__)
-            return
-        if from_checkpoint_alone(args):
-            predict_from_checkpoint(args[1:])
-            return
-        ZooCLI(args)
+        try:
+            _run(args)
+        finally:  # on SystemExit too (--help): a closed pipe surfaces here, not at interpreter exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Later flushes, the interpreter's own at exit included, would fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
     except Exception as error:
         cause = _user_error(error)
         if cause is None or os.environ.get("ZOO_DEBUG"):
             raise
         print(f"error: {cause}\n(set ZOO_DEBUG=1 to see the traceback)", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _run(args: list[str]) -> None:
+    """Dispatch ``args`` to ``list``, ``bench``, ``--version``, predicting from a checkpoint alone,
+    or :class:`ZooCLI`."""
+    args, imports = pop_import_flags(args)
+    import_plugins(imports)
+    if args[:1] == ["list"]:
+        print_registries(args[1] if len(args) > 1 else None)
+    elif args[:1] == ["bench"]:
+        from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking
+
+        bench_main(args[1:])
+    elif args[:1] == ["--version"]:
+        print(zoo.__version__)
+    elif from_checkpoint_alone(args):
+        predict_from_checkpoint(args[1:])
+    else:
+        ZooCLI(args)
