@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +28,17 @@ def test_list_prints_every_registry_with_aliases(capsys) -> None:
         assert expected in out
 
 
-def test_list_into_a_closed_pipe_stops_quietly() -> None:
-    """``python -m zoo list | head -1``: the reader is gone before the output is written. In a
-    separate process, because the fix redirects the process's real standard output."""
-    proc = subprocess.Popen([sys.executable, "-m", "zoo", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+@pytest.mark.parametrize(
+    "command", [["list"], ["fit", "--model", "nadaraya_watson", "--print_config"]], ids=["list", "print_config"]
+)
+def test_output_into_a_closed_pipe_stops_quietly(command: list[str]) -> None:
+    """``python -m zoo list | head -1``: the reader is gone before the output is written. Both a
+    command that returns and one that prints then raises ``SystemExit`` (``--print_config``) end
+    with status 1 and no ``BrokenPipeError``. In a separate process, because the fix redirects
+    the process's real standard output; block-buffered, as in a shell, so that the output is
+    still waiting in Python's buffer when the command ends."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     proc.stdout.close()  # before the child has imported anything, let alone printed
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr.decode()

@@ -245,7 +245,7 @@ def main(args: list[str] | None = None) -> None:
     try:
         try:
             _run(args)
-        finally:  # on SystemExit too (--help): a closed pipe surfaces here, not at interpreter exit
+        finally:  # on SystemExit too (--print_config): a closed pipe surfaces here, not at exit
             sys.stdout.flush()
     except BrokenPipeError:
         # Later flushes, the interpreter's own at exit included, would fail again.
