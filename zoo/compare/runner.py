@@ -16,7 +16,6 @@ import os
 import platform
 import shlex
 import shutil
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from zoo.compare.grid import Budget, Combination, combinations
 from zoo.compare.process import run_child, zoo_command
 from zoo.compare.records import append_record, last_metrics, load_records
 from zoo.compare.timing import read_timing
+from zoo.datamodules.files import atomic_write_text
 from zoo.errors import ConfigurationError
 from zoo.models import MODEL_REGISTRY
 
@@ -184,7 +184,7 @@ class Comparison:
         with ThreadPoolExecutor(self.config.parallel) as pool:
             for combination, seconds in zip(missing, pool.map(self._calibrate, missing)):
                 measured[combination.name] = seconds
-        _write_json_atomic(file, measured)
+        atomic_write_text(file, json.dumps(measured, indent=2, sort_keys=True) + "\n")
         return {c.name: budget.flags(measured[c.name]) for c in self.combinations}
 
     def _calibrate(self, combination: Combination) -> float:
@@ -232,14 +232,3 @@ class Comparison:
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
 
-
-def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
