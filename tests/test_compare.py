@@ -95,9 +95,14 @@ class FakeChild:
 
     def __init__(self) -> None:
         self.commands: list[list[str]] = []
+        self.fail_on: str | None = None
 
     def __call__(self, command: list[str], log: Path, threads: int) -> ChildResult:
         self.commands.append(command)
+        if self.fail_on is not None and self.fail_on in command:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text("Traceback ...\nerror: no attention named 'nope'\n")
+            return ChildResult(2, 1.0, 100.0)
         flags = dict(arg.split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
         directory = Path(flags["--trainer.logger.init_args.save_dir"], flags["--trainer.logger.init_args.name"])
         stage = flags["--trainer.logger.init_args.version"]
@@ -143,6 +148,17 @@ def test_resume_refuses_records_of_another_command(tmp_path: Path, fake_child: F
     Comparison(CompareConfig(base=["--model", "nadaraya_watson"], out=tmp_path)).run()
     with pytest.raises(ConfigurationError, match="holds run base/seed0 of another command"):
         Comparison(CompareConfig(base=["--model", "nadaraya_watson", "--model.lr=1"], out=tmp_path)).run()
+
+
+def test_a_failed_run_stops_the_comparison_with_its_last_line(tmp_path: Path, fake_child: FakeChild) -> None:
+    fake_child.fail_on = "--model.attention=nope"
+    config = CompareConfig(base=["--model", "nadaraya_watson"], axes={"model.attention": ["nope", "average"]}, seeds=2, out=tmp_path)
+    with pytest.raises(ConfigurationError) as error:
+        Comparison(config).run()
+    log = tmp_path / "runs" / "attention=nope" / "seed0" / "fit.log"
+    assert str(error.value) == f"Run attention=nope/seed0 failed (fit exited with 2): error: no attention named 'nope' (full output: {log})."
+    assert len(fake_child.commands) == 1  # the runs not yet started are cancelled
+    assert not (tmp_path / "records.jsonl").exists()
 
 
 def test_time_budget_is_calibrated_once(tmp_path: Path, fake_child: FakeChild) -> None:

@@ -16,11 +16,13 @@ import os
 import platform
 import shlex
 import shutil
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import yaml
@@ -35,6 +37,7 @@ from zoo.models import MODEL_REGISTRY
 
 __all__ = ["CompareConfig", "Comparison", "resolve_base"]
 
+T = TypeVar("T")
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 TIMER = "--trainer.callbacks+=zoo.compare.timing.StepTimer"
 #: The metric prefix each evaluation stage logs under.
@@ -70,6 +73,8 @@ class CompareConfig:
             raise ConfigurationError(f"--seeds must be at least 1, got {self.seeds}.")
         if self.parallel < 1:
             raise ConfigurationError(f"--parallel must be at least 1, got {self.parallel}.")
+        if self.calibration_steps < 5:
+            raise ConfigurationError(f"--calibration_steps must be at least 5 (the first steps are warm-up), got {self.calibration_steps}.")
         if self.evaluate not in STAGE_PREFIX:
             raise ConfigurationError(f"--evaluate must be one of {sorted(STAGE_PREFIX)}, got {self.evaluate!r}.")
         if self.base[:1] and not self.base[0].startswith("-"):
@@ -132,13 +137,12 @@ class Comparison:
                 command = self._command("fit", combination, seed, budgets[combination.name])
                 if key not in done:
                     pending.append((key, combination, seed, command))
-                elif done[key]["command"] != shlex.join(command):
+                elif done[key]["command"] != _shown(command):
                     raise ConfigurationError(
                         f"{self.records_file} holds run {key} of another command ({done[key]['command']}): "
                         f"give another --out, or delete that directory to start over."
                     )
-        with ThreadPoolExecutor(config.parallel) as pool:
-            list(pool.map(lambda job: self._run_one(*job), pending))
+        _run_all(self._run_one, pending, config.parallel)
         keys = {f"{c.name}/seed{s}" for c in self.combinations for s in range(config.seeds)}
         return [record for record in load_records(self.records_file) if record["run"] in keys]
 
@@ -181,9 +185,8 @@ class Comparison:
         file = self.config.out / "calibration.json"
         measured: dict[str, float] = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
         missing = [c for c in self.combinations if c.name not in measured]
-        with ThreadPoolExecutor(self.config.parallel) as pool:
-            for combination, seconds in zip(missing, pool.map(self._calibrate, missing)):
-                measured[combination.name] = seconds
+        for combination, seconds in zip(missing, _run_all(self._calibrate, [(c,) for c in missing], self.config.parallel)):
+            measured[combination.name] = seconds
         atomic_write_text(file, json.dumps(measured, indent=2, sort_keys=True) + "\n")
         return {c.name: budget.flags(measured[c.name]) for c in self.combinations}
 
@@ -215,8 +218,8 @@ class Comparison:
             "combination": combination.name,
             "overrides": combination.overrides,
             "seed": seed,
-            "command": shlex.join(fit_command),
-            "eval_command": shlex.join(eval_command),
+            "command": _shown(fit_command),
+            "eval_command": _shown(eval_command),
             "run_dir": str(run_dir),
             "budget": self.config.budget.text if self.config.budget else None,
             "fit_seconds": round(fit.seconds, 3),
@@ -224,7 +227,7 @@ class Comparison:
             "steps": timing.get("steps"),
             "seconds_per_step": timing.get("seconds_per_step"),
             "samples_per_second": timing.get("samples_per_second"),
-            "peak_rss_mib": round(max(fit.peak_rss_mib, evaluation.peak_rss_mib), 1),
+            "peak_rss_mib": round(fit.peak_rss_mib, 1),
             "metrics": last_metrics(run_dir / stage / "metrics.csv", STAGE_PREFIX[stage]),
             "threads": self.threads,
             "torch": torch.__version__,
@@ -232,3 +235,32 @@ class Comparison:
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
 
+
+def _shown(command: list[str]) -> str:
+    """A child's command as a shell line, ``python -m zoo ...`` whichever interpreter runs it."""
+    return shlex.join(["python", *command[1:]])
+
+
+def _run_all(function: Callable[..., T], jobs: list[tuple[Any, ...]], parallel: int) -> list[T]:
+    """``function(*job)`` for every job, ``parallel`` at a time, results in order. After a failure
+    no further job starts (nor after Ctrl-C); the failure is raised once the running ones end."""
+    failed = threading.Event()
+
+    def guarded(*job: Any) -> T | None:
+        if failed.is_set():
+            return None
+        try:
+            return function(*job)
+        except BaseException:
+            failed.set()
+            raise
+
+    with ThreadPoolExecutor(parallel) as pool:
+        futures = [pool.submit(guarded, *job) for job in jobs]
+        try:
+            for future in as_completed(futures):
+                future.result()
+        except BaseException:  # a failed run, or Ctrl-C here: start nothing more
+            failed.set()
+            raise
+    return [future.result() for future in futures]
