@@ -110,7 +110,7 @@ class FakeChild:
         log.write_text("done\n")
         seed = int(flags["--seed_everything"])
         if stage == "fit":
-            (directory / "fit" / "timing.json").write_text(json.dumps({"steps": 3, "seconds_per_step": 0.25, "samples_per_second": 4.0}))
+            (directory / "fit" / "timing.json").write_text(json.dumps({"steps": 3, "seconds_per_step": 0.2, "wall_seconds_per_step": 0.25, "samples_per_second": 4.0}))
         else:
             (directory / stage / "metrics.csv").write_text(f"epoch,step,test/mse\n0,0,{seed + 0.5}\n")
         return ChildResult(0, 1.0, 100.0)

@@ -191,16 +191,17 @@ class Comparison:
         return {c.name: budget.flags(measured[c.name]) for c in self.combinations}
 
     def _calibrate(self, combination: Combination) -> float:
-        """Seconds per training step of ``combination``, from a short fit of ``calibration_steps``."""
+        """Wall seconds per training step of ``combination`` (validation included), from a short fit
+        of ``calibration_steps``: set ``--calibration_steps`` past an epoch to count validation in."""
         run_dir = self.config.out / "calibration" / combination.name
         shutil.rmtree(run_dir, ignore_errors=True)
         steps = Budget("steps", self.config.calibration_steps, f"{self.config.calibration_steps}steps").flags()
         command = self._command("fit", combination, 0, steps, run_dir)
         self._child(command, run_dir / "fit.log", f"{combination.name} (calibration)")
         timing = read_timing(run_dir / "fit")
-        if "seconds_per_step" not in timing:
+        if "wall_seconds_per_step" not in timing:
             raise ConfigurationError(f"The calibration of {combination.name} measured no step (see {run_dir / 'fit.log'}).")
-        return float(timing["seconds_per_step"])
+        return float(timing["wall_seconds_per_step"])
 
     # -- one run -------------------------------------------------------------------------------
 

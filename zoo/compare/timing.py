@@ -25,9 +25,10 @@ TIMING_FILE = "timing.json"
 class StepTimer(L.Callback):
     """Times training batches (start of one to start of the next, so the optimiser step counts).
 
-    The median interval is the typical step time: it ignores the first steps' warm-up and the
-    occasional validation pass between two batches. Samples per second is the median batch
-    size over the median step time.
+    ``seconds_per_step`` is the median interval, the typical step: it ignores the occasional
+    validation pass between two batches, and samples per second is the median batch size over
+    it. ``wall_seconds_per_step`` is the mean, validation and epoch ends included: what a time
+    budget spends per step. Both leave out the first intervals (warm-up).
 
     Args:
         skip: Intervals at the start left out of the median (warm-up), when there are more than that.
@@ -53,6 +54,7 @@ class StepTimer(L.Callback):
         timing = {
             "steps": trainer.global_step,
             "seconds_per_step": step,
+            "wall_seconds_per_step": sum(intervals) / len(intervals),
             "samples_per_second": statistics.median(self._sizes) / step * trainer.world_size,
         }
         Path(run_directory(trainer), TIMING_FILE).write_text(json.dumps(timing) + "\n", encoding="utf-8")
