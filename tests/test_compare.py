@@ -201,3 +201,27 @@ def test_compare_end_to_end_on_a_tiny_grid(in_tmp: Path, capsys: pytest.CaptureF
     monkeypatch.setattr(runner, "run_child", lambda *a: calls.append(a[0]))
     main(args)
     assert calls == [] and "4 runs recorded" in capsys.readouterr().out
+
+
+def test_report_table_and_paired_differences_by_hand(tmp_path: Path) -> None:
+    from zoo.compare.report import write_report
+
+    def record(combination: str, seed: int, acc: float) -> dict:
+        return {"combination": combination, "seed": seed, "metrics": {"test/acc": acc, "test/f1": acc},
+                "fit_seconds": 10.0 + seed, "seconds_per_step": 0.5, "samples_per_second": 64.0, "peak_rss_mib": 300.0}
+
+    records = [record("a", s, v) for s, v in enumerate([1.0, 2.0, 3.0, 4.0, 5.0])]
+    records += [record("b", s, v) for s, v in enumerate([1.5, 2.5, 3.5, 4.0, 6.0])] + [record("b", 9, 0.0)]
+    report = write_report(records, tmp_path, ["a", "b"], "a", "header", metric="test/f1").read_text()
+    # a: mean 3, sd sqrt(2.5) = 1.58, half-width 2.7764 * 1.5811 / sqrt(5) = 1.963
+    assert "| `a`         | 5     | 3 ± 1.6 [1.037, 4.963]" in report
+    assert "| test/f1 " in report.split("\n")[6] and report.split("\n")[6].index("test/f1") < report.split("\n")[6].index("test/acc")
+    # b - a on seeds 0-4: 0.5, 0.5, 0.5, 0, 1 -> mean 0.5, sd sqrt(0.125) = 0.354, half-width 2.7764 * 0.3536 / sqrt(5) = 0.439
+    assert "| `b`         | 5            | 0.5 ± 0.35 [0.06101, 0.939]" in report
+    assert (tmp_path / "plot.png").is_file()
+
+
+def test_unknown_baseline_suggests_the_combinations(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["compare", "--model", "nadaraya_watson", "--grid", "model.attention=average,gaussian_kernel", "--baseline", "attention=avrage"])
+    assert "error: --baseline 'attention=avrage' is not a combination of the grid; did you mean attention=average" in capsys.readouterr().err
