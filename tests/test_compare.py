@@ -11,11 +11,10 @@ import pytest
 
 import zoo.compare.runner as runner
 from zoo.cli import main
-from zoo.compare import CompareConfig, Comparison, parse_budget, parse_grid, paired_differences, summarize, t_quantile
+from zoo.compare import CompareConfig, Comparison, paired_differences, parse_budget, parse_grid, summarize, t_quantile
 from zoo.compare.grid import combinations
 from zoo.compare.process import ChildResult
 from zoo.errors import ConfigurationError
-
 
 # -- statistics --------------------------------------------------------------------------------
 

@@ -19,14 +19,17 @@ from zoo.errors import DataError
 SMALL = {"min_length": 10, "max_length": 80}
 
 
-def stack_value(text: str) -> int:
-    """Evaluate ``[MAX 2 [MIN 3 4 ] 9 ]`` with an explicit stack (independent of the generator's recursion)."""
+def stack_value(text: str, widths: list[int] | None = None) -> int:
+    """Evaluate ``[MAX 2 [MIN 3 4 ] 9 ]`` with an explicit stack (independent of the generator's
+    recursion); ``widths`` collects each operation's number of arguments."""
     stack: list[list] = [[]]
     for token in text.split():
         if token.startswith("["):
             stack.append([token])
         elif token == "]":
             operator, *values = stack.pop()
+            if widths is not None:
+                widths.append(len(values))
             ordered = sorted(values)
             middle = len(ordered) // 2
             median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) // 2
@@ -42,7 +45,7 @@ def test_values_lengths_and_shape_of_generated_expressions() -> None:
     assert len({text for text, _ in examples}) == 300
     operators, widths = set(), []
     for text, value in examples:
-        assert stack_value(text) == value
+        assert stack_value(text, widths) == value
         tokens = text.split()
         assert 10 < len(tokens) < 80 and tokens[0].startswith("[") and tokens[-1] == "]"
         operators |= {t for t in tokens if t.startswith("[")}
@@ -52,6 +55,7 @@ def test_values_lengths_and_shape_of_generated_expressions() -> None:
             max_depth = max(max_depth, depth)
         assert max_depth <= 9  # operations sit above depth 10, where only digits are drawn
     assert operators == {"[MIN", "[MAX", "[MED", "[SM"}
+    assert min(widths) == 2 and max(widths) == 10
     assert len({value for _, value in examples}) == 10
 
 
