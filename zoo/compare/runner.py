@@ -28,7 +28,7 @@ import torch
 import yaml
 
 from zoo.compare.grid import Budget, Combination, combinations
-from zoo.compare.process import run_child, zoo_command
+from zoo.compare.process import ChildResult, run_child, zoo_command
 from zoo.compare.records import append_record, last_metrics, load_records
 from zoo.compare.timing import read_timing
 from zoo.datamodules.files import atomic_write_text
@@ -163,7 +163,8 @@ class Comparison:
         timer = [TIMER] if stage == "fit" else []
         return zoo_command(stage, *self.config.base, *combination.flags, *seeds, *extra, *logger, *timer, *QUIET)
 
-    def _child(self, command: list[str], log: Path, key: str):
+    def _child(self, command: list[str], log: Path, key: str) -> ChildResult:
+        """Run a child; a failure is one error naming the run, the last line of its output and its log."""
         result = run_child(command, log, self.threads)
         if result.returncode != 0:
             lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
