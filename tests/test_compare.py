@@ -194,6 +194,7 @@ def test_compare_end_to_end_on_a_tiny_grid(in_tmp: Path, capsys: pytest.CaptureF
     report = Path("cmp/report.md").read_text()
     assert "| `attention=gaussian_kernel` | 2 " in report.replace("  ", " ").replace("  ", " ")
     assert "## Paired differences against `attention=average`" in report
+    assert "Data (before the grid and seeds): `SyntheticRegressionDataModule(num_train=50, num_val=50, num_test=50, noise=0.5, seed=0)`" in report
     assert Path("cmp/plot.png").stat().st_size > 1000
     # started again: every run has its record, so no process starts
     calls: list[list[str]] = []

@@ -59,7 +59,8 @@ def main(args: list[str]) -> None:
     header = (
         f"`python -m zoo fit {shlex.join(base)}` with {', '.join(f'`{k}` in {v}' for k, v in axes.items()) or 'no grid'}; "
         f"{config.seeds} seed(s); budget {options.budget or 'from the configuration'}; {config.evaluate} of each run's last checkpoint; "
-        f"{config.parallel} run(s) at once, {comparison.threads} thread(s) each. Records: `{comparison.records_file}`."
+        f"{config.parallel} run(s) at once, {comparison.threads} thread(s) each. Records: `{comparison.records_file}`.\n\n"
+        f"Data (before the grid and seeds): `{comparison.data_description}`."
     )
     report = write_report(records, config.out, names, baseline, header, options.metric or comparison.default_metric)
     print(f"{len(records)} runs recorded in {comparison.records_file}; report: {report}")

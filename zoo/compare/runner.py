@@ -113,9 +113,17 @@ class Comparison:
         self.records_file = config.out / "records.jsonl"
         self.threads = max(1, len(os.sched_getaffinity(0)) // config.parallel)
         resolved = resolve_base(config.base)
-        data_args = (resolved.get("data") or {}).get("init_args") or {}
-        self.data_has_seed = "seed" in data_args
+        data = resolved.get("data") or {}
+        self.data_args: dict[str, Any] = data.get("init_args") or {}
+        self.data_class: str | None = data.get("class_path")
+        self.data_has_seed = "seed" in self.data_args
         self.model_class = (resolved.get("model") or {}).get("class_path")
+
+    @property
+    def data_description(self) -> str:
+        """The data module and its settings as resolved for the base command (``LRATextDataModule(max_length=1000, ...)``)."""
+        settings = ", ".join(f"{key}={value}" for key, value in self.data_args.items() if value is not None)
+        return f"{str(self.data_class).rsplit('.', 1)[-1]}({settings})"
 
     @property
     def default_metric(self) -> str | None:
