@@ -21,7 +21,7 @@ import pytest
 import torch
 from jsonargparse import ArgumentParser
 
-from zoo.datamodules import files, tokenization
+from zoo.datamodules import files
 from zoo.datamodules.registry import DATAMODULE_REGISTRY
 from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule, split_indices
 from zoo.datamodules.tokenization import Vocabulary, tokenize
