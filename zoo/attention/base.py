@@ -2,10 +2,11 @@
 
 A *scoring attention* (subclass of :class:`Attention`) maps queries ``(*batch, Lq, Dq)``, keys
 ``(*batch, Lk, Dk)`` and values ``(*batch, Lk, Dv)`` to ``(*batch, Lq, Dv)``. A subclass
-usually implements only :meth:`Attention.score`; the base class validates inputs, merges masks,
-applies the masked softmax and dropout, and returns the weights when asked. A variant whose
-computation has no score matrix (linear attention, say) overrides :meth:`Attention.attend` or
-``forward`` and declares what it supports.
+usually implements only :meth:`Attention.score`; the base class validates inputs, merges the
+padding and user masks, applies causality, the masked softmax and dropout, and returns the weights
+when asked. A variant whose computation has no score matrix (linear attention, say) overrides
+:meth:`Attention.attend`, never ``forward``, and declares what it supports; extra input checks go
+in an override of :meth:`Attention.check_inputs`.
 
 An *attention layer* (subclass of :class:`AttentionLayer`) owns projections and heads, and runs a
 registered scoring attention per head.
@@ -21,7 +22,7 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens
+from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens, with_causal
 
 __all__ = ["Attention", "AttentionLayer", "AttentionOutput", "IncompatibleAttentionError"]
 
@@ -110,13 +111,32 @@ class Attention(_Capabilities, nn.Module):
             keys.shape[-2],
             valid_lens=valid_lens,
             attn_mask=attn_mask,
-            is_causal=is_causal,
             device=queries.device,
         )
-        return self.attend(queries, keys, values, mask, need_weights=need_weights)
+        return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
 
-    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool) -> AttentionOutput:
-        """The computation on validated inputs with one merged boolean ``mask`` (or None)."""
+    def attend(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """The computation on validated inputs: the hook a variant overrides.
+
+        Args:
+            queries, keys, values: As in :meth:`forward`, already checked.
+            mask: The merged padding and user mask (``valid_lens`` and ``attn_mask``), boolean,
+                broadcastable to ``(*batch, Lq, Lk)``, True = attend; or None. It never holds
+                causality: that comes as ``is_causal``, so a fused kernel can take it as a flag.
+            is_causal: Forbid attending to later positions (aligned bottom-right).
+            need_weights: Also return the ``(*batch, Lq, Lk)`` weights.
+        """
+        if is_causal:
+            mask = with_causal(mask, queries.shape[-2], keys.shape[-2], queries.device)
         weights = masked_softmax(self.score(queries, keys), mask=mask)
         output = torch.matmul(self.dropout(weights), values)
         return AttentionOutput(output, weights if need_weights else None)
