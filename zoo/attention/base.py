@@ -2,10 +2,11 @@
 
 A *scoring attention* (subclass of :class:`Attention`) maps queries ``(*batch, Lq, Dq)``, keys
 ``(*batch, Lk, Dk)`` and values ``(*batch, Lk, Dv)`` to ``(*batch, Lq, Dv)``. A subclass
-usually implements only :meth:`Attention.score`; the base class validates inputs, merges masks,
-applies the masked softmax and dropout, and returns the weights when asked. A variant whose
-computation has no score matrix (linear attention, say) overrides :meth:`Attention.attend` or
-``forward`` and declares what it supports.
+usually implements only :meth:`Attention.score`; the base class validates inputs, merges the
+padding and user masks, applies causality, the masked softmax and dropout, and returns the weights
+when asked. A variant whose computation has no score matrix (linear attention, say) overrides
+:meth:`Attention.attend`, never ``forward``, and declares what it supports; extra input checks go
+in an override of :meth:`Attention.check_inputs`.
 
 An *attention layer* (subclass of :class:`AttentionLayer`) owns projections and heads, and runs a
 registered scoring attention per head.
@@ -21,7 +22,7 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens
+from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens, with_causal
 
 __all__ = ["Attention", "AttentionLayer", "AttentionOutput", "IncompatibleAttentionError"]
 
@@ -67,6 +68,9 @@ class Attention(_Capabilities, nn.Module):
     #: queries and keys may come from two different sequences (cross-attention); False for a
     #: variant defined by positions within one sequence, such as a sliding window
     supports_cross_attention: ClassVar[bool] = True
+    #: takes keys and values with fewer heads (axis -3) than the queries, each shared by a group
+    #: of query heads (grouped-query attention); a layer repeats them for a variant without it
+    supports_grouped_kv: ClassVar[bool] = False
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
@@ -110,16 +114,43 @@ class Attention(_Capabilities, nn.Module):
             keys.shape[-2],
             valid_lens=valid_lens,
             attn_mask=attn_mask,
-            is_causal=is_causal,
             device=queries.device,
         )
-        return self.attend(queries, keys, values, mask, need_weights=need_weights)
+        return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
 
-    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool) -> AttentionOutput:
-        """The computation on validated inputs with one merged boolean ``mask`` (or None)."""
+    def attend(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """The computation on validated inputs: the hook a variant overrides.
+
+        Args:
+            queries, keys, values: As in :meth:`forward`, already checked.
+            mask: The merged padding and user mask (``valid_lens`` and ``attn_mask``), boolean,
+                broadcastable to ``(*batch, Lq, Lk)``, True = attend; or None. It never holds
+                causality: that comes as ``is_causal``, so a fused kernel can take it as a flag.
+            is_causal: Forbid attending to later positions (aligned bottom-right).
+            need_weights: Also return the ``(*batch, Lq, Lk)`` weights.
+        """
+        if is_causal:
+            mask = with_causal(mask, queries.shape[-2], keys.shape[-2], queries.device)
         weights = masked_softmax(self.score(queries, keys), mask=mask)
         output = torch.matmul(self.dropout(weights), values)
         return AttentionOutput(output, weights if need_weights else None)
+
+    def _grouped(self, queries: Tensor, keys: Tensor, values: Tensor) -> bool:
+        """Whether keys and values hold grouped heads this variant takes: fewer heads at axis -3,
+        dividing the queries' heads, and the same batch otherwise."""
+        if not self.supports_grouped_kv or queries.dim() < 4 or keys.shape[:-2] != values.shape[:-2]:
+            return False
+        heads, kv_heads = queries.shape[-3], keys.shape[-3]
+        return queries.shape[:-3] == keys.shape[:-3] and kv_heads > 0 and heads % kv_heads == 0
 
     def check_dims(self, query_dim: int, key_dim: int, value_dim: int) -> None:
         """Raise ``ValueError`` if this variant cannot take these feature sizes."""
@@ -152,7 +183,7 @@ class Attention(_Capabilities, nn.Module):
                 )
             if not tensor.is_floating_point():
                 raise ValueError(f"{name}: {label} must be floating point, got {tensor.dtype}.")
-        if not queries.shape[:-2] == keys.shape[:-2] == values.shape[:-2]:
+        if not queries.shape[:-2] == keys.shape[:-2] == values.shape[:-2] and not self._grouped(queries, keys, values):
             raise ValueError(
                 f"{name}: batch shapes differ: queries {tuple(queries.shape[:-2])}, keys "
                 f"{tuple(keys.shape[:-2])}, values {tuple(values.shape[:-2])}; they must be equal."
