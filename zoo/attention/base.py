@@ -67,6 +67,20 @@ class Attention(_Capabilities, nn.Module):
     #: queries and keys may come from two different sequences (cross-attention); False for a
     #: variant defined by positions within one sequence, such as a sliding window
     supports_cross_attention: ClassVar[bool] = True
+    #: adds a positional bias scheme (``alibi``, ``t5``) to its scores; the base class's score
+    #: path does. A subclass that overrides ``attend`` or ``forward`` without declaring this
+    #: flag itself is taken not to (set False by :meth:`__init_subclass__`), so a bias is
+    #: refused rather than silently dropped
+    supports_position_bias: ClassVar[bool] = True
+    #: scores queries and keys that a rotary scheme (``rope``) has rotated per head; False for
+    #: a variant whose scores are not built from their dot products
+    supports_rotary: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        overrides = "attend" in cls.__dict__ or "forward" in cls.__dict__
+        if overrides and "supports_position_bias" not in cls.__dict__:
+            cls.supports_position_bias = False
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
