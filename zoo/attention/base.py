@@ -16,6 +16,7 @@ when they are built rather than fail (or silently ignore a mask) at run time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 import torch
@@ -23,7 +24,22 @@ from torch import Tensor, nn
 
 from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens
 
-__all__ = ["Attention", "AttentionLayer", "AttentionOutput", "IncompatibleAttentionError"]
+__all__ = [
+    "POSITION_CAPABILITY",
+    "Attention",
+    "AttentionLayer",
+    "AttentionOutput",
+    "IncompatibleAttentionError",
+    "PositionBias",
+    "position_bias_grid",
+]
+
+PositionBias = Callable[[Tensor, Tensor], Tensor]
+"""A bias positional scheme: integer query and key positions that broadcast together to ``S``
+-> a float bias ``(heads, *S)`` added to the scores (see :mod:`zoo.positions`)."""
+
+#: the capability flag of :class:`Attention` a positional scheme of each kind needs
+POSITION_CAPABILITY: dict[str, str] = {"rotary": "supports_rotary", "bias": "supports_position_bias"}
 
 
 class IncompatibleAttentionError(ValueError):
@@ -104,6 +120,7 @@ class Attention(_Capabilities, nn.Module):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        position_bias: PositionBias | None = None,
     ) -> AttentionOutput:
         """Attend from ``queries`` over ``keys``/``values``.
 
@@ -116,8 +133,16 @@ class Attention(_Capabilities, nn.Module):
             attn_mask: boolean, broadcastable to ``(*batch, Lq, Lk)``, True = attend.
             is_causal: forbid attending to later positions (aligned bottom-right).
             need_weights: also return the ``(*batch, Lq, Lk)`` weights.
+            position_bias: a bias positional scheme (``alibi``, ``t5``) whose bias is added to
+                the scores, query ``i`` at position ``Lk - Lq + i``; its head axis lines up
+                with dimension -3 of the queries (a layer's heads), or is 1.
         """
         valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+        if position_bias is not None and not self.supports_position_bias:
+            raise IncompatibleAttentionError(
+                f"{type(self).__name__} does not add a positional bias to its scores (position_bias); "
+                "use an absolute or rotary scheme with it."
+            )
         mask = merge_masks(
             queries.shape[:-2],
             queries.shape[-2],
@@ -127,11 +152,18 @@ class Attention(_Capabilities, nn.Module):
             is_causal=is_causal,
             device=queries.device,
         )
-        return self.attend(queries, keys, values, mask, need_weights=need_weights)
+        # passed only when given: a plugin's attend() written before positions keeps working
+        extra = {} if position_bias is None else {"position_bias": position_bias}
+        return self.attend(queries, keys, values, mask, need_weights=need_weights, **extra)
 
-    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool) -> AttentionOutput:
+    def attend(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool, position_bias: PositionBias | None = None
+    ) -> AttentionOutput:
         """The computation on validated inputs with one merged boolean ``mask`` (or None)."""
-        weights = masked_softmax(self.score(queries, keys), mask=mask)
+        scores = self.score(queries, keys)
+        if position_bias is not None:
+            scores = scores + position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(scores.dtype)
+        weights = masked_softmax(scores, mask=mask)
         output = torch.matmul(self.dropout(weights), values)
         return AttentionOutput(output, weights if need_weights else None)
 
@@ -189,6 +221,14 @@ class Attention(_Capabilities, nn.Module):
         if valid_lens is not None:
             valid_lens = validate_valid_lens(valid_lens, batch_shape, num_queries, num_keys)
         return valid_lens
+
+
+def position_bias_grid(position_bias: PositionBias, num_queries: int, num_keys: int, device: torch.device) -> Tensor:
+    """``position_bias`` on the full grid ``(heads, Lq, Lk)``: query ``i`` at ``Lk - Lq + i``
+    (bottom-right, as causal masks align), key ``j`` at ``j``."""
+    keys = torch.arange(num_keys, device=device)
+    queries = torch.arange(num_queries, device=device) + (num_keys - num_queries)
+    return position_bias(queries.unsqueeze(-1), keys)
 
 
 def check_attn_mask(attn_mask: Tensor, target: tuple[int, ...], owner: str) -> None:

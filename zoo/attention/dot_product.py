@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.base import Attention, AttentionOutput, PositionBias, position_bias_grid
 from zoo.attention.factory import register_attention
 
 __all__ = ["DotProductAttention"]
@@ -22,7 +22,8 @@ class DotProductAttention(Attention):
     Scores are ``q . k * scale`` with ``scale = 1 / sqrt(d)`` by default. When weights are not
     requested, the computation runs in :func:`torch.nn.functional.scaled_dot_product_attention`
     (flash / memory-efficient kernels where available); with ``need_weights=True`` it runs the
-    explicit formulation, which gives the same output.
+    explicit formulation, which gives the same output. A positional bias reaches the kernel as
+    a float mask: the bias, with ``-inf`` where the boolean mask hides a key.
 
     Args:
         dropout: Dropout on the attention weights during training.
@@ -30,6 +31,7 @@ class DotProductAttention(Attention):
     """
 
     has_fused_path: ClassVar[bool] = True
+    supports_position_bias: ClassVar[bool] = True
 
     def __init__(self, dropout: float = 0.0, scale: float | None = None) -> None:
         super().__init__(dropout)
@@ -41,9 +43,14 @@ class DotProductAttention(Attention):
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         return torch.matmul(queries, keys.transpose(-2, -1)) * self._scale(queries)
 
-    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool) -> AttentionOutput:
+    def attend(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool, position_bias: PositionBias | None = None
+    ) -> AttentionOutput:
         if need_weights:
-            return super().attend(queries, keys, values, mask, need_weights=True)
+            return super().attend(queries, keys, values, mask, need_weights=True, position_bias=position_bias)
+        if position_bias is not None:
+            bias = position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(queries.dtype)
+            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         output = F.scaled_dot_product_attention(
             queries,
             keys,

@@ -29,6 +29,9 @@ symmetric window otherwise reads a word's neighbours as a bag, the same on eithe
 multi-head layer the layer passes its ``num_heads``; the bias then needs the head axis at ``-3``
 of the queries, as the layer lays them out.
 
+A positional bias scheme (``position_bias``: ``alibi``, ``t5``) is evaluated at the scored
+(query, key) positions of each block only, never on the ``L x L`` grid.
+
 With ``need_weights=True`` the block weights are also scattered into a dense ``(*batch, Lq, Lk)``
 tensor (for heatmaps): that costs ``O(Lq * Lk)`` memory, so ask for it on short inputs only.
 """
@@ -42,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError, PositionBias
 from zoo.attention.blocks import rows_from
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import mask_at, masked_softmax, merge_masks
@@ -67,6 +70,7 @@ class LocalAttention(Attention):
 
     supports_cross_attention: ClassVar[bool] = False
     has_fused_path: ClassVar[bool] = True
+    supports_position_bias: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -95,6 +99,7 @@ class LocalAttention(Attention):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        position_bias: PositionBias | None = None,
     ) -> AttentionOutput:
         """The contract of :meth:`zoo.Attention.forward`; non-causal calls need ``Lq == Lk``."""
         valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
@@ -119,10 +124,18 @@ class LocalAttention(Attention):
         # valid_lens and attn_mask merged; the window and causality are applied per block, from positions
         mask = merge_masks(queries.shape[:-2], num_queries, num_keys, valid_lens=valid_lens, attn_mask=attn_mask, device=queries.device)
         before, after = (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
-        return self._attend_blocks(queries, keys, values, mask, before, after, need_weights)
+        return self._attend_blocks(queries, keys, values, mask, before, after, need_weights, position_bias)
 
     def _attend_blocks(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, before: int, after: int, need_weights: bool
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        before: int,
+        after: int,
+        need_weights: bool,
+        position_bias: PositionBias | None,
     ) -> AttentionOutput:
         """Attend from each block of queries over the keys from ``before`` positions before its
         first query to ``after`` positions after its last one."""
@@ -153,6 +166,9 @@ class LocalAttention(Attention):
         v = rows_from(values, first, (num_blocks - 1) * block + span).unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
         bias = self._bias_at(distance, queries.dtype)
+        if position_bias is not None:  # (heads, nb, block, span): at the block's scored pairs only
+            scheme_bias = position_bias(query_index + offset, key_pos).to(queries.dtype)
+            bias = scheme_bias if bias is None else bias + scheme_bias
         if not need_weights:  # the blocks are ordinary attention problems: the fused kernel takes them
             dropout = self.dropout.p if self.training else 0.0
             attn_mask = keep if bias is None else torch.where(keep, bias, float("-inf"))

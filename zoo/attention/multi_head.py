@@ -3,18 +3,27 @@
 :class:`HeadedAttention` holds what every multi-head layer shares (projections, head splitting,
 mask handling); :class:`MultiHeadAttention` (``multi_head``) takes queries, keys and values;
 ``self`` and ``cross`` (their own files) are the two usual ways of feeding it.
+
+Positions: a self-attention layer may take a rotary or bias :class:`~zoo.positions.PositionScheme`
+(``position=``), usually shared by every layer of a stack. Keys are rotated at their positions
+when projected (:meth:`HeadedAttention.project_kv`, ``offset`` = cached positions before them),
+so a cache holds them rotated; queries at ``Lk - Lq + i``, aligned bottom-right like causal
+masks. A bias scheme is handed to the scoring attention, which adds it to its scores.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionLayer, AttentionOutput, check_attn_mask
-from zoo.attention.factory import create_scoring_attention, register_attention
+from zoo.attention.base import POSITION_CAPABILITY, AttentionLayer, AttentionOutput, IncompatibleAttentionError, check_attn_mask
+from zoo.attention.factory import ATTENTION_REGISTRY, create_scoring_attention, register_attention
 from zoo.attention.masking import merge_masks, validate_valid_lens
+
+if TYPE_CHECKING:
+    from zoo.positions import PositionScheme
 
 __all__ = ["HeadedAttention", "MultiHeadAttention"]
 
@@ -31,6 +40,8 @@ class HeadedAttention(AttentionLayer):
         score_kwargs: Extra keyword arguments for the scoring attention.
         dropout: Dropout on the attention weights during training.
         bias: Whether the projections have biases.
+        position: A rotary or bias positional scheme for self-attention (see the module
+            docstring), or None. Absolute schemes act on embeddings, in the model.
     """
 
     def __init__(
@@ -44,6 +55,7 @@ class HeadedAttention(AttentionLayer):
         score_kwargs: dict[str, Any] | None = None,
         dropout: float = 0.0,
         bias: bool = True,
+        position: PositionScheme | None = None,
     ) -> None:
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:
@@ -60,10 +72,35 @@ class HeadedAttention(AttentionLayer):
         self.score_attention = create_scoring_attention(
             score, head_dim=self.head_dim, num_heads=num_heads, dropout=dropout, **(score_kwargs or {})
         )
+        self.position = self._check_position(position)
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def _check_position(self, position: PositionScheme | None) -> PositionScheme | None:
+        """``position`` if the per-head attention can take its kind; else a clear refusal."""
+        if position is None:
+            return None
+        flag = POSITION_CAPABILITY.get(position.kind)
+        if flag is None:
+            raise ValueError(
+                f"{type(self).__name__}: {type(position).__name__} is an absolute scheme: it acts on the "
+                "embeddings, so apply it in the model; a layer takes rotary and bias schemes only."
+            )
+        if not getattr(self.score_attention, flag):
+            compatible = [e.name for e in ATTENTION_REGISTRY.entries() if getattr(e.obj, flag, False)]
+            raise IncompatibleAttentionError(
+                f"{type(self).__name__}: attention {self.score_name!r} cannot take the {position.kind} scheme "
+                f"{type(position).__name__} ({flag} is False). Compatible registered names: {', '.join(compatible)}."
+            )
+        return position
+
+    def _rotate(self, x: Tensor, first: int) -> Tensor:
+        """Heads ``(B, H, L, d)`` rotated at positions ``first .. first + L - 1`` (if rotary)."""
+        if self.position is None or self.position.kind != "rotary":
+            return x
+        return self.position(x, torch.arange(first, first + x.shape[-2], device=x.device))
 
     def _split_heads(self, x: Tensor) -> Tensor:
         # (B, L, H * d) -> (B, H, L, d)
@@ -119,13 +156,15 @@ class HeadedAttention(AttentionLayer):
         k, v = self.project_kv(keys, values)
         return self.attend_projected(queries, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
 
-    def project_kv(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    def project_kv(self, keys: Tensor, values: Tensor, *, offset: int = 0) -> tuple[Tensor, Tensor]:
         """Keys and values projected and split into heads: two ``(B, H, Lk, d)`` tensors.
 
         Decoders cache these: the projections of earlier positions never change, so each step
-        projects only its new position (and cross-attention projects the memory once).
+        projects only its new position (and cross-attention projects the memory once). With a
+        rotary scheme the keys are rotated at positions ``offset ..`` (``offset``: how many
+        positions the cache already holds).
         """
-        return self._split_heads(self.k_proj(keys)), self._split_heads(self.v_proj(values))
+        return self._rotate(self._split_heads(self.k_proj(keys)), offset), self._split_heads(self.v_proj(values))
 
     def attend_projected(
         self,
@@ -140,10 +179,14 @@ class HeadedAttention(AttentionLayer):
         """Attend from ``queries`` ``(B, Lq, embed_dim)`` over already projected ``k``, ``v``.
 
         ``attn_mask`` must broadcast to ``(B, H, Lq, Lk)``; causal masks align bottom-right,
-        so a single new query (``Lq = 1``) sees every cached position.
+        so a single new query (``Lq = 1``) sees every cached position. So do positions: query
+        ``i`` sits at ``Lk - Lq + i``.
         """
-        q = self._split_heads(self.q_proj(queries))
-        heads, weights = self.score_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights)
+        q = self._rotate(self._split_heads(self.q_proj(queries)), k.shape[-2] - queries.shape[1])
+        bias = self.position if self.position is not None and self.position.kind == "bias" else None
+        heads, weights = self.score_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights, position_bias=bias
+        )
         output = self.out_proj(heads.transpose(1, 2).flatten(-2))  # (B, H, Lq, d) -> (B, Lq, H * d)
         return AttentionOutput(output, weights)
 

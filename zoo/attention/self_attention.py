@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
 from zoo.attention.base import AttentionOutput
 from zoo.attention.factory import register_attention
 from zoo.attention.multi_head import HeadedAttention
+
+if TYPE_CHECKING:
+    from zoo.positions import PositionScheme
 
 __all__ = ["SelfAttention"]
 
@@ -24,6 +27,7 @@ class SelfAttention(HeadedAttention):
         score_kwargs: Extra keyword arguments for the scoring attention.
         dropout: Dropout on the attention weights during training.
         bias: Whether the projections have biases.
+        position: A rotary or bias positional scheme (``rope``, ``alibi``, ``t5``), or None.
     """
 
     def __init__(
@@ -35,8 +39,11 @@ class SelfAttention(HeadedAttention):
         score_kwargs: dict[str, Any] | None = None,
         dropout: float = 0.0,
         bias: bool = True,
+        position: PositionScheme | None = None,
     ) -> None:
-        super().__init__(embed_dim, num_heads, score=score, score_kwargs=score_kwargs, dropout=dropout, bias=bias)
+        super().__init__(
+            embed_dim, num_heads, score=score, score_kwargs=score_kwargs, dropout=dropout, bias=bias, position=position
+        )
 
     def forward(
         self,

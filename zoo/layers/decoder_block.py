@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -11,6 +11,9 @@ from zoo.attention.cross_attention import CrossAttention
 from zoo.attention.self_attention import SelfAttention
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import PositionWiseFFN
+
+if TYPE_CHECKING:
+    from zoo.positions import PositionScheme
 
 __all__ = ["DecoderBlock", "KeyValue"]
 
@@ -37,6 +40,8 @@ class DecoderBlock(nn.Module):
         cross_attention: Scoring attention of the cross-attention; ``None``: ``attention``.
         cross_attention_kwargs: Its keyword arguments; ``None`` with ``cross_attention=None``:
             ``attention_kwargs``.
+        position: A rotary or bias scheme for the self-attention (causal; shared across the
+            stack), or None. Cross-attention never gets positions.
     """
 
     def __init__(
@@ -50,12 +55,15 @@ class DecoderBlock(nn.Module):
         norm_first: bool = False,
         cross_attention: str | None = None,
         cross_attention_kwargs: dict[str, Any] | None = None,
+        position: PositionScheme | None = None,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
         if cross_attention is None:
             cross_attention, cross_attention_kwargs = attention, attention_kwargs
-        self.self_attention = SelfAttention(d_model, num_heads, score=attention, score_kwargs=attention_kwargs, dropout=dropout)
+        self.self_attention = SelfAttention(
+            d_model, num_heads, score=attention, score_kwargs=attention_kwargs, dropout=dropout, position=position
+        )
         self.cross_attention = CrossAttention(
             d_model, num_heads, score=cross_attention, score_kwargs=cross_attention_kwargs, dropout=dropout
         )
@@ -81,7 +89,7 @@ class DecoderBlock(nn.Module):
         (if asked) the cross-attention weights ``(B, H, Lt, Ls)``.
         """
         def self_attend(h: Tensor) -> tuple[Tensor, KeyValue]:
-            k, v = self.self_attention.project_kv(h, h)
+            k, v = self.self_attention.project_kv(h, h, offset=0 if self_kv is None else self_kv[0].shape[2])
             if self_kv is not None:
                 k, v = torch.cat([self_kv[0], k], dim=2), torch.cat([self_kv[1], v], dim=2)
             return self.self_attention.attend_projected(h, k, v, is_causal=True).output, (k, v)

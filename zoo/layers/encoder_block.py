@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
 from zoo.attention.self_attention import SelfAttention
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import PositionWiseFFN
+
+if TYPE_CHECKING:
+    from zoo.positions import PositionScheme
 
 __all__ = ["EncoderBlock"]
 
@@ -28,6 +31,7 @@ class EncoderBlock(nn.Module):
         attention: Registered name of the per-head scoring attention.
         attention_kwargs: Extra keyword arguments for the scoring attention.
         norm_first: Pre-LN instead of post-LN.
+        position: A rotary or bias scheme for the self-attention (shared across the stack), or None.
     """
 
     def __init__(
@@ -39,10 +43,13 @@ class EncoderBlock(nn.Module):
         attention: str = "dot_product",
         attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
+        position: PositionScheme | None = None,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.attention = SelfAttention(d_model, num_heads, score=attention, score_kwargs=attention_kwargs, dropout=dropout)
+        self.attention = SelfAttention(
+            d_model, num_heads, score=attention, score_kwargs=attention_kwargs, dropout=dropout, position=position
+        )
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
         self.add_norm1 = AddNorm(d_model, dropout)
         self.add_norm2 = AddNorm(d_model, dropout)

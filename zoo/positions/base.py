@@ -27,7 +27,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, TypeVar
 
-from torch import nn
+from torch import Tensor, nn
 
 from zoo.attention import ATTENTION_REGISTRY, Attention, IncompatibleAttentionError
 from zoo.registry import Registry
@@ -55,6 +55,16 @@ class PositionScheme(nn.Module):
 
     #: where the scheme acts: on embeddings, on per-head queries and keys, or on the scores
     kind: ClassVar[PositionKind] = "absolute"
+
+    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Embeddings ``(B, L, D)`` at positions ``offset ..``: an absolute scheme adds its
+        vectors; the other kinds act inside attention and leave them as they are."""
+        return self(x, offset) if self.kind == "absolute" else x
+
+    @property
+    def for_attention(self) -> PositionScheme | None:
+        """What self-attention layers get: this scheme, or None for an absolute one."""
+        return None if self.kind == "absolute" else self
 
 
 POSITION_REGISTRY: Registry[type[PositionScheme]] = Registry(
