@@ -183,10 +183,8 @@ class HeadedAttention(AttentionLayer):
         ``i`` sits at ``Lk - Lq + i``.
         """
         q = self._rotate(self._split_heads(self.q_proj(queries)), k.shape[-2] - queries.shape[1])
-        bias = self.position if self.position is not None and self.position.kind == "bias" else None
-        heads, weights = self.score_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights, position_bias=bias
-        )
+        bias = {"position_bias": self.position} if self.position is not None and self.position.kind == "bias" else {}
+        heads, weights = self.score_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights, **bias)
         output = self.out_proj(heads.transpose(1, 2).flatten(-2))  # (B, H, Lq, d) -> (B, Lq, H * d)
         return AttentionOutput(output, weights)
 
