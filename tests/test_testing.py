@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 import zoo
 from zoo.attention import AttentionOutput
-from zoo.attention.masking import masked_softmax
+from zoo.attention.masking import masked_softmax, with_causal
 from zoo.testing import AttentionContractError, check_attention
 
 BUILT_INS = [e.name for e in zoo.ATTENTION_REGISTRY.entries() if e.source == "attention-zoo"]
@@ -105,7 +105,8 @@ class _IgnoresAttnMask(_Cosine):
 class _NaNWhenNothingIsVisible(_Cosine):
     """The textbook masked softmax: fill with -inf, so a fully masked row is 0/0."""
 
-    def attend(self, queries, keys, values, mask, *, need_weights):
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+        mask = with_causal(mask, queries.shape[-2], keys.shape[-2]) if is_causal else mask
         scores = self.score(queries, keys)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
@@ -122,7 +123,8 @@ class _UniformWhenNothingIsVisible(_Cosine):
     def score(self, queries, keys):
         return queries @ keys.transpose(-2, -1)
 
-    def attend(self, queries, keys, values, mask, *, need_weights):
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+        mask = with_causal(mask, queries.shape[-2], keys.shape[-2]) if is_causal else mask
         scores = self.score(queries, keys)
         if mask is not None:
             scores = scores.masked_fill(~mask, -1e9)
@@ -133,7 +135,8 @@ class _UniformWhenNothingIsVisible(_Cosine):
 class _UnnormalizedWeights(_Cosine):
     """Returns the weights before normalizing them, though the output is right."""
 
-    def attend(self, queries, keys, values, mask, *, need_weights):
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+        mask = with_causal(mask, queries.shape[-2], keys.shape[-2]) if is_causal else mask
         weights = masked_softmax(self.score(queries, keys), mask=mask)
         return AttentionOutput(weights @ values, 2 * weights if need_weights else None)
 
@@ -160,8 +163,8 @@ class _UnusedParameter(_Cosine):
 
 
 class _DetachesValues(_Cosine):
-    def attend(self, queries, keys, values, mask, *, need_weights):
-        return super().attend(queries, keys, values.detach(), mask, need_weights=need_weights)
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+        return super().attend(queries, keys, values.detach(), mask, is_causal=is_causal, need_weights=need_weights)
 
 
 class _WrongBackward(torch.autograd.Function):

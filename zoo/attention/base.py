@@ -2,10 +2,11 @@
 
 A *scoring attention* (subclass of :class:`Attention`) maps queries ``(*batch, Lq, Dq)``, keys
 ``(*batch, Lk, Dk)`` and values ``(*batch, Lk, Dv)`` to ``(*batch, Lq, Dv)``. A subclass
-usually implements only :meth:`Attention.score`; the base class validates inputs, merges masks,
-applies the masked softmax and dropout, and returns the weights when asked. A variant whose
-computation has no score matrix (linear attention, say) overrides :meth:`Attention.attend` or
-``forward`` and declares what it supports.
+usually implements only :meth:`Attention.score`; the base class validates inputs, merges the
+padding and user masks, applies causality, the masked softmax and dropout, and returns the weights
+when asked. A variant whose computation has no score matrix (linear attention, say) overrides
+:meth:`Attention.attend`, never ``forward``, and declares what it supports; extra input checks go
+in an override of :meth:`Attention.check_inputs`.
 
 An *attention layer* (subclass of :class:`AttentionLayer`) owns projections and heads, and runs a
 registered scoring attention per head.
@@ -22,7 +23,7 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens
+from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens, with_causal
 
 __all__ = [
     "POSITION_CAPABILITY",
@@ -149,17 +150,38 @@ class Attention(_Capabilities, nn.Module):
             keys.shape[-2],
             valid_lens=valid_lens,
             attn_mask=attn_mask,
-            is_causal=is_causal,
             device=queries.device,
         )
         # passed only when given: a plugin's attend() written before positions keeps working
         extra = {} if position_bias is None else {"position_bias": position_bias}
-        return self.attend(queries, keys, values, mask, need_weights=need_weights, **extra)
+        return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, **extra)
 
     def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool, position_bias: PositionBias | None = None
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        position_bias: PositionBias | None = None,
     ) -> AttentionOutput:
-        """The computation on validated inputs with one merged boolean ``mask`` (or None)."""
+        """The computation on validated inputs: the hook a variant overrides.
+
+        Args:
+            queries, keys, values: As in :meth:`forward`, already checked.
+            mask: The merged padding and user mask (``valid_lens`` and ``attn_mask``), boolean,
+                broadcastable to ``(*batch, Lq, Lk)``, True = attend; or None. It never holds
+                causality: that comes as ``is_causal``, so a fused kernel can take it as a flag.
+            is_causal: Forbid attending to later positions (aligned bottom-right).
+            need_weights: Also return the ``(*batch, Lq, Lk)`` weights.
+            position_bias: A bias positional scheme, added to the scores on the full grid
+                (:func:`position_bias_grid`); a variant that takes it declares
+                ``supports_position_bias``.
+        """
+        if is_causal:
+            mask = with_causal(mask, queries.shape[-2], keys.shape[-2], queries.device)
         scores = self.score(queries, keys)
         if position_bias is not None:
             scores = scores + position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(scores.dtype)

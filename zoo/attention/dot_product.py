@@ -11,6 +11,7 @@ from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput, PositionBias, position_bias_grid
 from zoo.attention.factory import register_attention
+from zoo.attention.masking import with_causal
 
 __all__ = ["DotProductAttention"]
 
@@ -44,12 +45,32 @@ class DotProductAttention(Attention):
         return torch.matmul(queries, keys.transpose(-2, -1)) * self._scale(queries)
 
     def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool, position_bias: PositionBias | None = None
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        position_bias: PositionBias | None = None,
     ) -> AttentionOutput:
+        """The explicit formulation when weights are asked for, else the fused kernel.
+
+        Causality reaches the kernel as ``is_causal=True`` with no mask whenever that is exact
+        (no padding or user mask, no positional bias, ``Lq == Lk``: the kernel aligns top-left,
+        the zoo bottom-right, and the two agree there); a single query over cached keys sees
+        them all and needs none; in every other case causality is merged into the boolean mask.
+        A positional bias then becomes the float mask: the bias, ``-inf`` where that hides a key.
+        """
         if need_weights:
-            return super().attend(queries, keys, values, mask, need_weights=True, position_bias=position_bias)
+            return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=True, position_bias=position_bias)
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+        fused_causal = is_causal and mask is None and position_bias is None and num_queries == num_keys
+        if is_causal and not fused_causal and num_queries > 1:
+            mask = with_causal(mask, num_queries, num_keys, queries.device)
         if position_bias is not None:
-            bias = position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(queries.dtype)
+            bias = position_bias_grid(position_bias, num_queries, num_keys, queries.device).to(queries.dtype)
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         output = F.scaled_dot_product_attention(
             queries,
@@ -57,6 +78,7 @@ class DotProductAttention(Attention):
             values,
             attn_mask=mask,
             dropout_p=self.dropout.p if self.training else 0.0,
+            is_causal=fused_causal,
             scale=self._scale(queries),
         )
         return AttentionOutput(output, None)

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError, PositionBias
 from zoo.attention.blocks import rows_from
 from zoo.attention.factory import register_attention
-from zoo.attention.masking import mask_at, masked_softmax, merge_masks
+from zoo.attention.masking import mask_at, masked_softmax
 
 __all__ = ["LocalAttention"]
 
@@ -89,20 +89,19 @@ class LocalAttention(Attention):
         # distances query - key from -(window // 2) (non-causal, ahead) to window - 1 (causal, behind)
         self.relative_bias = nn.Parameter(torch.zeros(num_heads, window // 2 + window)) if relative_bias else None
 
-    def forward(
+    def check_inputs(
         self,
         queries: Tensor,
         keys: Tensor,
         values: Tensor,
-        valid_lens: Tensor | None = None,
-        *,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
-        position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:
-        """The contract of :meth:`zoo.Attention.forward`; non-causal calls need ``Lq == Lk``."""
-        valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+        valid_lens: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> Tensor | None:
+        """The base checks, plus: a non-causal window needs ``Lq == Lk``, and a bias learned for
+        several heads needs them at dimension -3."""
+        valid_lens = super().check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         if not is_causal and num_queries != num_keys:
             raise IncompatibleAttentionError(
@@ -117,12 +116,26 @@ class LocalAttention(Attention):
                 f"them at dimension -3, as (batch, heads, length, d); got shape {tuple(queries.shape)}. "
                 "Use the layer's own head count, or num_heads=1 to share one bias across a batch."
             )
+        return valid_lens
+
+    def attend(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:
+        """Blockwise attention within the window; ``mask`` and ``position_bias`` are read only at
+        the scored pairs."""
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         if num_queries == 0 or num_keys == 0:  # nothing to score: zero output, as for a fully masked row
             output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
             weights = values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None
             return AttentionOutput(output, weights)
-        # valid_lens and attn_mask merged; the window and causality are applied per block, from positions
-        mask = merge_masks(queries.shape[:-2], num_queries, num_keys, valid_lens=valid_lens, attn_mask=attn_mask, device=queries.device)
         before, after = (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
         return self._attend_blocks(queries, keys, values, mask, before, after, need_weights, position_bias)
 
