@@ -37,14 +37,15 @@ class RotaryEmbedding(PositionScheme):
         if head_dim % 2:
             raise ValueError(f"rope rotates pairs of features, so the head size must be even; got {head_dim}. Change d_model or num_heads.")
         self.head_dim, self.base = head_dim, base
-        inverse_frequency = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-        self.register_buffer("inverse_frequency", inverse_frequency, persistent=False)
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """``x``: ``(..., L, head_dim)``; ``positions``: integers broadcastable to ``(..., L)``."""
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"RotaryEmbedding expects vectors of size {self.head_dim}; got shape {tuple(x.shape)}.")
-        angles = positions.to(torch.float32).unsqueeze(-1) * self.inverse_frequency  # (..., L, d/2)
+        # computed in float32 on each call, never stored: a buffer would follow model.half() and
+        # lose the precision that angles at large positions need
+        inverse_frequency = self.base ** (-torch.arange(0, self.head_dim, 2, device=x.device, dtype=torch.float32) / self.head_dim)
+        angles = positions.to(torch.float32).unsqueeze(-1) * inverse_frequency  # (..., L, d/2)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         first, second = x.chunk(2, dim=-1)
         return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
