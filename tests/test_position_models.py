@@ -114,7 +114,7 @@ def test_a_bias_scheme_with_a_variant_that_cannot_take_it_is_refused_with_the_na
         _transformer("alibi", "linear")
     assert "dot_product" in str(error.value) and "rope" in str(error.value)
     with pytest.raises(IncompatibleAttentionError, match="linear.*Compatible registered names: .*dot_product"):
-        zoo.SelfAttention(8, 2, score="linear", position=ALiBi(2))
+        zoo.SelfAttention(8, 2, attention="linear", position=ALiBi(2))
     with pytest.raises(ValueError, match="absolute scheme"):
         zoo.SelfAttention(8, 2, position=zoo.PositionalEncoding(8))
     with pytest.raises(IncompatibleAttentionError, match="position_bias"):

@@ -45,6 +45,7 @@ class SentimentClassifier(nn.Module):
         pooling: ``mean`` over valid tokens, ``max``, or both concatenated (``mean_max``).
         position: Registered positional scheme (``zoo list``).
         position_kwargs: Extra keyword arguments for it.
+        num_kv_heads: Key/value heads per block (grouped-query attention); ``None``: ``num_heads``.
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class SentimentClassifier(nn.Module):
         pooling: Literal["mean", "max", "mean_max"] = "mean",
         position: str = "sinusoidal",
         position_kwargs: dict[str, Any] | None = None,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, role="the sentiment classifier (padding masks)")
@@ -75,7 +77,8 @@ class SentimentClassifier(nn.Module):
         self.position = create_position(position, d_model=d_model, num_heads=num_heads, max_len=max_len, **(position_kwargs or {}))
         self.blocks = nn.ModuleList(
             EncoderBlock(
-                d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first, position=self.position.for_attention
+                d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first, num_kv_heads,
+                position=self.position.for_attention,
             )
             for _ in range(num_layers)
         )

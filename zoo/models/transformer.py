@@ -103,6 +103,9 @@ class Transformer(nn.Module):
             :func:`choose_cross_attention`.
         cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is
             the same variant).
+        num_kv_heads: Key/value heads of every attention (grouped-query attention, 1 =
+            multi-query); must divide ``num_heads``; the decoder's cache shrinks by
+            ``num_heads / num_kv_heads``. ``None``: ``num_heads``.
         position: Registered positional scheme (``zoo list``): ``sinusoidal``, ``learned``,
             ``none``, ``rope``, ``alibi``, ``t5``, or a plugin's.
         position_kwargs: Extra keyword arguments for it.
@@ -126,6 +129,7 @@ class Transformer(nn.Module):
         use_cache: bool = True,
         cross_attention: str | None = None,
         cross_attention_kwargs: dict[str, Any] | None = None,
+        num_kv_heads: int | None = None,
         position: str = "sinusoidal",
         position_kwargs: dict[str, Any] | None = None,
     ) -> None:
@@ -141,10 +145,12 @@ class Transformer(nn.Module):
         self.decoder_position = create_position(position, causal=True, **sizes)
         block_args = (d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
         self.encoder_blocks = nn.ModuleList(
-            EncoderBlock(*block_args, position=self.encoder_position.for_attention) for _ in range(num_encoder_layers)
+            EncoderBlock(*block_args, num_kv_heads=num_kv_heads, position=self.encoder_position.for_attention)
+            for _ in range(num_encoder_layers)
         )
         self.decoder_blocks = nn.ModuleList(
-            DecoderBlock(*block_args, *cross, position=self.decoder_position.for_attention) for _ in range(num_decoder_layers)
+            DecoderBlock(*block_args, *cross, num_kv_heads=num_kv_heads, position=self.decoder_position.for_attention)
+            for _ in range(num_decoder_layers)
         )
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
