@@ -9,8 +9,14 @@ import torch
 
 import zoo
 from zoo.attention import IncompatibleAttentionError
-from zoo.positions import ALiBi, RotaryEmbedding, T5RelativeBias, alibi_slopes, require_position, t5_bucket
-
+from zoo.positions import (
+    ALiBi,
+    RotaryEmbedding,
+    T5RelativeBias,
+    alibi_slopes,
+    require_position,
+    t5_bucket,
+)
 
 # -- registry ---------------------------------------------------------------------------------
 

@@ -56,7 +56,13 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.gradcheck import GradcheckError
 
-from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError, causal_mask
+from zoo.attention import (
+    ATTENTION_REGISTRY,
+    Attention,
+    AttentionLayer,
+    IncompatibleAttentionError,
+    causal_mask,
+)
 from zoo.attention.base import POSITION_CAPABILITY
 from zoo.positions import PositionScheme, create_position, get_position
 

@@ -23,7 +23,12 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens, with_causal
+from zoo.attention.masking import (
+    masked_softmax,
+    merge_masks,
+    validate_valid_lens,
+    with_causal,
+)
 
 __all__ = [
     "POSITION_CAPABILITY",

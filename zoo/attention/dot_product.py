@@ -9,7 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput, PositionBias, position_bias_grid
+from zoo.attention.base import (
+    Attention,
+    AttentionOutput,
+    PositionBias,
+    position_bias_grid,
+)
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import with_causal
 

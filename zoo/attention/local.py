@@ -45,7 +45,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError, PositionBias
+from zoo.attention.base import (
+    Attention,
+    AttentionOutput,
+    IncompatibleAttentionError,
+    PositionBias,
+)
 from zoo.attention.blocks import rows_from
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import mask_at, masked_softmax

@@ -28,8 +28,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import POSITION_CAPABILITY, AttentionLayer, AttentionOutput, IncompatibleAttentionError, check_attn_mask
-from zoo.attention.factory import ATTENTION_REGISTRY, create_scoring_attention, register_attention, require_attention
+from zoo.attention.base import (
+    POSITION_CAPABILITY,
+    AttentionLayer,
+    AttentionOutput,
+    IncompatibleAttentionError,
+    check_attn_mask,
+)
+from zoo.attention.factory import (
+    ATTENTION_REGISTRY,
+    create_scoring_attention,
+    register_attention,
+    require_attention,
+)
 from zoo.attention.masking import merge_masks, validate_valid_lens
 
 if TYPE_CHECKING:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-
 from torch import Tensor, nn
 
 from zoo.attention import require_attention

@@ -1,9 +1,12 @@
 """Positional schemes behind one contract, and the registry that names them.
 
 Importing this package registers the built-in schemes: ``sinusoidal`` (the default),
-``learned``, ``none``, ``rope``, ``alibi`` and ``t5``. See :mod:`zoo.positions.base`.
+``learned``, ``none``, ``rope``, ``alibi`` and ``t5`` (each module registers its scheme).
+See :mod:`zoo.positions.base`.
 """
 
+from zoo.positions.absolute import LearnedPositions, NoPositions
+from zoo.positions.alibi import ALiBi, alibi_slopes
 from zoo.positions.base import (
     POSITION_REGISTRY,
     PositionKind,
@@ -14,13 +17,10 @@ from zoo.positions.base import (
     register_position,
     require_position,
 )
+from zoo.positions.rotary import RotaryEmbedding
 
-# Built-in schemes register themselves on import.
-from zoo.positions.sinusoidal import PositionalEncoding, sinusoidal_table  # noqa: E402  (after the registry)
-from zoo.positions.absolute import LearnedPositions, NoPositions  # noqa: E402
-from zoo.positions.rotary import RotaryEmbedding  # noqa: E402
-from zoo.positions.alibi import ALiBi, alibi_slopes  # noqa: E402
-from zoo.positions.t5 import T5RelativeBias, t5_bucket  # noqa: E402
+from zoo.positions.sinusoidal import PositionalEncoding, sinusoidal_table
+from zoo.positions.t5 import T5RelativeBias, t5_bucket
 
 __all__ = [
     "ALiBi",
