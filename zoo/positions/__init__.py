@@ -18,15 +18,14 @@ from zoo.positions.base import (
     require_position,
 )
 from zoo.positions.rotary import RotaryEmbedding
-
 from zoo.positions.sinusoidal import PositionalEncoding, sinusoidal_table
 from zoo.positions.t5 import T5RelativeBias, t5_bucket
 
 __all__ = [
+    "POSITION_REGISTRY",
     "ALiBi",
     "LearnedPositions",
     "NoPositions",
-    "POSITION_REGISTRY",
     "PositionKind",
     "PositionScheme",
     "PositionalEncoding",
