@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
 
 import pytest
 import torch
+from conftest import write_distribution
 
 import zoo
 from zoo.attention import IncompatibleAttentionError
+from zoo.models import SentimentClassifier
 from zoo.positions import (
     ALiBi,
     RotaryEmbedding,
@@ -47,6 +51,39 @@ def test_a_plugin_scheme_registers_by_decorator_and_is_built_by_name() -> None:
         assert torch.equal(scheme(torch.zeros(1, 3, 4)), torch.full((1, 3, 4), 2.0))
     finally:
         zoo.POSITION_REGISTRY.unregister("test_shifted")
+
+
+def test_an_installed_plugin_scheme_is_found_through_its_entry_point(tmp_path, monkeypatch) -> None:
+    write_distribution(
+        tmp_path,
+        "zoo-test-position",
+        {"zoo_test_position": """
+        import torch
+        import zoo
+
+
+        class Reversed(zoo.PositionScheme):
+            kind = "bias"
+
+            def __init__(self, num_heads):
+                super().__init__()
+                self.num_heads = num_heads
+
+            def forward(self, query_positions, key_positions):
+                return (key_positions - query_positions).float().expand(self.num_heads, -1, -1)
+        """},
+        {"zoo.positions": {"plugin_reversed": "zoo_test_position:Reversed"}},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    try:
+        zoo.POSITION_REGISTRY.reload_plugins()
+        assert zoo.POSITION_REGISTRY.entry("plugin_reversed").source == "zoo-test-position"
+        model = SentimentClassifier(20, d_model=8, num_heads=2, num_layers=1, ffn_hidden=8, position="plugin_reversed")
+        assert model.blocks[0].attention.position.num_heads == 2
+    finally:
+        zoo.POSITION_REGISTRY.unregister("plugin_reversed")
+        sys.modules.pop("zoo_test_position", None)
 
 
 def test_unknown_scheme_suggests_the_closest() -> None:
