@@ -50,3 +50,11 @@ def test_bad_positions_are_one_clear_message(shared_data, in_tmp, capsys, extra,
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_zoo_list_shows_the_positions(capsys) -> None:
+    main(["list"])
+    out = capsys.readouterr().out
+    section = out.split("positions:\n")[1].split("models:")[0]
+    assert section.split() == ["alibi", "learned", "(aliases:", "learned_absolute)", "none", "(aliases:", "nope)",
+                               "rope", "(aliases:", "rotary)", "sinusoidal", "(aliases:", "sinusoid)", "t5", "(aliases:", "t5_bias)"]
