@@ -32,7 +32,7 @@ def test_sentiment_records_the_scheme_it_was_built_with(shared_data, in_tmp) -> 
     main(["fit", "--model", "sentiment", *_sentiment_data(shared_data), "--model.d_model", "32",
           "--model.position", "t5", "--model.position_kwargs", '{"num_buckets": 8, "max_distance": 16}',
           "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--model.heatmap_examples", "0", *QUIET])
-    run = sorted((in_tmp / "runs" / "sentiment").glob("version_*"))[-1]
+    run = max((in_tmp / "runs" / "sentiment").glob("version_*"))
     hparams = yaml.safe_load((run / "hparams.yaml").read_text())
     assert hparams["position"] == "t5" and hparams["position_kwargs"] == {"num_buckets": 8, "max_distance": 16}
 

@@ -97,15 +97,17 @@ class Attention(_Capabilities, nn.Module):
     #: scores queries and keys that a rotary scheme (``rope``) has rotated per head; False for
     #: a variant whose scores are not built from their dot products
     supports_rotary: ClassVar[bool] = True
+    #: takes keys and values with fewer heads (axis -3) than the queries, each shared by a group
+    #: of query heads (grouped-query attention); a layer repeats them for a variant without it
+    supports_grouped_kv: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
+        """A subclass that replaces the score path (``attend`` or ``forward``) and does not say
+        whether it adds a positional bias is taken not to: refused, never silently dropped."""
         super().__init_subclass__(**kwargs)
         overrides = "attend" in cls.__dict__ or "forward" in cls.__dict__
         if overrides and "supports_position_bias" not in cls.__dict__:
             cls.supports_position_bias = False
-    #: takes keys and values with fewer heads (axis -3) than the queries, each shared by a group
-    #: of query heads (grouped-query attention); a layer repeats them for a variant without it
-    supports_grouped_kv: ClassVar[bool] = False
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()

@@ -21,10 +21,11 @@ class SentimentClassifier(nn.Module):
 
     Positions are a registered scheme (``position``, default ``sinusoidal``): an absolute one is
     added to the embeddings, a rotary or bias one (``rope``, ``alibi``, ``t5``) is built once and
-    shared by the blocks' self-attention. Without positions (``position="none"``) the model sees no word order
-    beyond what its attention builds in: with dense attention it reads a bag of words; with
-    ``local`` attention, a bag of words in context (each token mixed with its neighbours, though
-    not which neighbour came first unless the window learns a ``relative_bias``). On SST-2,
+    shared by the blocks' self-attention. Without positions (``position="none"``) the model sees
+    no word order beyond what its attention builds in: with dense attention it reads a bag of
+    words; with ``local`` attention, a bag of words in context (each token mixed with its
+    neighbours, though not which neighbour came first unless the window learns a
+    ``relative_bias``). On SST-2,
     trained on short phrases and evaluated on whole sentences, ``local`` attention without
     positions scored higher than with them (README, "Results").
 

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from torch import Tensor, nn
 
 from zoo.attention import ATTENTION_REGISTRY, Attention, IncompatibleAttentionError
+from zoo.attention.base import POSITION_CAPABILITY
 from zoo.registry import Registry
 
 __all__ = [
@@ -46,8 +47,6 @@ __all__ = [
 PositionKind = Literal["absolute", "rotary", "bias"]
 SchemeT = TypeVar("SchemeT", bound=type["PositionScheme"])
 
-#: the capability flag of :class:`zoo.Attention` that each kind needs (absolute needs none)
-_CAPABILITY: dict[str, str] = {"rotary": "supports_rotary", "bias": "supports_position_bias"}
 
 
 class PositionScheme(nn.Module):
@@ -124,14 +123,20 @@ def require_position(position: str, attention: str, *, role: str = "this archite
     """
     scheme = POSITION_REGISTRY.get(position)
     variant = ATTENTION_REGISTRY.get(attention)
-    flag = _CAPABILITY.get(scheme.kind)
-    if flag is None or (issubclass(variant, Attention) and getattr(variant, flag)):
+    if _takes(variant, scheme.kind):
         return scheme
-    variants = [e.name for e in ATTENTION_REGISTRY.entries() if issubclass(e.obj, Attention) and getattr(e.obj, flag)]
-    schemes = [e.name for e in POSITION_REGISTRY.entries() if _CAPABILITY.get(e.obj.kind) is None or getattr(variant, _CAPABILITY[e.obj.kind], False)]
+    flag = POSITION_CAPABILITY[scheme.kind]
+    variants = [e.name for e in ATTENTION_REGISTRY.entries() if issubclass(e.obj, Attention) and _takes(e.obj, scheme.kind)]
+    schemes = [e.name for e in POSITION_REGISTRY.entries() if _takes(variant, e.obj.kind)]
     what = "rotated queries and keys" if scheme.kind == "rotary" else "a bias added to its scores"
     raise IncompatibleAttentionError(
         f"Position {position!r} cannot be used with attention {attention!r} in {role}: {attention!r} does not "
         f"take {what} ({flag} is False). Attention variants that do: {', '.join(variants) or 'none'}; "
         f"positions {attention!r} takes: {', '.join(schemes)}."
     )
+
+
+def _takes(variant: type[nn.Module], kind: str) -> bool:
+    """Whether a registered attention class can take a scheme of ``kind`` (absolute: always)."""
+    flag = POSITION_CAPABILITY.get(kind)
+    return flag is None or (issubclass(variant, Attention) and getattr(variant, flag))
