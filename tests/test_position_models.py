@@ -61,11 +61,11 @@ def test_local_adds_the_bias_at_its_block_positions(cls: type, causal: bool) -> 
         torch.testing.assert_close(local(q, k, v, is_causal=causal, position_bias=scheme, need_weights=need_weights).output, expected)
 
 
-def _transformer(position: str, attention: str = "dot_product", attention_kwargs: dict | None = None) -> Transformer:
+def _transformer(position: str, attention: str = "dot_product", attention_kwargs: dict | None = None, **kwargs) -> Transformer:
     torch.manual_seed(0)
     model = Transformer(
         17, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=2, ffn_hidden=32, dropout=0.1,
-        attention=attention, attention_kwargs=attention_kwargs, position=position, max_len=32,
+        attention=attention, attention_kwargs=attention_kwargs, position=position, max_len=32, **kwargs,
     ).double().eval()
     for scheme in (model.encoder_position, model.decoder_position):
         if isinstance(scheme, T5RelativeBias):
@@ -73,10 +73,12 @@ def _transformer(position: str, attention: str = "dot_product", attention_kwargs
     return model
 
 
-@pytest.mark.parametrize("attention", ["dot_product", "local"])
+@pytest.mark.parametrize(
+    ("attention", "num_kv_heads"), [("dot_product", None), ("local", None), ("dot_product", 1)], ids=["dense", "local", "multi_query"]
+)
 @pytest.mark.parametrize("position", SCHEMES)
-def test_cached_decoding_equals_teacher_forcing_for_every_scheme(position: str, attention: str) -> None:
-    model = _transformer(position, attention, {"window": 3} if attention == "local" else None)
+def test_cached_decoding_equals_teacher_forcing_for_every_scheme(position: str, attention: str, num_kv_heads: int | None) -> None:
+    model = _transformer(position, attention, {"window": 3} if attention == "local" else None, num_kv_heads=num_kv_heads)
     g = torch.Generator().manual_seed(1)
     src_lens = torch.tensor([7, 4, 1])
     src = torch.randint(4, 17, (3, 7), generator=g).masked_fill(torch.arange(7) >= src_lens[:, None], 0)
