@@ -34,8 +34,8 @@ seeded generator and moved there, so a device sees the same numbers as the CPU.
 as a model applies it: a layer that takes positions (``self``, ``multi_head``) is built with a
 rotary or bias scheme; around a scoring attention the harness rotates queries and keys itself
 (query ``i`` at ``Lk - Lq + i``, key ``j`` at ``j``) or hands the bias over as ``position_bias``;
-an absolute scheme is added to the queries and keys. Masked keys and later positions must stay invisible
-whatever the scheme adds.
+an absolute scheme is added to the queries and keys. Masked keys and later positions must stay
+invisible whatever the scheme adds.
 
 A variant that declares it cannot do something (``supports_padding_mask``, ``supports_causal``,
 ``supports_weights`` set to False) is not tested for it, but must refuse it with
@@ -157,8 +157,8 @@ class _Harness:
 
 class _Placement:
     """A positional scheme applied around the variant the way a model applies it: absolute
-    vectors added to queries and keys, and for a scoring attention queries and keys rotated or the bias
-    handed over (a layer built with the scheme does those itself). One scheme per feature size."""
+    vectors added to queries and keys; for a scoring attention, queries and keys rotated or the
+    bias handed over (a layer built with the scheme does those itself). One scheme per size."""
 
     def __init__(self, name: str, kind: str, on_scores: bool) -> None:
         self.name, self.kind, self.on_scores = name, kind, on_scores
