@@ -94,3 +94,11 @@ def test_grouped_kv_reaches_a_variant_that_declares_it_unexpanded(monkeypatch: p
     monkeypatch.setattr(type(layer.score_attention), "attend", spy)
     layer(torch.randn(1, 3, 16))
     assert seen == [(4, 2)]
+
+
+@pytest.mark.parametrize(("layer", "attention"), [("self", "dot_product"), ("cross", "dot_product"), ("self", "local")])
+def test_grouped_layers_keep_the_attention_contract(layer: str, attention: str) -> None:
+    from zoo.testing import check_attention
+
+    report = check_attention(layer, embed_dim=16, num_heads=4, num_kv_heads=2, attention=attention, dtypes=())
+    assert {"padding", "weights", "gradients"} <= set(report.passed)
