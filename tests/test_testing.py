@@ -325,3 +325,8 @@ def test_a_bias_that_replaces_the_padding_mask_is_caught() -> None:
     assert check_attention(BiasInsteadOfMask, dtypes=()).passed  # without a bias it is plain dot_product
     with pytest.raises(AttentionContractError, match=r"\[padding\]"):
         check_attention(BiasInsteadOfMask, dtypes=(), position="alibi")
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi", "t5"])
+def test_a_grouped_query_layer_keeps_the_contract_with_positions(position: str) -> None:
+    assert check_attention("self", position=position, num_heads=2, num_kv_heads=1).passed == ALL_CHECKS
