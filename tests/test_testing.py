@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 import zoo
 from zoo.attention import AttentionOutput
+from zoo.attention.base import position_bias_grid
 from zoo.attention.masking import masked_softmax, with_causal
 from zoo.testing import AttentionContractError, check_attention
 
@@ -276,3 +277,56 @@ def test_check_attention_refuses_cuda_where_there_is_none() -> None:
 def test_built_in_variants_keep_the_contract_on_cuda(name: str) -> None:
     report = check_attention(name, device="cuda")
     assert "gradients" in report.passed
+
+
+# -- with positional schemes ---------------------------------------------------------------------
+
+
+def _takes(name: str, position: str) -> bool:
+    """Whether the built-in ``name`` takes ``position`` (cross-attention takes none)."""
+    cls, kind = zoo.get_attention(name), zoo.POSITION_REGISTRY.get(position).kind
+    if issubclass(cls, zoo.AttentionLayer):
+        return name != "cross"
+    return {"absolute": True, "rotary": cls.supports_rotary, "bias": cls.supports_position_bias}[kind]
+
+
+POSITIONED = [(name, position) for name in BUILT_INS for position in zoo.list_positions() if _takes(name, position)]
+
+
+@pytest.mark.parametrize(("name", "position"), POSITIONED, ids=[f"{n}-{p}" for n, p in POSITIONED])
+def test_every_built_in_keeps_the_contract_in_every_position_it_takes(name: str, position: str) -> None:
+    report = check_attention(name, position=position)
+    assert report.passed == ALL_CHECKS
+    assert report.variant.endswith(f"with position {position!r}")
+
+
+def test_positions_a_variant_cannot_take_are_refused() -> None:
+    assert ("linear", "rope") in POSITIONED and ("dot_product", "t5") in POSITIONED
+    with pytest.raises(zoo.IncompatibleAttentionError, match="supports_position_bias=False"):
+        check_attention("linear", position="alibi")
+    with pytest.raises(TypeError, match="cross-attention never gets"):
+        check_attention("cross", position="rope")
+
+
+def test_a_bias_that_replaces_the_padding_mask_is_caught() -> None:
+    class BiasInsteadOfMask(zoo.DotProductAttention):
+        """Hands the bias to the kernel as its mask, dropping the padding mask it had."""
+
+        supports_position_bias = True
+
+        def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
+            if position_bias is None or need_weights:
+                return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias)
+            bias = position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(queries.dtype)
+            if is_causal:
+                bias = bias.masked_fill(~with_causal(None, queries.shape[-2], keys.shape[-2]), float("-inf"))
+            return AttentionOutput(torch.nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=bias), None)
+
+    assert check_attention(BiasInsteadOfMask, dtypes=()).passed  # without a bias it is plain dot_product
+    with pytest.raises(AttentionContractError, match=r"\[padding\]"):
+        check_attention(BiasInsteadOfMask, dtypes=(), position="alibi")
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi", "t5"])
+def test_a_grouped_query_layer_keeps_the_contract_with_positions(position: str) -> None:
+    assert check_attention("self", position=position, num_heads=2, num_kv_heads=1).passed == ALL_CHECKS

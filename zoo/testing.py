@@ -30,6 +30,13 @@ seeded generator and moved there, so a device sees the same numbers as the CPU.
   one (DistributedDataParallel fails on parameters that get none), and the gradients match
   finite differences in float64.
 
+``check_attention(variant, position=NAME)`` runs the same checks with a positional scheme applied
+as a model applies it: a layer that takes positions (``self``, ``multi_head``) is built with a
+rotary or bias scheme; around a scoring attention the harness rotates queries and keys itself
+(query ``i`` at ``Lk - Lq + i``, key ``j`` at ``j``) or hands the bias over as ``position_bias``;
+an absolute scheme is added to the queries and keys. Masked keys and later positions must stay
+invisible whatever the scheme adds.
+
 A variant that declares it cannot do something (``supports_padding_mask``, ``supports_causal``,
 ``supports_weights`` set to False) is not tested for it, but must refuse it with
 :class:`~zoo.attention.IncompatibleAttentionError` instead of silently ignoring the request. One
@@ -49,7 +56,15 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.gradcheck import GradcheckError
 
-from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError, causal_mask
+from zoo.attention import (
+    ATTENTION_REGISTRY,
+    Attention,
+    AttentionLayer,
+    IncompatibleAttentionError,
+    causal_mask,
+)
+from zoo.attention.base import POSITION_CAPABILITY
+from zoo.positions import PositionScheme, create_position, get_position
 
 __all__ = ["AttentionContractError", "ContractReport", "check_attention"]
 
@@ -82,6 +97,7 @@ class _Harness:
     form: Form
     sizes: tuple[int, int, int]  # query, key and value feature sizes
     out_dim: int
+    position: _Placement | None = None  # a scheme the harness applies around the variant
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     @property
@@ -129,6 +145,8 @@ class _Harness:
 
     def __call__(self, module: nn.Module, inputs: tuple[Tensor, Tensor, Tensor], valid_lens: Tensor | None = None, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
         """Run ``module``; masks go to the device, the output and weights come back to the CPU."""
+        if self.position is not None:
+            inputs, kwargs = self.position.apply(inputs, kwargs)
         q, k, v = inputs
         tensors = {"x": (q,), "x_memory": (q, k), "qkv": (q, k, v)}[self.form]
         valid_lens = valid_lens.to(self.device) if valid_lens is not None else None
@@ -137,12 +155,47 @@ class _Harness:
         return output.cpu(), weights.cpu() if weights is not None else None
 
 
+class _Placement:
+    """A positional scheme applied around the variant the way a model applies it: absolute
+    vectors added to queries and keys; for a scoring attention, queries and keys rotated or the
+    bias handed over (a layer built with the scheme does those itself). One scheme per size."""
+
+    def __init__(self, name: str, kind: str, on_scores: bool) -> None:
+        self.name, self.kind, self.on_scores = name, kind, on_scores
+        self.schemes: dict[int, PositionScheme] = {}
+
+    def scheme(self, size: int) -> PositionScheme:
+        if size not in self.schemes:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.schemes[size] = create_position(self.name, d_model=size, num_heads=1, max_len=64)
+        return self.schemes[size]
+
+    def apply(self, inputs: tuple[Tensor, Tensor, Tensor], kwargs: dict[str, Any]) -> tuple[tuple[Tensor, Tensor, Tensor], dict[str, Any]]:
+        if self.kind == "bias":
+            return inputs, {**kwargs, "position_bias": self.scheme(1).to(inputs[0].device)} if self.on_scores else kwargs
+        if self.kind == "rotary" and not self.on_scores:
+            return inputs, kwargs
+        q, k, v = inputs
+        key_first = max(0, q.shape[-2] - k.shape[-2])  # no negative positions when Lq > Lk
+        first = key_first + k.shape[-2] - q.shape[-2]  # bottom-right: query i at key position Lk - Lq + i
+
+        def place(t: Tensor, offset: int) -> Tensor:
+            scheme = self.scheme(t.shape[-1]).to(t.device)
+            if self.kind == "absolute":
+                return scheme(t, offset)
+            return scheme(t, torch.arange(offset, offset + t.shape[-2], device=t.device))
+
+        return (place(q, first), place(k, key_first), v), kwargs  # values carry no positions: the weights check reads them
+
+
 def check_attention(
     variant: str | type[nn.Module] | nn.Module,
     /,
     *,
     device: str | torch.device = "cpu",
     dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16),
+    position: str | None = None,
     **kwargs: Any,
 ) -> ContractReport:
     """Check an attention variant against the zoo's attention contract (see the module doc).
@@ -153,6 +206,8 @@ def check_attention(
         device: Where every check runs (``"cuda"``, ``"cuda:1"``, ...): the variant's kernels on
             that device are what is checked.
         dtypes: Half-precision dtypes to run, on ``device``; ``()`` skips them.
+        position: A registered positional scheme to run the checks with (see the module doc);
+            one the variant cannot take raises :class:`~zoo.attention.IncompatibleAttentionError`.
         **kwargs: Constructor arguments (when ``variant`` is a name or a class). Constructors
             taking ``query_size``/``key_size`` (scoring) or ``embed_dim``/``num_heads`` (layers)
             get small defaults.
@@ -169,7 +224,7 @@ def check_attention(
         raise ValueError(f"check_attention: device {str(device)!r} asked for, but CUDA is not available here; use device='cpu'.")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        harness = _harness(variant, kwargs)
+        harness = _harness(variant, kwargs, position)
     harness.device = device
     generator = torch.Generator().manual_seed(0)
     passed: list[str] = []
@@ -206,29 +261,46 @@ def check_attention(
 # -- building the variant ----------------------------------------------------------------------
 
 
-def _harness(variant: str | type[nn.Module] | nn.Module, kwargs: dict[str, Any]) -> _Harness:
+def _harness(variant: str | type[nn.Module] | nn.Module, kwargs: dict[str, Any], position: str | None = None) -> _Harness:
+    kind = get_position(position).kind if position is not None else None
     if isinstance(variant, nn.Module):
         module, label = variant, type(variant).__name__
+        if isinstance(module, AttentionLayer) and kind in POSITION_CAPABILITY:
+            raise TypeError(f"check_attention(position={position!r}): build the layer with position= and pass it without position.")
     else:
         cls = ATTENTION_REGISTRY.get(variant) if isinstance(variant, str) else variant
         label = repr(variant) if isinstance(variant, str) else cls.__name__
         if not (inspect.isclass(cls) and issubclass(cls, (Attention, AttentionLayer))):
             raise TypeError(f"check_attention takes a subclass of zoo.Attention or zoo.AttentionLayer, got {cls!r}.")
-        module = cls(**_constructor_defaults(cls, kwargs))
+        kwargs = _constructor_defaults(cls, kwargs)
+        if issubclass(cls, AttentionLayer) and kind in POSITION_CAPABILITY:
+            if "position" not in inspect.signature(cls).parameters:
+                raise TypeError(f"{label} takes no positions (cross-attention never gets them); check it without position=.")
+            kwargs["position"] = create_position(position, d_model=kwargs["embed_dim"], num_heads=kwargs["num_heads"])  # type: ignore[arg-type]
+        module = cls(**kwargs)
+    if position is not None:
+        label = f"{label} with position {position!r}"
     if isinstance(module, Attention):
+        flag = POSITION_CAPABILITY.get(kind or "")
+        if flag is not None and not getattr(module, flag):
+            raise IncompatibleAttentionError(f"{label}: {type(module).__name__} declares {flag}=False.")
         dq, dk = getattr(module, "query_size", None), getattr(module, "key_size", None)
         if dq is None or dk is None:
             dq, dk = (8, 8) if module.requires_equal_qk_dims else (6, 4)
-        return _Harness(label, module, "qkv", (dq, dk, 5), out_dim=5)
+        placement = _Placement(position, kind, on_scores=True) if position is not None and kind is not None else None
+        return _Harness(label, module, "qkv", (dq, dk, 5), out_dim=5, position=placement)
     if not isinstance(module, AttentionLayer):
         raise TypeError(f"check_attention takes an attention variant, got {type(module).__name__}.")
     embed_dim = getattr(module, "embed_dim", None)
     if embed_dim is None:
         raise TypeError(f"check_attention needs {label} to expose embed_dim (the query and output size).")
     form = _layer_form(module)
+    if form == "x_memory" and position is not None:
+        raise TypeError(f"{label}: cross-attention never gets positions; check it without position=.")
     dk = embed_dim if form == "x" else getattr(module, "kdim", embed_dim)
     dv = {"x": embed_dim, "x_memory": dk}.get(form, getattr(module, "vdim", embed_dim))
-    return _Harness(label, module, form, (embed_dim, dk, dv), out_dim=embed_dim)
+    placement = _Placement(position, kind, on_scores=False) if position is not None and kind == "absolute" else None
+    return _Harness(label, module, form, (embed_dim, dk, dv), out_dim=embed_dim, position=placement)
 
 
 def _constructor_defaults(cls: type[nn.Module], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.base import (
+    Attention,
+    AttentionOutput,
+    PositionBias,
+    position_bias_grid,
+)
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import with_causal
 
@@ -23,7 +28,8 @@ class DotProductAttention(Attention):
     Scores are ``q . k * scale`` with ``scale = 1 / sqrt(d)`` by default. When weights are not
     requested, the computation runs in :func:`torch.nn.functional.scaled_dot_product_attention`
     (flash / memory-efficient kernels where available); with ``need_weights=True`` it runs the
-    explicit formulation, which gives the same output.
+    explicit formulation, which gives the same output. A positional bias reaches the kernel as
+    a float mask: the bias, with ``-inf`` where the boolean mask hides a key.
 
     Args:
         dropout: Dropout on the attention weights during training.
@@ -31,6 +37,7 @@ class DotProductAttention(Attention):
     """
 
     has_fused_path: ClassVar[bool] = True
+    supports_position_bias: ClassVar[bool] = True
     supports_grouped_kv: ClassVar[bool] = True
 
     def __init__(self, dropout: float = 0.0, scale: float | None = None) -> None:
@@ -52,26 +59,31 @@ class DotProductAttention(Attention):
         *,
         is_causal: bool = False,
         need_weights: bool = False,
+        position_bias: PositionBias | None = None,
     ) -> AttentionOutput:
         """The explicit formulation when weights are asked for, else the fused kernel.
 
         Causality reaches the kernel as ``is_causal=True`` with no mask whenever that is exact
-        (no padding or user mask, ``Lq == Lk``: the kernel aligns top-left, the zoo bottom-right,
-        and the two agree there); a single query over cached keys sees them all and needs none;
-        in every other case causality is merged into the boolean mask. Grouped key/value heads
-        (fewer at axis -3 than the queries) go to the kernel as they are (``enable_gqa``), and
-        are repeated for the explicit formulation.
+        (no padding or user mask, no positional bias, ``Lq == Lk``: the kernel aligns top-left,
+        the zoo bottom-right, and the two agree there); a single query over cached keys sees
+        them all and needs none; in every other case causality is merged into the boolean mask.
+        A positional bias then becomes the float mask: the bias, ``-inf`` where that hides a key.
+        Grouped key/value heads (fewer at axis -3 than the queries) go to the kernel as they are
+        (``enable_gqa``), and are repeated for the explicit formulation.
         """
         grouped = keys.dim() >= 3 and queries.dim() >= 3 and keys.shape[-3] != queries.shape[-3]
         if need_weights:
             if grouped:
                 groups = queries.shape[-3] // keys.shape[-3]
                 keys, values = keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)
-            return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=True)
+            return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=True, position_bias=position_bias)
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-        fused_causal = is_causal and mask is None and num_queries == num_keys
+        fused_causal = is_causal and mask is None and position_bias is None and num_queries == num_keys
         if is_causal and not fused_causal and num_queries > 1:
             mask = with_causal(mask, num_queries, num_keys, queries.device)
+        if position_bias is not None:
+            bias = position_bias_grid(position_bias, num_queries, num_keys, queries.device).to(queries.dtype)
+            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         output = F.scaled_dot_product_attention(
             queries,
             keys,

@@ -31,6 +31,9 @@ symmetric window otherwise reads a word's neighbours as a bag, the same on eithe
 multi-head layer the layer passes its ``num_heads``; the bias then needs the head axis at ``-3``
 of the queries, as the layer lays them out.
 
+A positional bias scheme (``position_bias``: ``alibi``, ``t5``) is evaluated at the scored
+(query, key) positions of each block only, never on the ``L x L`` grid.
+
 With ``need_weights=True`` the block weights are also scattered into a dense ``(*batch, Lq, Lk)``
 tensor (for heatmaps): that costs ``O(Lq * Lk)`` memory, so ask for it on short inputs only.
 """
@@ -44,7 +47,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.base import (
+    Attention,
+    AttentionOutput,
+    IncompatibleAttentionError,
+    PositionBias,
+)
 from zoo.attention.blocks import rows_from
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import mask_at, masked_softmax
@@ -70,6 +78,7 @@ class LocalAttention(Attention):
 
     supports_cross_attention: ClassVar[bool] = False
     has_fused_path: ClassVar[bool] = True
+    supports_position_bias: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -126,18 +135,28 @@ class LocalAttention(Attention):
         *,
         is_causal: bool = False,
         need_weights: bool = False,
+        position_bias: PositionBias | None = None,
     ) -> AttentionOutput:
-        """Blockwise attention within the window; ``mask`` is read only at the scored pairs."""
+        """Blockwise attention within the window; ``mask`` and ``position_bias`` are read only at
+        the scored pairs."""
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         if num_queries == 0 or num_keys == 0:  # nothing to score: zero output, as for a fully masked row
             output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
             weights = values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None
             return AttentionOutput(output, weights)
         before, after = (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
-        return self._attend_blocks(queries, keys, values, mask, before, after, need_weights)
+        return self._attend_blocks(queries, keys, values, mask, before, after, need_weights, position_bias)
 
     def _attend_blocks(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, before: int, after: int, need_weights: bool
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        before: int,
+        after: int,
+        need_weights: bool,
+        position_bias: PositionBias | None,
     ) -> AttentionOutput:
         """Attend from each block of queries over the keys from ``before`` positions before its
         first query to ``after`` positions after its last one."""
@@ -167,6 +186,9 @@ class LocalAttention(Attention):
         padded_k, padded_v = (rows_from(t, first, (num_blocks - 1) * block + span) for t in (keys, values))
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
         bias = self._bias_at(distance, queries.dtype)
+        if position_bias is not None:  # (heads, nb, block, span): at the block's scored pairs only
+            scheme_bias = position_bias(query_index + offset, key_pos).to(queries.dtype)
+            bias = scheme_bias if bias is None else bias + scheme_bias
         dropout = self.dropout.p if self.training else 0.0
         if not need_weights and dropout == 0.0:  # scores recomputed in backward: nothing O(L * span) kept
             output = window_attention(padded_q, padded_k, padded_v, keep, bias, block=block, span=span, scale=scale)

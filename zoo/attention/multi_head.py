@@ -12,18 +12,39 @@ heads (``num_kv_heads=1`` is multi-query attention). A scoring attention that de
 (``dot_product`` hands them to the fused kernel with ``enable_gqa=True``); any other gets them
 repeated along the head axis. Decoder caches hold the unexpanded tensors, so they shrink by
 ``num_heads / num_kv_heads``.
+
+Positions: a self-attention layer may take a rotary or bias :class:`~zoo.positions.PositionScheme`
+(``position=``), usually shared by every layer of a stack; cross-attention never gets one. Keys
+are rotated at their positions when projected (:meth:`HeadedAttention.project_kv`, ``offset`` =
+positions already cached), so a cache holds them rotated; queries sit at ``Lk - Lq + i``,
+aligned bottom-right like causal masks. A bias scheme is handed to the scoring attention, which
+adds it to its scores.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionLayer, AttentionOutput, check_attn_mask
-from zoo.attention.factory import create_scoring_attention, register_attention, require_attention
+from zoo.attention.base import (
+    POSITION_CAPABILITY,
+    AttentionLayer,
+    AttentionOutput,
+    IncompatibleAttentionError,
+    check_attn_mask,
+)
+from zoo.attention.factory import (
+    ATTENTION_REGISTRY,
+    create_scoring_attention,
+    register_attention,
+    require_attention,
+)
 from zoo.attention.masking import merge_masks, validate_valid_lens
+
+if TYPE_CHECKING:
+    from zoo.positions import PositionScheme
 
 __all__ = ["CrossAttention", "HeadedAttention", "MultiHeadAttention", "SelfAttention"]
 
@@ -42,6 +63,8 @@ class HeadedAttention(AttentionLayer):
         bias: Whether the projections have biases.
         num_kv_heads: Key/value heads (grouped-query attention); must divide ``num_heads``;
             ``None`` means ``num_heads`` (standard multi-head attention), 1 multi-query.
+        position: A rotary or bias positional scheme for self-attention (see the module
+            docstring), or None. Absolute schemes act on embeddings, in the model.
     """
 
     def __init__(
@@ -56,6 +79,7 @@ class HeadedAttention(AttentionLayer):
         dropout: float = 0.0,
         bias: bool = True,
         num_kv_heads: int | None = None,
+        position: PositionScheme | None = None,
     ) -> None:
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:
@@ -80,11 +104,36 @@ class HeadedAttention(AttentionLayer):
         self.score_attention = create_scoring_attention(
             attention, head_dim=self.head_dim, num_heads=num_heads, dropout=dropout, **(attention_kwargs or {})
         )
+        self.position = self._check_position(position)
         kv_dim = num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias)
         self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def _check_position(self, position: PositionScheme | None) -> PositionScheme | None:
+        """``position`` if the per-head attention can take its kind; else a clear refusal."""
+        if position is None:
+            return None
+        flag = POSITION_CAPABILITY.get(position.kind)
+        if flag is None:
+            raise ValueError(
+                f"{type(self).__name__}: {type(position).__name__} is an absolute scheme: it acts on the "
+                "embeddings, so apply it in the model; a layer takes rotary and bias schemes only."
+            )
+        if not getattr(self.score_attention, flag):
+            compatible = [e.name for e in ATTENTION_REGISTRY.entries() if getattr(e.obj, flag, False)]
+            raise IncompatibleAttentionError(
+                f"{type(self).__name__}: attention {self.attention_name!r} cannot take the {position.kind} scheme "
+                f"{type(position).__name__} ({flag} is False). Compatible registered names: {', '.join(compatible)}."
+            )
+        return position
+
+    def _rotate(self, x: Tensor, first: int) -> Tensor:
+        """Heads ``(B, heads, L, d)`` rotated at positions ``first .. first + L - 1`` (if rotary)."""
+        if self.position is None or self.position.kind != "rotary":
+            return x
+        return self.position(x, torch.arange(first, first + x.shape[-2], device=x.device))
 
     def _split_heads(self, x: Tensor) -> Tensor:
         # (B, L, heads * d) -> (B, heads, L, d)
@@ -140,13 +189,15 @@ class HeadedAttention(AttentionLayer):
         k, v = self.project_kv(keys, values)
         return self.attend_projected(queries, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
 
-    def project_kv(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    def project_kv(self, keys: Tensor, values: Tensor, *, offset: int = 0) -> tuple[Tensor, Tensor]:
         """Keys and values projected and split into heads: two ``(B, num_kv_heads, Lk, d)`` tensors.
 
         Decoders cache these: the projections of earlier positions never change, so each step
-        projects only its new position (and cross-attention projects the memory once).
+        projects only its new position (and cross-attention projects the memory once). With a
+        rotary scheme the keys are rotated at positions ``offset ..`` (``offset``: how many
+        positions the cache already holds).
         """
-        return self._split_heads(self.k_proj(keys)), self._split_heads(self.v_proj(values))
+        return self._rotate(self._split_heads(self.k_proj(keys)), offset), self._split_heads(self.v_proj(values))
 
     def attend_projected(
         self,
@@ -162,13 +213,15 @@ class HeadedAttention(AttentionLayer):
 
         ``k`` and ``v`` are ``(B, num_kv_heads, Lk, d)``, as :meth:`project_kv` returns them.
         ``attn_mask`` must broadcast to ``(B, H, Lq, Lk)``; causal masks align bottom-right,
-        so a single new query (``Lq = 1``) sees every cached position.
+        so a single new query (``Lq = 1``) sees every cached position. So do positions: query
+        ``i`` sits at ``Lk - Lq + i``.
         """
-        q = self._split_heads(self.q_proj(queries))
+        q = self._rotate(self._split_heads(self.q_proj(queries)), k.shape[-2] - queries.shape[1])
         if self.num_kv_heads != self.num_heads and not self.score_attention.supports_grouped_kv:
             groups = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        heads, weights = self.score_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights)
+        bias = {"position_bias": self.position} if self.position is not None and self.position.kind == "bias" else {}
+        heads, weights = self.score_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights, **bias)
         output = self.out_proj(heads.transpose(1, 2).flatten(-2))  # (B, H, Lq, d) -> (B, Lq, H * d)
         return AttentionOutput(output, weights)
 
@@ -229,7 +282,8 @@ class MultiHeadAttention(HeadedAttention):
 class SelfAttention(HeadedAttention):
     """Multi-head self-attention: every position of ``x`` attends over ``x``.
 
-    Arguments as :class:`HeadedAttention`'s (keys and values are ``x``, of size ``embed_dim``).
+    Arguments as :class:`HeadedAttention`'s (keys and values are ``x``, of size ``embed_dim``),
+    ``position`` included: a rotary or bias scheme (``rope``, ``alibi``, ``t5``), or None.
     """
 
     def __init__(
@@ -242,10 +296,11 @@ class SelfAttention(HeadedAttention):
         dropout: float = 0.0,
         bias: bool = True,
         num_kv_heads: int | None = None,
+        position: PositionScheme | None = None,
     ) -> None:
         super().__init__(
             embed_dim, num_heads, attention=attention, attention_kwargs=attention_kwargs,
-            dropout=dropout, bias=bias, num_kv_heads=num_kv_heads,
+            dropout=dropout, bias=bias, num_kv_heads=num_kv_heads, position=position,
         )
 
     def forward(
@@ -266,7 +321,8 @@ class CrossAttention(HeadedAttention):
     """Multi-head attention of ``x`` over ``memory`` (keys and values both come from ``memory``).
 
     Arguments as :class:`HeadedAttention`'s, with ``memory_dim`` (default ``embed_dim``) the
-    feature size of ``memory``; the scoring attention must work across two sequences.
+    feature size of ``memory``; the scoring attention must work across two sequences. It takes
+    no positions: those of two different sequences have no common frame.
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -10,6 +10,9 @@ from torch import Tensor, nn
 from zoo.attention.multi_head import CrossAttention, SelfAttention
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import PositionWiseFFN
+
+if TYPE_CHECKING:
+    from zoo.positions import PositionScheme
 
 __all__ = ["DecoderBlock", "KeyValue"]
 
@@ -39,6 +42,8 @@ class DecoderBlock(nn.Module):
             ``attention_kwargs``.
         num_kv_heads: Key/value heads of both attentions (grouped-query attention; the cache
             shrinks by ``num_heads / num_kv_heads``); ``None``: ``num_heads``.
+        position: A rotary or bias scheme for the self-attention (causal; shared across the
+            stack), or None. Cross-attention never gets positions.
     """
 
     def __init__(
@@ -53,12 +58,14 @@ class DecoderBlock(nn.Module):
         cross_attention: str | None = None,
         cross_attention_kwargs: dict[str, Any] | None = None,
         num_kv_heads: int | None = None,
+        position: PositionScheme | None = None,
     ) -> None:
         super().__init__()
         if cross_attention is None:
             cross_attention, cross_attention_kwargs = attention, attention_kwargs
         self.self_attention = SelfAttention(
-            d_model, num_heads, attention=attention, attention_kwargs=attention_kwargs, dropout=dropout, num_kv_heads=num_kv_heads
+            d_model, num_heads, attention=attention, attention_kwargs=attention_kwargs, dropout=dropout,
+            num_kv_heads=num_kv_heads, position=position,
         )
         self.cross_attention = CrossAttention(
             d_model, num_heads, attention=cross_attention, attention_kwargs=cross_attention_kwargs,
@@ -86,7 +93,7 @@ class DecoderBlock(nn.Module):
         (if asked) the cross-attention weights ``(B, H, Lt, Ls)``.
         """
         h = self.add_norm1.pre(x)
-        k, v = self.self_attention.project_kv(h, h)
+        k, v = self.self_attention.project_kv(h, h, offset=0 if self_kv is None else self_kv[0].shape[2])
         if self_kv is not None:
             k, v = torch.cat([self_kv[0], k], dim=2), torch.cat([self_kv[1], v], dim=2)
         x = self.add_norm1(x, self.self_attention.attend_projected(h, k, v, is_causal=True).output)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
 from zoo.attention.multi_head import SelfAttention
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import PositionWiseFFN
+
+if TYPE_CHECKING:
+    from zoo.positions import PositionScheme
 
 __all__ = ["EncoderBlock"]
 
@@ -27,6 +30,7 @@ class EncoderBlock(nn.Module):
         attention_kwargs: Extra keyword arguments for the scoring attention.
         norm_first: Pre-LN instead of post-LN.
         num_kv_heads: Key/value heads (grouped-query attention); ``None``: ``num_heads``.
+        position: A rotary or bias scheme for the self-attention (shared across the stack), or None.
     """
 
     def __init__(
@@ -39,10 +43,12 @@ class EncoderBlock(nn.Module):
         attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
         num_kv_heads: int | None = None,
+        position: PositionScheme | None = None,
     ) -> None:
         super().__init__()
         self.attention = SelfAttention(
-            d_model, num_heads, attention=attention, attention_kwargs=attention_kwargs, dropout=dropout, num_kv_heads=num_kv_heads
+            d_model, num_heads, attention=attention, attention_kwargs=attention_kwargs, dropout=dropout,
+            num_kv_heads=num_kv_heads, position=position,
         )
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
         self.add_norm1 = AddNorm(d_model, dropout, norm_first)

@@ -44,8 +44,9 @@ class Sentiment(ZooTask):
         label_smoothing: Cross-entropy label smoothing.
         heatmap_examples: Validation examples whose attention is drawn after each validation.
         pooling: ``mean``, ``max`` or ``mean_max`` pooling over the valid tokens.
-        positional_encoding: Add sinusoidal positions to the embeddings (off: order comes only
-            from the attention, e.g. ``local`` windows).
+        position: Registered positional scheme (``zoo list``; ``none``: order comes only from the
+            attention, e.g. ``local`` windows).
+        position_kwargs: Extra keyword arguments for it.
         torch_compile: Compile the model with ``torch.compile`` (checkpoints unchanged).
     """
 
@@ -74,7 +75,8 @@ class Sentiment(ZooTask):
         label_smoothing: float = 0.0,
         heatmap_examples: int = 2,
         pooling: Literal["mean", "max", "mean_max"] = "mean",
-        positional_encoding: bool = True,
+        position: str = "sinusoidal",
+        position_kwargs: dict[str, Any] | None = None,
         torch_compile: bool = False,
     ) -> None:
         super().__init__(torch_compile)
@@ -82,7 +84,7 @@ class Sentiment(ZooTask):
         self.model = SentimentClassifier(
             vocab_size, num_classes, d_model, num_heads, num_layers, ffn_hidden, dropout,
             attention, attention_kwargs, padding_idx, norm_first=norm_first, pooling=pooling,
-            positional_encoding=positional_encoding, num_kv_heads=num_kv_heads,
+            position=position, position_kwargs=position_kwargs, num_kv_heads=num_kv_heads,
         )
         self.metrics = torch.nn.ModuleDict()
         for stage in ("val", "test"):

@@ -221,6 +221,9 @@ class TransformerTranslator(TranslationTask):
             as ``attention``, or ``dot_product`` when that works within one sequence only (``local``).
         cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is the
             same variant).
+        position: Registered positional scheme (``zoo list``): ``sinusoidal``, ``learned``,
+            ``none``, ``rope``, ``alibi``, ``t5``.
+        position_kwargs: Extra keyword arguments for it.
         norm_first: Pre-LN instead of post-LN.
         num_kv_heads: Key/value heads (grouped-query attention: 1 is multi-query, a divisor of
             ``num_heads`` groups); the decoder's cache shrinks by ``num_heads / num_kv_heads``.
@@ -254,6 +257,8 @@ class TransformerTranslator(TranslationTask):
         attention_kwargs: dict[str, Any] | None = None,
         cross_attention: str | None = None,
         cross_attention_kwargs: dict[str, Any] | None = None,
+        position: str = "sinusoidal",
+        position_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
         num_kv_heads: int | None = None,
         tie_embeddings: bool = True,
@@ -278,6 +283,7 @@ class TransformerTranslator(TranslationTask):
             vocab_size, d_model, num_heads, num_encoder_layers, num_decoder_layers, ffn_hidden, dropout,
             attention, attention_kwargs, norm_first, padding_idx, tie_embeddings=tie_embeddings,
             cross_attention=cross_attention, cross_attention_kwargs=cross_attention_kwargs, num_kv_heads=num_kv_heads,
+            position=position, position_kwargs=position_kwargs,
         )
 
 
