@@ -16,14 +16,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
-from zoo.datamodules.fra_eng import (
-    FraEngDataModule,
-    TranslationCollator,
-    padding_fraction,
-    read_pairs,
-    split_of,
-)
-from zoo.datamodules.subword import SubwordTokenizer
+from zoo.datamodules.fra_eng import FraEngDataModule, padding_fraction, read_pairs, split_of
+from zoo.text.collators import TranslationCollator
+from zoo.text.subwords import SubwordTokenizer
 
 FRA_ENG_ZIP = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fra-eng.zip"
 LIMIT_TRAIN = 5000

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from zoo.datamodules.files import atomic_write_text
 from zoo.errors import DataError
+from zoo.text.files import atomic_write_text
 
 __all__ = [
     "BOS_ID",
