@@ -214,4 +214,4 @@ class Vocabulary:
         try:
             return cls.from_json(Path(path).read_text(encoding="utf-8"), where=str(path))
         except DataError as exc:
-            raise DataError(f"{exc} Delete it to rebuild.") from exc
+            raise DataError(f"{str(exc).rstrip('.')}; delete it to rebuild.") from exc
