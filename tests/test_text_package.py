@@ -117,14 +117,16 @@ def _trainer(device: str, devices: int = 1) -> SimpleNamespace:
                            distributed_sampler_kwargs=None)
 
 
-def test_loaders_pin_memory_and_start_workers_on_a_gpu_only(shared_data: Path, tmp_path: Path) -> None:
+def test_loaders_pin_memory_and_start_workers_on_a_gpu_only(tmp_path: Path) -> None:
     assert loader_options(None, None) == {"num_workers": 0, "persistent_workers": False, "pin_memory": False}
     assert loader_options(_trainer("cpu"), None) == {"num_workers": 0, "persistent_workers": False, "pin_memory": False}
     gpu = loader_options(_trainer("cuda"), None)
     assert gpu["pin_memory"] and gpu["persistent_workers"] and 1 <= gpu["num_workers"] <= GPU_WORKERS
     assert loader_options(_trainer("cuda"), 0) == {"num_workers": 0, "persistent_workers": False, "pin_memory": True}
 
-    dm = FraEngDataModule(path=str(shared_data / "fra-eng.zip"), cache_dir=str(tmp_path), limit_train=300, vocab_size=200)
+    corpus = tmp_path / "fra.txt"
+    corpus.write_text("".join(f"Sentence {i}.\tPhrase {i}.\n" for i in range(300)), encoding="utf-8")
+    dm = FraEngDataModule(path=str(corpus), cache_dir=str(tmp_path), vocab_size=60)
     dm.setup("validate")
     dm.trainer = _trainer("cuda")
     loader = dm.val_dataloader()

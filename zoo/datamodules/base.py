@@ -68,25 +68,34 @@ def existing_path(path: str | None, *, directory: bool, what: str, expected: str
 
 
 class CorpusDataModule(L.LightningDataModule):
-    """A corpus served as encoded splits; subclasses read it (see the module docstring).
+    """A corpus served as encoded splits; subclasses read it (see the module docstring) and set
+    ``name`` and ``collator``.
 
-    Subclasses call ``super().__init__`` with the shared arguments and set ``name`` and
-    ``collator``; the arguments are documented on the registered modules.
+    Args:
+        batch_size: Examples per batch.
+        max_length: Most tokens per text (the corpus module says what happens to longer ones).
+        num_workers: DataLoader worker processes; ``None``: none on a CPU, a few on a GPU.
+        cache_dir: Where downloads and tokenizers are cached; default
+            ``~/.cache/attention-zoo/<name>``, or ``$ZOO_CACHE_DIR/<name>`` when that is set.
+        limit_train: Use only N training examples, picked by a shuffle seeded by ``seed`` (fast
+            experiments and tests); the tokenizer is built from those N only.
+        seed: Seeds that shuffle and the order of training batches in each epoch.
+        predict_texts: Inputs to predict in the predict stage.
+        predict_file: A UTF-8 file of inputs to predict, one a line (blank lines skipped).
     """
 
     name: ClassVar[str]
 
     def __init__(
         self,
-        *,
-        batch_size: int,
-        max_length: int,
-        num_workers: int | None,
-        cache_dir: str | None,
-        limit_train: int | None,
-        seed: int,
-        predict_texts: list[str] | None,
-        predict_file: str | None,
+        batch_size: int = 64,
+        max_length: int = 512,
+        num_workers: int | None = None,
+        cache_dir: str | None = None,
+        limit_train: int | None = None,
+        seed: int = 0,
+        predict_texts: list[str] | None = None,
+        predict_file: str | None = None,
     ) -> None:
         super().__init__()
         check_minimums(

@@ -104,14 +104,9 @@ class FraEngDataModule(CorpusDataModule):
             training pairs are dropped; validation and test sentences are truncated for the
             teacher-forced loss only; longer prediction inputs are refused.
         vocab_size: Size of the joint English+French BPE vocabulary, the 4 specials included.
-        cache_dir: Where the download and the tokenizer are cached; default
-            ``~/.cache/attention-zoo/fra_eng``, or ``$ZOO_CACHE_DIR/fra_eng`` when that is set.
-        num_workers: DataLoader worker processes; ``None``: none on a CPU, a few on a GPU.
-        limit_train: Use only the first N training pairs after a shuffle seeded by ``seed``
-            (fast experiments and tests); the tokenizer is trained on those N only.
-        seed: Seeds that shuffle, and the order of training batches in each epoch.
-        predict_texts: English sentences to translate in the predict stage.
-        predict_file: A UTF-8 file of English sentences to translate, one a line (blank lines skipped).
+        kwargs: The shared arguments of :class:`~zoo.datamodules.base.CorpusDataModule`
+            (``cache_dir``, ``num_workers``, ``limit_train``, ``seed``, ``predict_texts`` and
+            ``predict_file``: English sentences to translate).
     """
 
     name = "fra_eng"
@@ -122,17 +117,9 @@ class FraEngDataModule(CorpusDataModule):
         batch_size: int = 128,
         max_length: int = 48,
         vocab_size: int = 8000,
-        cache_dir: str | None = None,
-        num_workers: int | None = None,
-        limit_train: int | None = None,
-        seed: int = 0,
-        predict_texts: list[str] | None = None,
-        predict_file: str | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size, max_length=max_length, num_workers=num_workers, cache_dir=cache_dir,
-            limit_train=limit_train, seed=seed, predict_texts=predict_texts, predict_file=predict_file,
-        )  # fmt: skip
+        super().__init__(batch_size=batch_size, max_length=max_length, **kwargs)
         self.save_hyperparameters()
         if vocab_size < 5:
             raise DataError(f"vocab_size must be at least 5, got {vocab_size}.")

@@ -79,19 +79,12 @@ class TextClassificationDataModule(CorpusDataModule):
     Args:
         path: A local directory in the hub layout of the corpus (see the subclass), used
             instead of downloading; ``None`` loads the hub data set through ``datasets``.
-        batch_size: Texts per batch.
-        max_length: Tokens kept per text; longer texts are truncated.
         max_vocab_size: The largest vocabulary, ``<pad>`` and ``<unk>`` included.
         min_freq: Words seen fewer times in the training texts map to ``<unk>``.
-        num_workers: DataLoader worker processes; ``None``: none on a CPU, a few on a GPU.
-        cache_dir: Where the vocabulary is cached; default ``~/.cache/attention-zoo/<name>``,
-            or ``$ZOO_CACHE_DIR/<name>`` when that variable is set.
-        limit_train: Use only the first N training texts after a shuffle seeded by ``seed``
-            (fast experiments and tests); the vocabulary is built from those N only.
-        seed: Seeds that shuffle, the order of training batches in each epoch and, for IMDB, the
-            choice of validation rows.
-        predict_texts: Texts to classify in the predict stage.
-        predict_file: A UTF-8 file of texts to classify, one per line (blank lines skipped).
+        kwargs: The shared arguments of :class:`~zoo.datamodules.base.CorpusDataModule`
+            (``batch_size``, ``max_length``: longer texts are truncated, ``cache_dir``,
+            ``num_workers``, ``limit_train``, ``seed``: for IMDB also the choice of validation
+            rows, ``predict_texts`` and ``predict_file``: texts to classify).
     """
 
     hub_id: ClassVar[str]
@@ -102,24 +95,8 @@ class TextClassificationDataModule(CorpusDataModule):
     layout: ClassVar[str]
     """The expected local layout, quoted in error messages."""
 
-    def __init__(
-        self,
-        path: str | None = None,
-        batch_size: int = 64,
-        max_length: int = 512,
-        max_vocab_size: int = 30000,
-        min_freq: int = 2,
-        num_workers: int | None = None,
-        cache_dir: str | None = None,
-        limit_train: int | None = None,
-        seed: int = 0,
-        predict_texts: list[str] | None = None,
-        predict_file: str | None = None,
-    ) -> None:
-        super().__init__(
-            batch_size=batch_size, max_length=max_length, num_workers=num_workers, cache_dir=cache_dir,
-            limit_train=limit_train, seed=seed, predict_texts=predict_texts, predict_file=predict_file,
-        )  # fmt: skip
+    def __init__(self, path: str | None = None, max_vocab_size: int = 30000, min_freq: int = 2, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.save_hyperparameters()
         check_minimums(max_vocab_size=(max_vocab_size, 3), min_freq=(min_freq, 1))
         self.root = existing_path(
