@@ -19,6 +19,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 
@@ -89,6 +90,11 @@ class Vocabulary:
             ``<pad>`` is 0 and ``<unk>`` is 1. Use :meth:`build` to count them from text.
     """
 
+    pad_id: ClassVar[int] = PAD_ID
+    """The id of ``<pad>``, which fills sequences up to the longest in a batch."""
+    unk_id: ClassVar[int] = UNK_ID
+    """The id every out-of-vocabulary token maps to."""
+
     def __init__(self, tokens: Iterable[str]) -> None:
         self._itos = [*SPECIAL_TOKENS, *tokens]
         stoi = {token: index for index, token in enumerate(self._itos)}
@@ -133,16 +139,6 @@ class Vocabulary:
         if tuple(itos[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS or [vocab[t] for t in itos] != list(range(len(itos))):
             raise DataError(f"{where} is not an attention-zoo word vocabulary (ids 0, 1 must be {SPECIAL_TOKENS}).")
         return cls(itos[len(SPECIAL_TOKENS) :])
-
-    @property
-    def pad_id(self) -> int:
-        """The id of ``<pad>``, which fills sequences up to the longest in a batch."""
-        return PAD_ID
-
-    @property
-    def unk_id(self) -> int:
-        """The id every out-of-vocabulary token maps to."""
-        return UNK_ID
 
     @property
     def tokens(self) -> list[str]:
