@@ -36,7 +36,7 @@ import numpy as np
 from zoo.datamodules.base import CorpusDataModule, check_minimums, existing_path
 from zoo.datamodules.registry import register_datamodule
 from zoo.errors import DataError
-from zoo.text.codecs import TextClassificationCodec, check_texts
+from zoo.text.codecs import CODEC_VERSION, TextClassificationCodec, check_texts
 from zoo.text.collators import PadCollator
 from zoo.text.datasets import Columns, TokenIds
 from zoo.text.words import PAD_ID, Vocabulary, tokenize
@@ -156,7 +156,7 @@ class TextClassificationDataModule(CorpusDataModule):
             "min_freq": self.min_freq,
             "limit_train": self.limit_train,
             "seed": self.seed,
-            "tokenizer_version": "words-2",  # the vocabulary file is tokenizers JSON since codec version 2
+            "codec_version": CODEC_VERSION,  # what the vocabulary file holds, and how text is read
         })  # fmt: skip
 
     # -- Lightning hooks and the corpus-specific parts of the base ------------------------------
@@ -175,7 +175,7 @@ class TextClassificationDataModule(CorpusDataModule):
         rows = self._split_rows(split).map(
             _Encode(self.codec, self.text_column), batched=True, batch_size=2048, desc=f"Encoding {self.name} {split}"
         )
-        return Columns(tokens=TokenIds(list(rows["ids"])), labels=list(rows[self.label_column]))
+        return Columns(tokens=TokenIds(rows["ids"][:]), labels=rows[self.label_column][:])
 
     def sort_keys(self, train: Columns) -> np.ndarray:
         return train.tokens.lengths
@@ -199,7 +199,7 @@ class TextClassificationDataModule(CorpusDataModule):
 
         (public so that baselines can be scored on exactly the same splits)."""
         rows = self._split_rows(split)
-        return TextSplit(list(rows[self.text_column]), list(rows[self.label_column]))
+        return TextSplit(rows[self.text_column][:], rows[self.label_column][:])
 
     def _split_rows(self, split: str) -> datasets.Dataset:
         """The rows of ``split``, ``limit_train`` applied to the training rows."""
