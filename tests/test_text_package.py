@@ -20,6 +20,8 @@ from zoo.datamodules import FraEngDataModule
 from zoo.datamodules.fra_eng import split_of
 from zoo.datamodules.loaders import GPU_WORKERS, loader_options
 from zoo.errors import DataError
+from zoo.provenance import RECORD_KEY
+from zoo.tasks import Sentiment
 from zoo.text.codecs import CODEC_VERSION, TextClassificationCodec
 from zoo.text.collators import PadCollator, TranslationCollator
 from zoo.text.datasets import Columns, TokenIds
@@ -152,3 +154,17 @@ def test_a_corpus_too_small_for_the_split_is_one_line_through_the_cli(tmp_path: 
     err = capsys.readouterr().err
     assert "The validation split of" in err and "30 distinct English sentences" in err and "Traceback" not in err
     assert "zero-size array" not in err
+
+
+def test_a_checkpoint_with_a_version_1_codec_is_one_clear_line(tmp_path: Path, capsys) -> None:
+    task = Sentiment(vocab_size=3, d_model=8, num_heads=2, num_layers=1, ffn_hidden=8)
+    old_codec = {"vocabulary": {"format": "attention-zoo vocabulary", "version": 1, "tokens": ["<pad>", "<unk>", "good"]},
+                 "max_length": 16, "class_names": ["negative", "positive"], "tokenizer_version": 1}
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams),
+                RECORD_KEY: {"model": "sentiment", "codec": old_codec}}, path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["predict", "--ckpt_path", str(path), "--data.predict_texts", '["good"]'])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"codec version 1; this zoo has version {CODEC_VERSION}" in err and "Traceback" not in err
