@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from zoo.errors import DataError
 from zoo.text.codecs import TextClassificationCodec, TranslationCodec
 from zoo.text.subwords import SubwordTokenizer
 from zoo.text.words import Vocabulary, tokenize
-from zoo.errors import DataError
 
 TEXTS = ["a gripping , beautiful film", "dull and far too long", "the cast is wonderful", "it never comes alive"]
 

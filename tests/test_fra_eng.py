@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
 from zoo.datamodules.fra_eng import FraEngDataModule, padding_fraction, read_pairs, split_of
+from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
 from zoo.text.collators import TranslationCollator
 from zoo.text.subwords import SubwordTokenizer
 

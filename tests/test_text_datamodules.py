@@ -14,6 +14,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # before datasets is imported: never reach the hub
 
+from collections import Counter
+
 import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,11 +23,9 @@ import pytest
 import torch
 from jsonargparse import ArgumentParser
 
-from zoo.text import files
 from zoo.datamodules.registry import DATAMODULE_REGISTRY
-from collections import Counter
-
 from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule
+from zoo.text import files
 from zoo.text.words import Vocabulary, tokenize
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -33,9 +33,7 @@ from zoo.text.words import Vocabulary, tokenize
 _BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _ESCAPE = re.compile(r"-([lr][rsc]b)-|\\([/*])")
 _BRACKETS = {"lrb": "(", "rrb": ")", "lsb": "[", "rsb": "]", "lcb": "{", "rcb": "}"}
-_WORD = re.compile(
-    r"n't\b|'(?:s|re|ve|ll|d|m)\b|\d+(?:[.,]\d+)+|\w+(?:-\w+)*|\.{2,}|-{2,}|`+|'{2,}|[^\w\s]"
-)
+_WORD = re.compile(r"n't\b|'(?:s|re|ve|ll|d|m)\b|\d+(?:[.,]\d+)+|\w+(?:-\w+)*|\.{2,}|-{2,}|`+|'{2,}|[^\w\s]")
 
 
 def regex_tokenize(text: str) -> list[str]:
@@ -46,10 +44,18 @@ def regex_tokenize(text: str) -> list[str]:
 
 def test_word_tokens_are_those_of_the_regex_tokenizer_on_real_sst2_and_imdb(shared_data: Path) -> None:
     sst2 = [
-        *pq.read_table(shared_data / "sst2" / "data" / "validation-00000-of-00001.parquet").column("sentence").to_pylist(),
-        *pq.read_table(shared_data / "sst2" / "data" / "train-00000-of-00001.parquet").column("sentence").to_pylist()[:20_000],
+        *pq.read_table(shared_data / "sst2" / "data" / "validation-00000-of-00001.parquet")
+        .column("sentence")
+        .to_pylist(),
+        *pq.read_table(shared_data / "sst2" / "data" / "train-00000-of-00001.parquet")
+        .column("sentence")
+        .to_pylist()[:20_000],
     ]
-    imdb = pq.read_table(shared_data / "imdb" / "plain_text" / "test-00000-of-00001.parquet").column("text").to_pylist()[:500]
+    imdb = (
+        pq.read_table(shared_data / "imdb" / "plain_text" / "test-00000-of-00001.parquet")
+        .column("text")
+        .to_pylist()[:500]
+    )
     for text in [*sst2, *imdb, "Can\u2019t -LRB- 9.5\\/10 -RRB- ... well-made `` sci-fi ''<BR/>1,000 it's"]:
         assert tokenize(text) == regex_tokenize(text), text
     vocab = Vocabulary.build(map(regex_tokenize, sst2[:5000]))
@@ -58,8 +64,12 @@ def test_word_tokens_are_those_of_the_regex_tokenizer_on_real_sst2_and_imdb(shar
 
 
 def test_codec_version_1_state_is_refused_with_its_version() -> None:
-    old = {"vocabulary": {"format": "attention-zoo vocabulary", "version": 1, "tokens": ["<pad>", "<unk>", "good"]},
-           "max_length": 16, "class_names": ["negative", "positive"], "tokenizer_version": 1}
+    old = {
+        "vocabulary": {"format": "attention-zoo vocabulary", "version": 1, "tokens": ["<pad>", "<unk>", "good"]},
+        "max_length": 16,
+        "class_names": ["negative", "positive"],
+        "tokenizer_version": 1,
+    }
     with pytest.raises(DataError, match=rf"codec version 1; this zoo has version {CODEC_VERSION}.*retrain"):
         TextClassificationCodec.from_state_dict(old)
 
@@ -115,8 +125,9 @@ def test_predict_inputs_come_from_a_list_or_a_file(tmp_path: Path) -> None:
 
 
 def _trainer(device: str, devices: int = 1) -> SimpleNamespace:
-    return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)), num_devices=devices,
-                           distributed_sampler_kwargs=None)
+    return SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device(device)), num_devices=devices, distributed_sampler_kwargs=None
+    )
 
 
 def test_loaders_pin_memory_and_start_workers_on_a_gpu_only(tmp_path: Path) -> None:
@@ -148,8 +159,21 @@ def test_a_corpus_too_small_for_the_split_is_one_line_through_the_cli(tmp_path: 
     corpus = tmp_path / "fra.txt"
     corpus.write_text("".join(f"{s}\tPhrase {i}.\n" for i, s in enumerate(train_only)), encoding="utf-8")
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--model", "transformer", "--data.path", str(corpus), "--data.vocab_size", "60",
-              "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false"])
+        main(
+            [
+                "fit",
+                "--model",
+                "transformer",
+                "--data.path",
+                str(corpus),
+                "--data.vocab_size",
+                "60",
+                "--trainer.fast_dev_run",
+                "true",
+                "--trainer.enable_progress_bar",
+                "false",
+            ]
+        )
     assert exit_info.value.code != 0
     err = capsys.readouterr().err
     assert "The validation split of" in err and "30 distinct English sentences" in err and "Traceback" not in err
@@ -158,11 +182,21 @@ def test_a_corpus_too_small_for_the_split_is_one_line_through_the_cli(tmp_path: 
 
 def test_a_checkpoint_with_a_version_1_codec_is_one_clear_line(tmp_path: Path, capsys) -> None:
     task = Sentiment(vocab_size=3, d_model=8, num_heads=2, num_layers=1, ffn_hidden=8)
-    old_codec = {"vocabulary": {"format": "attention-zoo vocabulary", "version": 1, "tokens": ["<pad>", "<unk>", "good"]},
-                 "max_length": 16, "class_names": ["negative", "positive"], "tokenizer_version": 1}
+    old_codec = {
+        "vocabulary": {"format": "attention-zoo vocabulary", "version": 1, "tokens": ["<pad>", "<unk>", "good"]},
+        "max_length": 16,
+        "class_names": ["negative", "positive"],
+        "tokenizer_version": 1,
+    }
     path = tmp_path / "old.ckpt"
-    torch.save({"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams),
-                RECORD_KEY: {"model": "sentiment", "codec": old_codec}}, path)
+    torch.save(
+        {
+            "state_dict": task.state_dict(),
+            "hyper_parameters": dict(task.hparams),
+            RECORD_KEY: {"model": "sentiment", "codec": old_codec},
+        },
+        path,
+    )
     with pytest.raises(SystemExit) as exit_info:
         main(["predict", "--ckpt_path", str(path), "--data.predict_texts", '["good"]'])
     assert exit_info.value.code == 2

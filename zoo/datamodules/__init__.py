@@ -4,9 +4,9 @@ Corpus modules derive from :class:`~zoo.datamodules.base.CorpusDataModule`; text
 (tokenizers, codecs, datasets, collators) lives in :mod:`zoo.text`.
 """
 
-from zoo.datamodules.registry import DATAMODULE_REGISTRY, list_datamodules, register_datamodule
 from zoo.datamodules.base import CorpusDataModule
 from zoo.datamodules.fra_eng import FraEngDataModule
+from zoo.datamodules.registry import DATAMODULE_REGISTRY, list_datamodules, register_datamodule
 from zoo.datamodules.synthetic import SyntheticRegressionDataModule
 from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule, TextClassificationDataModule
 

@@ -158,13 +158,18 @@ class CorpusDataModule(L.LightningDataModule):
         so that a run resumes exactly."""
         dataset = self._dataset("train", "fit")
         sampler = BucketBatchSampler(
-            EpochShuffleSampler(len(dataset), self.seed), self.batch_size, sort_keys=self.sort_keys(dataset), seed=self.seed
+            EpochShuffleSampler(len(dataset), self.seed),
+            self.batch_size,
+            sort_keys=self.sort_keys(dataset),
+            seed=self.seed,
         )
         return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())
 
     def val_dataloader(self) -> DataLoader:
         """Validation batches in order; under several processes, each gets whole batches (no repeats)."""
-        return evaluation_loader(self._dataset("validation", "validate"), self.batch_size, self.trainer, **self._loader_kwargs())
+        return evaluation_loader(
+            self._dataset("validation", "validate"), self.batch_size, self.trainer, **self._loader_kwargs()
+        )
 
     def test_dataloader(self) -> DataLoader:
         """Test batches in order; under several processes, each gets whole batches (no repeats)."""

@@ -303,7 +303,7 @@ class FraEngDataModule(CorpusDataModule):
         items: list[EvalItem] = getattr(self.splits, split)
         src = self.tokenizer.encode_batch([item.source for item in items])
         tgt = self.tokenizer.encode_batch([item.references[0] for item in items])
-        truncated = sum(len(s) > self.max_length or len(t) > self.max_length for s, t in zip(src, tgt))
+        truncated = sum(len(s) > self.max_length or len(t) > self.max_length for s, t in zip(src, tgt, strict=True))
         if truncated:
             _report("fra_eng %s: %d pairs truncated to max_length=%d for the loss", split, truncated, self.max_length)
         return Columns(

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import lightning as L
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-import lightning as L
-
 from zoo.datamodules.loaders import ResumableDataLoader, evaluation_loader, loader_options
-from zoo.datamodules.sampling import EpochShuffleSampler
 from zoo.datamodules.registry import register_datamodule
+from zoo.datamodules.sampling import EpochShuffleSampler
 
 __all__ = ["SyntheticRegressionDataModule", "target_function"]
 

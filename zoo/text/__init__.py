@@ -14,4 +14,12 @@ from zoo.text.codecs import CODEC_VERSION, Codec, TextClassificationCodec, Trans
 from zoo.text.subwords import SubwordTokenizer
 from zoo.text.words import Vocabulary, tokenize
 
-__all__ = ["CODEC_VERSION", "Codec", "SubwordTokenizer", "TextClassificationCodec", "TranslationCodec", "Vocabulary", "tokenize"]
+__all__ = [
+    "CODEC_VERSION",
+    "Codec",
+    "SubwordTokenizer",
+    "TextClassificationCodec",
+    "TranslationCodec",
+    "Vocabulary",
+    "tokenize",
+]

@@ -64,7 +64,9 @@ def codec_fields(state: Mapping[str, Any], *, codec: str, fields: Mapping[str, t
     wrong = [name for name, kind in fields.items() if not isinstance(state.get(name), kind)]
     if wrong:
         expected = ", ".join(f"{name} ({fields[name].__name__})" for name in wrong)
-        raise DataError(f"{codec} saved in this checkpoint lacks {expected}: the checkpoint is damaged or was not written by the zoo.")
+        raise DataError(
+            f"{codec} saved in this checkpoint lacks {expected}: the checkpoint is damaged or was not written by the zoo."
+        )
     return {name: state[name] for name in fields}
 
 

@@ -31,7 +31,7 @@ def predict_inputs(texts: Sequence[Any] | None, file: str | None) -> list[Any]:
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if texts is None or isinstance(texts, str) or len(texts) == 0:
         raise DataError(
-            f"Nothing to predict: pass --data.predict_texts '[\"a text\", \"another\"]' (a non-empty list, got "
+            f'Nothing to predict: pass --data.predict_texts \'["a text", "another"]\' (a non-empty list, got '
             f"{texts!r}) or --data.predict_file FILE (one input per line)."
         )
     return list(texts)

@@ -107,7 +107,9 @@ class Vocabulary:
         self.tokenizer = _pipeline(stoi)
 
     @classmethod
-    def build(cls, tokenized_texts: Iterable[Sequence[str]], *, max_size: int | None = None, min_freq: int = 1) -> Vocabulary:
+    def build(
+        cls, tokenized_texts: Iterable[Sequence[str]], *, max_size: int | None = None, min_freq: int = 1
+    ) -> Vocabulary:
         """Count tokens and keep the frequent ones.
 
         Args:
