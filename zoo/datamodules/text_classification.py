@@ -14,8 +14,13 @@ Which split plays which role:
 * SST-2: train / validation as published. The hub's SST-2 test split is unlabelled (every
   label is -1), so the test stage evaluates on the **validation split** too, and SST-2 results
   are reported on validation, as GLUE papers do.
-* IMDB: a seeded 10% of the training reviews is held out for validation (the same rows for the
-  same ``seed``); the test stage uses the 25,000 test reviews.
+* IMDB: a seeded 10% of the training reviews is held out for validation by ``datasets``'
+  ``train_test_split`` (the same rows for the same ``seed``); the test stage uses the 25,000
+  test reviews.
+
+Reading goes through ``datasets``: labels are typed as a ``ClassLabel`` over :data:`CLASS_NAMES`
+once checked, and texts are encoded by a cached, batched ``map`` (the word tokenizer of
+:mod:`zoo.text.words` runs in the ``tokenizers`` library).
 
 The vocabulary size is needed to build the model before ``setup`` runs (LightningCLI links
 ``data.vocab_size`` into the model when it instantiates both), so :attr:`vocab_size` loads the
