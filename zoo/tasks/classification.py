@@ -9,12 +9,12 @@ import torch
 import torchmetrics
 from torch import Tensor
 
-from zoo.datamodules.text_classification import TextClassificationCodec
 from zoo.models import SentimentClassifier
 from zoo.models.registry import register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure
 from zoo.tasks.optim import adamw_with_warmup
+from zoo.text.codecs import TextClassificationCodec
 
 __all__ = ["Sentiment"]
 
@@ -130,21 +130,18 @@ class Sentiment(ZooTask):
         if not self.trainer.is_global_zero:
             return
         tokens, valid_lens = self._heatmap_batch["tokens"], self._heatmap_batch["valid_lens"]
-        was_training = self.model.training
-        self.model.eval()
-        with torch.no_grad():
+        with self.inference():
             _, weights = self.model(tokens, valid_lens, need_weights=True)
-        self.model.train(was_training)
-        decode = getattr(self.trainer.datamodule, "decode_tokens", None)
         for i in range(tokens.shape[0]):
             length = int(valid_lens[i])
-            labels = decode(tokens[i, :length].tolist()) if decode else [str(t) for t in tokens[i, :length].tolist()]
+            ids = tokens[i, :length].tolist()
+            labels = self.codec.id_to_token(ids) if self.codec is not None else [str(t) for t in ids]
             figure = attention_heatmaps(weights[-1][i, :, :length, :length], x_labels=labels, y_labels=labels)
             publish_figure(self, figure, f"attention_example{i}")
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, Any]]:
         logits = self(batch["tokens"], batch["valid_lens"])
-        names = getattr(self.trainer.datamodule, "class_names", None) or [str(i) for i in range(logits.shape[-1])]
+        names = self.codec.class_names if self.codec is not None else [str(i) for i in range(logits.shape[-1])]
         return _labelled(logits, batch.get("texts") or [""] * logits.shape[0], names)
 
     def predict(self, inputs: Sequence[str]) -> list[dict[str, Any]]:
