@@ -6,11 +6,10 @@ from typing import Any
 
 import pytest
 
-from zoo.datamodules.fra_eng import TranslationCodec
-from zoo.datamodules.subword import SubwordTokenizer
-from zoo.datamodules.text_classification import TextClassificationCodec
-from zoo.datamodules.tokenization import Vocabulary, tokenize
 from zoo.errors import DataError
+from zoo.text.codecs import TextClassificationCodec, TranslationCodec
+from zoo.text.subwords import SubwordTokenizer
+from zoo.text.words import Vocabulary, tokenize
 
 TEXTS = ["a gripping , beautiful film", "dull and far too long", "the cast is wonderful", "it never comes alive"]
 
@@ -39,7 +38,7 @@ def test_state_dict_round_trip_encodes_alike(kind: str) -> None:
 @pytest.mark.parametrize("kind", CODECS)
 def test_another_pipeline_version_is_refused(kind: str) -> None:
     codec = CODECS[kind][0]()
-    state: dict[str, Any] = {**codec.state_dict(), "tokenizer_version": 0}
+    state: dict[str, Any] = {**codec.state_dict(), "codec_version": 0}
     with pytest.raises(DataError, match=r"version 0; this zoo has version \d+.*retrain"):
         type(codec).from_state_dict(state)
 

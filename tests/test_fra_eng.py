@@ -15,15 +15,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from zoo.datamodules.fra_eng import FraEngDataModule, padding_fraction, read_pairs, split_of
 from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
-from zoo.datamodules.fra_eng import (
-    FraEngDataModule,
-    TranslationCollator,
-    padding_fraction,
-    read_pairs,
-    split_of,
-)
-from zoo.datamodules.subword import SubwordTokenizer
+from zoo.text.collators import TranslationCollator
+from zoo.text.subwords import SubwordTokenizer
 
 FRA_ENG_ZIP = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fra-eng.zip"
 LIMIT_TRAIN = 5000
@@ -146,12 +141,12 @@ def test_references_hold_every_translation(dm: FraEngDataModule, real_zip: Path)
 def test_tokenizer_round_trips_text(dm: FraEngDataModule, sentence: str) -> None:
     ids = dm.tokenizer.encode(sentence)
     assert dm.tokenizer.unk_id not in ids
-    assert dm.decode(ids) == unicodedata.normalize("NFKC", sentence)
-    assert dm.decode([dm.bos_idx, *ids, dm.eos_idx, *ids, dm.padding_idx]) == unicodedata.normalize("NFKC", sentence)
+    assert dm.codec.decode(ids) == unicodedata.normalize("NFKC", sentence)
+    assert dm.codec.decode([dm.bos_idx, *ids, dm.eos_idx, *ids, dm.padding_idx]) == unicodedata.normalize("NFKC", sentence)
 
 
 def test_tokenizer_normalizes_no_break_spaces(dm: FraEngDataModule) -> None:
-    assert dm.decode(dm.tokenizer.encode("Cours\u202f!\u00a0 Vite\u00a0!")) == "Cours ! Vite !"
+    assert dm.codec.decode(dm.tokenizer.encode("Cours\u202f!\u00a0 Vite\u00a0!")) == "Cours ! Vite !"
     assert dm.tokenizer.encode("Cours\u202f!") == dm.tokenizer.encode("Cours !")
 
 
@@ -218,8 +213,8 @@ def test_validation_batches_carry_sources_and_references(dm: FraEngDataModule) -
     assert batch["sources"] == [item.source for item in items]
     assert batch["references"] == [item.references for item in items]
     for row, item in enumerate(items):
-        assert dm.decode(batch["tgt_out"][row]) == item.references[0]
-        assert dm.decode(batch["src"][row]) == item.source
+        assert dm.codec.decode(batch["tgt_out"][row]) == item.references[0]
+        assert dm.codec.decode(batch["src"][row]) == item.source
 
 
 def test_long_training_pairs_are_dropped_and_evaluation_pairs_kept(dm: FraEngDataModule, real_zip: Path) -> None:

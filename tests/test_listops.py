@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from zoo.datamodules import ListOpsDataModule
-from zoo.datamodules.listops import SPLIT_FILES, VOCABULARY, encode, read_tsv, write_tsv
+from zoo.datamodules.listops import SPLIT_FILES, read_tsv, write_tsv
 from zoo.datamodules.listops_generator import generate
 from zoo.errors import DataError
+from zoo.text.listops import VOCABULARY, encode
 
 SMALL = {"min_length": 10, "max_length": 80}
 
@@ -100,7 +101,7 @@ def test_data_module_generates_once_and_refuses_other_settings(tmp_path: Path) -
     module.prepare_data()
     module.setup("fit")
     rows = {split: read_tsv(tmp_path / file) for split, file in SPLIT_FILES.items()}
-    assert [len(rows[s]) for s in ("train", "val", "test")] == [40, 10, 10]
+    assert [len(rows[s]) for s in ("train", "validation", "test")] == [40, 10, 10]
     texts = [text for split in rows.values() for text, _ in split]
     assert len(set(texts)) == 60  # no example in two splits
     batch = next(iter(module.train_dataloader()))

@@ -41,7 +41,7 @@ def test_reviews_become_bytes_cut_and_padded_to_max_length(corpus: Path, tmp_pat
     text = "Déjà vu"
     ids = module.codec.encode(text).tolist()
     assert ids == [b + 1 for b in text.encode("utf-8")]  # é is two bytes
-    assert "".join(module.decode_tokens(module.codec.encode("plain ascii").tolist())) == "plain ascii"
+    assert "".join(module.codec.id_to_token(module.codec.encode("plain ascii").tolist())) == "plain ascii"
     batch = module.codec.batch(["short", "x" * 100])
     assert batch["tokens"].shape == (2, 40) and batch["valid_lens"].tolist() == [5, 40]
     assert batch["tokens"][0, 5:].eq(0).all()

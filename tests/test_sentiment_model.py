@@ -42,21 +42,21 @@ def test_unknown_pooling_is_refused() -> None:
         SentimentClassifier(50, pooling="median")
 
 
-def _order_model(attention: str, positional_encoding: bool, relative_bias: bool = False) -> SentimentClassifier:
+def _order_model(attention: str, position: str, relative_bias: bool = False) -> SentimentClassifier:
     torch.manual_seed(0)
     kwargs = {"window": 3, "relative_bias": relative_bias} if attention == "local" else None
     return SentimentClassifier(
         50, d_model=32, num_heads=4, num_layers=2, ffn_hidden=64, attention=attention,
-        attention_kwargs=kwargs, positional_encoding=positional_encoding,
+        attention_kwargs=kwargs, position=position,
     ).eval()
 
 
 def test_without_positions_dense_attention_reads_a_bag_of_words() -> None:
     tokens, lens = torch.randint(2, 50, (4, 9)), torch.full((4,), 9)
     shuffled = tokens[:, torch.randperm(9, generator=torch.Generator().manual_seed(1))]
-    bag = _order_model("dot_product", positional_encoding=False)
+    bag = _order_model("dot_product", position="none")
     torch.testing.assert_close(bag(shuffled, lens)[0], bag(tokens, lens)[0])
-    ordered = _order_model("dot_product", positional_encoding=True)
+    ordered = _order_model("dot_product", position="sinusoidal")
     assert not torch.allclose(ordered(shuffled, lens)[0], ordered(tokens, lens)[0], atol=1e-4)
 
 
@@ -64,7 +64,7 @@ def test_without_positions_local_attention_reads_neighbourhoods_not_directions()
     """A symmetric window sees the same neighbours in a reversed sentence, so reversing changes
     nothing; shuffling changes who is whose neighbour, so it does."""
     tokens, lens = torch.randint(2, 50, (4, 9)), torch.full((4,), 9)
-    model = _order_model("local", positional_encoding=False)
+    model = _order_model("local", position="none")
     logits = model(tokens, lens)[0]
     torch.testing.assert_close(model(tokens.flip(1), lens)[0], logits)
     shuffled = tokens[:, torch.tensor([4, 0, 7, 2, 8, 1, 6, 3, 5])]
@@ -76,7 +76,7 @@ def test_a_relative_bias_gives_the_local_window_a_direction() -> None:
     neighbour weigh differently, so reversing the sentence changes the prediction; positions
     are still absent, so the model never sees where in the sentence a word is."""
     tokens, lens = torch.randint(2, 50, (4, 9)), torch.full((4,), 9)
-    model = _order_model("local", positional_encoding=False, relative_bias=True)
+    model = _order_model("local", position="none", relative_bias=True)
     with torch.no_grad():
         for block in model.blocks:
             block.attention.score_attention.relative_bias.normal_()
@@ -88,7 +88,7 @@ def test_a_relative_bias_gives_the_local_window_a_direction() -> None:
 
 def test_relative_bias_tables_are_not_weight_decayed() -> None:
     """Like biases and norms (and Swin's and T5's bias tables), they are offsets, not weights."""
-    model = _order_model("local", positional_encoding=False, relative_bias=True)
+    model = _order_model("local", position="none", relative_bias=True)
     decayed, exempt = adamw_with_warmup(model, lr=1e-3, weight_decay=0.1, warmup_steps=1, total_steps=2)["optimizer"].param_groups
     assert decayed["weight_decay"] == 0.1 and exempt["weight_decay"] == 0.0
     tables = [p for name, p in model.named_parameters() if name.endswith("relative_bias")]

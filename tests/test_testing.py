@@ -9,7 +9,8 @@ from torch import Tensor, nn
 
 import zoo
 from zoo.attention import AttentionOutput
-from zoo.attention.masking import masked_softmax
+from zoo.attention.base import position_bias_grid
+from zoo.attention.masking import masked_softmax, with_causal
 from zoo.testing import AttentionContractError, check_attention
 
 BUILT_INS = [e.name for e in zoo.ATTENTION_REGISTRY.entries() if e.source == "attention-zoo"]
@@ -44,9 +45,9 @@ def test_a_one_sequence_variant_that_accepts_two_sequences_is_caught() -> None:
     [
         ("gaussian_kernel", {"learnable": True, "bandwidth": 0.5}),
         ("additive", {"query_size": 3, "key_size": 9, "num_hiddens": 4}),
-        ("multi_head", {"score": "additive", "kdim": 6, "vdim": 3}),
-        ("self", {"score": "gaussian_kernel", "num_heads": 4}),
-        ("cross", {"score": "additive", "memory_dim": 5}),
+        ("multi_head", {"attention": "additive", "kdim": 6, "vdim": 3}),
+        ("self", {"attention": "gaussian_kernel", "num_heads": 4}),
+        ("cross", {"attention": "additive", "memory_dim": 5}),
         (zoo.DotProductAttention, {"scale": 0.3}),
     ],
 )
@@ -105,7 +106,8 @@ class _IgnoresAttnMask(_Cosine):
 class _NaNWhenNothingIsVisible(_Cosine):
     """The textbook masked softmax: fill with -inf, so a fully masked row is 0/0."""
 
-    def attend(self, queries, keys, values, mask, *, need_weights):
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+        mask = with_causal(mask, queries.shape[-2], keys.shape[-2]) if is_causal else mask
         scores = self.score(queries, keys)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
@@ -122,7 +124,8 @@ class _UniformWhenNothingIsVisible(_Cosine):
     def score(self, queries, keys):
         return queries @ keys.transpose(-2, -1)
 
-    def attend(self, queries, keys, values, mask, *, need_weights):
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+        mask = with_causal(mask, queries.shape[-2], keys.shape[-2]) if is_causal else mask
         scores = self.score(queries, keys)
         if mask is not None:
             scores = scores.masked_fill(~mask, -1e9)
@@ -133,7 +136,8 @@ class _UniformWhenNothingIsVisible(_Cosine):
 class _UnnormalizedWeights(_Cosine):
     """Returns the weights before normalizing them, though the output is right."""
 
-    def attend(self, queries, keys, values, mask, *, need_weights):
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+        mask = with_causal(mask, queries.shape[-2], keys.shape[-2]) if is_causal else mask
         weights = masked_softmax(self.score(queries, keys), mask=mask)
         return AttentionOutput(weights @ values, 2 * weights if need_weights else None)
 
@@ -160,8 +164,8 @@ class _UnusedParameter(_Cosine):
 
 
 class _DetachesValues(_Cosine):
-    def attend(self, queries, keys, values, mask, *, need_weights):
-        return super().attend(queries, keys, values.detach(), mask, need_weights=need_weights)
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+        return super().attend(queries, keys, values.detach(), mask, is_causal=is_causal, need_weights=need_weights)
 
 
 class _WrongBackward(torch.autograd.Function):
@@ -240,3 +244,89 @@ def test_not_an_attention_is_refused() -> None:
         check_attention(nn.Linear)
     with pytest.raises(KeyError, match="Did you mean 'additive'"):
         check_attention("adittive")
+
+
+# -- on a given device ----------------------------------------------------------------------------
+
+
+def test_check_attention_moves_the_whole_kit_to_the_device_given() -> None:
+    """Every input, mask and parameter reaches the variant on ``device``. The meta device stands in
+    for one that is not here: it computes shapes only, so the run stops at the first comparison."""
+    seen = []
+
+    class Recording(_Cosine):
+        def forward(self, queries, keys, values, valid_lens=None, **kwargs):
+            tensors = (queries, keys, values, valid_lens, *kwargs.values(), *self.parameters())
+            seen.append({t.device.type for t in tensors if isinstance(t, Tensor)})
+            return super().forward(queries, keys, values, valid_lens, **kwargs)
+
+    with pytest.raises(AttentionContractError, match="meta"):
+        check_attention(Recording, device="meta", dtypes=())
+    assert seen == [{"meta"}]
+
+
+def test_check_attention_refuses_cuda_where_there_is_none() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ValueError, match="CUDA is not available here; use device='cpu'"):
+        check_attention("dot_product", device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["dot_product", "local", "linear", "multi_head", "self"])
+def test_built_in_variants_keep_the_contract_on_cuda(name: str) -> None:
+    report = check_attention(name, device="cuda")
+    assert "gradients" in report.passed
+
+
+# -- with positional schemes ---------------------------------------------------------------------
+
+
+def _takes(name: str, position: str) -> bool:
+    """Whether the built-in ``name`` takes ``position`` (cross-attention takes none)."""
+    cls, kind = zoo.get_attention(name), zoo.POSITION_REGISTRY.get(position).kind
+    if issubclass(cls, zoo.AttentionLayer):
+        return name != "cross"
+    return {"absolute": True, "rotary": cls.supports_rotary, "bias": cls.supports_position_bias}[kind]
+
+
+POSITIONED = [(name, position) for name in BUILT_INS for position in zoo.list_positions() if _takes(name, position)]
+
+
+@pytest.mark.parametrize(("name", "position"), POSITIONED, ids=[f"{n}-{p}" for n, p in POSITIONED])
+def test_every_built_in_keeps_the_contract_in_every_position_it_takes(name: str, position: str) -> None:
+    report = check_attention(name, position=position)
+    assert report.passed == ALL_CHECKS
+    assert report.variant.endswith(f"with position {position!r}")
+
+
+def test_positions_a_variant_cannot_take_are_refused() -> None:
+    assert ("linear", "rope") in POSITIONED and ("dot_product", "t5") in POSITIONED
+    with pytest.raises(zoo.IncompatibleAttentionError, match="supports_position_bias=False"):
+        check_attention("linear", position="alibi")
+    with pytest.raises(TypeError, match="cross-attention never gets"):
+        check_attention("cross", position="rope")
+
+
+def test_a_bias_that_replaces_the_padding_mask_is_caught() -> None:
+    class BiasInsteadOfMask(zoo.DotProductAttention):
+        """Hands the bias to the kernel as its mask, dropping the padding mask it had."""
+
+        supports_position_bias = True
+
+        def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
+            if position_bias is None or need_weights:
+                return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias)
+            bias = position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(queries.dtype)
+            if is_causal:
+                bias = bias.masked_fill(~with_causal(None, queries.shape[-2], keys.shape[-2]), float("-inf"))
+            return AttentionOutput(torch.nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=bias), None)
+
+    assert check_attention(BiasInsteadOfMask, dtypes=()).passed  # without a bias it is plain dot_product
+    with pytest.raises(AttentionContractError, match=r"\[padding\]"):
+        check_attention(BiasInsteadOfMask, dtypes=(), position="alibi")
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi", "t5"])
+def test_a_grouped_query_layer_keeps_the_contract_with_positions(position: str) -> None:
+    assert check_attention("self", position=position, num_heads=2, num_kv_heads=1).passed == ALL_CHECKS

@@ -14,6 +14,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # before datasets is imported: never reach the hub
 
+from collections import Counter
+
 import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,10 +23,10 @@ import pytest
 import torch
 from jsonargparse import ArgumentParser
 
-from zoo.datamodules import files, tokenization
 from zoo.datamodules.registry import DATAMODULE_REGISTRY
-from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule, split_indices
-from zoo.datamodules.tokenization import Vocabulary, tokenize
+from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule
+from zoo.text import files
+from zoo.text.words import Vocabulary, tokenize
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 LIMIT = 2000
@@ -206,10 +208,10 @@ def test_imdb_vocabulary_excludes_the_validation_part(tmp_path: Path, tiny_hf_ca
         table = pa.table({"text": [t for t, _ in rows], "label": [label for _, label in rows]})
         pq.write_table(table, root / "plain_text" / f"{split}-00000-of-00001.parquet")
     dm = IMDBDataModule(path=str(root), cache_dir=str(tmp_path / "cache"), min_freq=1, seed=3)
-    kept, held_out = split_indices(20, 0.1, seed=3)
-    assert len(held_out) == 2
-    assert all(f"review{i:02d}" in dm.vocab for i in kept)
-    assert not any(f"review{i:02d}" in dm.vocab for i in held_out)
+    kept, held_out = (dm.split(split).texts for split in ("train", "validation"))
+    assert len(held_out) == 2 and len(kept) == 18
+    assert all(text.split()[0] in dm.vocab for text in kept)
+    assert not any(text.split()[0] in dm.vocab for text in held_out)
 
 
 # -- batches from the real corpora ---------------------------------------------------------------
@@ -255,18 +257,21 @@ def test_train_loader_buckets_shuffles_per_epoch_and_collate_pickles(sst2: SST2D
 
 
 def test_imdb_validation_is_a_seeded_tenth_of_train(imdb: IMDBDataModule, data_dir: Path, vocab_cache: Path) -> None:
-    kept, held_out = split_indices(25_000, 0.1, seed=0)
+    unlimited = IMDBDataModule(path=str(data_dir / "imdb"), cache_dir=str(vocab_cache))
+    kept, held_out = (unlimited.split(split).texts for split in ("train", "validation"))
     assert len(held_out) == 2_500 and len(kept) == 22_500
-    assert set(kept).isdisjoint(held_out) and set(kept) | set(held_out) == set(range(25_000))
-    assert split_indices(25_000, 0.1, seed=0) == (kept, held_out)
-    assert split_indices(25_000, 0.1, seed=1)[1] != held_out
+    assert Counter(kept) + Counter(held_out) == Counter(unlimited._read_split("train")[unlimited.text_column][:])  # disjoint, all
+    again = IMDBDataModule(path=str(data_dir / "imdb"), cache_dir=str(vocab_cache))
+    assert again.split("validation").texts == held_out
+    other = IMDBDataModule(path=str(data_dir / "imdb"), cache_dir=str(vocab_cache), seed=1)
+    assert other.split("validation").texts != held_out
 
     validation = imdb.val_dataloader().dataset
     assert len(validation) == 2_500
     again = IMDBDataModule(path=str(data_dir / "imdb"), cache_dir=str(vocab_cache), limit_train=LIMIT)
     again.setup("validate")
     assert again.val_dataloader().dataset.labels == validation.labels
-    assert all(torch.equal(a, b) for a, b in zip(again.val_dataloader().dataset.tokens[:50], validation.tokens[:50]))
+    assert all(torch.equal(again.val_dataloader().dataset.tokens[i], validation.tokens[i]) for i in range(50))
 
 
 # -- the vocabulary cache and the sizes the model needs -------------------------------------------

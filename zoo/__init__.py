@@ -24,7 +24,15 @@ from zoo.attention import (
     register_attention,
     require_attention,
 )
-from zoo.layers import AddNorm, PositionalEncoding, PositionWiseFFN
+from zoo.layers import AddNorm, PositionWiseFFN
+from zoo.positions import (
+    POSITION_REGISTRY,
+    PositionalEncoding,
+    PositionScheme,
+    create_position,
+    list_positions,
+    register_position,
+)
 from zoo.registry import DuplicateNameError, Registry, UnknownArgumentError, UnknownNameError
 from zoo import testing
 from zoo.testing import check_attention
@@ -47,6 +55,8 @@ __all__ = [
     "LinearAttention",
     "LocalAttention",
     "MultiHeadAttention",
+    "POSITION_REGISTRY",
+    "PositionScheme",
     "PositionWiseFFN",
     "PositionalEncoding",
     "Registry",
@@ -57,12 +67,15 @@ __all__ = [
     "causal_mask",
     "check_attention",
     "create_attention",
+    "create_position",
     "get_attention",
     "lengths_to_mask",
     "list_attention",
+    "list_positions",
     "load_checkpoint",
     "masked_softmax",
     "register_attention",
+    "register_position",
     "require_attention",
     "testing",
 ]

@@ -51,6 +51,7 @@ from zoo.distributed import run_directory
 from zoo.loggers import SaveConfigToRun, apply_logger_defaults
 from zoo.models import MODEL_REGISTRY
 from zoo.plugins import import_plugins, pop_import_flags
+from zoo.positions import POSITION_REGISTRY
 from zoo.predict import format_row, from_checkpoint_alone, predict_from_checkpoint
 from zoo.provenance import package_versions
 from zoo.registry import Registry, RegistryError
@@ -201,8 +202,12 @@ class ZooCLI(LightningCLI):
 
 
 def print_registries(pattern: str | None = None) -> None:
-    """Print every registered attention, model and data module with aliases and source."""
-    for title, registry in (("attention", ATTENTION_REGISTRY), ("models", MODEL_REGISTRY), ("data modules", DATAMODULE_REGISTRY)):
+    """Print every registered attention, position scheme, model and data module with aliases and source."""
+    registries = (
+        ("attention", ATTENTION_REGISTRY), ("positions", POSITION_REGISTRY),
+        ("models", MODEL_REGISTRY), ("data modules", DATAMODULE_REGISTRY),
+    )
+    for title, registry in registries:
         print(f"{title}:")
         for entry in registry.entries():
             if pattern is not None and entry.name not in registry.list(pattern):

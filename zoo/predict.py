@@ -10,7 +10,6 @@ hyperparameters and the codec), so with only ``--ckpt_path`` the model is rebuil
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -18,6 +17,7 @@ import yaml
 from zoo.checkpoint import load_checkpoint
 from zoo.errors import CheckpointError, DataError
 from zoo.models import MODEL_REGISTRY
+from zoo.text.inputs import predict_inputs
 
 __all__ = ["format_row", "from_checkpoint_alone", "predict_from_checkpoint"]
 
@@ -35,18 +35,15 @@ def from_checkpoint_alone(args: list[str]) -> bool:
 
 def _inputs(texts: str | None, file: str | None) -> list[Any]:
     """The raw inputs from a YAML/JSON list or from the non-blank lines of a file."""
-    if file is not None:
-        path = Path(file).expanduser()
-        if not path.is_file():
-            raise FileNotFoundError(f"predict_file {file!r} does not exist; give a text file, one input per line.")
-        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if texts is None:
+        return predict_inputs(None, file)
     try:
-        items = yaml.safe_load(texts or "")
+        items = yaml.safe_load(texts)
     except yaml.YAMLError as exc:
         raise DataError(f"--data.predict_texts is not a JSON/YAML list: {exc}") from exc
-    if not isinstance(items, list) or not items:
+    if not isinstance(items, list):
         raise DataError(f"--data.predict_texts must be a non-empty list, like '[\"a text\", \"another\"]'; got {texts!r}.")
-    return items
+    return predict_inputs(items, None)
 
 
 def predict_from_checkpoint(args: list[str], chunk_size: int = 64) -> None:

@@ -20,11 +20,22 @@ hold whatever the implementation (explicit scores, a fused kernel, no score matr
   attention) and all-zero weights.
 * ``weights``: the weights are non-negative, zero on hidden keys, sum to one over the visible
   ones, do not change the output, and give it as ``weights @ values`` (scoring attentions).
-* ``float16`` / ``bfloat16``: the variant runs in half precision (CPU), stays finite forwards
-  and backwards, and stays close to the same computation in float32.
+* ``float16`` / ``bfloat16``: the variant runs in half precision, stays finite forwards and
+  backwards, and stays close to the same computation in float32.
+
+Every check runs on the ``device`` given (``check_attention(CosineAttention, device="cuda")``
+checks a variant's CUDA kernels, half precision included); inputs are drawn on the CPU from a
+seeded generator and moved there, so a device sees the same numbers as the CPU.
 * ``gradients``: queries, keys and values get finite gradients, every trainable parameter gets
   one (DistributedDataParallel fails on parameters that get none), and the gradients match
   finite differences in float64.
+
+``check_attention(variant, position=NAME)`` runs the same checks with a positional scheme applied
+as a model applies it: a layer that takes positions (``self``, ``multi_head``) is built with a
+rotary or bias scheme; around a scoring attention the harness rotates queries and keys itself
+(query ``i`` at ``Lk - Lq + i``, key ``j`` at ``j``) or hands the bias over as ``position_bias``;
+an absolute scheme is added to the queries and keys. Masked keys and later positions must stay
+invisible whatever the scheme adds.
 
 A variant that declares it cannot do something (``supports_padding_mask``, ``supports_causal``,
 ``supports_weights`` set to False) is not tested for it, but must refuse it with
@@ -45,7 +56,15 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.gradcheck import GradcheckError
 
-from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError, causal_mask
+from zoo.attention import (
+    ATTENTION_REGISTRY,
+    Attention,
+    AttentionLayer,
+    IncompatibleAttentionError,
+    causal_mask,
+)
+from zoo.attention.base import POSITION_CAPABILITY
+from zoo.positions import PositionScheme, create_position, get_position
 
 __all__ = ["AttentionContractError", "ContractReport", "check_attention"]
 
@@ -78,6 +97,8 @@ class _Harness:
     form: Form
     sizes: tuple[int, int, int]  # query, key and value feature sizes
     out_dim: int
+    position: _Placement | None = None  # a scheme the harness applies around the variant
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     @property
     def scoring(self) -> bool:
@@ -93,26 +114,26 @@ class _Harness:
         return _LQ, _LK
 
     def module(self, dtype: torch.dtype = torch.float32) -> nn.Module:
-        return copy.deepcopy(self.prototype).to(dtype).eval()
+        return copy.deepcopy(self.prototype).to(device=self.device, dtype=dtype).eval()
 
     def inputs(self, lq: int, lk: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values; the same tensor where the layer's forward ties them."""
         dq, dk, dv = self.sizes
-        q = torch.randn(_BATCH, lq, dq, generator=generator).to(dtype)
+        q = torch.randn(_BATCH, lq, dq, generator=generator).to(self.device, dtype)
         if self.form == "x":
             return q, q, q
-        k = torch.randn(_BATCH, lk, dk, generator=generator).to(dtype)
+        k = torch.randn(_BATCH, lk, dk, generator=generator).to(self.device, dtype)
         if self.form == "x_memory":
             return q, k, k
-        return q, k, torch.randn(_BATCH, lk, dv, generator=generator).to(dtype)
+        return q, k, torch.randn(_BATCH, lk, dv, generator=generator).to(self.device, dtype)
 
     def perturb(self, inputs: tuple[Tensor, Tensor, Tensor], positions: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         """New inputs with the keys and values at ``positions`` (a ``(B, Lk)`` mask) replaced."""
         q, k, v = inputs
 
         def replace(t: Tensor) -> Tensor:
-            noise = 5 + 10 * torch.randn(t.shape, generator=generator).to(t.dtype)
-            return torch.where(positions.unsqueeze(-1), noise, t)
+            noise = 5 + 10 * torch.randn(t.shape, generator=generator).to(t.device, t.dtype)
+            return torch.where(positions.to(t.device).unsqueeze(-1), noise, t)
 
         if self.form == "x":
             x = replace(q)
@@ -123,19 +144,70 @@ class _Harness:
         return q, replace(k), replace(v)
 
     def __call__(self, module: nn.Module, inputs: tuple[Tensor, Tensor, Tensor], valid_lens: Tensor | None = None, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+        """Run ``module``; masks go to the device, the output and weights come back to the CPU."""
+        if self.position is not None:
+            inputs, kwargs = self.position.apply(inputs, kwargs)
         q, k, v = inputs
         tensors = {"x": (q,), "x_memory": (q, k), "qkv": (q, k, v)}[self.form]
+        valid_lens = valid_lens.to(self.device) if valid_lens is not None else None
+        kwargs = {key: value.to(self.device) if isinstance(value, Tensor) else value for key, value in kwargs.items()}
         output, weights = module(*tensors, valid_lens, **kwargs)
-        return output, weights
+        return output.cpu(), weights.cpu() if weights is not None else None
 
 
-def check_attention(variant: str | type[nn.Module] | nn.Module, /, *, dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16), **kwargs: Any) -> ContractReport:
+class _Placement:
+    """A positional scheme applied around the variant the way a model applies it: absolute
+    vectors added to queries and keys; for a scoring attention, queries and keys rotated or the
+    bias handed over (a layer built with the scheme does those itself). One scheme per size."""
+
+    def __init__(self, name: str, kind: str, on_scores: bool) -> None:
+        self.name, self.kind, self.on_scores = name, kind, on_scores
+        self.schemes: dict[int, PositionScheme] = {}
+
+    def scheme(self, size: int) -> PositionScheme:
+        if size not in self.schemes:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.schemes[size] = create_position(self.name, d_model=size, num_heads=1, max_len=64)
+        return self.schemes[size]
+
+    def apply(self, inputs: tuple[Tensor, Tensor, Tensor], kwargs: dict[str, Any]) -> tuple[tuple[Tensor, Tensor, Tensor], dict[str, Any]]:
+        if self.kind == "bias":
+            return inputs, {**kwargs, "position_bias": self.scheme(1).to(inputs[0].device)} if self.on_scores else kwargs
+        if self.kind == "rotary" and not self.on_scores:
+            return inputs, kwargs
+        q, k, v = inputs
+        key_first = max(0, q.shape[-2] - k.shape[-2])  # no negative positions when Lq > Lk
+        first = key_first + k.shape[-2] - q.shape[-2]  # bottom-right: query i at key position Lk - Lq + i
+
+        def place(t: Tensor, offset: int) -> Tensor:
+            scheme = self.scheme(t.shape[-1]).to(t.device)
+            if self.kind == "absolute":
+                return scheme(t, offset)
+            return scheme(t, torch.arange(offset, offset + t.shape[-2], device=t.device))
+
+        return (place(q, first), place(k, key_first), v), kwargs  # values carry no positions: the weights check reads them
+
+
+def check_attention(
+    variant: str | type[nn.Module] | nn.Module,
+    /,
+    *,
+    device: str | torch.device = "cpu",
+    dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16),
+    position: str | None = None,
+    **kwargs: Any,
+) -> ContractReport:
     """Check an attention variant against the zoo's attention contract (see the module doc).
 
     Args:
         variant: A registered name, a subclass of :class:`zoo.Attention` or
             :class:`zoo.AttentionLayer`, or an instance of one.
-        dtypes: Half-precision dtypes to run on CPU; ``()`` skips them.
+        device: Where every check runs (``"cuda"``, ``"cuda:1"``, ...): the variant's kernels on
+            that device are what is checked.
+        dtypes: Half-precision dtypes to run, on ``device``; ``()`` skips them.
+        position: A registered positional scheme to run the checks with (see the module doc);
+            one the variant cannot take raises :class:`~zoo.attention.IncompatibleAttentionError`.
         **kwargs: Constructor arguments (when ``variant`` is a name or a class). Constructors
             taking ``query_size``/``key_size`` (scoring) or ``embed_dim``/``num_heads`` (layers)
             get small defaults.
@@ -147,9 +219,13 @@ def check_attention(variant: str | type[nn.Module] | nn.Module, /, *, dtypes: Se
     Raises:
         AttentionContractError: an ``AssertionError`` naming the check that failed and how.
     """
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"check_attention: device {str(device)!r} asked for, but CUDA is not available here; use device='cpu'.")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        harness = _harness(variant, kwargs)
+        harness = _harness(variant, kwargs, position)
+    harness.device = device
     generator = torch.Generator().manual_seed(0)
     passed: list[str] = []
     skipped: dict[str, str] = {}
@@ -185,29 +261,46 @@ def check_attention(variant: str | type[nn.Module] | nn.Module, /, *, dtypes: Se
 # -- building the variant ----------------------------------------------------------------------
 
 
-def _harness(variant: str | type[nn.Module] | nn.Module, kwargs: dict[str, Any]) -> _Harness:
+def _harness(variant: str | type[nn.Module] | nn.Module, kwargs: dict[str, Any], position: str | None = None) -> _Harness:
+    kind = get_position(position).kind if position is not None else None
     if isinstance(variant, nn.Module):
         module, label = variant, type(variant).__name__
+        if isinstance(module, AttentionLayer) and kind in POSITION_CAPABILITY:
+            raise TypeError(f"check_attention(position={position!r}): build the layer with position= and pass it without position.")
     else:
         cls = ATTENTION_REGISTRY.get(variant) if isinstance(variant, str) else variant
         label = repr(variant) if isinstance(variant, str) else cls.__name__
         if not (inspect.isclass(cls) and issubclass(cls, (Attention, AttentionLayer))):
             raise TypeError(f"check_attention takes a subclass of zoo.Attention or zoo.AttentionLayer, got {cls!r}.")
-        module = cls(**_constructor_defaults(cls, kwargs))
+        kwargs = _constructor_defaults(cls, kwargs)
+        if issubclass(cls, AttentionLayer) and kind in POSITION_CAPABILITY:
+            if "position" not in inspect.signature(cls).parameters:
+                raise TypeError(f"{label} takes no positions (cross-attention never gets them); check it without position=.")
+            kwargs["position"] = create_position(position, d_model=kwargs["embed_dim"], num_heads=kwargs["num_heads"])  # type: ignore[arg-type]
+        module = cls(**kwargs)
+    if position is not None:
+        label = f"{label} with position {position!r}"
     if isinstance(module, Attention):
+        flag = POSITION_CAPABILITY.get(kind or "")
+        if flag is not None and not getattr(module, flag):
+            raise IncompatibleAttentionError(f"{label}: {type(module).__name__} declares {flag}=False.")
         dq, dk = getattr(module, "query_size", None), getattr(module, "key_size", None)
         if dq is None or dk is None:
             dq, dk = (8, 8) if module.requires_equal_qk_dims else (6, 4)
-        return _Harness(label, module, "qkv", (dq, dk, 5), out_dim=5)
+        placement = _Placement(position, kind, on_scores=True) if position is not None and kind is not None else None
+        return _Harness(label, module, "qkv", (dq, dk, 5), out_dim=5, position=placement)
     if not isinstance(module, AttentionLayer):
         raise TypeError(f"check_attention takes an attention variant, got {type(module).__name__}.")
     embed_dim = getattr(module, "embed_dim", None)
     if embed_dim is None:
         raise TypeError(f"check_attention needs {label} to expose embed_dim (the query and output size).")
     form = _layer_form(module)
+    if form == "x_memory" and position is not None:
+        raise TypeError(f"{label}: cross-attention never gets positions; check it without position=.")
     dk = embed_dim if form == "x" else getattr(module, "kdim", embed_dim)
     dv = {"x": embed_dim, "x_memory": dk}.get(form, getattr(module, "vdim", embed_dim))
-    return _Harness(label, module, form, (embed_dim, dk, dv), out_dim=embed_dim)
+    placement = _Placement(position, kind, on_scores=False) if position is not None and kind == "absolute" else None
+    return _Harness(label, module, form, (embed_dim, dk, dv), out_dim=embed_dim, position=placement)
 
 
 def _constructor_defaults(cls: type[nn.Module], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -22,9 +22,7 @@ from zoo.attention.dot_product import DotProductAttention  # noqa: E402
 from zoo.attention.gaussian_kernel import GaussianKernelAttention  # noqa: E402
 from zoo.attention.linear import LinearAttention  # noqa: E402
 from zoo.attention.local import LocalAttention  # noqa: E402
-from zoo.attention.multi_head import HeadedAttention, MultiHeadAttention  # noqa: E402
-from zoo.attention.self_attention import SelfAttention  # noqa: E402
-from zoo.attention.cross_attention import CrossAttention  # noqa: E402
+from zoo.attention.multi_head import CrossAttention, HeadedAttention, MultiHeadAttention, SelfAttention  # noqa: E402
 
 __all__ = [
     "ATTENTION_REGISTRY",

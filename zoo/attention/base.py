@@ -2,10 +2,11 @@
 
 A *scoring attention* (subclass of :class:`Attention`) maps queries ``(*batch, Lq, Dq)``, keys
 ``(*batch, Lk, Dk)`` and values ``(*batch, Lk, Dv)`` to ``(*batch, Lq, Dv)``. A subclass
-usually implements only :meth:`Attention.score`; the base class validates inputs, merges masks,
-applies the masked softmax and dropout, and returns the weights when asked. A variant whose
-computation has no score matrix (linear attention, say) overrides :meth:`Attention.attend` or
-``forward`` and declares what it supports.
+usually implements only :meth:`Attention.score`; the base class validates inputs, merges the
+padding and user masks, applies causality, the masked softmax and dropout, and returns the weights
+when asked. A variant whose computation has no score matrix (linear attention, say) overrides
+:meth:`Attention.attend`, never ``forward``, and declares what it supports; extra input checks go
+in an override of :meth:`Attention.check_inputs`.
 
 An *attention layer* (subclass of :class:`AttentionLayer`) owns projections and heads, and runs a
 registered scoring attention per head.
@@ -16,14 +17,35 @@ when they are built rather than fail (or silently ignore a mask) at run time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens
+from zoo.attention.masking import (
+    masked_softmax,
+    merge_masks,
+    validate_valid_lens,
+    with_causal,
+)
 
-__all__ = ["Attention", "AttentionLayer", "AttentionOutput", "IncompatibleAttentionError"]
+__all__ = [
+    "POSITION_CAPABILITY",
+    "Attention",
+    "AttentionLayer",
+    "AttentionOutput",
+    "IncompatibleAttentionError",
+    "PositionBias",
+    "position_bias_grid",
+]
+
+PositionBias = Callable[[Tensor, Tensor], Tensor]
+"""A bias positional scheme: integer query and key positions that broadcast together to ``S``
+-> a float bias ``(heads, *S)`` added to the scores (see :mod:`zoo.positions`)."""
+
+#: the capability flag of :class:`Attention` a positional scheme of each kind needs
+POSITION_CAPABILITY: dict[str, str] = {"rotary": "supports_rotary", "bias": "supports_position_bias"}
 
 
 class IncompatibleAttentionError(ValueError):
@@ -67,6 +89,25 @@ class Attention(_Capabilities, nn.Module):
     #: queries and keys may come from two different sequences (cross-attention); False for a
     #: variant defined by positions within one sequence, such as a sliding window
     supports_cross_attention: ClassVar[bool] = True
+    #: adds a positional bias scheme (``alibi``, ``t5``) to its scores; the base class's score
+    #: path does. A subclass that overrides ``attend`` or ``forward`` without declaring this
+    #: flag itself is taken not to (set False by :meth:`__init_subclass__`), so a bias is
+    #: refused rather than silently dropped
+    supports_position_bias: ClassVar[bool] = True
+    #: scores queries and keys that a rotary scheme (``rope``) has rotated per head; False for
+    #: a variant whose scores are not built from their dot products
+    supports_rotary: ClassVar[bool] = True
+    #: takes keys and values with fewer heads (axis -3) than the queries, each shared by a group
+    #: of query heads (grouped-query attention); a layer repeats them for a variant without it
+    supports_grouped_kv: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A subclass that replaces the score path (``attend`` or ``forward``) and does not say
+        whether it adds a positional bias is taken not to: refused, never silently dropped."""
+        super().__init_subclass__(**kwargs)
+        overrides = "attend" in cls.__dict__ or "forward" in cls.__dict__
+        if overrides and "supports_position_bias" not in cls.__dict__:
+            cls.supports_position_bias = False
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
@@ -90,6 +131,7 @@ class Attention(_Capabilities, nn.Module):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        position_bias: PositionBias | None = None,
     ) -> AttentionOutput:
         """Attend from ``queries`` over ``keys``/``values``.
 
@@ -102,24 +144,68 @@ class Attention(_Capabilities, nn.Module):
             attn_mask: boolean, broadcastable to ``(*batch, Lq, Lk)``, True = attend.
             is_causal: forbid attending to later positions (aligned bottom-right).
             need_weights: also return the ``(*batch, Lq, Lk)`` weights.
+            position_bias: a bias positional scheme (``alibi``, ``t5``) whose bias is added to
+                the scores, query ``i`` at position ``Lk - Lq + i``; its head axis lines up
+                with dimension -3 of the queries (a layer's heads), or is 1.
         """
         valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+        if position_bias is not None and not self.supports_position_bias:
+            raise IncompatibleAttentionError(
+                f"{type(self).__name__} does not add a positional bias to its scores (position_bias); "
+                "use an absolute or rotary scheme with it."
+            )
         mask = merge_masks(
             queries.shape[:-2],
             queries.shape[-2],
             keys.shape[-2],
             valid_lens=valid_lens,
             attn_mask=attn_mask,
-            is_causal=is_causal,
             device=queries.device,
         )
-        return self.attend(queries, keys, values, mask, need_weights=need_weights)
+        # passed only when given: a plugin's attend() written before positions keeps working
+        extra = {} if position_bias is None else {"position_bias": position_bias}
+        return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, **extra)
 
-    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool) -> AttentionOutput:
-        """The computation on validated inputs with one merged boolean ``mask`` (or None)."""
-        weights = masked_softmax(self.score(queries, keys), mask=mask)
+    def attend(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:
+        """The computation on validated inputs: the hook a variant overrides.
+
+        Args:
+            queries, keys, values: As in :meth:`forward`, already checked.
+            mask: The merged padding and user mask (``valid_lens`` and ``attn_mask``), boolean,
+                broadcastable to ``(*batch, Lq, Lk)``, True = attend; or None. It never holds
+                causality: that comes as ``is_causal``, so a fused kernel can take it as a flag.
+            is_causal: Forbid attending to later positions (aligned bottom-right).
+            need_weights: Also return the ``(*batch, Lq, Lk)`` weights.
+            position_bias: A bias positional scheme, added to the scores on the full grid
+                (:func:`position_bias_grid`); a variant that takes it declares
+                ``supports_position_bias``.
+        """
+        if is_causal:
+            mask = with_causal(mask, queries.shape[-2], keys.shape[-2], queries.device)
+        scores = self.score(queries, keys)
+        if position_bias is not None:
+            scores = scores + position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(scores.dtype)
+        weights = masked_softmax(scores, mask=mask)
         output = torch.matmul(self.dropout(weights), values)
         return AttentionOutput(output, weights if need_weights else None)
+
+    def _grouped(self, queries: Tensor, keys: Tensor, values: Tensor) -> bool:
+        """Whether keys and values hold grouped heads this variant takes: fewer heads at axis -3,
+        dividing the queries' heads, and the same batch otherwise."""
+        if not self.supports_grouped_kv or queries.dim() < 4 or keys.shape[:-2] != values.shape[:-2]:
+            return False
+        heads, kv_heads = queries.shape[-3], keys.shape[-3]
+        return queries.shape[:-3] == keys.shape[:-3] and kv_heads > 0 and heads % kv_heads == 0
 
     def check_dims(self, query_dim: int, key_dim: int, value_dim: int) -> None:
         """Raise ``ValueError`` if this variant cannot take these feature sizes."""
@@ -152,7 +238,7 @@ class Attention(_Capabilities, nn.Module):
                 )
             if not tensor.is_floating_point():
                 raise ValueError(f"{name}: {label} must be floating point, got {tensor.dtype}.")
-        if not queries.shape[:-2] == keys.shape[:-2] == values.shape[:-2]:
+        if not queries.shape[:-2] == keys.shape[:-2] == values.shape[:-2] and not self._grouped(queries, keys, values):
             raise ValueError(
                 f"{name}: batch shapes differ: queries {tuple(queries.shape[:-2])}, keys "
                 f"{tuple(keys.shape[:-2])}, values {tuple(values.shape[:-2])}; they must be equal."
@@ -175,6 +261,14 @@ class Attention(_Capabilities, nn.Module):
         if valid_lens is not None:
             valid_lens = validate_valid_lens(valid_lens, batch_shape, num_queries, num_keys)
         return valid_lens
+
+
+def position_bias_grid(position_bias: PositionBias, num_queries: int, num_keys: int, device: torch.device) -> Tensor:
+    """``position_bias`` on the full grid ``(heads, Lq, Lk)``: query ``i`` at ``Lk - Lq + i``
+    (bottom-right, as causal masks align), key ``j`` at ``j``."""
+    keys = torch.arange(num_keys, device=device)
+    queries = torch.arange(num_queries, device=device) + (num_keys - num_queries)
+    return position_bias(queries.unsqueeze(-1), keys)
 
 
 def check_attn_mask(attn_mask: Tensor, target: tuple[int, ...], owner: str) -> None:

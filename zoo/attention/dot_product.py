@@ -9,8 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.base import (
+    Attention,
+    AttentionOutput,
+    PositionBias,
+    position_bias_grid,
+)
 from zoo.attention.factory import register_attention
+from zoo.attention.masking import with_causal
 
 __all__ = ["DotProductAttention"]
 
@@ -22,7 +28,8 @@ class DotProductAttention(Attention):
     Scores are ``q . k * scale`` with ``scale = 1 / sqrt(d)`` by default. When weights are not
     requested, the computation runs in :func:`torch.nn.functional.scaled_dot_product_attention`
     (flash / memory-efficient kernels where available); with ``need_weights=True`` it runs the
-    explicit formulation, which gives the same output.
+    explicit formulation, which gives the same output. A positional bias reaches the kernel as
+    a float mask: the bias, with ``-inf`` where the boolean mask hides a key.
 
     Args:
         dropout: Dropout on the attention weights during training.
@@ -30,6 +37,8 @@ class DotProductAttention(Attention):
     """
 
     has_fused_path: ClassVar[bool] = True
+    supports_position_bias: ClassVar[bool] = True
+    supports_grouped_kv: ClassVar[bool] = True
 
     def __init__(self, dropout: float = 0.0, scale: float | None = None) -> None:
         super().__init__(dropout)
@@ -41,16 +50,49 @@ class DotProductAttention(Attention):
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         return torch.matmul(queries, keys.transpose(-2, -1)) * self._scale(queries)
 
-    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, need_weights: bool) -> AttentionOutput:
+    def attend(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:
+        """The explicit formulation when weights are asked for, else the fused kernel.
+
+        Causality reaches the kernel as ``is_causal=True`` with no mask whenever that is exact
+        (no padding or user mask, no positional bias, ``Lq == Lk``: the kernel aligns top-left,
+        the zoo bottom-right, and the two agree there); a single query over cached keys sees
+        them all and needs none; in every other case causality is merged into the boolean mask.
+        A positional bias then becomes the float mask: the bias, ``-inf`` where that hides a key.
+        Grouped key/value heads (fewer at axis -3 than the queries) go to the kernel as they are
+        (``enable_gqa``), and are repeated for the explicit formulation.
+        """
+        grouped = keys.dim() >= 3 and queries.dim() >= 3 and keys.shape[-3] != queries.shape[-3]
         if need_weights:
-            return super().attend(queries, keys, values, mask, need_weights=True)
+            if grouped:
+                groups = queries.shape[-3] // keys.shape[-3]
+                keys, values = keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)
+            return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=True, position_bias=position_bias)
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+        fused_causal = is_causal and mask is None and position_bias is None and num_queries == num_keys
+        if is_causal and not fused_causal and num_queries > 1:
+            mask = with_causal(mask, num_queries, num_keys, queries.device)
+        if position_bias is not None:
+            bias = position_bias_grid(position_bias, num_queries, num_keys, queries.device).to(queries.dtype)
+            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         output = F.scaled_dot_product_attention(
             queries,
             keys,
             values,
             attn_mask=mask,
             dropout_p=self.dropout.p if self.training else 0.0,
+            is_causal=fused_causal,
             scale=self._scale(queries),
+            enable_gqa=grouped,
         )
         return AttentionOutput(output, None)
 

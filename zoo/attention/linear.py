@@ -36,7 +36,6 @@ from torch import Tensor
 from zoo.attention.base import Attention, AttentionOutput
 from zoo.attention.blocks import rows_from
 from zoo.attention.factory import register_attention
-from zoo.attention.masking import merge_masks
 
 __all__ = ["LinearAttention", "feature_map"]
 
@@ -67,30 +66,26 @@ class LinearAttention(Attention):
         kernel = torch.matmul(feature_map(queries.to(compute)), feature_map(keys.to(compute)).transpose(-2, -1))
         return kernel.log().to(queries.dtype)
 
-    def forward(
+    def attend(
         self,
         queries: Tensor,
         keys: Tensor,
         values: Tensor,
-        valid_lens: Tensor | None = None,
+        mask: Tensor | None,
         *,
-        attn_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
     ) -> AttentionOutput:
-        """The contract of :meth:`zoo.Attention.forward`, in linear time where masks allow."""
-        valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
-        batch_shape, num_queries, num_keys = queries.shape[:-2], queries.shape[-2], keys.shape[-2]
+        """Linear time where the mask allows (see the module docstring), else the quadratic path."""
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         if num_queries == 0 or num_keys == 0:  # nothing to attend over: zero output
             output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
             return AttentionOutput(output, values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None)
-        # valid_lens and attn_mask merged (causality comes later, from positions)
-        mask = merge_masks(batch_shape, num_queries, num_keys, valid_lens=valid_lens, attn_mask=attn_mask, device=queries.device)
         if mask is not None:
             while mask.dim() < 2:
                 mask = mask.unsqueeze(0)
         if need_weights or (mask is not None and mask.shape[-2] > 1):  # weights, or a mask per query: quadratic
-            return super().forward(queries, keys, values, valid_lens, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights)
+            return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
 
         compute = torch.promote_types(queries.dtype, torch.float32)
         phi_q, phi_k, v = feature_map(queries.to(compute)), feature_map(keys.to(compute)), values.to(compute)

@@ -9,8 +9,10 @@ Which keys ``j`` a query at position ``p`` sees:
 The computation is blockwise, so time and memory grow as ``O(L * window)``, never as ``L x L``:
 queries are cut into blocks of ``block_size``; the keys one block can reach (``block_size`` plus
 the window's width minus one) are cut out of the zero-padded keys as ``unfold`` views; each block
-attends over only those, masked to the exact window, in the fused
-:func:`~torch.nn.functional.scaled_dot_product_attention` (in an explicit softmax when weights
+attends over only those, masked to the exact window, in
+:class:`~zoo.attention.window_kernel.WindowAttention`, which keeps one log-sum-exp per query for
+the backward pass and recomputes the block scores there (with dropout, in the fused
+:func:`~torch.nn.functional.scaled_dot_product_attention`; in an explicit softmax when weights
 are asked for). When the window spans nearly the whole sequence, one block costs less and is
 used instead. Padding masks are read at the scored (query, key) pairs only
 (:func:`~zoo.attention.masking.mask_at`); a caller's own ``(Lq, Lk)`` mask is read the same way,
@@ -29,6 +31,9 @@ symmetric window otherwise reads a word's neighbours as a bag, the same on eithe
 multi-head layer the layer passes its ``num_heads``; the bias then needs the head axis at ``-3``
 of the queries, as the layer lays them out.
 
+A positional bias scheme (``position_bias``: ``alibi``, ``t5``) is evaluated at the scored
+(query, key) positions of each block only, never on the ``L x L`` grid.
+
 With ``need_weights=True`` the block weights are also scattered into a dense ``(*batch, Lq, Lk)``
 tensor (for heatmaps): that costs ``O(Lq * Lk)`` memory, so ask for it on short inputs only.
 """
@@ -42,10 +47,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.base import (
+    Attention,
+    AttentionOutput,
+    IncompatibleAttentionError,
+    PositionBias,
+)
 from zoo.attention.blocks import rows_from
 from zoo.attention.factory import register_attention
-from zoo.attention.masking import mask_at, masked_softmax, merge_masks
+from zoo.attention.masking import mask_at, masked_softmax
+from zoo.attention.window_kernel import window_attention
 
 __all__ = ["LocalAttention"]
 
@@ -67,6 +78,7 @@ class LocalAttention(Attention):
 
     supports_cross_attention: ClassVar[bool] = False
     has_fused_path: ClassVar[bool] = True
+    supports_position_bias: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -85,19 +97,19 @@ class LocalAttention(Attention):
         # distances query - key from -(window // 2) (non-causal, ahead) to window - 1 (causal, behind)
         self.relative_bias = nn.Parameter(torch.zeros(num_heads, window // 2 + window)) if relative_bias else None
 
-    def forward(
+    def check_inputs(
         self,
         queries: Tensor,
         keys: Tensor,
         values: Tensor,
-        valid_lens: Tensor | None = None,
-        *,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        """The contract of :meth:`zoo.Attention.forward`; non-causal calls need ``Lq == Lk``."""
-        valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+        valid_lens: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> Tensor | None:
+        """The base checks, plus: a non-causal window needs ``Lq == Lk``, and a bias learned for
+        several heads needs them at dimension -3."""
+        valid_lens = super().check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         if not is_causal and num_queries != num_keys:
             raise IncompatibleAttentionError(
@@ -112,17 +124,39 @@ class LocalAttention(Attention):
                 f"them at dimension -3, as (batch, heads, length, d); got shape {tuple(queries.shape)}. "
                 "Use the layer's own head count, or num_heads=1 to share one bias across a batch."
             )
+        return valid_lens
+
+    def attend(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:
+        """Blockwise attention within the window; ``mask`` and ``position_bias`` are read only at
+        the scored pairs."""
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         if num_queries == 0 or num_keys == 0:  # nothing to score: zero output, as for a fully masked row
             output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
             weights = values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None
             return AttentionOutput(output, weights)
-        # valid_lens and attn_mask merged; the window and causality are applied per block, from positions
-        mask = merge_masks(queries.shape[:-2], num_queries, num_keys, valid_lens=valid_lens, attn_mask=attn_mask, device=queries.device)
         before, after = (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
-        return self._attend_blocks(queries, keys, values, mask, before, after, need_weights)
+        return self._attend_blocks(queries, keys, values, mask, before, after, need_weights, position_bias)
 
     def _attend_blocks(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, before: int, after: int, need_weights: bool
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        before: int,
+        after: int,
+        need_weights: bool,
+        position_bias: PositionBias | None,
     ) -> AttentionOutput:
         """Attend from each block of queries over the keys from ``before`` positions before its
         first query to ``after`` positions after its last one."""
@@ -148,13 +182,21 @@ class LocalAttention(Attention):
         if mask is not None:
             keep = keep & mask_at(mask, query_index.clamp(max=num_queries - 1), key_index)
 
-        q = rows_from(queries, 0, num_blocks * block).unflatten(-2, (num_blocks, block))  # (*batch, nb, block, d)
-        k = rows_from(keys, first, (num_blocks - 1) * block + span).unfold(-2, span, block)  # (*batch, nb, d, span)
-        v = rows_from(values, first, (num_blocks - 1) * block + span).unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
+        padded_q = rows_from(queries, 0, num_blocks * block)  # (*batch, nb * block, d)
+        padded_k, padded_v = (rows_from(t, first, (num_blocks - 1) * block + span) for t in (keys, values))
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
         bias = self._bias_at(distance, queries.dtype)
-        if not need_weights:  # the blocks are ordinary attention problems: the fused kernel takes them
-            dropout = self.dropout.p if self.training else 0.0
+        if position_bias is not None:  # (heads, nb, block, span): at the block's scored pairs only
+            scheme_bias = position_bias(query_index + offset, key_pos).to(queries.dtype)
+            bias = scheme_bias if bias is None else bias + scheme_bias
+        dropout = self.dropout.p if self.training else 0.0
+        if not need_weights and dropout == 0.0:  # scores recomputed in backward: nothing O(L * span) kept
+            output = window_attention(padded_q, padded_k, padded_v, keep, bias, block=block, span=span, scale=scale)
+            return AttentionOutput(output[..., :num_queries, :], None)
+        q = padded_q.unflatten(-2, (num_blocks, block))  # (*batch, nb, block, d)
+        k = padded_k.unfold(-2, span, block)  # (*batch, nb, d, span)
+        v = padded_v.unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
+        if not need_weights:  # with dropout: the blocks are ordinary attention problems for the fused kernel
             attn_mask = keep if bias is None else torch.where(keep, bias, float("-inf"))
             heads = F.scaled_dot_product_attention(q, k.transpose(-2, -1), v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
             return AttentionOutput(heads.flatten(-3, -2)[..., :num_queries, :], None)

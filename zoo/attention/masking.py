@@ -24,6 +24,7 @@ __all__ = [
     "masked_softmax",
     "merge_masks",
     "validate_valid_lens",
+    "with_causal",
 ]
 
 
@@ -90,10 +91,13 @@ def merge_masks(
         mask = keep.unsqueeze(-2) if valid_lens.dim() == len(batch_shape) else keep
     if attn_mask is not None:
         mask = attn_mask if mask is None else mask & attn_mask
-    if is_causal:
-        causal = causal_mask(num_queries, num_keys, device=device)
-        mask = causal if mask is None else mask & causal
-    return mask
+    return with_causal(mask, num_queries, num_keys, device) if is_causal else mask
+
+
+def with_causal(mask: Tensor | None, num_queries: int, num_keys: int, device: torch.device | None = None) -> Tensor:
+    """``mask`` (broadcastable to ``(*batch, Lq, Lk)``, or None) and the bottom-right causal mask."""
+    causal = causal_mask(num_queries, num_keys, device=device)
+    return causal if mask is None else mask & causal
 
 
 def mask_at(mask: Tensor, query_index: Tensor, key_index: Tensor) -> Tensor:

@@ -18,7 +18,7 @@ every tool. Training uses every pair. Validation and test use each English sente
 its first French translation as the teacher-forcing target and all its French translations as
 BLEU references.
 
-**Tokens.** One joint English+French BPE vocabulary (:mod:`zoo.datamodules.subword`, which
+**Tokens.** One joint English+French BPE vocabulary (:mod:`zoo.text.subwords`, which
 argues for subwords over words) is trained on the training split only and cached under
 ``cache_dir``; ids 0-3 are ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>``. All text is NFKC-normalized
 and its whitespace (no-break and narrow no-break spaces included) collapsed to single spaces.
@@ -42,39 +42,24 @@ sentences of similar length (:class:`BucketBatchSampler`), which cuts padding se
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import logging
-import zipfile
-import zlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
-import torch
 from lightning.pytorch.utilities import rank_zero_only
-from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
 
-from zoo.datamodules.codec_state import codec_fields
+from zoo.datamodules.base import CorpusDataModule, existing_path
 from zoo.datamodules.download import download, sha1_of
-from zoo.datamodules.loaders import ResumableDataLoader, evaluation_loader
+from zoo.datamodules.fra_eng_corpus import EXPECTED, EvalItem, FraEngSplits, ParsedPairs, read_pairs, split_of, split_pairs
 from zoo.datamodules.registry import register_datamodule
-from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
-from zoo.datamodules.subword import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    SUBWORD_TOKENIZER_VERSION,
-    SubwordTokenizer,
-    normalize_text,
-)
-from zoo.datamodules.text_classification import default_cache_dir
 from zoo.errors import DataError
+from zoo.text.codecs import TranslationCodec
+from zoo.text.collators import TranslationCollator
+from zoo.text.datasets import Columns, TokenIds
+from zoo.text.subwords import BOS_ID, EOS_ID, PAD_ID, SUBWORD_TOKENIZER_VERSION, SubwordTokenizer
 
 __all__ = [
     "FRA_ENG_SHA1",
@@ -83,10 +68,6 @@ __all__ = [
     "FraEngDataModule",
     "FraEngSplits",
     "ParsedPairs",
-    "TokenIds",
-    "TranslationCodec",
-    "TranslationCollator",
-    "TranslationDataset",
     "padding_fraction",
     "read_pairs",
     "split_of",
@@ -97,289 +78,11 @@ log = logging.getLogger(__name__)
 
 FRA_ENG_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
 FRA_ENG_SHA1 = "94646ad1522d915e7b0f9296181140edcf86a4f5"
-_MEMBER = "fra.txt"
-_EXPECTED = f"a fra-eng.zip (as from {FRA_ENG_URL}) or the fra.txt inside it, one 'english<TAB>french' pair a line"
-
-_STAGE_SPLITS = {"fit": ("train", "validation"), "validate": ("validation",), "test": ("test",), "predict": ()}
-_ALL_SPLITS = ("train", "validation", "test")
 
 
 @rank_zero_only
 def _report(message: str, *args: object) -> None:
     log.info(message, *args)
-
-
-# -- reading and splitting the corpus ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ParsedPairs:
-    """Normalized ``(english, french)`` pairs of a file, and how many non-blank lines were unusable."""
-
-    pairs: list[tuple[str, str]]
-    skipped: int
-
-
-def read_pairs(path: Path) -> ParsedPairs:
-    """Read ``fra.txt``, or the ``fra.txt`` inside a zip archive, into normalized pairs.
-
-    A line is used when it has two tab-separated fields, or three (the third, an attribution,
-    is ignored), and neither sentence is empty after :func:`normalize_text`. Other non-blank
-    lines are skipped and counted; blank lines are ignored.
-
-    Raises:
-        ValueError: a corrupt or truncated zip, a zip without ``fra.txt``, text that is not
-            UTF-8, or a file with no tab-separated line or no usable pair.
-    """
-    text = _read_text(path)
-    pairs: list[tuple[str, str]] = []
-    skipped, bad_lines, has_tab = 0, [], False
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        has_tab = has_tab or len(fields) > 1
-        english, french = (normalize_text(f) for f in fields[:2]) if len(fields) in (2, 3) else ("", "")
-        if english and french:
-            pairs.append((english, french))
-        else:
-            skipped += 1
-            bad_lines.append(number)
-    if not has_tab:
-        raise DataError(f"{path} has no tab-separated line, so it is not a sentence-pair file. Expected {_EXPECTED}.")
-    if not pairs:
-        raise DataError(f"{path} holds no usable sentence pair ({skipped} malformed lines). Expected {_EXPECTED}.")
-    if skipped:
-        log.warning(
-            "Skipped %d malformed lines of %s (lines %s%s): expected 2 or 3 tab-separated fields, none empty.",
-            skipped, path, ", ".join(map(str, bad_lines[:10])), ", ..." if skipped > 10 else "",
-        )  # fmt: skip
-    return ParsedPairs(pairs, skipped)
-
-
-def _read_text(path: Path) -> str:
-    """The text of ``path``, or of the ``fra.txt`` member when ``path`` is a zip archive."""
-    with path.open("rb") as handle:
-        is_zip = path.suffix.lower() == ".zip" or handle.read(4) == b"PK\x03\x04"
-    if not is_zip:
-        data, name = path.read_bytes(), str(path)
-    else:
-        try:
-            with zipfile.ZipFile(path) as archive:
-                members = [m for m in archive.namelist() if m.rsplit("/", 1)[-1] == _MEMBER]
-                if not members:
-                    raise DataError(
-                        f"The zip archive {path} holds no {_MEMBER} (it holds {archive.namelist()[:10]}). "
-                        f"Expected {_EXPECTED}."
-                    )
-                name = f"{path}:{members[0]}"
-                data = archive.read(members[0])
-        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-            raise DataError(
-                f"{path} is not a readable zip archive ({exc}): it is truncated or corrupt. Download it "
-                f"again, or pass the extracted fra.txt with --data.path."
-            ) from exc
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{name} is not UTF-8 text ({exc}). Expected {_EXPECTED}.") from exc
-
-
-def split_of(english: str) -> str:
-    """``"train"``, ``"validation"`` or ``"test"``: where pairs with this English side belong.
-
-    Depends only on the English sentence, lowercased with whitespace collapsed, through SHA-1,
-    so any tool can reproduce the split (see the module docstring).
-    """
-    normalized = " ".join(english.lower().split())
-    k = int(hashlib.sha1(normalized.encode()).hexdigest()[:8], 16) % 100
-    return "test" if k < 5 else "validation" if k < 10 else "train"
-
-
-@dataclass(frozen=True)
-class EvalItem:
-    """One English sentence to translate and all its French translations (the first is the target)."""
-
-    source: str
-    references: list[str]
-
-
-@dataclass(frozen=True)
-class FraEngSplits:
-    """The corpus split by English sentence; ``skipped`` counts unusable lines of the file."""
-
-    train: list[tuple[str, str]]
-    validation: list[EvalItem]
-    test: list[EvalItem]
-    skipped: int
-
-
-def split_pairs(parsed: ParsedPairs) -> FraEngSplits:
-    """Assign pairs to splits by :func:`split_of`; group validation and test pairs by English sentence.
-
-    Order is kept: training pairs in file order, evaluation items in order of their first line.
-    A group's source text is its first spelling; repeated identical translations count once.
-    """
-    train: list[tuple[str, str]] = []
-    groups: dict[str, dict[str, tuple[str, dict[str, None]]]] = {"validation": {}, "test": {}}
-    where: dict[str, str] = {}
-    for english, french in parsed.pairs:
-        key = " ".join(english.lower().split())
-        split = where.get(key)
-        if split is None:
-            split = where[key] = split_of(key)
-        if split == "train":
-            train.append((english, french))
-        else:
-            _, translations = groups[split].setdefault(key, (english, {}))
-            translations[french] = None
-    validation, test = (
-        [EvalItem(source, list(translations)) for source, translations in groups[split].values()]
-        for split in ("validation", "test")
-    )
-    return FraEngSplits(train, validation, test, parsed.skipped)
-
-
-# -- datasets, batches and sampling -----------------------------------------------------------------
-
-
-class TokenIds:
-    """Many variable-length id sequences in one flat array: compact, and quick to pickle to workers."""
-
-    def __init__(self, sequences: Sequence[Sequence[int]]) -> None:
-        self.lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
-        self._starts = np.concatenate([[0], np.cumsum(self.lengths)])
-        self._flat = np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.int64, count=int(self._starts[-1]))
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def __getitem__(self, index: int) -> np.ndarray:
-        return self._flat[self._starts[index] : self._starts[index + 1]]
-
-
-class TranslationDataset(Dataset):
-    """Row-aligned source ids and, optionally, target ids, source texts and reference lists."""
-
-    def __init__(
-        self,
-        src: TokenIds,
-        tgt: TokenIds | None = None,
-        sources: list[str] | None = None,
-        references: list[list[str]] | None = None,
-    ) -> None:
-        self.src, self.tgt, self.sources, self.references = src, tgt, sources, references
-
-    def __len__(self) -> int:
-        return len(self.src)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        item: dict[str, Any] = {"src": self.src[index]}
-        if self.tgt is not None:
-            item["tgt"] = self.tgt[index]
-        if self.sources is not None:
-            item["source"] = self.sources[index]
-        if self.references is not None:
-            item["references"] = self.references[index]
-        return item
-
-
-class TranslationCollator:
-    """Pads :class:`TranslationDataset` items into a batch (keys: module docstring).
-
-    A top-level class, not a closure, so DataLoader workers and DDP processes can pickle it.
-    """
-
-    def __init__(self, pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> None:
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-
-    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        src_lens = torch.tensor([len(item["src"]) for item in items], dtype=torch.long)
-        src = torch.full((len(items), int(src_lens.max())), self.pad_id, dtype=torch.long)
-        for row, item in enumerate(items):
-            src[row, : len(item["src"])] = torch.as_tensor(item["src"])
-        batch: dict[str, Any] = {"src": src, "src_lens": src_lens}
-        if "tgt" in items[0]:
-            tgt_lens = torch.tensor([len(item["tgt"]) + 1 for item in items], dtype=torch.long)
-            tgt_in = torch.full((len(items), int(tgt_lens.max())), self.pad_id, dtype=torch.long)
-            tgt_out = tgt_in.clone()
-            for row, item in enumerate(items):
-                target, n = torch.as_tensor(item["tgt"]), len(item["tgt"])
-                tgt_in[row, 0], tgt_in[row, 1 : n + 1] = self.bos_id, target
-                tgt_out[row, :n], tgt_out[row, n] = target, self.eos_id
-            batch.update(tgt_in=tgt_in, tgt_out=tgt_out, tgt_lens=tgt_lens)
-        if "source" in items[0]:
-            batch["sources"] = [item["source"] for item in items]
-        if "references" in items[0]:
-            batch["references"] = [item["references"] for item in items]
-        return batch
-
-
-class TranslationCodec:
-    """English sentences to a translation model's source batch, output ids to French text.
-
-    What predicting needs besides the weights: the subword tokenizer and the source length limit.
-    It converts to and from plain data (:meth:`state_dict`: the tokenizer's JSON text and
-    integers), so a checkpoint carries it, still loads with ``torch.load(weights_only=True)``, and
-    a model restored from the checkpoint alone translates without the corpus.
-    """
-
-    def __init__(self, tokenizer: SubwordTokenizer, max_length: int) -> None:
-        self.tokenizer = tokenizer
-        self.max_length = max_length
-
-    def items(self, texts: Sequence[str]) -> list[dict[str, Any]]:
-        """Checked, encoded sentences as collator items ``{"src", "source"}``.
-
-        Raises:
-            ValueError: no sentences, an empty sentence, or one longer than ``max_length`` tokens.
-        """
-        if isinstance(texts, str):
-            raise TypeError("Expected a list of sentences, not one string: wrap it as [sentence].")
-        if len(texts) == 0:
-            raise DataError("No sentences to translate; give at least one.")
-        items = []
-        for index, text in enumerate(texts):
-            ids = self.tokenizer.encode(text) if isinstance(text, str) else []
-            if not ids:
-                raise DataError(f"Sentence {index} is empty ({text!r}): there is nothing to translate.")
-            if len(ids) > self.max_length:
-                raise DataError(
-                    f"Sentence {index} has {len(ids)} subword tokens, more than max_length={self.max_length}: "
-                    f"{text[:60]!r}... Shorten or split it, or raise the limit with --data.max_length "
-                    f"(the model must have been trained for such lengths)."
-                )
-            items.append({"src": ids, "source": text})
-        return items
-
-    def batch(self, texts: Sequence[str]) -> dict[str, Any]:
-        """English sentences as one model-input batch: ``{"src", "src_lens", "sources"}``."""
-        return TranslationCollator()(self.items(texts))
-
-    def decode(self, ids: Sequence[int] | Tensor) -> str:
-        """French text of predicted ids, up to the first ``<eos>``, specials skipped."""
-        return self.tokenizer.decode(ids)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain data: the tokenizer's JSON text and integers."""
-        return {"tokenizer": self.tokenizer.to_json(), "max_length": self.max_length, "tokenizer_version": SUBWORD_TOKENIZER_VERSION}
-
-    @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> TranslationCodec:
-        """Rebuild the codec of :meth:`state_dict`.
-
-        Raises:
-            DataError: the state is incomplete, or was made by another version of the text
-                pipeline (the model would read its inputs differently).
-        """
-        saved = codec_fields(
-            state, codec="The translation codec", pipeline="subword tokenizer",
-            version=SUBWORD_TOKENIZER_VERSION, fields={"tokenizer": str, "max_length": int},
-        )
-        try:
-            return cls(SubwordTokenizer.from_json(saved["tokenizer"]), saved["max_length"])
-        except DataError as exc:
-            raise DataError(f"The saved tokenizer is {exc}") from exc
 
 
 def padding_fraction(batch: Mapping[str, Any]) -> float:
@@ -389,11 +92,8 @@ def padding_fraction(batch: Mapping[str, Any]) -> float:
     return 1.0 - real / total
 
 
-# -- the data module ------------------------------------------------------------------------------------
-
-
 @register_datamodule("fra_eng")
-class FraEngDataModule(L.LightningDataModule):
+class FraEngDataModule(CorpusDataModule):
     """English-to-French pairs from Tatoeba as subword batches (see the module docstring).
 
     Args:
@@ -404,14 +104,9 @@ class FraEngDataModule(L.LightningDataModule):
             training pairs are dropped; validation and test sentences are truncated for the
             teacher-forced loss only; longer prediction inputs are refused.
         vocab_size: Size of the joint English+French BPE vocabulary, the 4 specials included.
-        cache_dir: Where the download and the tokenizer are cached; default
-            ``~/.cache/attention-zoo/fra_eng``, or ``$ZOO_CACHE_DIR/fra_eng`` when that is set.
-        num_workers: DataLoader worker processes.
-        limit_train: Use only the first N training pairs after a shuffle seeded by ``seed``
-            (fast experiments and tests); the tokenizer is trained on those N only.
-        seed: Seeds that shuffle, and the order of training batches in each epoch.
-        predict_texts: English sentences to translate in the predict stage.
-        predict_file: A UTF-8 file of English sentences to translate, one a line (blank lines skipped).
+        kwargs: The shared arguments of :class:`~zoo.datamodules.base.CorpusDataModule`
+            (``cache_dir``, ``num_workers``, ``limit_train``, ``seed``, ``predict_texts`` and
+            ``predict_file``: English sentences to translate).
     """
 
     name = "fra_eng"
@@ -422,42 +117,23 @@ class FraEngDataModule(L.LightningDataModule):
         batch_size: int = 128,
         max_length: int = 48,
         vocab_size: int = 8000,
-        cache_dir: str | None = None,
-        num_workers: int = 0,
-        limit_train: int | None = None,
-        seed: int = 0,
-        predict_texts: list[str] | None = None,
-        predict_file: str | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
+        super().__init__(batch_size=batch_size, max_length=max_length, **kwargs)
         self.save_hyperparameters()
-        for arg, value, minimum in [
-            ("batch_size", batch_size, 1),
-            ("max_length", max_length, 1),
-            ("vocab_size", vocab_size, 5),
-            ("num_workers", num_workers, 0),
-            ("limit_train", limit_train, 1),
-            ("seed", seed, 0),
-        ]:
-            if value is not None and value < minimum:
-                raise DataError(f"{arg} must be at least {minimum}, got {value}.")
-        self.path = _check_path(path)
-        self.batch_size = batch_size
-        self.max_length = max_length
+        if vocab_size < 5:
+            raise DataError(f"vocab_size must be at least 5, got {vocab_size}.")
+        self.path = existing_path(
+            path, directory=False, what="The fra_eng data file", expected=EXPECTED, otherwise="leave --data.path unset to download it"
+        )
         self.requested_vocab_size = vocab_size
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir(self.name)
-        self.num_workers = num_workers
-        self.limit_train = limit_train
-        self.seed = seed
-        self.predict_texts = predict_texts
-        self.predict_file = predict_file
+        self.collator = TranslationCollator()
         self.filtered_train_pairs: int | None = None
         """Training pairs dropped for exceeding ``max_length``; known after ``setup("fit")``."""
         self._file: Path | None = None
         self._sha1: str | None = None
         self._splits: FraEngSplits | None = None
         self._tokenizer: SubwordTokenizer | None = None
-        self._datasets: dict[str, TranslationDataset] = {}
 
     # -- what the model needs, available right after construction ---------------------------------
 
@@ -490,15 +166,11 @@ class FraEngDataModule(L.LightningDataModule):
         """English text to source ids (this module's tokenizer and ``max_length``), ids to French."""
         return TranslationCodec(self.tokenizer, self.max_length)
 
-    def decode(self, ids: Sequence[int] | Tensor) -> str:
-        """French text of predicted ids, up to the first ``<eos>``, specials skipped."""
-        return self.tokenizer.decode(ids)
-
-    def encode_source(self, texts: Sequence[str]) -> dict[str, Any]:
+    def encode_source(self, texts: list[str]) -> dict[str, Any]:
         """English sentences as one model-input batch: ``{"src", "src_lens", "sources"}``.
 
         Raises:
-            ValueError: no sentences, an empty sentence, or one longer than ``max_length`` tokens.
+            DataError: no sentences, an empty sentence, or one longer than ``max_length`` tokens.
         """
         return self.codec.batch(texts)
 
@@ -509,8 +181,7 @@ class FraEngDataModule(L.LightningDataModule):
         """The parsed and split corpus (all training pairs, before ``limit_train``)."""
         if self._splits is None:
             file = self._data_file()
-            self._splits = split_pairs(read_pairs(file))
-            s = self._splits
+            self._splits = s = split_pairs(read_pairs(file))
             _report(
                 "fra_eng %s: %d training pairs, %d validation and %d test sentences (%d and %d pairs); "
                 "%d lines skipped",
@@ -527,26 +198,21 @@ class FraEngDataModule(L.LightningDataModule):
     def train_pairs(self) -> list[tuple[str, str]]:
         """The training pairs in use: all of them, or ``limit_train`` of them picked by ``seed``."""
         train = self.splits.train
-        if self.limit_train is None:
-            return train
-        order = np.random.default_rng(self.seed).permutation(len(train))[: self.limit_train]
-        return [train[i] for i in order]
+        rows = self.limited(len(train))
+        return train if rows is None else [train[i] for i in rows]
 
     @property
     def tokenizer_file(self) -> Path:
         """The cached tokenizer, named by a hash of everything that changes what it learns."""
-        key = {
-            "data_module": self.name,
+        return self.cache_file("tokenizer", {
             "data_sha1": FRA_ENG_SHA1 if self.path is None else self._local_sha1(),
             "vocab_size": self.requested_vocab_size,
             "limit_train": self.limit_train,
             "seed": self.seed if self.limit_train is not None else None,  # without a limit, seed changes nothing
             "tokenizer_version": SUBWORD_TOKENIZER_VERSION,
-        }
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        return self.cache_dir / f"tokenizer-{digest}.json"
+        })  # fmt: skip
 
-    # -- Lightning hooks ---------------------------------------------------------------------------
+    # -- Lightning hooks and the corpus-specific parts of the base ----------------------------------
 
     def prepare_data(self) -> None:
         """Download and verify the corpus (unless ``path`` is given) and cache the tokenizer.
@@ -557,39 +223,19 @@ class FraEngDataModule(L.LightningDataModule):
         self._data_file()
         self._load_or_train_tokenizer()
 
-    def setup(self, stage: str | None = None) -> None:
-        """Encode the splits that ``stage`` uses (all three for ``None``)."""
-        for split in _ALL_SPLITS if stage is None else _STAGE_SPLITS[stage]:
-            if split not in self._datasets:
-                self._datasets[split] = self._encode_train() if split == "train" else self._encode_eval(split)
+    def build_split(self, split: str) -> Columns:
+        self._require_rows(split)
+        return self._encode_train() if split == "train" else self._encode_eval(split)
 
-    def train_dataloader(self) -> DataLoader:
-        dataset = self._dataset("train", "fit")
-        assert dataset.tgt is not None
+    def sort_keys(self, train: Columns) -> np.ndarray:
         # Sort by source length, then target length: about 7% padding on the full corpus, where
         # sorting by the sum of both lengths leaves 23% and random batches 62%.
-        src_lens, tgt_lens = dataset.src.lengths, dataset.tgt.lengths
-        sampler = BucketBatchSampler(
-            EpochShuffleSampler(len(dataset), self.seed),
-            self.batch_size,
-            sort_keys=src_lens * (int(tgt_lens.max()) + 1) + tgt_lens,
-            seed=self.seed,
-        )
-        return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())
+        src_lens, tgt_lens = train.src.lengths, train.tgt.lengths
+        return src_lens * (int(tgt_lens.max()) + 1) + tgt_lens
 
-    def val_dataloader(self) -> DataLoader:
-        """Validation batches in corpus order; under several processes, each gets whole batches (no repeats)."""
-        return evaluation_loader(self._dataset("validation", "validate"), self.batch_size, self.trainer, **self._loader_kwargs())
-
-    def test_dataloader(self) -> DataLoader:
-        """Test batches in corpus order; under several processes, each gets whole batches (no repeats)."""
-        return evaluation_loader(self._dataset("test", "test"), self.batch_size, self.trainer, **self._loader_kwargs())
-
-    def predict_dataloader(self) -> DataLoader:
-        """Batches of ``predict_texts`` or the lines of ``predict_file``: ``src``, ``src_lens``, ``sources``."""
-        items = self.codec.items(self._predict_texts())
-        dataset = TranslationDataset(TokenIds([i["src"] for i in items]), sources=[i["source"] for i in items])
-        return DataLoader(dataset, batch_size=self.batch_size, **self._loader_kwargs())
+    def predict_dataset(self, inputs: list[Any]) -> Columns:
+        items = self.codec.items(inputs)
+        return Columns(src=[item["src"] for item in items], sources=[item["sources"] for item in items])
 
     # -- internals -----------------------------------------------------------------------------------
 
@@ -604,6 +250,19 @@ class FraEngDataModule(L.LightningDataModule):
         if self._sha1 is None:
             self._sha1 = sha1_of(self._data_file())
         return self._sha1
+
+    def _require_rows(self, split: str) -> None:
+        """Refuse a split that the hash left empty, in one line that says why."""
+        rows = getattr(self.splits, split)
+        if not rows:
+            distinct = len({" ".join(english.lower().split()) for english, _ in self.splits.train}) + sum(
+                len(getattr(self.splits, other)) for other in ("validation", "test")
+            )
+            raise DataError(
+                f"The {split} split of {self._data_file()} is empty: its {distinct} distinct English sentences all "
+                f"hash into the other splits (5% test, 5% validation, 90% train, by sentence). Give a corpus with "
+                f"more distinct English sentences (a few hundred at least)."
+            )
 
     def _load_or_train_tokenizer(self) -> SubwordTokenizer:
         """Reuse the cached tokenizer for these settings, or train it on the training pairs and cache it.
@@ -621,72 +280,35 @@ class FraEngDataModule(L.LightningDataModule):
         tokenizer.save(file)
         return tokenizer
 
-    def _encode_train(self) -> TranslationDataset:
+    def _encode_train(self) -> Columns:
         """Encode the training pairs; drop (and count) those over ``max_length`` on either side."""
         pairs = self.train_pairs()
         src = self.tokenizer.encode_batch([english for english, _ in pairs])
         tgt = self.tokenizer.encode_batch([french for _, french in pairs])
         keep = [i for i in range(len(pairs)) if max(len(src[i]), len(tgt[i])) <= self.max_length]
         self.filtered_train_pairs = len(pairs) - len(keep)
+        if not keep:
+            raise DataError(
+                f"All {len(pairs)} training pairs of fra_eng are longer than max_length={self.max_length} subword "
+                f"tokens on one side, so the train split is empty: raise --data.max_length."
+            )
         _report(
             "fra_eng train: %d pairs, %d dropped as longer than max_length=%d",
             len(keep), self.filtered_train_pairs, self.max_length,
         )  # fmt: skip
-        return TranslationDataset(TokenIds([src[i] for i in keep]), TokenIds([tgt[i] for i in keep]))
+        return Columns(src=TokenIds([src[i] for i in keep]), tgt=TokenIds([tgt[i] for i in keep]))
 
-    def _encode_eval(self, split: str) -> TranslationDataset:
+    def _encode_eval(self, split: str) -> Columns:
         """Encode every validation or test sentence; truncate ids beyond ``max_length``, keep texts whole."""
         items: list[EvalItem] = getattr(self.splits, split)
         src = self.tokenizer.encode_batch([item.source for item in items])
         tgt = self.tokenizer.encode_batch([item.references[0] for item in items])
-        truncated = sum(len(s) > self.max_length or len(t) > self.max_length for s, t in zip(src, tgt))
+        truncated = sum(len(s) > self.max_length or len(t) > self.max_length for s, t in zip(src, tgt, strict=True))
         if truncated:
             _report("fra_eng %s: %d pairs truncated to max_length=%d for the loss", split, truncated, self.max_length)
-        return TranslationDataset(
-            TokenIds([s[: self.max_length] for s in src]),
-            TokenIds([t[: self.max_length] for t in tgt]),
+        return Columns(
+            src=TokenIds([s[: self.max_length] for s in src]),
+            tgt=TokenIds([t[: self.max_length] for t in tgt]),
             sources=[item.source for item in items],
             references=[item.references for item in items],
         )
-
-    def _predict_texts(self) -> list[str]:
-        if self.predict_texts is not None and self.predict_file is not None:
-            raise DataError("Pass either --data.predict_texts or --data.predict_file, not both.")
-        if self.predict_texts is not None:
-            return list(self.predict_texts)
-        if self.predict_file is not None:
-            file = Path(self.predict_file).expanduser()
-            if not file.is_file():
-                raise FileNotFoundError(
-                    f"predict_file {self.predict_file!r} does not exist; give a text file, one sentence a line."
-                )
-            return [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-        raise DataError(
-            "Nothing to translate: pass --data.predict_texts '[\"A sentence.\", \"Another.\"]' or "
-            "--data.predict_file FILE (one English sentence a line)."
-        )
-
-    def _dataset(self, split: str, stage: str) -> TranslationDataset:
-        if split not in self._datasets:
-            raise RuntimeError(
-                f"The {split} split of fra_eng is not set up: call setup({stage!r}) first (a Trainer does this itself)."
-            )
-        return self._datasets[split]
-
-    def _loader_kwargs(self) -> dict[str, Any]:
-        return {"num_workers": self.num_workers, "collate_fn": TranslationCollator(), "persistent_workers": self.num_workers > 0}
-
-
-def _check_path(path: str | None) -> Path | None:
-    """Fail at construction, before any training, when ``path`` cannot be the corpus."""
-    if path is None:
-        return None
-    file = Path(path).expanduser().resolve()
-    if not file.exists():
-        raise FileNotFoundError(
-            f"The fra_eng data file {path!r} does not exist. Pass {_EXPECTED}; or leave --data.path "
-            f"unset to download it."
-        )
-    if not file.is_file():
-        raise DataError(f"The fra_eng data path {path!r} is not a file. Pass {_EXPECTED}.")
-    return file

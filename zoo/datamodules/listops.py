@@ -19,37 +19,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import lightning as L
-import torch
-from torch import Tensor
-from torch.utils.data import DataLoader
+import numpy as np
 
-from zoo.datamodules.files import atomic_write_text
-from zoo.datamodules.listops_generator import CLOSE, OPERATORS, generate
-from zoo.datamodules.loaders import ResumableDataLoader, evaluation_loader
+from zoo.datamodules.base import CorpusDataModule, check_minimums
+from zoo.datamodules.listops_generator import generate
 from zoo.datamodules.registry import register_datamodule
-from zoo.datamodules.sampling import EpochShuffleSampler
-from zoo.datamodules.text_classification import EncodedTexts, PadCollator, default_cache_dir
 from zoo.errors import DataError
+from zoo.text.codecs import check_texts
+from zoo.text.collators import PadCollator
+from zoo.text.datasets import Columns, TokenIds
+from zoo.text.files import atomic_write_text
+from zoo.text.listops import CLASS_NAMES, PAD_ID, VOCABULARY, ListOpsCodec, encode
 
-__all__ = ["SPLIT_FILES", "VOCABULARY", "ListOpsDataModule", "encode", "read_tsv", "write_tsv"]
+__all__ = ["SPLIT_FILES", "ListOpsDataModule", "read_tsv", "write_tsv"]
 
 log = logging.getLogger(__name__)
 
-#: The benchmark's tokens; id 0 pads. Parentheses of the released files are dropped, as its tokenizer does.
-VOCABULARY = ("<pad>", *(str(digit) for digit in range(10)), *OPERATORS, CLOSE)
-_IDS = {token: i for i, token in enumerate(VOCABULARY)}
-SPLIT_FILES = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basic_test.tsv"}
+SPLIT_FILES = {"train": "basic_train.tsv", "validation": "basic_val.tsv", "test": "basic_test.tsv"}
+"""The benchmark's file of each split."""
 SETTINGS_FILE = "settings.json"
-
-
-def encode(text: str) -> Tensor:
-    """Token ids of an expression (``[MAX 2 9 ]``; ``(`` and ``)`` are skipped)."""
-    tokens = [token for token in text.split() if token not in ("(", ")")]
-    unknown = sorted(set(tokens) - _IDS.keys())
-    if unknown:
-        raise DataError(f"Not a ListOps expression: unknown tokens {unknown[:5]}; expected digits, {', '.join(OPERATORS)} and {CLOSE}.")
-    return torch.tensor([_IDS[token] for token in tokens], dtype=torch.long)
 
 
 def write_tsv(path: Path, examples: Sequence[tuple[str, int]]) -> None:
@@ -80,28 +68,32 @@ def read_tsv(path: Path) -> list[tuple[str, int]]:
 
 
 @register_datamodule("listops")
-class ListOpsDataModule(L.LightningDataModule):
+class ListOpsDataModule(CorpusDataModule):
     """ListOps (Long Range Arena): classify a nested expression of 500 to 2,000 tokens by its value.
 
     Train with the ``sentiment`` model (``vocab_size``, ``padding_idx`` and ``num_classes`` are
     linked from here). Generating the default 100,000 examples takes minutes, once per settings.
 
     Args:
-        path: Directory of the TSV files; generated there when absent. Default: a cache directory
-            per settings, ``$ZOO_CACHE_DIR/listops/<settings>`` (or ``~/.cache/attention-zoo/...``).
+        path: Directory of the TSV files; generated there when absent. Default: a directory per
+            settings under ``cache_dir``.
         num_train, num_val, num_test: Examples per split (distinct across splits).
-        min_length, max_length: Kept expressions have ``min_length < tokens < max_length``, as in the benchmark.
+        min_length, max_length: Kept expressions have ``min_length < tokens < max_length``, as in
+            the benchmark; a file read as it is may not hold a longer one.
         max_depth: Deepest nesting of operations.
         max_args: Most arguments of one operation (at least 2).
         generator_seed: Seed of the generated data: the same seed gives the same files.
-        seed: Seed of the order of training batches (``zoo compare`` varies this one).
-        batch_size: Examples per batch.
-        num_workers: DataLoader worker processes.
+        seed: Seed of the order of training batches and of ``limit_train`` (``zoo compare``
+            varies this one), not of the data.
+        kwargs: The other shared arguments of :class:`~zoo.datamodules.base.CorpusDataModule`
+            (``batch_size``, ``num_workers``, ``cache_dir``, ``limit_train``, ``predict_texts``,
+            ``predict_file``: expressions to evaluate).
     """
 
+    name = "listops"
     vocab_size = len(VOCABULARY)
-    padding_idx = 0
-    num_classes = 10
+    padding_idx = PAD_ID
+    num_classes = len(CLASS_NAMES)
 
     def __init__(
         self,
@@ -114,26 +106,38 @@ class ListOpsDataModule(L.LightningDataModule):
         max_depth: int = 10,
         max_args: int = 10,
         generator_seed: int = 0,
-        seed: int = 0,
         batch_size: int = 32,
-        num_workers: int = 0,
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
-        for name, value, minimum in (("num_train", num_train, 1), ("num_val", num_val, 1), ("num_test", num_test, 1),
-                                     ("min_length", min_length, 0), ("max_depth", max_depth, 2), ("max_args", max_args, 2)):
-            if value < minimum:
-                raise DataError(f"{name} must be at least {minimum}, got {value}.")
-        if max_length <= min_length + 4:
-            raise DataError(f"max_length ({max_length}) must exceed min_length ({min_length}) by more than 4 to leave room for an expression.")
+        super().__init__(batch_size=batch_size, max_length=max_length, **kwargs)
         self.save_hyperparameters()
+        check_minimums(
+            num_train=(num_train, 1), num_val=(num_val, 1), num_test=(num_test, 1),
+            min_length=(min_length, 0), max_depth=(max_depth, 2), max_args=(max_args, 2),
+        )  # fmt: skip
+        if max_length <= min_length + 4:
+            raise DataError(
+                f"max_length ({max_length}) must exceed min_length ({min_length}) by more than 4 to leave room for an expression."
+            )
         self.settings = {
             "num_train": num_train, "num_val": num_val, "num_test": num_test, "min_length": min_length,
             "max_length": max_length, "max_depth": max_depth, "max_args": max_args, "generator_seed": generator_seed,
-        }
-        name = "-".join(f"{value}" for value in self.settings.values())
-        self.root = Path(path).expanduser() if path is not None else default_cache_dir("listops") / name
-        self.seed, self.batch_size, self.num_workers = seed, batch_size, num_workers
-        self._datasets: dict[str, EncodedTexts] = {}
+        }  # fmt: skip
+        self.root = (
+            Path(path).expanduser() if path is not None else self.cache_dir / "-".join(map(str, self.settings.values()))
+        )
+        self.collator = PadCollator(PAD_ID)
+        self._codec = ListOpsCodec()
+
+    @property
+    def codec(self) -> ListOpsCodec:
+        """Expressions to batches, ids to tokens, labels to digits."""
+        return self._codec
+
+    @property
+    def class_names(self) -> list[str]:
+        """The value each label stands for."""
+        return list(CLASS_NAMES)
 
     def prepare_data(self) -> None:
         """Generate and write the splits unless the directory holds them (rank 0 only)."""
@@ -149,36 +153,46 @@ class ListOpsDataModule(L.LightningDataModule):
             return
         log.info("Generating ListOps into %s", self.root)
         rng, seen = random.Random(self.settings["generator_seed"]), set()
+        counts = {
+            "train": self.settings["num_train"],
+            "validation": self.settings["num_val"],
+            "test": self.settings["num_test"],
+        }
         for split, file in SPLIT_FILES.items():
-            examples = generate(self.settings[f"num_{split}"], rng, self.settings["min_length"], self.settings["max_length"],
-                                self.settings["max_depth"], self.settings["max_args"], exclude=seen)
+            examples = generate(
+                counts[split], rng, self.settings["min_length"], self.settings["max_length"],
+                self.settings["max_depth"], self.settings["max_args"], exclude=seen,
+            )  # fmt: skip
             write_tsv(self.root / file, examples)
         atomic_write_text(settings_file, json.dumps(self.settings, indent=2) + "\n")
 
-    def setup(self, stage: str | None = None) -> None:
-        for split, file in SPLIT_FILES.items():
-            if split not in self._datasets:
-                path = self.root / file
-                if not path.is_file():
-                    raise FileNotFoundError(f"{path} does not exist: prepare_data generates it (a Trainer calls it first).")
-                rows = read_tsv(path)
-                self._datasets[split] = EncodedTexts([encode(text) for text, _ in rows], [target for _, target in rows])
+    def build_split(self, split: str) -> Columns:
+        path = self.root / SPLIT_FILES[split]
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist: prepare_data generates it (a Trainer calls it first).")
+        rows = read_tsv(path)
+        chosen = self.limited(len(rows)) if split == "train" else None
+        if chosen is not None:
+            rows = [rows[i] for i in chosen]
+        return Columns(
+            tokens=self._token_ids([text for text, _ in rows], str(path)), labels=[target for _, target in rows]
+        )
 
-    def decode_tokens(self, ids: Sequence[int]) -> list[str]:
-        """Token strings of ids (attention heatmaps' labels)."""
-        return [VOCABULARY[i] for i in ids]
+    def sort_keys(self, train: Columns) -> np.ndarray:
+        return train.tokens.lengths
 
-    def train_dataloader(self) -> DataLoader:
-        dataset = self._datasets["train"]
-        sampler = EpochShuffleSampler(len(dataset), self.seed)
-        return ResumableDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, **self._loader_kwargs())
+    def predict_dataset(self, inputs: list[Any]) -> Columns:
+        where = "predict_texts" if self.predict_file is None else f"the lines of {self.predict_file}"
+        check_texts(inputs, where, action="evaluate")
+        return Columns(tokens=self._token_ids(inputs, where), texts=inputs)
 
-    def val_dataloader(self) -> DataLoader:
-        return evaluation_loader(self._datasets["val"], self.batch_size, self.trainer, **self._loader_kwargs())
-
-    def test_dataloader(self) -> DataLoader:
-        return evaluation_loader(self._datasets["test"], self.batch_size, self.trainer, **self._loader_kwargs())
-
-    def _loader_kwargs(self) -> dict[str, Any]:
-        return {"num_workers": self.num_workers, "collate_fn": PadCollator(self.padding_idx), "persistent_workers": self.num_workers > 0}
-
+    def _token_ids(self, texts: Sequence[str], where: str) -> TokenIds:
+        """The expressions' ids, none of ``max_length`` tokens or more (longer inputs than the model was sized for)."""
+        ids = [encode(text).tolist() for text in texts]
+        longest = max(map(len, ids))
+        if longest >= self.max_length:
+            raise DataError(
+                f"{where} holds an expression of {longest} tokens, not below max_length={self.max_length}; "
+                f"raise --data.max_length or drop it."
+            )
+        return TokenIds(ids)

@@ -18,10 +18,10 @@ import random
 import statistics
 from dataclasses import dataclass
 
-__all__ = ["CLOSE", "OPERATORS", "Expression", "evaluate", "generate", "random_expression", "to_text"]
+from zoo.text.listops import CLOSE, OPERATORS
 
-OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
-CLOSE = "]"
+__all__ = ["Expression", "evaluate", "generate", "random_expression", "to_text"]
+
 #: The probability that a node above the depth limit is an operation (the benchmark's 1 - VALUE_P).
 OPERATION_PROBABILITY = 0.25
 

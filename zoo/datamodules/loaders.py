@@ -20,11 +20,16 @@ many batches of which epoch it has served; a run resumed from a checkpoint taken
 skips exactly those batches. That reproduces the interrupted epoch only because its order is
 a function of ``(seed, epoch)`` (:class:`~zoo.datamodules.sampling.EpochShuffleSampler`), never of the global random
 state, also when Lightning shards it across processes.
+
+**Feeding a GPU.** :func:`loader_options` pins host memory (faster, asynchronous copies) and
+starts worker processes when the trainer runs on a GPU; on a CPU everything stays in the main
+process, as copying to pinned memory would only cost time there.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sized
 from typing import Any
 
@@ -32,7 +37,25 @@ import lightning as L
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-__all__ = ["ResumableDataLoader", "WholeBatchSampler", "evaluation_loader"]
+__all__ = ["GPU_WORKERS", "ResumableDataLoader", "WholeBatchSampler", "evaluation_loader", "loader_options"]
+
+GPU_WORKERS = 4
+"""Worker processes per GPU process when ``num_workers`` is not given: enough to keep padding
+and copying off the training loop, few enough to leave cores to the node's other processes."""
+
+
+def loader_options(trainer: L.Trainer | None, num_workers: int | None) -> dict[str, Any]:
+    """DataLoader settings for where the trainer runs: ``num_workers``, ``persistent_workers``, ``pin_memory``.
+
+    On a GPU, host memory is pinned and ``num_workers=None`` means :data:`GPU_WORKERS` (at most
+    the cores of this process's share of the node); elsewhere, or without a trainer, ``None``
+    means 0 (load in the main process) and nothing is pinned.
+    """
+    on_gpu = trainer is not None and trainer.strategy.root_device.type == "cuda"
+    if num_workers is None:
+        share = (os.cpu_count() or 1) // max(1, trainer.num_devices if on_gpu else 1)  # type: ignore[union-attr]
+        num_workers = min(GPU_WORKERS, share) if on_gpu else 0
+    return {"num_workers": num_workers, "persistent_workers": num_workers > 0, "pin_memory": on_gpu}
 
 
 class WholeBatchSampler(DistributedSampler):

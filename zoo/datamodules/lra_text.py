@@ -4,53 +4,18 @@ The benchmark's released configuration uses 1,000 bytes, its paper 4,000: ``max_
 which, and every result should state it (it is in each run's ``config.yaml``). Reviews are the
 same as :class:`~zoo.datamodules.text_classification.IMDBDataModule`'s (hub or ``--data.path``,
 the same seeded validation split), kept raw, ``<br />`` tags included, as the benchmark reads them.
+The bytes' codec and collator are :mod:`zoo.text.bytes`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import torch
-from torch import Tensor
-from torch.nn.functional import pad
-
 from zoo.datamodules.registry import register_datamodule
-from zoo.datamodules.text_classification import IMDBDataModule, PadCollator, _check_texts
+from zoo.datamodules.text_classification import IMDBDataModule
+from zoo.text.bytes import PAD_ID, VOCAB_SIZE, ByteCodec, FixedLengthCollator
 
-__all__ = ["ByteCodec", "FixedLengthCollator", "LRATextDataModule"]
-
-#: Byte ``b`` has id ``b + 1``; id 0 pads.
-BYTE_OFFSET = 1
-
-
-class ByteCodec:
-    """Text to byte ids (``b + 1``), truncated to ``max_length``; ids back to printable bytes."""
-
-    def __init__(self, max_length: int) -> None:
-        self.max_length = max_length
-
-    def encode(self, text: str) -> Tensor:
-        data = text.encode("utf-8")[: self.max_length]
-        return torch.frombuffer(bytearray(data), dtype=torch.uint8).long() + BYTE_OFFSET
-
-    def batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
-        """Raw texts as one model-input batch, padded to ``max_length``."""
-        _check_texts(texts, "texts")
-        return FixedLengthCollator(0, self.max_length)([{"tokens": self.encode(t)} for t in texts])
-
-
-class FixedLengthCollator(PadCollator):
-    """Pads every batch to ``length`` tokens, as the benchmark does (``valid_lens`` stay the real lengths)."""
-
-    def __init__(self, padding_idx: int, length: int) -> None:
-        super().__init__(padding_idx)
-        self.length = length
-
-    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = super().__call__(items)
-        batch["tokens"] = pad(batch["tokens"], (0, self.length - batch["tokens"].shape[1]), value=self.padding_idx)
-        return batch
+__all__ = ["LRATextDataModule"]
 
 
 @register_datamodule("lra_text")
@@ -70,24 +35,23 @@ class LRATextDataModule(IMDBDataModule):
 
     def __init__(self, path: str | None = None, batch_size: int = 32, max_length: int = 1000, **kwargs: Any) -> None:
         super().__init__(path=path, batch_size=batch_size, max_length=max_length, **kwargs)
-        self._byte_codec = ByteCodec(max_length)
+        self.collator = FixedLengthCollator(PAD_ID, max_length)
+        self._byte_codec = ByteCodec(max_length, self.class_names)
 
     @property
     def vocab_size(self) -> int:
-        return 256 + BYTE_OFFSET
+        """Rows the model's embedding table needs: 256 bytes and padding."""
+        return VOCAB_SIZE
 
     @property
     def codec(self) -> ByteCodec:  # type: ignore[override]
+        """Reviews to byte ids, ids to characters, labels to class names."""
         return self._byte_codec
 
     def prepare_data(self) -> None:
-        """Download (hub) or check (local path) the reviews; bytes need no vocabulary."""
+        """Download (hub) or check (local path) the reviews; bytes need no vocabulary.
+
+        Splits are encoded as IMDB's are, through :attr:`codec` (a ``datasets`` map cached per codec).
+        """
         for split in self.source_splits:
             self._read_split(split)
-
-    def decode_tokens(self, ids: Sequence[int]) -> list[str]:
-        """Each id as its character (bytes of multi-byte characters as ``\\xNN``), padding as ``<pad>``."""
-        return ["<pad>" if i == 0 else bytes([i - BYTE_OFFSET]).decode("utf-8", errors="backslashreplace") for i in ids]
-
-    def _loader_kwargs(self) -> dict[str, Any]:
-        return super()._loader_kwargs() | {"collate_fn": FixedLengthCollator(self.padding_idx, self.max_length)}

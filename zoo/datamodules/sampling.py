@@ -2,7 +2,9 @@
 
 Shared by every text data module: translation pairs sort by source then target length, texts to
 classify by their length. Both samplers are deterministic given ``(seed, epoch)``, so a resumed
-run sees the same batches as an uninterrupted one.
+run sees the same batches as an uninterrupted one. They work on NumPy arrays on the host (sort
+keys are the lengths the data module stores at setup), never on tensors, so drawing a batch
+never waits on a GPU.
 """
 
 from __future__ import annotations

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import lightning as L
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-import lightning as L
-
-from zoo.datamodules.loaders import ResumableDataLoader, evaluation_loader
-from zoo.datamodules.sampling import EpochShuffleSampler
+from zoo.datamodules.loaders import ResumableDataLoader, evaluation_loader, loader_options
 from zoo.datamodules.registry import register_datamodule
+from zoo.datamodules.sampling import EpochShuffleSampler
 
 __all__ = ["SyntheticRegressionDataModule", "target_function"]
 
@@ -91,13 +90,17 @@ class SyntheticRegressionDataModule(L.LightningDataModule):
         """Mini-batches shuffled by ``seed`` and the epoch (resumable), or the whole split as one batch."""
         dataset = self.splits["train"]
         sampler = EpochShuffleSampler(len(dataset), self.seed, shuffle=self.batch_size is not None)
-        return ResumableDataLoader(dataset, batch_size=self._batch_size("train"), sampler=sampler)
+        return ResumableDataLoader(dataset, batch_size=self._batch_size("train"), sampler=sampler, **self._loader_kwargs())
 
     def val_dataloader(self) -> DataLoader:
-        return evaluation_loader(self.splits["val"], self._batch_size("val"), self.trainer)
+        return evaluation_loader(self.splits["val"], self._batch_size("val"), self.trainer, **self._loader_kwargs())
 
     def test_dataloader(self) -> DataLoader:
-        return evaluation_loader(self.splits["test"], self._batch_size("test"), self.trainer)
+        return evaluation_loader(self.splits["test"], self._batch_size("test"), self.trainer, **self._loader_kwargs())
 
     def predict_dataloader(self) -> DataLoader:
-        return DataLoader(self.splits["test"], batch_size=self._batch_size("test"))
+        return DataLoader(self.splits["test"], batch_size=self._batch_size("test"), **self._loader_kwargs())
+
+    def _loader_kwargs(self) -> dict[str, bool | int]:
+        """Pinned on a GPU; never worker processes, the points are already tensors in memory."""
+        return loader_options(self.trainer, num_workers=0)

@@ -5,7 +5,7 @@ from zoo.layers.decoder_block import DecoderBlock, KeyValue
 from zoo.layers.embedding import ScaledEmbedding, scaled_embedding
 from zoo.layers.encoder_block import EncoderBlock
 from zoo.layers.feed_forward import PositionWiseFFN
-from zoo.layers.positional_encoding import PositionalEncoding, sinusoidal_table
+from zoo.positions import PositionalEncoding, sinusoidal_table
 
 __all__ = [
     "AddNorm",

@@ -12,7 +12,8 @@ from torch import Tensor, nn
 
 from zoo.attention import require_attention
 from zoo.attention.masking import lengths_to_mask
-from zoo.layers import DecoderBlock, EncoderBlock, KeyValue, PositionalEncoding, scaled_embedding
+from zoo.layers import DecoderBlock, EncoderBlock, KeyValue, scaled_embedding
+from zoo.positions import create_position, require_position
 
 __all__ = ["Transformer", "TransformerState", "choose_cross_attention"]
 
@@ -71,8 +72,13 @@ class TransformerState:
 
 
 class Transformer(nn.Module):
-    """Embeddings scaled by sqrt(d_model) + sinusoidal positions -> encoder blocks; decoder
+    """Embeddings scaled by sqrt(d_model) (+ absolute positions) -> encoder blocks; decoder
     blocks with masked self-attention and encoder-decoder cross-attention -> vocabulary logits.
+
+    Positions are a registered scheme (``position``): an absolute one is added to the
+    embeddings; a rotary or bias one acts in the self-attention layers. The encoder and the
+    decoder each build their own, shared by their layers: the decoder's is causal (T5's
+    unidirectional buckets, ALiBi's one-sided distances). Cross-attention gets none.
 
     Source and target share one (joint subword) vocabulary, so one embedding matrix serves
     the encoder, the decoder and, with ``tie_embeddings``, the output projection.
@@ -90,13 +96,19 @@ class Transformer(nn.Module):
         attention_kwargs: Extra keyword arguments for it.
         norm_first: Pre-LN blocks (with a final norm) instead of post-LN.
         padding_idx: Padding token id.
-        max_len: Longest sequence the positional encoding covers.
+        max_len: Longest sequence an absolute scheme covers.
         tie_embeddings: Share the embedding matrix with the output projection.
         use_cache: Decode with cached keys/values (False re-runs the decoder over the prefix).
         cross_attention: Scoring attention of the decoder's cross-attention; ``None``: see
             :func:`choose_cross_attention`.
         cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is
             the same variant).
+        num_kv_heads: Key/value heads of every attention (grouped-query attention, 1 =
+            multi-query); must divide ``num_heads``; the decoder's cache shrinks by
+            ``num_heads / num_kv_heads``. ``None``: ``num_heads``.
+        position: Registered positional scheme (``zoo list``): ``sinusoidal``, ``learned``,
+            ``none``, ``rope``, ``alibi``, ``t5``, or a plugin's.
+        position_kwargs: Extra keyword arguments for it.
     """
 
     def __init__(
@@ -117,16 +129,29 @@ class Transformer(nn.Module):
         use_cache: bool = True,
         cross_attention: str | None = None,
         cross_attention_kwargs: dict[str, Any] | None = None,
+        num_kv_heads: int | None = None,
+        position: str = "sinusoidal",
+        position_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, causal=True, role="the Transformer (padding and causal masks)")
+        require_position(position, attention, role="the Transformer")
         cross = choose_cross_attention(attention, attention_kwargs, cross_attention, cross_attention_kwargs)
         self.padding_idx, self.use_cache = padding_idx, use_cache
         self.embedding = scaled_embedding(vocab_size, d_model, padding_idx)
-        self.positional_encoding = PositionalEncoding(d_model, dropout, max_len)
+        self.embedding_dropout = nn.Dropout(dropout)
+        sizes = {"d_model": d_model, "num_heads": num_heads, "max_len": max_len, **(position_kwargs or {})}
+        self.encoder_position = create_position(position, causal=False, **sizes)
+        self.decoder_position = create_position(position, causal=True, **sizes)
         block_args = (d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
-        self.encoder_blocks = nn.ModuleList(EncoderBlock(*block_args) for _ in range(num_encoder_layers))
-        self.decoder_blocks = nn.ModuleList(DecoderBlock(*block_args, *cross) for _ in range(num_decoder_layers))
+        self.encoder_blocks = nn.ModuleList(
+            EncoderBlock(*block_args, num_kv_heads=num_kv_heads, position=self.encoder_position.for_attention)
+            for _ in range(num_encoder_layers)
+        )
+        self.decoder_blocks = nn.ModuleList(
+            DecoderBlock(*block_args, *cross, num_kv_heads=num_kv_heads, position=self.decoder_position.for_attention)
+            for _ in range(num_decoder_layers)
+        )
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.output = None if tie_embeddings else nn.Linear(d_model, vocab_size)
@@ -144,14 +169,14 @@ class Transformer(nn.Module):
         """Encoder output ``(B, Ls, D)`` and the source padding mask ``(B, 1, 1, Ls)``."""
         self._check(src, src_lens)
         mask = lengths_to_mask(src_lens, src.shape[1])[:, None, None, :]
-        x = self.positional_encoding(self.embedding(src))
+        x = self.embedding_dropout(self.encoder_position.embed(self.embedding(src)))
         for block in self.encoder_blocks:
             x, _ = block(x, attn_mask=mask)
         return self.encoder_norm(x), mask
 
     def _decode(self, tokens: Tensor, state: TransformerState, *, offset: int, need_weights: bool = False) -> tuple[Tensor, list[KeyValue], Tensor | None]:
         """Run the decoder over ``tokens`` ``(B, t)`` placed after ``offset`` cached positions."""
-        x = self.positional_encoding(self.embedding(tokens), offset=offset)
+        x = self.embedding_dropout(self.decoder_position.embed(self.embedding(tokens), offset=offset))
         new_kv, weights = [], None
         for i, block in enumerate(self.decoder_blocks):
             cached = state.self_kv[i] if state.self_kv is not None else None

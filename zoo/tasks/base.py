@@ -3,9 +3,9 @@ checkpoints record, predicting from raw inputs, and the ``torch_compile`` option
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -13,17 +13,9 @@ from torch import nn
 
 from zoo.models.registry import MODEL_REGISTRY
 from zoo.provenance import RECORD_KEY, run_record
+from zoo.text.codecs import Codec
 
 __all__ = ["Codec", "ZooTask"]
-
-
-class Codec(Protocol):
-    """Turns raw inputs into a model's batch and its outputs back; convertible to plain data."""
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> Codec: ...
 
 
 class ZooTask(L.LightningModule):

@@ -9,12 +9,12 @@ import torch
 import torchmetrics
 from torch import Tensor
 
-from zoo.datamodules.text_classification import TextClassificationCodec
 from zoo.models import SentimentClassifier
 from zoo.models.registry import register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure
 from zoo.tasks.optim import adamw_with_warmup
+from zoo.text.codecs import ClassificationCodec
 
 __all__ = ["Sentiment"]
 
@@ -37,21 +37,23 @@ class Sentiment(ZooTask):
         attention: Registered per-head scoring attention name.
         attention_kwargs: Extra keyword arguments for it.
         norm_first: Pre-LN blocks.
+        num_kv_heads: Key/value heads per block (grouped-query attention); ``None``: ``num_heads``.
         lr: Peak AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: Linear warm-up steps before cosine decay.
         label_smoothing: Cross-entropy label smoothing.
         heatmap_examples: Validation examples whose attention is drawn after each validation.
         pooling: ``mean``, ``max`` or ``mean_max`` pooling over the valid tokens.
-        positional_encoding: Add sinusoidal positions to the embeddings (off: order comes only
-            from the attention, e.g. ``local`` windows).
+        position: Registered positional scheme (``zoo list``; ``none``: order comes only from the
+            attention, e.g. ``local`` windows).
+        position_kwargs: Extra keyword arguments for it.
         torch_compile: Compile the model with ``torch.compile`` (checkpoints unchanged).
     """
 
     default_datamodule = "sst2"
     data_links = ("vocab_size", "padding_idx", "num_classes")
     monitor = ("val/acc", "max")
-    codec_class = TextClassificationCodec
+    codec_class = ClassificationCodec
 
     def __init__(
         self,
@@ -66,13 +68,15 @@ class Sentiment(ZooTask):
         attention: str = "dot_product",
         attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
+        num_kv_heads: int | None = None,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 200,
         label_smoothing: float = 0.0,
         heatmap_examples: int = 2,
         pooling: Literal["mean", "max", "mean_max"] = "mean",
-        positional_encoding: bool = True,
+        position: str = "sinusoidal",
+        position_kwargs: dict[str, Any] | None = None,
         torch_compile: bool = False,
     ) -> None:
         super().__init__(torch_compile)
@@ -80,7 +84,7 @@ class Sentiment(ZooTask):
         self.model = SentimentClassifier(
             vocab_size, num_classes, d_model, num_heads, num_layers, ffn_hidden, dropout,
             attention, attention_kwargs, padding_idx, norm_first=norm_first, pooling=pooling,
-            positional_encoding=positional_encoding,
+            position=position, position_kwargs=position_kwargs, num_kv_heads=num_kv_heads,
         )
         self.metrics = torch.nn.ModuleDict()
         for stage in ("val", "test"):
@@ -126,21 +130,18 @@ class Sentiment(ZooTask):
         if not self.trainer.is_global_zero:
             return
         tokens, valid_lens = self._heatmap_batch["tokens"], self._heatmap_batch["valid_lens"]
-        was_training = self.model.training
-        self.model.eval()
-        with torch.no_grad():
+        with self.inference():
             _, weights = self.model(tokens, valid_lens, need_weights=True)
-        self.model.train(was_training)
-        decode = getattr(self.trainer.datamodule, "decode_tokens", None)
         for i in range(tokens.shape[0]):
             length = int(valid_lens[i])
-            labels = decode(tokens[i, :length].tolist()) if decode else [str(t) for t in tokens[i, :length].tolist()]
+            ids = tokens[i, :length].tolist()
+            labels = self.codec.id_to_token(ids) if self.codec is not None else [str(t) for t in ids]
             figure = attention_heatmaps(weights[-1][i, :, :length, :length], x_labels=labels, y_labels=labels)
             publish_figure(self, figure, f"attention_example{i}")
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, Any]]:
         logits = self(batch["tokens"], batch["valid_lens"])
-        names = getattr(self.trainer.datamodule, "class_names", None) or [str(i) for i in range(logits.shape[-1])]
+        names = self.codec.class_names if self.codec is not None else [str(i) for i in range(logits.shape[-1])]
         return _labelled(logits, batch.get("texts") or [""] * logits.shape[0], names)
 
     def predict(self, inputs: Sequence[str]) -> list[dict[str, Any]]:

@@ -17,7 +17,6 @@ import torch
 import torchmetrics
 from torch import Tensor, nn
 
-from zoo.datamodules.fra_eng import TranslationCodec
 from zoo.models.decoding import beam_search, greedy_decode
 from zoo.models.registry import register_model
 from zoo.models.seq2seq import Seq2SeqAttention
@@ -26,6 +25,7 @@ from zoo.tasks.base import ZooTask
 from zoo.tasks.bleu import CorpusBLEU
 from zoo.tasks.figures import attention_heatmaps, publish_figure
 from zoo.tasks.optim import adamw_with_warmup
+from zoo.text.codecs import TranslationCodec
 
 __all__ = ["Seq2SeqTranslator", "TransformerTranslator", "TranslationTask"]
 
@@ -33,8 +33,8 @@ __all__ = ["Seq2SeqTranslator", "TransformerTranslator", "TranslationTask"]
 class TranslationTask(ZooTask):
     """Shared training, evaluation and decoding of translation models.
 
-    The data module provides ``decode(ids) -> str`` (detokenized text) and, for heatmaps,
-    ``tokenizer.id_to_token``. Subclasses set ``self.model`` to an
+    Text comes and goes through the codec (the data module's, or the checkpoint's):
+    ``decode(ids) -> str`` for BLEU and predictions, ``id_to_token`` for heatmaps. Subclasses set ``self.model`` to an
     :class:`~zoo.models.decoding.EncoderDecoder` whose ``forward(src, src_lens, tgt_in,
     need_weights=...)`` returns logits and cross-attention weights.
     """
@@ -110,19 +110,15 @@ class TranslationTask(ZooTask):
 
     def translate_ids(self, src: Tensor, src_lens: Tensor, *, beam_size: int = 1) -> list[list[int]]:
         """Output token ids per source: greedy for ``beam_size=1``, else beam search."""
-        was_training = self.model.training
-        self.model.eval()
         limits = {"bos": self.bos_idx, "eos": self.eos_idx, "max_len": self._decode_limit(src_lens), "forbid": (self.padding_idx, self.bos_idx)}
-        if beam_size == 1:
-            ids = greedy_decode(self.model, src, src_lens, **limits)
-        else:
-            ids = beam_search(self.model, src, src_lens, beam_size=beam_size, alpha=self.alpha, **limits)
-        self.model.train(was_training)
-        return ids
+        with self.inference():
+            if beam_size == 1:
+                return greedy_decode(self.model, src, src_lens, **limits)
+            return beam_search(self.model, src, src_lens, beam_size=beam_size, alpha=self.alpha, **limits)
 
     def _detokenize(self, ids: list[list[int]]) -> list[str]:
-        decode = self.trainer.datamodule.decode
-        return [decode(row) for row in ids]
+        codec = self.require_codec()
+        return [codec.decode(row) for row in ids]
 
     # -- evaluation -----------------------------------------------------------------------------
 
@@ -170,21 +166,18 @@ class TranslationTask(ZooTask):
             return
         src, src_lens = self._heatmap_batch["src"], self._heatmap_batch["src_lens"]
         outputs = self.translate_ids(src, src_lens)
-        tokenizer = self.trainer.datamodule.tokenizer
-        was_training = self.model.training
-        self.model.eval()
+        codec = self.require_codec()
         for i, output in enumerate(outputs):
             tgt_in = torch.tensor([[self.bos_idx, *output]], device=src.device)
-            with torch.no_grad():
+            with self.inference():
                 _, weights = self.model(src[i : i + 1, : src_lens[i]], src_lens[i : i + 1], tgt_in, need_weights=True)
             figure = attention_heatmaps(
                 weights[0, :, 1:, :] if weights.shape[2] > 1 else weights[0],
-                x_labels=tokenizer.id_to_token(src[i, : src_lens[i]].tolist()),
-                y_labels=tokenizer.id_to_token(output) if output else None,
+                x_labels=codec.id_to_token(src[i, : src_lens[i]].tolist()),
+                y_labels=codec.id_to_token(output) if output else None,
                 x_title="Source tokens", y_title="Output tokens",
             )
             publish_figure(self, figure, f"cross_attention_example{i}")
-        self.model.train(was_training)
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, str]]:
         translations = self._detokenize(self.translate_ids(batch["src"], batch["src_lens"], beam_size=self.beam_size))
@@ -221,7 +214,13 @@ class TransformerTranslator(TranslationTask):
             as ``attention``, or ``dot_product`` when that works within one sequence only (``local``).
         cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is the
             same variant).
+        position: Registered positional scheme (``zoo list``): ``sinusoidal``, ``learned``,
+            ``none``, ``rope``, ``alibi``, ``t5``.
+        position_kwargs: Extra keyword arguments for it.
         norm_first: Pre-LN instead of post-LN.
+        num_kv_heads: Key/value heads (grouped-query attention: 1 is multi-query, a divisor of
+            ``num_heads`` groups); the decoder's cache shrinks by ``num_heads / num_kv_heads``.
+            ``None``: ``num_heads``.
         tie_embeddings: Share input embeddings and output projection.
         lr: Peak learning rate (AdamW, linear warm-up, cosine decay).
         weight_decay: AdamW weight decay.
@@ -251,7 +250,10 @@ class TransformerTranslator(TranslationTask):
         attention_kwargs: dict[str, Any] | None = None,
         cross_attention: str | None = None,
         cross_attention_kwargs: dict[str, Any] | None = None,
+        position: str = "sinusoidal",
+        position_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
+        num_kv_heads: int | None = None,
         tie_embeddings: bool = True,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
@@ -273,7 +275,8 @@ class TransformerTranslator(TranslationTask):
         self.model = Transformer(
             vocab_size, d_model, num_heads, num_encoder_layers, num_decoder_layers, ffn_hidden, dropout,
             attention, attention_kwargs, norm_first, padding_idx, tie_embeddings=tie_embeddings,
-            cross_attention=cross_attention, cross_attention_kwargs=cross_attention_kwargs,
+            cross_attention=cross_attention, cross_attention_kwargs=cross_attention_kwargs, num_kv_heads=num_kv_heads,
+            position=position, position_kwargs=position_kwargs,
         )
 
 

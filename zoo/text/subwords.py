@@ -27,11 +27,12 @@ import os
 import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from zoo.datamodules.files import atomic_write_text
 from zoo.errors import DataError
+from zoo.text.files import atomic_write_text
 
 __all__ = [
     "BOS_ID",
@@ -69,6 +70,11 @@ class SubwordTokenizer:
     Build one with :meth:`train`, or :meth:`load` one written by :meth:`save`.
     """
 
+    pad_id: ClassVar[int] = PAD_ID
+    unk_id: ClassVar[int] = UNK_ID
+    bos_id: ClassVar[int] = BOS_ID
+    eos_id: ClassVar[int] = EOS_ID
+
     def __init__(self, tokenizer: Tokenizer) -> None:
         found = tuple(tokenizer.id_to_token(i) for i in range(len(SPECIAL_TOKENS)))
         if found != SPECIAL_TOKENS:
@@ -103,22 +109,6 @@ class SubwordTokenizer:
     def vocab_size(self) -> int:
         """Number of ids, specials included: the rows of an embedding table."""
         return self._tokenizer.get_vocab_size()
-
-    @property
-    def pad_id(self) -> int:
-        return PAD_ID
-
-    @property
-    def unk_id(self) -> int:
-        return UNK_ID
-
-    @property
-    def bos_id(self) -> int:
-        return BOS_ID
-
-    @property
-    def eos_id(self) -> int:
-        return EOS_ID
 
     # -- text <-> ids --------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Sinusoidal positional encoding (Vaswani et al., 2017)."""
+"""Sinusoidal positional encoding (Vaswani et al., 2017): the ``sinusoidal`` scheme, the default."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import math
 
 import torch
 from torch import Tensor, nn
+
+from zoo.positions.base import PositionScheme, register_position
 
 __all__ = ["PositionalEncoding", "sinusoidal_table"]
 
@@ -21,7 +23,8 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     return table.float()
 
 
-class PositionalEncoding(nn.Module):
+@register_position("sinusoidal", aliases=("sinusoid",))
+class PositionalEncoding(PositionScheme):
     """Adds fixed sinusoids to ``(B, L, d_model)`` embeddings, then applies dropout.
 
     The table is a non-persistent buffer: it is not stored in checkpoints, so ``max_len`` can
@@ -32,6 +35,8 @@ class PositionalEncoding(nn.Module):
         dropout: Dropout applied after adding the encoding.
         max_len: Longest sequence (plus ``offset``) supported.
     """
+
+    kind = "absolute"
 
     def __init__(self, d_model: int, dropout: float = 0.0, max_len: int = 4096) -> None:
         super().__init__()

@@ -1,0 +1,54 @@
+"""Rotary position embedding, ``rope`` (Su et al., 2021, RoFormer).
+
+Each head's query and key vectors are cut into ``d / 2`` pairs, and pair ``i`` of the vector at
+position ``m`` is rotated by the angle ``m * theta_i`` with ``theta_i = base^(-2i / d)``. A dot
+product of a query rotated to ``m`` with a key rotated to ``n`` then depends on the positions
+only through ``m - n``: relative positions, with no parameters and no length limit.
+
+Pairs are the two halves of the vector (feature ``i`` with feature ``i + d / 2``), as in
+GPT-NeoX and LLaMA; the paper's adjacent pairs are a fixed permutation of the same features.
+Keys are rotated once, before they are cached, so a cached decoding step rotates only its new
+query and key, at the position after the cache.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.positions.base import PositionScheme, register_position
+
+__all__ = ["RotaryEmbedding"]
+
+
+@register_position("rope", aliases=("rotary",))
+class RotaryEmbedding(PositionScheme):
+    """Rotates per-head queries and keys by angles proportional to their positions.
+
+    Args:
+        head_dim: Size of each head's vectors; must be even.
+        base: Wavelength base of the angles (10000 in the paper).
+    """
+
+    kind = "rotary"
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rope rotates pairs of features, so the head size must be even; got {head_dim}. Change d_model or num_heads.")
+        self.head_dim, self.base = head_dim, base
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        """``x``: ``(..., L, head_dim)``; ``positions``: integers broadcastable to ``(..., L)``."""
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"RotaryEmbedding expects vectors of size {self.head_dim}; got shape {tuple(x.shape)}.")
+        # computed in float32 on each call, never stored: a buffer would follow model.half() and
+        # lose the precision that angles at large positions need
+        inverse_frequency = self.base ** (-torch.arange(0, self.head_dim, 2, device=x.device, dtype=torch.float32) / self.head_dim)
+        angles = positions.to(torch.float32).unsqueeze(-1) * inverse_frequency  # (..., L, d/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        first, second = x.chunk(2, dim=-1)
+        return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, base={self.base}"
