@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +16,7 @@ from zoo.datamodules import ListOpsDataModule
 from zoo.datamodules.listops import SPLIT_FILES, read_tsv, write_tsv
 from zoo.datamodules.listops_generator import generate
 from zoo.errors import DataError
+from zoo.tasks import Sentiment
 from zoo.text.listops import VOCABULARY, encode
 
 SMALL = {"min_length": 10, "max_length": 80}
@@ -130,3 +132,22 @@ def test_cli_fits_the_sentiment_model_on_tiny_listops(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert "fast_dev_run" in result.stderr + result.stdout
     assert len(read_tsv(data / "basic_train.tsv")) == 64
+
+
+def test_limit_train_predict_inputs_and_the_length_limit(tmp_path: Path) -> None:
+    module = ListOpsDataModule(path=str(tmp_path), num_train=40, num_val=10, num_test=10, limit_train=12,
+                               predict_texts=["[MAX 2 9 ]", "( [SM 5 ) 7 ]"], **SMALL)
+    module.prepare_data()
+    module.setup("fit")
+    assert len(module._datasets["train"]) == 12
+    batch = next(iter(module.predict_dataloader()))
+    assert batch["texts"] == ["[MAX 2 9 ]", "( [SM 5 ) 7 ]"] and batch["valid_lens"].tolist() == [4, 4]
+    assert module.codec.decode(batch["tokens"][1]) == "[SM 5 7 ]"
+    task = Sentiment(vocab_size=module.vocab_size, num_classes=module.num_classes, d_model=8, num_heads=2,
+                     num_layers=1, ffn_hidden=8)
+    task._trainer = SimpleNamespace(datamodule=module)
+    task.setup("fit")
+    assert task.codec is module.codec  # the task adopts the ListOps codec, so heatmaps show its tokens
+    with pytest.raises(DataError, match=r"expression of \d+ tokens, not below max_length=20"):
+        ListOpsDataModule(path=str(tmp_path), predict_texts=["[SM " + "1 " * 30 + "]"], min_length=10,
+                          max_length=20).predict_dataloader()

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import datasets
 import pyarrow as pa
@@ -13,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zoo.datamodules import LRATextDataModule
+from zoo.tasks import Sentiment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,3 +69,15 @@ def test_cli_fits_on_bytes(corpus: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     config = (tmp_path / "runs" / "sentiment" / "version_0" / "config.yaml").read_text()
     assert "max_length: 64" in config and "LRATextDataModule" in config
+
+
+def test_predict_inputs_as_bytes_and_the_task_adopts_the_byte_codec(corpus: Path, tmp_path: Path) -> None:
+    module = LRATextDataModule(path=str(corpus), max_length=16, cache_dir=str(tmp_path / "cache"),
+                               predict_texts=["Déjà vu", "fine"])
+    batch = next(iter(module.predict_dataloader()))
+    assert batch["texts"] == ["Déjà vu", "fine"] and batch["tokens"].shape == (2, 16)
+    assert batch["valid_lens"].tolist() == [9, 4] and module.codec.decode(batch["tokens"][0]) == "Déjà vu"
+    task = Sentiment(vocab_size=module.vocab_size, d_model=8, num_heads=2, num_layers=1, ffn_hidden=8)
+    task._trainer = SimpleNamespace(datamodule=module)
+    task.setup("predict")
+    assert task.codec is module.codec and task.codec.class_names == ["negative", "positive"]
