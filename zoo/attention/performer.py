@@ -54,8 +54,8 @@ def orthogonal_gaussian(num_rows: int, dim: int, generator: torch.Generator) -> 
     """
     blocks = []
     for _ in range(math.ceil(num_rows / dim)):
-        q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=generator, dtype=torch.float64))
-        blocks.append(q.T)
+        q, r = torch.linalg.qr(torch.randn(dim, dim, generator=generator, dtype=torch.float64))
+        blocks.append((q * r.diagonal().sign()).T)  # the signs make Q uniform (Haar), hence each row's direction
     directions = torch.cat(blocks)[:num_rows]
     lengths = torch.randn(num_rows, dim, generator=generator, dtype=torch.float64).norm(dim=-1, keepdim=True)
     return directions * lengths

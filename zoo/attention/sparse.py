@@ -11,8 +11,9 @@ What it drops: every pair between two blocks except through their summary positi
 information between blocks passes through ``c`` positions per block (two hops: into a summary,
 then out of it).
 
-Cost: each query scores ``l + c L / l`` keys: time and memory ``O(L (l + c L / l))``, linear in
-``L`` while ``c L / l`` stays below ``l`` (``l`` near ``sqrt(c L)`` is the paper's choice).
+Cost: each query scores ``l + c L / l`` keys: time and memory ``O(L (l + c L / l))``, not linear
+for a fixed ``l``: with the default ``l = 128`` a query scores 136 keys at 1k tokens and 256 at 16k
+(a time exponent near 1.23 over that range). ``l`` near ``sqrt(c L)`` is the paper's choice.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class FixedSparseAttention(SparsePatternAttention):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
-    def __init__(self, block_size: int = 64, summary: int = 1, dropout: float = 0.0, scale: float | None = None) -> None:
+    def __init__(self, block_size: int = 128, summary: int = 1, dropout: float = 0.0, scale: float | None = None) -> None:
         super().__init__(block_size, dropout, scale)
         if not isinstance(summary, int) or not 1 <= summary <= block_size:
             raise ValueError(f"FixedSparseAttention: summary must be an integer in [1, block_size={block_size}], got {summary!r}.")
