@@ -54,7 +54,7 @@ class LinformerAttention(Attention):
                 raise ValueError(f"LinformerAttention: {label} must be a positive integer, got {value!r}.")
         self.max_len, self.k, self.scale = max_len, k, scale
         self.key_projection = nn.Parameter(torch.randn(k, max_len) / math.sqrt(k))  # E
-        self.value_logits = nn.Parameter(torch.zeros(k, max_len))  # F: softmax rows, mean pooling at first
+        self.value_logits = nn.Parameter(torch.randn(k, max_len))  # F: softmax rows, k different poolings
 
     def attend(
         self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, is_causal: bool = False, need_weights: bool = False

@@ -35,6 +35,7 @@ evaluation.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -74,7 +75,7 @@ class PerformerAttention(LinearAttention):
         chunk_size: Queries per chunk of the causal prefix sums.
     """
 
-    supports_position_bias = False
+    supports_position_bias: ClassVar[bool] = False
 
     def __init__(
         self,
