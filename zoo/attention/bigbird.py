@@ -5,8 +5,13 @@ in block ``b`` sees the keys of blocks ``b - 1``, ``b`` and ``b + 1`` (the windo
 and the last block (global: they also see every key), and of ``num_random_blocks`` blocks drawn
 at random for block ``b``. The random draw is fixed by ``seed`` and the number of blocks, so the
 same input always meets the same pattern (the paper redraws it; a fixed one keeps evaluation
-deterministic and processes in agreement). In causal attention the keys after a query are cut
-away from all three parts, so a random block after the query adds nothing.
+deterministic and processes in agreement).
+
+Not causal: the pattern depends on the whole sequence (its last block is global, the random
+blocks are drawn among all blocks), so a prefix would meet another pattern when decoded step by
+step than in training. As in the paper, which uses it in encoders (decoders keep full attention),
+``bigbird`` declares ``supports_causal = False`` and decoders refuse it; ``longformer`` and
+``sparse`` have causal forms.
 
 What it drops: the pairs outside those blocks; information between two distant blocks flows
 through the global blocks or a random one. The paper's result: with global tokens this sparse
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -45,6 +51,8 @@ class BigBirdAttention(SparsePatternAttention):
         dropout: Dropout on the attention weights during training.
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
+
+    supports_causal: ClassVar[bool] = False
 
     def __init__(self, block_size: int = 64, num_random_blocks: int = 3, seed: int = 0, dropout: float = 0.0, scale: float | None = None) -> None:
         super().__init__(block_size, dropout, scale)
