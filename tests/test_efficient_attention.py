@@ -321,3 +321,20 @@ def test_training_memory_grows_as_the_pattern_scores(name: str, kwargs: dict, ca
         large, largest = _saved_elements(attention, 2048, is_causal)
         assert large < growth * small, f"{name} (causal={is_causal}) saves {large / small:.2f}x the elements for twice the length"
         assert largest < 2048 * 2048 // 4, f"{name} saves a tensor of {largest} elements, near the (L, L) scores"
+
+
+CAUSAL_VARIANTS = [
+    ("performer", {"query_size": 8, "num_features": 16, "chunk_size": 4}),
+    ("longformer", {"window": 4, "global_tokens": [0, 5], "block_size": 3}),
+    ("sparse", {"block_size": 4, "summary": 1}),
+]
+
+
+@pytest.mark.parametrize(("name", "kwargs"), CAUSAL_VARIANTS, ids=[name for name, _ in CAUSAL_VARIANTS])
+def test_step_by_step_decoding_equals_the_whole_causal_sequence(name: str, kwargs: dict) -> None:
+    """A decoder's cached step (one query over the keys so far) meets the pattern it met in training."""
+    attention = zoo.create_attention(name, **kwargs).double()
+    q, k, v = _inputs(19, 19)
+    whole = attention(q, k, v, is_causal=True).output
+    steps = torch.cat([attention(q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1], is_causal=True).output for t in range(19)], 1)
+    torch.testing.assert_close(steps, whole)
