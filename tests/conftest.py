@@ -16,6 +16,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``cuda`` on a machine without a CUDA device."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is false)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def shared_data() -> Path:
     """The real corpora beside the project (``../shared/data``); skip if absent."""

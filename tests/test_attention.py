@@ -370,7 +370,7 @@ def test_cross_attention_equals_multi_head_on_x_mem_mem(valid_lens: Tensor | Non
 
 @pytest.mark.parametrize("score", ["additive", "gaussian_kernel", "average"])
 def test_layers_run_any_scoring_attention_per_head(score: str) -> None:
-    layer = zoo.create_attention("multi_head", embed_dim=8, num_heads=2, score=score).double().eval()
+    layer = zoo.create_attention("multi_head", embed_dim=8, num_heads=2, attention=score).double().eval()
     assert isinstance(layer.score_attention, zoo.get_attention(score))
     q, k, v = (torch.randn(2, n, 8, dtype=torch.float64) for n in (3, 5, 5))
     out, weights = layer(q, k, v, torch.tensor([5, 2]), need_weights=True)
@@ -387,10 +387,10 @@ def test_layers_run_any_scoring_attention_per_head(score: str) -> None:
     torch.testing.assert_close(out, layer.out_proj(expected_heads.transpose(1, 2).flatten(-2)))
 
 
-def test_score_kwargs_reach_the_scoring_attention() -> None:
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, score="gaussian_kernel", score_kwargs={"bandwidth": 3.0})
+def test_attention_kwargs_reach_the_scoring_attention() -> None:
+    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention="gaussian_kernel", attention_kwargs={"bandwidth": 3.0})
     assert layer.score_attention.bandwidth == pytest.approx(3.0)
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, score="additive", score_kwargs={"num_hiddens": 5})
+    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention="additive", attention_kwargs={"num_hiddens": 5})
     assert layer.score_attention.query_proj.weight.shape == (5, 4)
 
 
@@ -484,7 +484,7 @@ def test_scoring_half_precision_has_no_nan(name: str, dtype: torch.dtype, need_w
 @pytest.mark.parametrize("score", ["dot_product", "additive"])
 @pytest.mark.parametrize("name", LAYERS)
 def test_layer_half_precision_has_no_nan(name: str, score: str, dtype: torch.dtype) -> None:
-    layer = build_layer(name, dtype, bias=False, score=score)
+    layer = build_layer(name, dtype, bias=False, attention=score)
     inputs = [t.requires_grad_() for t in layer_inputs(name, 2, 3, 3, dtype)]
     attn_mask = torch.ones(2, 3, 3, dtype=torch.bool)
     attn_mask[1, 0] = False  # a fully masked row
@@ -645,16 +645,16 @@ def test_embed_dim_not_divisible_by_num_heads() -> None:
 
 def test_unknown_scoring_name_suggests() -> None:
     with pytest.raises(UnknownNameError, match="Unknown attention 'nope'") as info:
-        zoo.create_attention("self", embed_dim=8, num_heads=2, score="nope")
+        zoo.create_attention("self", embed_dim=8, num_heads=2, attention="nope")
     assert isinstance(info.value, KeyError)
     with pytest.raises(KeyError, match="Did you mean 'dot_product'"):
-        zoo.create_attention("multi_head", embed_dim=8, num_heads=2, score="dot_prodct")
+        zoo.create_attention("multi_head", embed_dim=8, num_heads=2, attention="dot_prodct")
 
 
 @pytest.mark.parametrize("layer_name", LAYERS)
 def test_layer_cannot_be_used_as_per_head_scoring(layer_name: str) -> None:
     with pytest.raises(ValueError, match=rf"'{layer_name}' cannot be used by .*per-head.*Compatible registered names: .*dot_product"):
-        zoo.create_attention("multi_head", embed_dim=8, num_heads=2, score=layer_name)
+        zoo.create_attention("multi_head", embed_dim=8, num_heads=2, attention=layer_name)
 
 
 def test_bad_constructor_arguments() -> None:
@@ -694,7 +694,7 @@ def test_plugin_without_causal_support_refuses_is_causal(no_causal: str) -> None
 
 
 def test_layer_with_non_causal_scoring_refuses_is_causal(no_causal: str) -> None:
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, score=no_causal)
+    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention=no_causal)
     x = torch.randn(2, 3, 8)
     assert layer(x).output.shape == (2, 3, 8)
     with pytest.raises(zoo.IncompatibleAttentionError, match="causal"):

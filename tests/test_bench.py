@@ -109,3 +109,33 @@ def test_bench_decode_forces_the_length(shared_data, in_tmp, capsys, model: str,
         assert 0 < low <= r["sentences_per_second"] <= high
         assert r["tokens_per_second"] == pytest.approx(5 * r["sentences_per_second"])
     assert "sentences/s" in capsys.readouterr().out
+
+
+def test_bench_attention_causal_without_padding_measures_the_is_causal_floor(in_tmp, monkeypatch) -> None:
+    """Causal and unpadded, the floor and multi_head both reach the kernel as is_causal=True with no mask."""
+    import torch.nn.functional as F
+
+    calls, kernel = [], F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("attn_mask") is None, kwargs.get("is_causal", False)))
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    main(["bench", "attention", "--causal", "--no-padding", "--cases", "floor", "multi_head", "--lengths", "16", "--batch", "1",
+          "--d-model", "8", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory", "--out", "f.json", "--plot", "f.png"])
+    payload = json.loads((in_tmp / "f.json").read_text())
+    assert payload["config"]["padding"] is False and [c["name"] for c in payload["cases"]] == ["floor", "multi_head"]
+    assert calls and set(calls) == {(True, True)}
+
+
+def test_bench_decode_compares_key_value_head_counts(shared_data, in_tmp, capsys) -> None:
+    kwargs = json.dumps({"d_model": 32, "ffn_hidden": 32, "num_heads": 4})
+    main(["bench", "decode", "--data-path", str(shared_data / "fra-eng.zip"), "--limit-train", "1000", "--vocab-size", "600",
+          "--sentences", "4", "--batch", "4", "--tokens", "5", "--warmup", "0", "--repeats", "1", "--num-kv-heads", "1", "2", "4",
+          "--model-kwargs", kwargs, "--out", "decode.json"])
+    results = json.loads((in_tmp / "decode.json").read_text())["results"]
+    cached = {r["num_kv_heads"]: r["kv_cache_bytes_per_sentence"] for r in results if r["mode"] == "cached"}
+    assert set(cached) == {1, 2, 4}
+    assert cached[4] == 2 * cached[2] == 4 * cached[1] > 0  # the cache shrinks by num_heads / num_kv_heads
+    assert "cache KiB/sentence" in capsys.readouterr().out

@@ -334,13 +334,13 @@ def test_capabilities() -> None:
 
 def test_cross_attention_layer_refuses_a_window() -> None:
     with pytest.raises(zoo.IncompatibleAttentionError, match="cross-attention.*Compatible registered names: .*dot_product"):
-        zoo.create_attention("cross", embed_dim=8, num_heads=2, score="local")
-    assert zoo.create_attention("cross", embed_dim=8, num_heads=2, score="linear") is not None
+        zoo.create_attention("cross", embed_dim=8, num_heads=2, attention="local")
+    assert zoo.create_attention("cross", embed_dim=8, num_heads=2, attention="linear") is not None
 
 
 @pytest.mark.parametrize("score", ["local", "linear"])
 def test_self_attention_layer_runs_them_per_head(score: str) -> None:
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, score=score).double().eval()
+    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention=score).double().eval()
     x = torch.randn(2, 6, 8, dtype=torch.float64)
     out, weights = layer(x, torch.tensor([6, 4]), is_causal=True, need_weights=True)
     assert out.shape == (2, 6, 8) and weights.shape == (2, 2, 6, 6)
@@ -416,14 +416,14 @@ def test_relative_bias_starts_as_plain_local_attention_and_learns() -> None:
 
 
 def test_a_multi_head_layer_gives_the_bias_its_head_count() -> None:
-    layer = zoo.create_attention("self", embed_dim=12, num_heads=3, score="local", score_kwargs={"window": 5, "relative_bias": True})
+    layer = zoo.create_attention("self", embed_dim=12, num_heads=3, attention="local", attention_kwargs={"window": 5, "relative_bias": True})
     assert layer.score_attention.relative_bias.shape == (3, 5 // 2 + 5)
     assert "score_attention.relative_bias" in dict(layer.named_parameters())
     x = torch.randn(2, 6, 12)
     out, weights = layer(x, torch.tensor([6, 4]), need_weights=True)
     torch.testing.assert_close(layer(x, torch.tensor([6, 4])).output, out, rtol=1e-5, atol=1e-6)
     assert torch.all(weights[1, :, :, 4:] == 0)
-    assert zoo.create_attention("self", embed_dim=12, num_heads=3, score="local").score_attention.relative_bias is None
+    assert zoo.create_attention("self", embed_dim=12, num_heads=3, attention="local").score_attention.relative_bias is None
 
 
 def test_relative_bias_refuses_queries_without_its_heads() -> None:
@@ -439,7 +439,7 @@ def test_relative_bias_keeps_the_contract() -> None:
     that is not zero, alone and inside a multi-head layer. The window covers the check's
     sequences (7 positions), whose masks assume every key in reach; the bias spans it all."""
     attention = zoo.create_attention("local", window=13, relative_bias=True)
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, score="local", score_kwargs={"window": 13, "relative_bias": True})
+    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention="local", attention_kwargs={"window": 13, "relative_bias": True})
     for module in (attention, layer):
         with torch.no_grad():
             next(p for name, p in module.named_parameters() if name.endswith("relative_bias")).normal_()

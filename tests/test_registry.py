@@ -361,21 +361,21 @@ def _manual_multi_head(layer: torch.nn.Module, q: torch.Tensor, k: torch.Tensor,
 
 
 def test_plugin_runs_per_head_inside_multi_head(my_attn: type[zoo.Attention]) -> None:
-    layer = zoo.create_attention("multi_head", embed_dim=8, num_heads=2, score="my_attn")
+    layer = zoo.create_attention("multi_head", embed_dim=8, num_heads=2, attention="my_attn")
     assert type(layer.score_attention) is my_attn
     q, kv = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
     torch.testing.assert_close(layer(q, kv, kv).output, _manual_multi_head(layer, q, kv, kv))
 
 
 def test_plugin_runs_per_head_inside_self(my_attn: type[zoo.Attention]) -> None:
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=4, score="my_attn")
+    layer = zoo.create_attention("self", embed_dim=8, num_heads=4, attention="my_attn")
     assert type(layer.score_attention) is my_attn
     x = torch.randn(2, 5, 8)
     torch.testing.assert_close(layer(x).output, _manual_multi_head(layer, x, x, x))
 
 
 def test_plugin_runs_per_head_inside_cross(my_attn: type[zoo.Attention]) -> None:
-    layer = zoo.create_attention("cross", embed_dim=8, num_heads=2, memory_dim=6, score="my_attn")
+    layer = zoo.create_attention("cross", embed_dim=8, num_heads=2, memory_dim=6, attention="my_attn")
     assert type(layer.score_attention) is my_attn
     x, memory = torch.randn(2, 3, 8), torch.randn(2, 7, 6)
     torch.testing.assert_close(layer(x, memory).output, _manual_multi_head(layer, x, memory, memory))
@@ -512,7 +512,7 @@ def test_global_registry_reload_plugins(global_reload: None) -> None:
     assert "plugin_broken" in zoo.ATTENTION_REGISTRY.failed_plugins
     for name in BUILT_INS:
         assert name in zoo.list_attention()
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, score="plugin_cosine")
+    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention="plugin_cosine")
     assert layer(torch.randn(2, 3, 8)).output.shape == (2, 3, 8)
 
 

@@ -49,9 +49,9 @@ def test_a_one_sequence_variant_that_accepts_two_sequences_is_caught() -> None:
     [
         ("gaussian_kernel", {"learnable": True, "bandwidth": 0.5}),
         ("additive", {"query_size": 3, "key_size": 9, "num_hiddens": 4}),
-        ("multi_head", {"score": "additive", "kdim": 6, "vdim": 3}),
-        ("self", {"score": "gaussian_kernel", "num_heads": 4}),
-        ("cross", {"score": "additive", "memory_dim": 5}),
+        ("multi_head", {"attention": "additive", "kdim": 6, "vdim": 3}),
+        ("self", {"attention": "gaussian_kernel", "num_heads": 4}),
+        ("cross", {"attention": "additive", "memory_dim": 5}),
         (zoo.DotProductAttention, {"scale": 0.3}),
     ],
 )
@@ -248,3 +248,36 @@ def test_not_an_attention_is_refused() -> None:
         check_attention(nn.Linear)
     with pytest.raises(KeyError, match="Did you mean 'additive'"):
         check_attention("adittive")
+
+
+# -- on a given device ----------------------------------------------------------------------------
+
+
+def test_check_attention_moves_the_whole_kit_to_the_device_given() -> None:
+    """Every input, mask and parameter reaches the variant on ``device``. The meta device stands in
+    for one that is not here: it computes shapes only, so the run stops at the first comparison."""
+    seen = []
+
+    class Recording(_Cosine):
+        def forward(self, queries, keys, values, valid_lens=None, **kwargs):
+            tensors = (queries, keys, values, valid_lens, *kwargs.values(), *self.parameters())
+            seen.append({t.device.type for t in tensors if isinstance(t, Tensor)})
+            return super().forward(queries, keys, values, valid_lens, **kwargs)
+
+    with pytest.raises(AttentionContractError, match="meta"):
+        check_attention(Recording, device="meta", dtypes=())
+    assert seen == [{"meta"}]
+
+
+def test_check_attention_refuses_cuda_where_there_is_none() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ValueError, match="CUDA is not available here; use device='cpu'"):
+        check_attention("dot_product", device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["dot_product", "local", "linear", "multi_head", "self"])
+def test_built_in_variants_keep_the_contract_on_cuda(name: str) -> None:
+    report = check_attention(name, device="cuda")
+    assert "gradients" in report.passed

@@ -20,8 +20,12 @@ hold whatever the implementation (explicit scores, a fused kernel, no score matr
   attention) and all-zero weights.
 * ``weights``: the weights are non-negative, zero on hidden keys, sum to one over the visible
   ones, do not change the output, and give it as ``weights @ values`` (scoring attentions).
-* ``float16`` / ``bfloat16``: the variant runs in half precision (CPU), stays finite forwards
-  and backwards, and stays close to the same computation in float32.
+* ``float16`` / ``bfloat16``: the variant runs in half precision, stays finite forwards and
+  backwards, and stays close to the same computation in float32.
+
+Every check runs on the ``device`` given (``check_attention(CosineAttention, device="cuda")``
+checks a variant's CUDA kernels, half precision included); inputs are drawn on the CPU from a
+seeded generator and moved there, so a device sees the same numbers as the CPU.
 * ``gradients``: queries, keys and values get finite gradients, every trainable parameter gets
   one (DistributedDataParallel fails on parameters that get none), and the gradients match
   finite differences in float64.
@@ -78,6 +82,7 @@ class _Harness:
     form: Form
     sizes: tuple[int, int, int]  # query, key and value feature sizes
     out_dim: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     @property
     def scoring(self) -> bool:
@@ -93,26 +98,26 @@ class _Harness:
         return _LQ, _LK
 
     def module(self, dtype: torch.dtype = torch.float32) -> nn.Module:
-        return copy.deepcopy(self.prototype).to(dtype).eval()
+        return copy.deepcopy(self.prototype).to(device=self.device, dtype=dtype).eval()
 
     def inputs(self, lq: int, lk: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values; the same tensor where the layer's forward ties them."""
         dq, dk, dv = self.sizes
-        q = torch.randn(_BATCH, lq, dq, generator=generator).to(dtype)
+        q = torch.randn(_BATCH, lq, dq, generator=generator).to(self.device, dtype)
         if self.form == "x":
             return q, q, q
-        k = torch.randn(_BATCH, lk, dk, generator=generator).to(dtype)
+        k = torch.randn(_BATCH, lk, dk, generator=generator).to(self.device, dtype)
         if self.form == "x_memory":
             return q, k, k
-        return q, k, torch.randn(_BATCH, lk, dv, generator=generator).to(dtype)
+        return q, k, torch.randn(_BATCH, lk, dv, generator=generator).to(self.device, dtype)
 
     def perturb(self, inputs: tuple[Tensor, Tensor, Tensor], positions: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         """New inputs with the keys and values at ``positions`` (a ``(B, Lk)`` mask) replaced."""
         q, k, v = inputs
 
         def replace(t: Tensor) -> Tensor:
-            noise = 5 + 10 * torch.randn(t.shape, generator=generator).to(t.dtype)
-            return torch.where(positions.unsqueeze(-1), noise, t)
+            noise = 5 + 10 * torch.randn(t.shape, generator=generator).to(t.device, t.dtype)
+            return torch.where(positions.to(t.device).unsqueeze(-1), noise, t)
 
         if self.form == "x":
             x = replace(q)
@@ -123,19 +128,31 @@ class _Harness:
         return q, replace(k), replace(v)
 
     def __call__(self, module: nn.Module, inputs: tuple[Tensor, Tensor, Tensor], valid_lens: Tensor | None = None, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+        """Run ``module``; masks go to the device, the output and weights come back to the CPU."""
         q, k, v = inputs
         tensors = {"x": (q,), "x_memory": (q, k), "qkv": (q, k, v)}[self.form]
+        valid_lens = valid_lens.to(self.device) if valid_lens is not None else None
+        kwargs = {key: value.to(self.device) if isinstance(value, Tensor) else value for key, value in kwargs.items()}
         output, weights = module(*tensors, valid_lens, **kwargs)
-        return output, weights
+        return output.cpu(), weights.cpu() if weights is not None else None
 
 
-def check_attention(variant: str | type[nn.Module] | nn.Module, /, *, dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16), **kwargs: Any) -> ContractReport:
+def check_attention(
+    variant: str | type[nn.Module] | nn.Module,
+    /,
+    *,
+    device: str | torch.device = "cpu",
+    dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16),
+    **kwargs: Any,
+) -> ContractReport:
     """Check an attention variant against the zoo's attention contract (see the module doc).
 
     Args:
         variant: A registered name, a subclass of :class:`zoo.Attention` or
             :class:`zoo.AttentionLayer`, or an instance of one.
-        dtypes: Half-precision dtypes to run on CPU; ``()`` skips them.
+        device: Where every check runs (``"cuda"``, ``"cuda:1"``, ...): the variant's kernels on
+            that device are what is checked.
+        dtypes: Half-precision dtypes to run, on ``device``; ``()`` skips them.
         **kwargs: Constructor arguments (when ``variant`` is a name or a class). Constructors
             taking ``query_size``/``key_size`` (scoring) or ``embed_dim``/``num_heads`` (layers)
             get small defaults.
@@ -147,9 +164,13 @@ def check_attention(variant: str | type[nn.Module] | nn.Module, /, *, dtypes: Se
     Raises:
         AttentionContractError: an ``AssertionError`` naming the check that failed and how.
     """
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"check_attention: device {str(device)!r} asked for, but CUDA is not available here; use device='cpu'.")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         harness = _harness(variant, kwargs)
+    harness.device = device
     generator = torch.Generator().manual_seed(0)
     passed: list[str] = []
     skipped: dict[str, str] = {}

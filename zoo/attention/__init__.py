@@ -27,9 +27,7 @@ from zoo.attention.linformer import LinformerAttention  # noqa: E402
 from zoo.attention.longformer import LongformerAttention  # noqa: E402
 from zoo.attention.bigbird import BigBirdAttention  # noqa: E402
 from zoo.attention.sparse import FixedSparseAttention  # noqa: E402
-from zoo.attention.multi_head import HeadedAttention, MultiHeadAttention  # noqa: E402
-from zoo.attention.self_attention import SelfAttention  # noqa: E402
-from zoo.attention.cross_attention import CrossAttention  # noqa: E402
+from zoo.attention.multi_head import CrossAttention, HeadedAttention, MultiHeadAttention, SelfAttention  # noqa: E402
 
 __all__ = [
     "ATTENTION_REGISTRY",

@@ -68,6 +68,9 @@ class Attention(_Capabilities, nn.Module):
     #: queries and keys may come from two different sequences (cross-attention); False for a
     #: variant defined by positions within one sequence, such as a sliding window
     supports_cross_attention: ClassVar[bool] = True
+    #: takes keys and values with fewer heads (axis -3) than the queries, each shared by a group
+    #: of query heads (grouped-query attention); a layer repeats them for a variant without it
+    supports_grouped_kv: ClassVar[bool] = False
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
@@ -141,6 +144,14 @@ class Attention(_Capabilities, nn.Module):
         output = torch.matmul(self.dropout(weights), values)
         return AttentionOutput(output, weights if need_weights else None)
 
+    def _grouped(self, queries: Tensor, keys: Tensor, values: Tensor) -> bool:
+        """Whether keys and values hold grouped heads this variant takes: fewer heads at axis -3,
+        dividing the queries' heads, and the same batch otherwise."""
+        if not self.supports_grouped_kv or queries.dim() < 4 or keys.shape[:-2] != values.shape[:-2]:
+            return False
+        heads, kv_heads = queries.shape[-3], keys.shape[-3]
+        return queries.shape[:-3] == keys.shape[:-3] and kv_heads > 0 and heads % kv_heads == 0
+
     def check_dims(self, query_dim: int, key_dim: int, value_dim: int) -> None:
         """Raise ``ValueError`` if this variant cannot take these feature sizes."""
         if self.requires_equal_qk_dims and query_dim != key_dim:
@@ -172,7 +183,7 @@ class Attention(_Capabilities, nn.Module):
                 )
             if not tensor.is_floating_point():
                 raise ValueError(f"{name}: {label} must be floating point, got {tensor.dtype}.")
-        if not queries.shape[:-2] == keys.shape[:-2] == values.shape[:-2]:
+        if not queries.shape[:-2] == keys.shape[:-2] == values.shape[:-2] and not self._grouped(queries, keys, values):
             raise ValueError(
                 f"{name}: batch shapes differ: queries {tuple(queries.shape[:-2])}, keys "
                 f"{tuple(keys.shape[:-2])}, values {tuple(values.shape[:-2])}; they must be equal."

@@ -31,6 +31,7 @@ class DotProductAttention(Attention):
     """
 
     has_fused_path: ClassVar[bool] = True
+    supports_grouped_kv: ClassVar[bool] = True
 
     def __init__(self, dropout: float = 0.0, scale: float | None = None) -> None:
         super().__init__(dropout)
@@ -57,9 +58,15 @@ class DotProductAttention(Attention):
         Causality reaches the kernel as ``is_causal=True`` with no mask whenever that is exact
         (no padding or user mask, ``Lq == Lk``: the kernel aligns top-left, the zoo bottom-right,
         and the two agree there); a single query over cached keys sees them all and needs none;
-        in every other case causality is merged into the boolean mask.
+        in every other case causality is merged into the boolean mask. Grouped key/value heads
+        (fewer at axis -3 than the queries) go to the kernel as they are (``enable_gqa``), and
+        are repeated for the explicit formulation.
         """
+        grouped = keys.dim() >= 3 and queries.dim() >= 3 and keys.shape[-3] != queries.shape[-3]
         if need_weights:
+            if grouped:
+                groups = queries.shape[-3] // keys.shape[-3]
+                keys, values = keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)
             return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=True)
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         fused_causal = is_causal and mask is None and num_queries == num_keys
@@ -73,6 +80,7 @@ class DotProductAttention(Attention):
             dropout_p=self.dropout.p if self.training else 0.0,
             is_causal=fused_causal,
             scale=self._scale(queries),
+            enable_gqa=grouped,
         )
         return AttentionOutput(output, None)
 

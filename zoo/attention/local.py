@@ -9,8 +9,10 @@ Which keys ``j`` a query at position ``p`` sees:
 The computation is blockwise, so time and memory grow as ``O(L * window)``, never as ``L x L``:
 queries are cut into blocks of ``block_size``; the keys one block can reach (``block_size`` plus
 the window's width minus one) are cut out of the zero-padded keys as ``unfold`` views; each block
-attends over only those, masked to the exact window, in the fused
-:func:`~torch.nn.functional.scaled_dot_product_attention` (in an explicit softmax when weights
+attends over only those, masked to the exact window, in
+:class:`~zoo.attention.window_kernel.WindowAttention`, which keeps one log-sum-exp per query for
+the backward pass and recomputes the block scores there (with dropout, in the fused
+:func:`~torch.nn.functional.scaled_dot_product_attention`; in an explicit softmax when weights
 are asked for). When the window spans nearly the whole sequence, one block costs less and is
 used instead. Padding masks are read at the scored (query, key) pairs only
 (:func:`~zoo.attention.masking.mask_at`); a caller's own ``(Lq, Lk)`` mask is read the same way,
@@ -46,6 +48,7 @@ from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttention
 from zoo.attention.blocks import rows_from
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import mask_at, masked_softmax
+from zoo.attention.window_kernel import window_attention
 
 __all__ = ["LocalAttention"]
 
@@ -160,13 +163,18 @@ class LocalAttention(Attention):
         if mask is not None:
             keep = keep & mask_at(mask, query_index.clamp(max=num_queries - 1), key_index)
 
-        q = rows_from(queries, 0, num_blocks * block).unflatten(-2, (num_blocks, block))  # (*batch, nb, block, d)
-        k = rows_from(keys, first, (num_blocks - 1) * block + span).unfold(-2, span, block)  # (*batch, nb, d, span)
-        v = rows_from(values, first, (num_blocks - 1) * block + span).unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
+        padded_q = rows_from(queries, 0, num_blocks * block)  # (*batch, nb * block, d)
+        padded_k, padded_v = (rows_from(t, first, (num_blocks - 1) * block + span) for t in (keys, values))
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
         bias = self._bias_at(distance, queries.dtype)
-        if not need_weights:  # the blocks are ordinary attention problems: the fused kernel takes them
-            dropout = self.dropout.p if self.training else 0.0
+        dropout = self.dropout.p if self.training else 0.0
+        if not need_weights and dropout == 0.0:  # scores recomputed in backward: nothing O(L * span) kept
+            output = window_attention(padded_q, padded_k, padded_v, keep, bias, block=block, span=span, scale=scale)
+            return AttentionOutput(output[..., :num_queries, :], None)
+        q = padded_q.unflatten(-2, (num_blocks, block))  # (*batch, nb, block, d)
+        k = padded_k.unfold(-2, span, block)  # (*batch, nb, d, span)
+        v = padded_v.unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
+        if not need_weights:  # with dropout: the blocks are ordinary attention problems for the fused kernel
             attn_mask = keep if bias is None else torch.where(keep, bias, float("-inf"))
             heads = F.scaled_dot_product_attention(q, k.transpose(-2, -1), v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
             return AttentionOutput(heads.flatten(-3, -2)[..., :num_queries, :], None)

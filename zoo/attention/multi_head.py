@@ -1,8 +1,17 @@
 """Multi-head attention: project, split into heads, run a registered scoring attention per head.
 
 :class:`HeadedAttention` holds what every multi-head layer shares (projections, head splitting,
-mask handling); :class:`MultiHeadAttention` (``multi_head``) takes queries, keys and values;
-``self`` and ``cross`` (their own files) are the two usual ways of feeding it.
+mask handling, grouped key/value heads); :class:`MultiHeadAttention` (``multi_head``) takes
+queries, keys and values; :class:`SelfAttention` (``self``) and :class:`CrossAttention`
+(``cross``) are the two usual ways of feeding it.
+
+Grouped-query attention (Ainslie et al., 2023): with ``num_kv_heads < num_heads`` the keys and
+values have fewer heads than the queries, each shared by ``num_heads // num_kv_heads`` query
+heads (``num_kv_heads=1`` is multi-query attention). A scoring attention that declares
+``supports_grouped_kv`` gets the ``(B, num_kv_heads, Lk, d)`` keys and values as they are
+(``dot_product`` hands them to the fused kernel with ``enable_gqa=True``); any other gets them
+repeated along the head axis. Decoder caches hold the unexpanded tensors, so they shrink by
+``num_heads / num_kv_heads``.
 """
 
 from __future__ import annotations
@@ -13,10 +22,10 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionLayer, AttentionOutput, check_attn_mask
-from zoo.attention.factory import create_scoring_attention, register_attention
+from zoo.attention.factory import create_scoring_attention, register_attention, require_attention
 from zoo.attention.masking import merge_masks, validate_valid_lens
 
-__all__ = ["HeadedAttention", "MultiHeadAttention"]
+__all__ = ["CrossAttention", "HeadedAttention", "MultiHeadAttention", "SelfAttention"]
 
 
 class HeadedAttention(AttentionLayer):
@@ -27,10 +36,12 @@ class HeadedAttention(AttentionLayer):
         num_heads: Number of heads; must divide ``embed_dim``.
         kdim: Key feature size (defaults to ``embed_dim``).
         vdim: Value feature size (defaults to ``embed_dim``).
-        score: Registered name of the scoring attention each head runs.
-        score_kwargs: Extra keyword arguments for the scoring attention.
+        attention: Registered name of the scoring attention each head runs.
+        attention_kwargs: Extra keyword arguments for the scoring attention.
         dropout: Dropout on the attention weights during training.
         bias: Whether the projections have biases.
+        num_kv_heads: Key/value heads (grouped-query attention); must divide ``num_heads``;
+            ``None`` means ``num_heads`` (standard multi-head attention), 1 multi-query.
     """
 
     def __init__(
@@ -40,10 +51,11 @@ class HeadedAttention(AttentionLayer):
         *,
         kdim: int | None = None,
         vdim: int | None = None,
-        score: str = "dot_product",
-        score_kwargs: dict[str, Any] | None = None,
+        attention: str = "dot_product",
+        attention_kwargs: dict[str, Any] | None = None,
         dropout: float = 0.0,
         bias: bool = True,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:
@@ -54,20 +66,29 @@ class HeadedAttention(AttentionLayer):
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}); "
                 f"head counts that divide it: {divisors}."
             )
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if not isinstance(num_kv_heads, int) or num_kv_heads <= 0 or num_heads % num_kv_heads:
+            divisors = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
+            raise ValueError(
+                f"num_kv_heads must be a positive divisor of num_heads ({num_heads}); got {num_kv_heads!r}. "
+                f"Choose one of {divisors} (1 is multi-query attention, {num_heads} standard multi-head)."
+            )
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.num_kv_heads = num_kv_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
-        self.score_name = score
+        self.attention_name = attention
         self.score_attention = create_scoring_attention(
-            score, head_dim=self.head_dim, num_heads=num_heads, dropout=dropout, **(score_kwargs or {})
+            attention, head_dim=self.head_dim, num_heads=num_heads, dropout=dropout, **(attention_kwargs or {})
         )
+        kv_dim = num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def _split_heads(self, x: Tensor) -> Tensor:
-        # (B, L, H * d) -> (B, H, L, d)
-        return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+        # (B, L, heads * d) -> (B, heads, L, d)
+        return x.unflatten(-1, (-1, self.head_dim)).transpose(1, 2)
 
     def _check(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
         name = type(self).__name__
@@ -120,7 +141,7 @@ class HeadedAttention(AttentionLayer):
         return self.attend_projected(queries, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
 
     def project_kv(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values projected and split into heads: two ``(B, H, Lk, d)`` tensors.
+        """Keys and values projected and split into heads: two ``(B, num_kv_heads, Lk, d)`` tensors.
 
         Decoders cache these: the projections of earlier positions never change, so each step
         projects only its new position (and cross-attention projects the memory once).
@@ -139,16 +160,21 @@ class HeadedAttention(AttentionLayer):
     ) -> AttentionOutput:
         """Attend from ``queries`` ``(B, Lq, embed_dim)`` over already projected ``k``, ``v``.
 
+        ``k`` and ``v`` are ``(B, num_kv_heads, Lk, d)``, as :meth:`project_kv` returns them.
         ``attn_mask`` must broadcast to ``(B, H, Lq, Lk)``; causal masks align bottom-right,
         so a single new query (``Lq = 1``) sees every cached position.
         """
         q = self._split_heads(self.q_proj(queries))
+        if self.num_kv_heads != self.num_heads and not self.score_attention.supports_grouped_kv:
+            groups = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         heads, weights = self.score_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights)
         output = self.out_proj(heads.transpose(1, 2).flatten(-2))  # (B, H, Lq, d) -> (B, Lq, H * d)
         return AttentionOutput(output, weights)
 
     def extra_repr(self) -> str:
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, score={self.score_name!r}"
+        grouped = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}{grouped}, attention={self.attention_name!r}"
 
 
 @register_attention("multi_head", aliases=("multihead",))
@@ -182,6 +208,8 @@ class MultiHeadAttention(HeadedAttention):
         """Copy the weights of a ``torch.nn.MultiheadAttention`` of the same sizes into this layer."""
         if (module.embed_dim, module.num_heads, module.kdim, module.vdim) != (self.embed_dim, self.num_heads, self.kdim, self.vdim):
             raise ValueError("load_from_torch: the two layers differ in embed_dim, num_heads, kdim or vdim.")
+        if self.num_kv_heads != self.num_heads:
+            raise ValueError("load_from_torch: torch.nn.MultiheadAttention has no grouped key/value heads; use num_kv_heads=None.")
         if module._qkv_same_embed_dim:
             weights = module.in_proj_weight.chunk(3)
         else:
@@ -195,3 +223,81 @@ class MultiHeadAttention(HeadedAttention):
         if self.out_proj.bias is not None and module.out_proj.bias is not None:
             self.out_proj.bias.copy_(module.out_proj.bias)
         return self
+
+
+@register_attention("self", aliases=("self_attention",))
+class SelfAttention(HeadedAttention):
+    """Multi-head self-attention: every position of ``x`` attends over ``x``.
+
+    Arguments as :class:`HeadedAttention`'s (keys and values are ``x``, of size ``embed_dim``).
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        attention: str = "dot_product",
+        attention_kwargs: dict[str, Any] | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+    ) -> None:
+        super().__init__(
+            embed_dim, num_heads, attention=attention, attention_kwargs=attention_kwargs,
+            dropout=dropout, bias=bias, num_kv_heads=num_kv_heads,
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """``x``: ``(B, L, embed_dim)``; ``valid_lens``: ``(B,)`` or ``(B, L)``."""
+        return self.attend_heads(x, x, x, valid_lens, attn_mask, is_causal, need_weights)
+
+
+@register_attention("cross", aliases=("cross_attention", "encoder_decoder"))
+class CrossAttention(HeadedAttention):
+    """Multi-head attention of ``x`` over ``memory`` (keys and values both come from ``memory``).
+
+    Arguments as :class:`HeadedAttention`'s, with ``memory_dim`` (default ``embed_dim``) the
+    feature size of ``memory``; the scoring attention must work across two sequences.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        memory_dim: int | None = None,
+        attention: str = "dot_product",
+        attention_kwargs: dict[str, Any] | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+    ) -> None:
+        require_attention(attention, cross=True, role="cross-attention (queries and keys from two sequences)")
+        super().__init__(
+            embed_dim, num_heads, kdim=memory_dim, vdim=memory_dim, attention=attention,
+            attention_kwargs=attention_kwargs, dropout=dropout, bias=bias, num_kv_heads=num_kv_heads,
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_valid_lens: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """``x``: ``(B, Lq, embed_dim)``; ``memory``: ``(B, Lk, memory_dim)``;
+        ``memory_valid_lens``: ``(B,)`` or ``(B, Lq)`` valid memory positions."""
+        return self.attend_heads(x, memory, memory, memory_valid_lens, attn_mask, is_causal, need_weights)
+

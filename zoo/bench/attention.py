@@ -1,7 +1,9 @@
 """``python -m zoo bench attention``: forward+backward time and peak memory over sequence lengths.
 
 Cases, each run on random inputs with a padding mask (every sequence keeps a random length
-between half and all of ``L``), optionally causal:
+between half and all of ``L``; ``padding=False`` drops it), optionally causal. Causal and
+without padding, ``floor`` is "4 ``nn.Linear`` + SDPA(``is_causal=True``)", the target of the
+causal ``multi_head``:
 
 * layers, self-attention over ``x`` of shape ``(batch, L, d_model)`` with ``heads`` heads:
   ``floor`` (:class:`~zoo.bench.baselines.SDPAFloor`), ``explicit`` (the reference notes'
@@ -49,6 +51,7 @@ class AttentionBenchConfig:
     d_model: int = 256
     heads: int = 8
     causal: bool = False
+    padding: bool = True
     warmup: int = 2
     repeats: int = 10
     time_limit: float = 60.0
@@ -95,26 +98,30 @@ def _generator(config: AttentionBenchConfig, length: int) -> torch.Generator:
     return torch.Generator().manual_seed(config.seed * 100_003 + length)
 
 
-def _valid_lens(config: AttentionBenchConfig, length: int, generator: torch.Generator) -> Tensor:
+def _valid_lens(config: AttentionBenchConfig, length: int, generator: torch.Generator) -> Tensor | None:
+    """Random lengths between half and all of ``length``, or None without padding."""
+    if not config.padding:
+        return None
     return torch.randint(max(length // 2, 1), length + 1, (config.batch,), generator=generator)
 
 
 def _layer_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module], call: Callable[[nn.Module, Tensor, Tensor, bool], Tensor]):
-    """A layer case: self-attention over ``x`` with a padding mask given as valid lengths."""
+    """A layer case: self-attention over ``x`` with a padding mask given as valid lengths (or none)."""
 
     def build(config: AttentionBenchConfig, length: int, device: torch.device) -> Workload:
         generator = _generator(config, length)
         torch.manual_seed(config.seed)
         module = module_factory(config).to(device)
         x = torch.randn(config.batch, length, config.d_model, generator=generator).to(device).requires_grad_()
-        valid_lens = _valid_lens(config, length, generator).to(device)
+        valid_lens = _valid_lens(config, length, generator)
+        valid_lens = None if valid_lens is None else valid_lens.to(device)
         return Workload(lambda: call(module, x, valid_lens, config.causal), [x, *module.parameters()])
 
     return build
 
 
 def _scoring_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module]):
-    """A scoring case: per-head queries, keys and values with a ``(B, 1, 1, L)`` padding mask."""
+    """A scoring case: per-head queries, keys and values with a ``(B, 1, 1, L)`` padding mask (or none)."""
 
     def build(config: AttentionBenchConfig, length: int, device: torch.device) -> Workload:
         generator = _generator(config, length)
@@ -122,9 +129,10 @@ def _scoring_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module
         module = module_factory(config).to(device)
         shape = (config.batch, config.heads, length, config.head_dim)
         q, k, v = (torch.randn(shape, generator=generator).to(device).requires_grad_() for _ in range(3))
-        lens = _valid_lens(config, length, generator).to(device)
-        mask = (torch.arange(length, device=device) < lens.unsqueeze(-1))[:, None, None, :]
+        lens = _valid_lens(config, length, generator)
+        mask = None if lens is None else (torch.arange(length, device=device) < lens.to(device).unsqueeze(-1))[:, None, None, :]
         if isinstance(module, BroadcastAdditive):
+            mask = torch.ones(1, 1, 1, length, dtype=torch.bool, device=device) if mask is None else mask
             forward = lambda: module(q, k, v, mask, config.causal)  # noqa: E731
         else:
             forward = lambda: module(q, k, v, attn_mask=mask, is_causal=config.causal).output  # noqa: E731

@@ -10,7 +10,8 @@
 * :class:`BroadcastAdditive`, additive scoring straight from the formula: the whole
   ``(*batch, Lq, Lk, hidden)`` tensor, ``tanh``, a linear map to scores, masked softmax.
 
-Layers take ``(x, valid_lens, is_causal)`` (self-attention over ``x`` of shape ``(B, L, d)``);
+Layers take ``(x, valid_lens, is_causal)`` (self-attention over ``x`` of shape ``(B, L, d)``;
+``valid_lens=None`` means no padding, and then the floor's causal mask is SDPA's ``is_causal=True``);
 the scoring reference takes per-head ``(q, k, v, attn_mask, is_causal)`` like a zoo scoring
 attention.
 """
@@ -26,9 +27,12 @@ from torch import Tensor, nn
 __all__ = ["BroadcastAdditive", "ExplicitMultiHead", "SDPAFloor", "TorchMultiHead"]
 
 
-def _padding(valid_lens: Tensor, length: int) -> Tensor:
-    """``(B, L)``: True on real tokens."""
-    return torch.arange(length, device=valid_lens.device) < valid_lens.unsqueeze(-1)
+def _padding(valid_lens: Tensor | None, x: Tensor) -> Tensor:
+    """``(B, L)``: True on real tokens of ``x`` ``(B, L, d)`` (all of them without ``valid_lens``)."""
+    positions = torch.arange(x.shape[1], device=x.device)
+    if valid_lens is None:
+        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+    return positions < valid_lens.unsqueeze(-1)
 
 
 def _lower_triangle(length: int, device: torch.device) -> Tensor:
@@ -48,9 +52,12 @@ class _FourLinear(nn.Module):
 class SDPAFloor(_FourLinear):
     """Four ``nn.Linear`` + ``F.scaled_dot_product_attention``: the least a layer can do."""
 
-    def forward(self, x: Tensor, valid_lens: Tensor, is_causal: bool = False) -> Tensor:
+    def forward(self, x: Tensor, valid_lens: Tensor | None, is_causal: bool = False) -> Tensor:
         q, k, v = (proj(x).unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        mask = _padding(valid_lens, x.shape[1])[:, None, None, :]  # (B, 1, 1, L)
+        if valid_lens is None:  # "4 nn.Linear + SDPA(is_causal=True)"
+            heads = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+            return self.out_proj(heads.transpose(1, 2).flatten(-2))
+        mask = _padding(valid_lens, x)[:, None, None, :]  # (B, 1, 1, L)
         if is_causal:
             mask = mask & _lower_triangle(x.shape[1], x.device)
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -60,7 +67,7 @@ class SDPAFloor(_FourLinear):
 class ExplicitMultiHead(_FourLinear):
     """The reference notes' multi-head attention: explicit scores, ``-1e6`` masking, softmax."""
 
-    def forward(self, x: Tensor, valid_lens: Tensor, is_causal: bool = False) -> Tensor:
+    def forward(self, x: Tensor, valid_lens: Tensor | None, is_causal: bool = False) -> Tensor:
         batch, length, _ = x.shape
 
         def fold(t: Tensor) -> Tensor:  # (B, L, H * d) -> (B * H, L, d)
@@ -68,7 +75,7 @@ class ExplicitMultiHead(_FourLinear):
 
         q, k, v = fold(self.q_proj(x)), fold(self.k_proj(x)), fold(self.v_proj(x))
         scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(self.head_dim)  # (B * H, L, L)
-        hidden = ~_padding(valid_lens.repeat_interleave(self.num_heads), length)[:, None, :]
+        hidden = ~_padding(valid_lens, x).repeat_interleave(self.num_heads, dim=0)[:, None, :]
         if is_causal:
             hidden = hidden | ~_lower_triangle(length, x.device)
         weights = torch.softmax(scores.masked_fill(hidden, -1e6), dim=-1)
@@ -83,12 +90,10 @@ class TorchMultiHead(nn.Module):
         super().__init__()
         self.attention = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
 
-    def forward(self, x: Tensor, valid_lens: Tensor, is_causal: bool = False) -> Tensor:
-        length = x.shape[1]
-        future = ~_lower_triangle(length, x.device) if is_causal else None  # True = may not attend
-        output, _ = self.attention(
-            x, x, x, key_padding_mask=~_padding(valid_lens, length), attn_mask=future, need_weights=False, is_causal=is_causal
-        )
+    def forward(self, x: Tensor, valid_lens: Tensor | None, is_causal: bool = False) -> Tensor:
+        future = ~_lower_triangle(x.shape[1], x.device) if is_causal else None  # True = may not attend
+        padding = None if valid_lens is None else ~_padding(valid_lens, x)
+        output, _ = self.attention(x, x, x, key_padding_mask=padding, attn_mask=future, need_weights=False, is_causal=is_causal)
         return output
 
 

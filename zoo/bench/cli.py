@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
     attention.add_argument("--d-model", type=int, default=256)
     attention.add_argument("--heads", type=int, default=8)
     attention.add_argument("--causal", action="store_true", help="causal masking on top of the padding mask")
+    attention.add_argument("--no-padding", action="store_true",
+                           help="no padding mask (causal: the floor is 4 nn.Linear + SDPA(is_causal=True))")
     attention.add_argument("--cases", nargs="+", default=["*"], help="case names or wildcards (default: all)")
     attention.add_argument("--warmup", type=int, default=2)
     attention.add_argument("--repeats", type=int, default=10)
@@ -78,6 +81,8 @@ def parser() -> argparse.ArgumentParser:
     decode.add_argument("--warmup", type=int, default=1)
     decode.add_argument("--repeats", type=int, default=3)
     decode.add_argument("--ckpt", default=None, help="decode with a checkpoint's weights (default: random ones)")
+    decode.add_argument("--num-kv-heads", type=int, nargs="+", default=None,
+                        help="key/value head counts to compare, one model each (grouped-query attention; default: the model's)")
     _common(decode, "decode")
     return root
 
@@ -112,7 +117,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     payload: dict[str, Any] = {"benchmark": args.benchmark, "environment": environment(device, ["bench", *argv])}
     if args.benchmark == "attention":
         config = AttentionBenchConfig(
-            lengths=args.lengths, batch=args.batch, d_model=args.d_model, heads=args.heads, causal=args.causal,
+            lengths=args.lengths, batch=args.batch, d_model=args.d_model, heads=args.heads, causal=args.causal, padding=not args.no_padding,
             warmup=args.warmup, repeats=args.repeats, time_limit=args.time_limit, memory=not args.no_memory, seed=args.seed,
         )  # fmt: skip
         records = run_attention_bench(config, device, args.cases)
@@ -122,7 +127,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         for record in records:
             ok = [r for r in record["results"] if r["status"] == "ok"]
             series[record["name"]] = ([r["length"] for r in ok], [r["time_ms"]["median"] for r in ok], record["growth_exponent"])
-        title = f"batch {config.batch}, d_model {config.d_model}, {config.heads} heads, {device}" + (", causal" if config.causal else "")
+        title = f"batch {config.batch}, d_model {config.d_model}, {config.heads} heads, {device}" + (", causal" if config.causal else "") + ("" if config.padding else ", no padding")
         print(f"\nplot: {plot_growth(series, args.plot, title)}")
     elif args.benchmark == "train":
         setup, config = _translation_setup(args), TrainBenchConfig(steps=args.steps, warmup=args.warmup, precision=args.precision)
@@ -133,8 +138,11 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         setup = _translation_setup(args)
         config = DecodeBenchConfig(sentences=args.sentences, tokens=args.tokens, beam_size=args.beam_size,
                                    warmup=args.warmup, repeats=args.repeats, checkpoint=args.ckpt)
-        results = run_decode_bench(setup, config, device)
-        payload |= {"config": {**vars(setup), **vars(config)}, "results": results}
+        results = []
+        for kv_heads in args.num_kv_heads or [None]:
+            kwargs = setup.model_kwargs if kv_heads is None else {**setup.model_kwargs, "num_kv_heads": kv_heads}
+            results += run_decode_bench(replace(setup, model_kwargs=kwargs), config, device)
+        payload |= {"config": {**vars(setup), **vars(config), "num_kv_heads": args.num_kv_heads}, "results": results}
         print(decode_table(setup, config, results))
     print(f"results: {write_json(args.out, payload)}", file=sys.stderr)
     return payload

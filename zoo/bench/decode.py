@@ -6,6 +6,11 @@ Decoding runs on the first ``sentences`` validation sources of fra-eng, in batch
 a checkpoint's). A model with a ``use_cache`` switch (the Transformer) is measured both ways;
 others (the GRU seq2seq) once. Times cover encoding and decoding of all batches, repeated
 after a warm-up; sentences per second are reported at the median time and the quartiles.
+
+For a model with a key/value cache the report also gives its size per sentence after the last
+token: the self-attention keys and values of every position and the cross-attention ones of the
+source, over all decoder blocks. Grouped-query attention shrinks it by ``num_heads /
+num_kv_heads``; ``zoo bench decode --num-kv-heads 1 2 4`` measures each count in one run.
 """
 
 from __future__ import annotations
@@ -34,6 +39,22 @@ class DecodeBenchConfig:
     warmup: int = 1
     repeats: int = 3
     checkpoint: str | None = None
+
+
+@torch.inference_mode()
+def kv_cache_bytes(model: Any, src: Tensor, src_lens: Tensor, *, bos: int, steps: int) -> int | None:
+    """Bytes per sentence of the decoder's key/value cache after ``steps`` cached greedy steps,
+    or None for a model without one (no ``use_cache`` switch)."""
+    if not hasattr(model, "use_cache"):
+        return None
+    use_cache, model.use_cache = model.use_cache, True
+    state, tokens = model.encode(src, src_lens), torch.full((src.shape[0],), bos, device=src.device)
+    for _ in range(steps):
+        logits, state = model.decode_step(tokens, state)
+        tokens = logits.argmax(-1)
+    model.use_cache = use_cache
+    tensors = [t for kv in (*state.self_kv, *state.memory_kv) for t in kv]
+    return sum(t.nbytes for t in tensors) // src.shape[0]
 
 
 def _sources(data: Any, count: int, device: torch.device) -> list[tuple[Tensor, Tensor]]:
@@ -70,6 +91,8 @@ def run_decode_bench(setup: TranslationSetup, config: DecodeBenchConfig, device:
                 raise RuntimeError(f"bench decode expected {config.tokens} tokens per sentence; the model stopped early.")
 
     modes = [("cached", True), ("uncached", False)] if hasattr(model, "use_cache") else [("default", None)]
+    cache = kv_cache_bytes(model, *batches[0], bos=data.bos_idx, steps=config.tokens)
+    kv_heads = task.hparams.get("num_kv_heads") or task.hparams.get("num_heads")  # None for a model without heads
     results = []
     for mode, use_cache in modes:
         if use_cache is not None:
@@ -77,6 +100,8 @@ def run_decode_bench(setup: TranslationSetup, config: DecodeBenchConfig, device:
         timing = time_call(decode_all, device=device, warmup=config.warmup, repeats=config.repeats)
         results.append({
             "mode": mode,
+            "num_kv_heads": kv_heads,
+            "kv_cache_bytes_per_sentence": cache if use_cache else None,
             "time_s": timing.scaled(1.0),
             "sentences_per_second": config.sentences / timing.median,
             "sentences_per_second_quartiles": [config.sentences / timing.q3, config.sentences / timing.q1],
@@ -86,11 +111,16 @@ def run_decode_bench(setup: TranslationSetup, config: DecodeBenchConfig, device:
 
 
 def decode_table(setup: TranslationSetup, config: DecodeBenchConfig, results: list[dict[str, Any]]) -> str:
-    base = next((r for r in results if r["mode"] == "uncached"), None)
+    """One row per mode (and key/value head count): throughput, its ratio to the uncached run
+    of the same model, and the cache size."""
     rows = []
     for r in results:
+        base = next((b for b in results if b["mode"] == "uncached" and b.get("num_kv_heads") == r.get("num_kv_heads")), None)
         low, high = r["sentences_per_second_quartiles"]
         speedup = f"{r['sentences_per_second'] / base['sentences_per_second']:.2f}x" if base else "-"
-        rows.append([setup.model, r["mode"], config.sentences, config.tokens, config.beam_size,
-                     f"{r['sentences_per_second']:.1f} [{low:.1f}-{high:.1f}]", f"{r['tokens_per_second']:.0f}", speedup])
-    return markdown_table(["model", "mode", "sentences", "tokens", "beam", "sentences/s [quartiles]", "tokens/s", "vs uncached"], rows)
+        cache = r.get("kv_cache_bytes_per_sentence")
+        rows.append([setup.model, r["mode"], r.get("num_kv_heads") or "-", config.sentences, config.tokens, config.beam_size,
+                     f"{r['sentences_per_second']:.1f} [{low:.1f}-{high:.1f}]", f"{r['tokens_per_second']:.0f}", speedup,
+                     "-" if cache is None else f"{cache / 1024:.1f}"])
+    headers = ["model", "mode", "kv heads", "sentences", "tokens", "beam", "sentences/s [quartiles]", "tokens/s", "vs uncached", "cache KiB/sentence"]
+    return markdown_table(headers, rows)

@@ -1,4 +1,4 @@
-"""Transformer decoder block: masked self-attention, cross-attention and FFN, each with add & norm."""
+"""Transformer decoder block: masked self-attention, cross-attention and FFN, each in a residual wrapper."""
 
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.cross_attention import CrossAttention
-from zoo.attention.self_attention import SelfAttention
+from zoo.attention.multi_head import CrossAttention, SelfAttention
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import PositionWiseFFN
 
 __all__ = ["DecoderBlock", "KeyValue"]
 
 KeyValue = tuple[Tensor, Tensor]
-"""Projected keys and values, each ``(B, H, L, d)``."""
+"""Projected keys and values, each ``(B, num_kv_heads, L, d)``."""
 
 
 class DecoderBlock(nn.Module):
-    """One decoder block, post-LN (default) or pre-LN (``norm_first=True``).
+    """One decoder block, post-LN (default) or pre-LN (``norm_first=True``), each sublayer in an
+    :class:`~zoo.layers.AddNorm` residual wrapper.
 
     Self-attention is causal. For incremental decoding the block takes the projected keys and
     values of earlier positions (``self_kv``) and returns them extended by the new positions,
@@ -28,7 +28,7 @@ class DecoderBlock(nn.Module):
 
     Args:
         d_model: Feature size.
-        num_heads: Attention heads (self and cross).
+        num_heads: Attention (query) heads, self and cross.
         ffn_hidden: Inner size of the FFN.
         dropout: Dropout on attention weights, sublayer outputs and inside the FFN.
         attention: Registered per-head scoring attention name (must support causal masking).
@@ -37,6 +37,8 @@ class DecoderBlock(nn.Module):
         cross_attention: Scoring attention of the cross-attention; ``None``: ``attention``.
         cross_attention_kwargs: Its keyword arguments; ``None`` with ``cross_attention=None``:
             ``attention_kwargs``.
+        num_kv_heads: Key/value heads of both attentions (grouped-query attention; the cache
+            shrinks by ``num_heads / num_kv_heads``); ``None``: ``num_heads``.
     """
 
     def __init__(
@@ -50,17 +52,20 @@ class DecoderBlock(nn.Module):
         norm_first: bool = False,
         cross_attention: str | None = None,
         cross_attention_kwargs: dict[str, Any] | None = None,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
-        self.norm_first = norm_first
         if cross_attention is None:
             cross_attention, cross_attention_kwargs = attention, attention_kwargs
-        self.self_attention = SelfAttention(d_model, num_heads, score=attention, score_kwargs=attention_kwargs, dropout=dropout)
+        self.self_attention = SelfAttention(
+            d_model, num_heads, attention=attention, attention_kwargs=attention_kwargs, dropout=dropout, num_kv_heads=num_kv_heads
+        )
         self.cross_attention = CrossAttention(
-            d_model, num_heads, score=cross_attention, score_kwargs=cross_attention_kwargs, dropout=dropout
+            d_model, num_heads, attention=cross_attention, attention_kwargs=cross_attention_kwargs,
+            dropout=dropout, num_kv_heads=num_kv_heads,
         )
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
-        self.add_norm1, self.add_norm2, self.add_norm3 = AddNorm(d_model, dropout), AddNorm(d_model, dropout), AddNorm(d_model, dropout)
+        self.add_norm1, self.add_norm2, self.add_norm3 = (AddNorm(d_model, dropout, norm_first) for _ in range(3))
 
     def project_memory(self, memory: Tensor) -> KeyValue:
         """The cross-attention keys and values of the encoder output ``(B, Ls, d_model)``."""
@@ -80,24 +85,13 @@ class DecoderBlock(nn.Module):
         Returns the new ``x``, the self-attention keys/values of all positions so far, and
         (if asked) the cross-attention weights ``(B, H, Lt, Ls)``.
         """
-        def self_attend(h: Tensor) -> tuple[Tensor, KeyValue]:
-            k, v = self.self_attention.project_kv(h, h)
-            if self_kv is not None:
-                k, v = torch.cat([self_kv[0], k], dim=2), torch.cat([self_kv[1], v], dim=2)
-            return self.self_attention.attend_projected(h, k, v, is_causal=True).output, (k, v)
-
-        def cross_attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            return self.cross_attention.attend_projected(h, *memory_kv, attn_mask=memory_mask, need_weights=need_weights)
-
-        if self.norm_first:
-            attended, kv = self_attend(self.add_norm1.norm(x))
-            x = x + self.add_norm1.dropout(attended)
-            crossed, weights = cross_attend(self.add_norm2.norm(x))
-            x = x + self.add_norm2.dropout(crossed)
-            x = x + self.add_norm3.dropout(self.ffn(self.add_norm3.norm(x)))
-            return x, kv, weights
-        attended, kv = self_attend(x)
-        x = self.add_norm1(x, attended)
-        crossed, weights = cross_attend(x)
+        h = self.add_norm1.pre(x)
+        k, v = self.self_attention.project_kv(h, h)
+        if self_kv is not None:
+            k, v = torch.cat([self_kv[0], k], dim=2), torch.cat([self_kv[1], v], dim=2)
+        x = self.add_norm1(x, self.self_attention.attend_projected(h, k, v, is_causal=True).output)
+        crossed, weights = self.cross_attention.attend_projected(
+            self.add_norm2.pre(x), *memory_kv, attn_mask=memory_mask, need_weights=need_weights
+        )
         x = self.add_norm2(x, crossed)
-        return self.add_norm3(x, self.ffn(x)), kv, weights
+        return self.add_norm3(x, self.ffn(self.add_norm3.pre(x))), (k, v), weights

@@ -1,4 +1,4 @@
-"""Transformer encoder block: self-attention and a position-wise FFN, each with add & norm."""
+"""Transformer encoder block: self-attention and a position-wise FFN, each in a residual wrapper."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from zoo.attention.self_attention import SelfAttention
+from zoo.attention.multi_head import SelfAttention
 from zoo.layers.add_norm import AddNorm
 from zoo.layers.feed_forward import PositionWiseFFN
 
@@ -16,18 +16,17 @@ __all__ = ["EncoderBlock"]
 class EncoderBlock(nn.Module):
     """One encoder block, post-LN (the original Transformer) or pre-LN (``norm_first=True``).
 
-    Post-LN: ``x = AddNorm(x, attn(x)); x = AddNorm(x, ffn(x))``.
-    Pre-LN: ``x = x + attn(norm(x)); x = x + ffn(norm(x))``, steadier for deep stacks and
-    large learning rates (the final norm belongs to the stack, not the block).
+    Each sublayer sits in an :class:`~zoo.layers.AddNorm` residual wrapper, which places the norm.
 
     Args:
         d_model: Feature size.
-        num_heads: Attention heads.
+        num_heads: Attention (query) heads.
         ffn_hidden: Inner size of the FFN.
         dropout: Dropout on attention weights, sublayer outputs and inside the FFN.
         attention: Registered name of the per-head scoring attention.
         attention_kwargs: Extra keyword arguments for the scoring attention.
         norm_first: Pre-LN instead of post-LN.
+        num_kv_heads: Key/value heads (grouped-query attention); ``None``: ``num_heads``.
     """
 
     def __init__(
@@ -39,23 +38,20 @@ class EncoderBlock(nn.Module):
         attention: str = "dot_product",
         attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
-        self.norm_first = norm_first
-        self.attention = SelfAttention(d_model, num_heads, score=attention, score_kwargs=attention_kwargs, dropout=dropout)
+        self.attention = SelfAttention(
+            d_model, num_heads, attention=attention, attention_kwargs=attention_kwargs, dropout=dropout, num_kv_heads=num_kv_heads
+        )
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
-        self.add_norm1 = AddNorm(d_model, dropout)
-        self.add_norm2 = AddNorm(d_model, dropout)
+        self.add_norm1 = AddNorm(d_model, dropout, norm_first)
+        self.add_norm2 = AddNorm(d_model, dropout, norm_first)
 
     def forward(
         self, x: Tensor, valid_lens: Tensor | None = None, *, attn_mask: Tensor | None = None, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(B, L, d_model)``. Returns the new ``x`` and, if asked, ``(B, H, L, L)`` weights."""
-        if self.norm_first:
-            attended, weights = self.attention(self.add_norm1.norm(x), valid_lens, attn_mask=attn_mask, need_weights=need_weights)
-            x = x + self.add_norm1.dropout(attended)
-            x = x + self.add_norm2.dropout(self.ffn(self.add_norm2.norm(x)))
-            return x, weights
-        attended, weights = self.attention(x, valid_lens, attn_mask=attn_mask, need_weights=need_weights)
+        attended, weights = self.attention(self.add_norm1.pre(x), valid_lens, attn_mask=attn_mask, need_weights=need_weights)
         x = self.add_norm1(x, attended)
-        return self.add_norm2(x, self.ffn(x)), weights
+        return self.add_norm2(x, self.ffn(self.add_norm2.pre(x))), weights

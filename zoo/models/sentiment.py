@@ -41,6 +41,7 @@ class SentimentClassifier(nn.Module):
         norm_first: Pre-LN blocks instead of post-LN.
         pooling: ``mean`` over valid tokens, ``max``, or both concatenated (``mean_max``).
         positional_encoding: Add sinusoidal positions to the embeddings.
+        num_kv_heads: Key/value heads per block (grouped-query attention); ``None``: ``num_heads``.
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class SentimentClassifier(nn.Module):
         norm_first: bool = False,
         pooling: Literal["mean", "max", "mean_max"] = "mean",
         positional_encoding: bool = True,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, role="the sentiment classifier (padding masks)")
@@ -69,7 +71,7 @@ class SentimentClassifier(nn.Module):
         # Either adds the sinusoids then applies dropout, or only applies dropout.
         self.positional_encoding = PositionalEncoding(d_model, dropout, max_len) if positional_encoding else nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
+            EncoderBlock(d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first, num_kv_heads)
             for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()

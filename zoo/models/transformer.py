@@ -97,6 +97,9 @@ class Transformer(nn.Module):
             :func:`choose_cross_attention`.
         cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is
             the same variant).
+        num_kv_heads: Key/value heads of every attention (grouped-query attention, 1 =
+            multi-query); must divide ``num_heads``; the decoder's cache shrinks by
+            ``num_heads / num_kv_heads``. ``None``: ``num_heads``.
     """
 
     def __init__(
@@ -117,6 +120,7 @@ class Transformer(nn.Module):
         use_cache: bool = True,
         cross_attention: str | None = None,
         cross_attention_kwargs: dict[str, Any] | None = None,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, causal=True, role="the Transformer (padding and causal masks)")
@@ -125,8 +129,10 @@ class Transformer(nn.Module):
         self.embedding = scaled_embedding(vocab_size, d_model, padding_idx)
         self.positional_encoding = PositionalEncoding(d_model, dropout, max_len)
         block_args = (d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
-        self.encoder_blocks = nn.ModuleList(EncoderBlock(*block_args) for _ in range(num_encoder_layers))
-        self.decoder_blocks = nn.ModuleList(DecoderBlock(*block_args, *cross) for _ in range(num_decoder_layers))
+        self.encoder_blocks = nn.ModuleList(EncoderBlock(*block_args, num_kv_heads=num_kv_heads) for _ in range(num_encoder_layers))
+        self.decoder_blocks = nn.ModuleList(
+            DecoderBlock(*block_args, *cross, num_kv_heads=num_kv_heads) for _ in range(num_decoder_layers)
+        )
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.output = None if tie_embeddings else nn.Linear(d_model, vocab_size)

@@ -37,6 +37,7 @@ class Sentiment(ZooTask):
         attention: Registered per-head scoring attention name.
         attention_kwargs: Extra keyword arguments for it.
         norm_first: Pre-LN blocks.
+        num_kv_heads: Key/value heads per block (grouped-query attention); ``None``: ``num_heads``.
         lr: Peak AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: Linear warm-up steps before cosine decay.
@@ -66,6 +67,7 @@ class Sentiment(ZooTask):
         attention: str = "dot_product",
         attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
+        num_kv_heads: int | None = None,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 200,
@@ -80,7 +82,7 @@ class Sentiment(ZooTask):
         self.model = SentimentClassifier(
             vocab_size, num_classes, d_model, num_heads, num_layers, ffn_hidden, dropout,
             attention, attention_kwargs, padding_idx, norm_first=norm_first, pooling=pooling,
-            positional_encoding=positional_encoding,
+            positional_encoding=positional_encoding, num_kv_heads=num_kv_heads,
         )
         self.metrics = torch.nn.ModuleDict()
         for stage in ("val", "test"):

@@ -222,6 +222,9 @@ class TransformerTranslator(TranslationTask):
         cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is the
             same variant).
         norm_first: Pre-LN instead of post-LN.
+        num_kv_heads: Key/value heads (grouped-query attention: 1 is multi-query, a divisor of
+            ``num_heads`` groups); the decoder's cache shrinks by ``num_heads / num_kv_heads``.
+            ``None``: ``num_heads``.
         tie_embeddings: Share input embeddings and output projection.
         lr: Peak learning rate (AdamW, linear warm-up, cosine decay).
         weight_decay: AdamW weight decay.
@@ -252,6 +255,7 @@ class TransformerTranslator(TranslationTask):
         cross_attention: str | None = None,
         cross_attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
+        num_kv_heads: int | None = None,
         tie_embeddings: bool = True,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
@@ -273,7 +277,7 @@ class TransformerTranslator(TranslationTask):
         self.model = Transformer(
             vocab_size, d_model, num_heads, num_encoder_layers, num_decoder_layers, ffn_hidden, dropout,
             attention, attention_kwargs, norm_first, padding_idx, tie_embeddings=tie_embeddings,
-            cross_attention=cross_attention, cross_attention_kwargs=cross_attention_kwargs,
+            cross_attention=cross_attention, cross_attention_kwargs=cross_attention_kwargs, num_kv_heads=num_kv_heads,
         )
 
 

@@ -1,0 +1,52 @@
+"""Blocks built from one residual wrapper (AddNorm, post-LN or pre-LN), with the old parameter names."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zoo.layers import AddNorm, DecoderBlock, EncoderBlock
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_add_norm_places_the_norm_after_the_sum_or_before_the_sublayer(norm_first: bool) -> None:
+    torch.manual_seed(0)
+    wrapper, linear, x = AddNorm(6, norm_first=norm_first), torch.nn.Linear(6, 6), torch.randn(2, 3, 6)
+    with torch.no_grad():
+        wrapper.norm.weight.uniform_(0.5, 1.5)
+        out = wrapper(x, linear(wrapper.pre(x)))
+        expected = x + linear(wrapper.norm(x)) if norm_first else wrapper.norm(x + linear(x))
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_block_is_two_residual_sublayers(norm_first: bool) -> None:
+    torch.manual_seed(0)
+    block, x = EncoderBlock(8, 2, 16, norm_first=norm_first).eval(), torch.randn(2, 5, 8)
+    with torch.no_grad():
+        norm1, norm2 = block.add_norm1.norm, block.add_norm2.norm
+        if norm_first:
+            h = x + block.attention(norm1(x)).output
+            expected = h + block.ffn(norm2(h))
+        else:
+            h = norm1(x + block.attention(x).output)
+            expected = norm2(h + block.ffn(h))
+        torch.testing.assert_close(block(x)[0], expected)
+
+
+#: the state-dict keys of the blocks before the residual wrapper (main at a0716b5)
+PROJECTIONS = [f"{p}.{t}" for p in ("k_proj", "out_proj", "q_proj", "v_proj") for t in ("bias", "weight")]
+FFN = ["ffn.net.0.bias", "ffn.net.0.weight", "ffn.net.3.bias", "ffn.net.3.weight"]
+OLD_ENCODER_KEYS = {*(f"add_norm{i}.norm.{t}" for i in (1, 2) for t in ("bias", "weight")), *(f"attention.{p}" for p in PROJECTIONS), *FFN}
+OLD_DECODER_KEYS = {
+    *(f"add_norm{i}.norm.{t}" for i in (1, 2, 3) for t in ("bias", "weight")),
+    *(f"{a}.{p}" for a in ("self_attention", "cross_attention") for p in PROJECTIONS),
+    *FFN,
+}
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_parameter_names_are_those_of_the_two_branch_blocks(norm_first: bool) -> None:
+    """Checkpoints saved before the residual wrapper load unchanged: no key moved."""
+    assert set(EncoderBlock(8, 2, 16, norm_first=norm_first).state_dict()) == OLD_ENCODER_KEYS
+    assert set(DecoderBlock(8, 2, 16, norm_first=norm_first).state_dict()) == OLD_DECODER_KEYS
