@@ -4,7 +4,6 @@ linear memory growth."""
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
 
@@ -274,7 +273,7 @@ def test_variant_keeps_the_attention_contract(name: str, kwargs: dict) -> None:
 @pytest.mark.parametrize("name", ["performer", "linformer", "longformer", "bigbird", "sparse"])
 def test_variant_is_usable_per_head_and_declares_no_position_bias(name: str) -> None:
     assert zoo.get_attention(name).supports_position_bias is False
-    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, **{_LAYER_KEYWORD: name})
+    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, num_kv_heads=1, attention=name)  # grouped: keys repeated
     x = torch.randn(2, 10, 16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bigbird: 10 tokens are too few for its pattern, computed exactly
@@ -283,8 +282,6 @@ def test_variant_is_usable_per_head_and_declares_no_position_bias(name: str) -> 
     torch.testing.assert_close(weights[1, :, :, 6:], torch.zeros(2, 10, 4))
 
 
-#: the layers' keyword naming the per-head variant (``score=``, renamed ``attention=`` by issue 15)
-_LAYER_KEYWORD = "attention" if "attention" in inspect.signature(zoo.get_attention("self")).parameters else "score"
 
 
 # (name, kwargs, causal, growth): saved elements may grow by `growth` when the length doubles.
