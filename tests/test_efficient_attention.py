@@ -335,3 +335,12 @@ def test_step_by_step_decoding_equals_the_whole_causal_sequence(name: str, kwarg
     whole = attention(q, k, v, is_causal=True).output
     steps = torch.cat([attention(q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1], is_causal=True).output for t in range(19)], 1)
     torch.testing.assert_close(steps, whole)
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [("linformer", {"max_len": 16}), ("bigbird", {"block_size": 2})])
+def test_a_layer_declares_what_its_per_head_attention_lacks(name: str, kwargs: dict) -> None:
+    """A self-attention layer over a non-causal variant says so, and the kit checks its refusal."""
+    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, attention=name, attention_kwargs=kwargs)
+    assert layer.supports_causal is False
+    report = zoo.check_attention(layer)
+    assert "causal" in report.skipped and "padding" in report.passed
