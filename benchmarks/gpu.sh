@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the zoo measures on one GPU, in one go of at most ten minutes, offline.
 #
-#   benchmarks/gpu.sh [--dry-run] [--wheels DIR] [--data DIR] [--out DIR] [--python PY]
+#   benchmarks/gpu.sh [--dry-run] [--list] [--wheels DIR] [--data DIR] [--out DIR] [--python PY]
 #
 # From the project checkout plus two folders beside it (defaults in the checkout root, both
 # ignored by git): --wheels (.whl: benchmarks/fetch_gpu_wheels.sh fills it) and --data (.data:
@@ -11,12 +11,13 @@
 # status, exit code, seconds). Each stage runs under `timeout` with its share of the ten
 # minutes; a stage that fails or runs out of time is recorded and the next one runs.
 #
-# --dry-run runs every stage on the CPU at tiny sizes (seconds each), to test the script
-# without a GPU; tests/test_gpu_script.py does.
+# --dry-run runs every stage on the CPU at tiny sizes, to test the script without a GPU
+# (tests/test_gpu_script.py does); --list prints the stages and their shares, and runs nothing.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DRY=0
+LIST=0
 WHEELS=$ROOT/.whl
 DATA=$ROOT/.data
 RESULTS=${OUT:-$ROOT/gpu-results}
@@ -24,17 +25,18 @@ PYTHON=python3
 while [ $# -gt 0 ]; do
     case $1 in
         --dry-run) DRY=1 ;;
+        --list) LIST=1 ;;
         --wheels) WHEELS=$2; shift ;;
         --data) DATA=$2; shift ;;
         --out) RESULTS=$2; shift ;;
         --python) PYTHON=$2; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "gpu.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-mkdir -p "$RESULTS"
-RESULTS=$(cd "$RESULTS" && pwd)
+[ $LIST -eq 1 ] || mkdir -p "$RESULTS"
+RESULTS=$(cd "$RESULTS" 2>/dev/null && pwd || echo "$RESULTS")
 WHEELS=$(cd "$WHEELS" 2>/dev/null && pwd || echo "$WHEELS")
 DATA=$(cd "$DATA" 2>/dev/null && pwd || echo "$DATA")
 FRA_ENG=$DATA/fra-eng.zip
@@ -45,7 +47,7 @@ START=$SECONDS
 export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
 export ZOO_DATA_DIR=$DATA ZOO_CACHE_DIR=$RESULTS/cache
 export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
-printf 'stage\tstatus\texit_code\tseconds\n' >"$RESULTS/stages.tsv"
+export PYTHON WHEELS SITE  # for the stages that are functions of this script (run by `bash -c`)
 
 # stage NAME SHARE COMMAND...: run COMMAND (in $RESULTS) for at most SHARE seconds, or what is
 # left of TOTAL; log to NAME.log; record the outcome in stages.tsv.
@@ -59,7 +61,7 @@ stage() {
         return
     fi
     echo "== $name (at most ${share}s)"
-    (cd "$RESULTS" && timeout --signal=TERM --kill-after=15 "$share" "$@") >"$RESULTS/$name.log" 2>&1
+    (cd "$RESULTS" && timeout --signal=TERM --kill-after=15 "$share" "$@") >"$RESULTS/$name.log" 2>&1 </dev/null
     rc=$?
     case $rc in
         0) status=ok ;;
@@ -100,6 +102,7 @@ print("attention:", ", ".join(zoo.list_attention()))
 PY
     "$PYTHON" -m pip list 2>/dev/null
 }
+export -f install_missing environment
 
 # max_steps for the budget run: the training seconds it has over the step time `bench train`
 # measured at the same batch (the CPU recipe's calibration); FALLBACK when that failed.
@@ -123,9 +126,9 @@ if [ $DRY -eq 1 ]; then
     FIT_SIZE=(--data.limit_train 400 --data.vocab_size 200 --data.batch_size 16 --model.d_model 32 --model.num_heads 2
               --model.ffn_hidden 64 --data.num_workers 0 --trainer.limit_test_batches 1)
     TESTS=(tests/cuda -m cuda)
-    SHARES=(install:60 environment:30 cuda_tests:60 bench_attention:60 bench_attention_all:60 bench_train:60
-            bench_train_compiled:60 bench_decode:60 budget_fit:90 budget_test:60)
-    TOTAL=600
+    SHARES=(install:60 environment:60 cuda_tests:120 bench_attention:90 bench_attention_all:90 bench_train:90
+            bench_train_compiled:90 bench_decode:90 budget_fit:120 budget_test:90)
+    TOTAL=940  # a loaded 2-core machine; on a quiet one the dry run takes a few minutes
     export TORCHDYNAMO_DISABLE=1  # the compiled stage runs its code path without compiling on the CPU
 else
     DEVICE=cuda ACCELERATOR=gpu
@@ -139,10 +142,16 @@ else
             bench_train_compiled:50 bench_decode:30 budget_fit:155 budget_test:40)
 fi
 share() { local entry; for entry in "${SHARES[@]}"; do [ "${entry%%:*}" = "$1" ] && echo "${entry#*:}"; done; }
+if [ $LIST -eq 1 ]; then
+    printf '%s\n' "${SHARES[@]}" | tr ':' ' '
+    echo "total $TOTAL"
+    exit 0
+fi
+printf 'stage\tstatus\texit_code\tseconds\n' >"$RESULTS/stages.tsv"
 [ -f "$FRA_ENG" ] || echo "warning: no $FRA_ENG: the translation stages will fail" >&2
 
-stage install "$(share install)" install_missing
-stage environment "$(share environment)" environment
+stage install "$(share install)" bash -c install_missing
+stage environment "$(share environment)" bash -c environment
 stage cuda_tests "$(share cuda_tests)" bash -c 'cd "$1" && shift && "$@"' _ "$ROOT" \
     "$PYTHON" -m pytest "${TESTS[@]}" -q -rs -p no:cacheprovider --junitxml "$RESULTS/cuda_tests.xml"
 stage bench_attention "$(share bench_attention)" "$PYTHON" -m zoo bench attention --device "$DEVICE" \
@@ -166,7 +175,7 @@ STEPS=$(calibrated_steps "$TRAIN_SECONDS" 2000)
 echo "budget run: $STEPS steps, at most ${TRAIN_SECONDS}s of training" | tee "$RESULTS/budget.txt"
 stage budget_fit "$FIT_SHARE" "$PYTHON" -m zoo fit --model transformer --config "$ROOT/benchmarks/configs/transformer_gpu.yaml" \
     --data.path "$FRA_ENG" --trainer.accelerator "$ACCELERATOR" --trainer.max_steps "$STEPS" \
-    --trainer.max_time "00:00:$((TRAIN_SECONDS / 60)):$((TRAIN_SECONDS % 60))" "${FIT_SIZE[@]}" \
+    --trainer.max_time "$(printf '00:00:%02d:%02d' $((TRAIN_SECONDS / 60)) $((TRAIN_SECONDS % 60)))" "${FIT_SIZE[@]}" \
     --trainer.logger CSVLogger --trainer.logger.save_dir runs --trainer.logger.name transformer_gpu
 CHECKPOINT=$(ls -t "$RESULTS"/runs/transformer_gpu/version_*/checkpoints/last.ckpt 2>/dev/null | head -n 1)
 stage budget_test "$(share budget_test)" "$PYTHON" -m zoo test --model transformer \
