@@ -138,8 +138,8 @@ else
     TRAIN_SIZE=(--batch 512 --steps 40 --warmup 10) DECODE_SIZE=(--batch 256 --sentences 1024 --tokens 30 --repeats 3)
     FIT_SIZE=()
     TESTS=(tests/cuda -m cuda)
-    SHARES=(install:30 environment:15 cuda_tests:120 bench_attention:50 bench_attention_all:35 bench_train:45
-            bench_train_compiled:50 bench_decode:30 budget_fit:155 budget_test:40)
+    SHARES=(install:30 environment:10 cuda_tests:110 bench_attention:50 bench_attention_all:30 bench_train:45
+            bench_train_compiled:70 bench_decode:30 budget_fit:155 budget_test:40)  # compiling takes most of its 70 s
 fi
 share() { local entry; for entry in "${SHARES[@]}"; do [ "${entry%%:*}" = "$1" ] && echo "${entry#*:}"; done; }
 if [ $LIST -eq 1 ]; then
