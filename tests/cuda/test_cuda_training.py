@@ -96,3 +96,24 @@ def test_decoding_with_and_without_the_cache_agrees_with_teacher_forcing(device:
         assert all(len(tokens) > 0 for tokens in decoded[True])
         if dtype == torch.float32:  # in bfloat16 a near-tie may round either way
             assert decoded[True] == decoded[False]
+
+
+@pytest.mark.cuda
+@pytest.mark.xfail(reason="zoo.attention.masking.validate_valid_lens reads valid_lens.min()/max() on the host in every attention call", strict=False)
+def test_a_transformer_training_step_makes_no_host_sync() -> None:
+    """A host sync per step (``.item()``, ``int(tensor)``, a data-dependent shape) stalls the GPU's
+    queue; CUDA's sync debug mode turns each into an error."""
+    torch.manual_seed(0)
+    model = Transformer(50, d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, ffn_hidden=128, padding_idx=0).cuda()
+    src_lens = torch.tensor([9, 4, 1], device="cuda")
+    src = torch.randint(4, 50, (3, 9), device="cuda")
+    tgt_in, tgt_out = torch.randint(4, 50, (3, 7), device="cuda"), torch.randint(4, 50, (3, 7), device="cuda")
+    model(src, src_lens, tgt_in)  # the first call may set up kernels and caches
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits, _ = model(src, src_lens, tgt_in)
+        torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten()).backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
