@@ -87,7 +87,11 @@ install_missing() {
     done
     if [ ${#missing[@]} -gt 0 ]; then
         echo "installing into $SITE: ${missing[*]##*/}"
-        "$PYTHON" -m pip install --quiet --no-index --no-deps --target "$SITE" "${missing[@]}" || return 1
+        if "$PYTHON" -m pip --version >/dev/null 2>&1; then
+            "$PYTHON" -m pip install --quiet --no-index --no-deps --target "$SITE" "${missing[@]}" || return 1
+        else  # no pip: a wheel is a zip of what --target would hold (scripts aside, which the zoo needs none of)
+            "$PYTHON" -c "import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]" "$SITE" "${missing[@]}" || return 1
+        fi
     fi
     "$PYTHON" -c "import jsonargparse, datasets, zoo; print('zoo imports: ok')"
 }
@@ -124,7 +128,7 @@ if [ $DRY -eq 1 ]; then
     TRANSLATION=(--limit-train 400 --vocab-size 200 --model-kwargs '{"d_model": 32, "num_heads": 2, "ffn_hidden": 64}')
     TRAIN_SIZE=(--batch 16 --steps 2 --warmup 1) DECODE_SIZE=(--batch 8 --sentences 8 --tokens 4 --repeats 1)
     FIT_SIZE=(--data.limit_train 400 --data.vocab_size 200 --data.batch_size 16 --model.d_model 32 --model.num_heads 2
-              --model.ffn_hidden 64 --data.num_workers 0 --trainer.limit_test_batches 1)
+              --model.ffn_hidden 64 --data.num_workers 0 --trainer.limit_test_batches 0.005)  # 1 batch
     TESTS=(tests/cuda -m cuda)
     SHARES=(install:60 environment:60 cuda_tests:120 bench_attention:90 bench_attention_all:90 bench_train:90
             bench_train_compiled:90 bench_decode:90 budget_fit:120 budget_test:90)
@@ -176,12 +180,14 @@ echo "budget run: $STEPS steps, at most ${TRAIN_SECONDS}s of training" | tee "$R
 stage budget_fit "$FIT_SHARE" "$PYTHON" -m zoo fit --model transformer --config "$ROOT/benchmarks/configs/transformer_gpu.yaml" \
     --data.path "$FRA_ENG" --trainer.accelerator "$ACCELERATOR" --trainer.max_steps "$STEPS" \
     --trainer.max_time "$(printf '00:00:%02d:%02d' $((TRAIN_SECONDS / 60)) $((TRAIN_SECONDS % 60)))" "${FIT_SIZE[@]}" \
-    --trainer.logger CSVLogger --trainer.logger.save_dir runs --trainer.logger.name transformer_gpu
+    --trainer.logger CSVLogger --trainer.logger.save_dir runs --trainer.logger.name transformer_gpu \
+    --trainer.enable_progress_bar false
 CHECKPOINT=$(ls -t "$RESULTS"/runs/transformer_gpu/version_*/checkpoints/last.ckpt 2>/dev/null | head -n 1)
 stage budget_test "$(share budget_test)" "$PYTHON" -m zoo test --model transformer \
     --config "$ROOT/benchmarks/configs/transformer_gpu.yaml" --data.path "$FRA_ENG" --trainer.accelerator "$ACCELERATOR" \
     "${FIT_SIZE[@]}" --ckpt_path "${CHECKPOINT:-no checkpoint: the budget run saved none}" \
-    --trainer.logger CSVLogger --trainer.logger.save_dir runs --trainer.logger.name transformer_gpu_test
+    --trainer.logger CSVLogger --trainer.logger.save_dir runs --trainer.logger.name transformer_gpu_test \
+    --trainer.enable_progress_bar false
 
 echo
 column -t -s $'\t' "$RESULTS/stages.tsv" 2>/dev/null || cat "$RESULTS/stages.tsv"
