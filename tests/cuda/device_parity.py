@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 import zoo
 
-__all__ = ["CASES", "TOLERANCE", "Parity", "compare_with_cpu", "scoring_attentions"]
+__all__ = ["CASES", "TOLERANCE", "Parity", "compare_with_cpu", "parity_cases", "scoring_attentions"]
 
 Case = Literal["padding", "causal"]
 #: ``padding``: two sequences, the last with no visible key; ``causal``: self-attention with
@@ -35,6 +35,12 @@ _BATCH, _LQ, _LK, _EMBED, _HEADS = 3, 6, 9, 32, 4
 def scoring_attentions() -> list[str]:
     """Every registered scoring attention (plugins included): what runs inside a head."""
     return [name for name in zoo.list_attention() if issubclass(zoo.get_attention(name), zoo.Attention)]
+
+
+def parity_cases() -> list[tuple[str, Case]]:
+    """``(score, case)`` for every scoring attention and the cases it supports (``causal`` needs
+    ``supports_causal``)."""
+    return [(name, case) for name in scoring_attentions() for case in CASES if case != "causal" or zoo.get_attention(name).supports_causal]
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ def _inputs(score: str, case: Case, seed: int) -> tuple[Tensor, Tensor, dict]:
     lq, lk = (_LK, _LK) if one_sequence else (_LQ, _LK)
     queries = torch.randn(_BATCH, lq, _EMBED, generator=generator)
     keys = queries if one_sequence else torch.randn(_BATCH, lk, _EMBED, generator=generator)
-    valid_lens = torch.tensor([lk, 4, 0])
+    valid_lens = torch.tensor([lk, 4, 0]) if zoo.get_attention(score).supports_padding_mask else None
     return queries, keys, {"valid_lens": valid_lens, "is_causal": case == "causal"}
 
 
@@ -72,7 +78,8 @@ def _run(layer: nn.Module, queries: Tensor, keys: Tensor, mask: dict, device: to
     precision = torch.float32 if autocast else dtype
     q = queries.to(device, precision).requires_grad_()
     k = q if keys is queries else keys.to(device, precision).requires_grad_()
-    arguments = {"valid_lens": mask["valid_lens"].to(device), "is_causal": mask["is_causal"]}
+    valid_lens = mask["valid_lens"]
+    arguments = {"valid_lens": None if valid_lens is None else valid_lens.to(device), "is_causal": mask["is_causal"]}
     with torch.autocast(device.type, dtype=dtype, enabled=autocast):
         output, _ = layer(q, k, k, **arguments)
     output.float().square().sum().backward()

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_parity import CASES, compare_with_cpu, scoring_attentions
+from device_parity import compare_with_cpu, parity_cases
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import zoo
 
-CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
 #: (dtype, autocast): float32 alone, and each half precision pure and under autocast
 PRECISIONS = [(torch.float32, False), (torch.float16, False), (torch.bfloat16, False), (torch.float16, True), (torch.bfloat16, True)]
 PRECISION_IDS = ["float32", "float16", "bfloat16", "float16-autocast", "bfloat16-autocast"]
@@ -41,8 +40,7 @@ def test_every_variant_keeps_the_contract_on_cuda(variant: str, position: str | 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize(("dtype", "autocast"), PRECISIONS, ids=PRECISION_IDS)
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("score", scoring_attentions())
+@pytest.mark.parametrize(("score", "case"), parity_cases())
 def test_cuda_matches_the_cpu(score: str, case: str, dtype: torch.dtype, autocast: bool) -> None:
     parity = compare_with_cpu(score, case, "cuda", dtype, autocast=autocast)
     assert parity.finite, f"{score} on CUDA in {dtype} (autocast={autocast}) gives NaN or inf ({case}, a query with no visible key included)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_parity import CASES, compare_with_cpu, scoring_attentions
+from device_parity import compare_with_cpu, parity_cases, scoring_attentions
 from torch import Tensor
 
 import zoo
@@ -17,8 +17,7 @@ def test_every_scoring_attention_is_compared() -> None:
     assert not {"multi_head", "self", "cross"} & set(names)  # layers, not what runs in a head
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("score", scoring_attentions())
+@pytest.mark.parametrize(("score", "case"), parity_cases())
 def test_cpu_float32_matches_itself(score: str, case: str) -> None:
     parity = compare_with_cpu(score, case, "cpu", torch.float32, autocast=False)
     assert parity.finite and parity.error == 0.0
