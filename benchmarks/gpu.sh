@@ -40,12 +40,15 @@ RESULTS=$(cd "$RESULTS" 2>/dev/null && pwd || echo "$RESULTS")
 WHEELS=$(cd "$WHEELS" 2>/dev/null && pwd || echo "$WHEELS")
 DATA=$(cd "$DATA" 2>/dev/null && pwd || echo "$DATA")
 FRA_ENG=$DATA/fra-eng.zip
-SITE=$RESULTS/site    # the missing packages, installed here (never into the system's site-packages)
+# Scratch outside the results (they are copied back): the missing packages (never installed into
+# the system's site-packages) and the zoo's caches (tokenizers, encoded corpora).
+SCRATCH=${TMPDIR:-/tmp}/zoo-gpu.$$
+SITE=$SCRATCH/site
 TOTAL=570             # seconds for all stages: ten minutes less a margin for start-up and copying
 START=$SECONDS
 
 export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
-export ZOO_DATA_DIR=$DATA ZOO_CACHE_DIR=$RESULTS/cache
+export ZOO_DATA_DIR=$DATA ZOO_CACHE_DIR=$SCRATCH/cache
 export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 export PYTHON WHEELS SITE  # for the stages that are functions of this script (run by `bash -c`)
 
@@ -92,6 +95,7 @@ install_missing() {
         else  # no pip: a wheel is a zip of what --target would hold (scripts aside, which the zoo needs none of)
             "$PYTHON" -c "import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]" "$SITE" "${missing[@]}" || return 1
         fi
+        "$PYTHON" -c "import sys; from importlib.metadata import distributions as d; print('installed:', *sorted(x.metadata['Name'] for x in d(path=[sys.argv[1]])))" "$SITE"
     fi
     "$PYTHON" -c "import jsonargparse, datasets, zoo; print('zoo imports: ok')"
 }
@@ -192,4 +196,5 @@ stage budget_test "$(share budget_test)" "$PYTHON" -m zoo test --model transform
 echo
 column -t -s $'\t' "$RESULTS/stages.tsv" 2>/dev/null || cat "$RESULTS/stages.tsv"
 echo "results: $RESULTS ($((SECONDS - START))s)"
+rm -rf "$SCRATCH"
 ! grep -qv -e $'\tok\t' -e '^stage' "$RESULTS/stages.tsv"
