@@ -7,7 +7,7 @@
 # ignored by git): --wheels (.whl: benchmarks/fetch_gpu_wheels.sh fills it) and --data (.data:
 # fra-eng.zip, and sst2/ for the sentiment test). Results and logs go to --out (default $OUT if
 # set, else gpu-results/): one log per stage, the benchmarks' JSON and plots, the CUDA tests'
-# JUnit XML, the budget run's directory and test metrics, env.txt, and stages.tsv (stage,
+# JUnit XML, the budget run's directory and test metrics, environment.log, and stages.tsv (stage,
 # status, exit code, seconds). Each stage runs under `timeout` with its share of the ten
 # minutes; a stage that fails or runs out of time is recorded and the next one runs.
 #
@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
         --data) DATA=$2; shift ;;
         --out) RESULTS=$2; shift ;;
         --python) PYTHON=$2; shift ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "gpu.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
