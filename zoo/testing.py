@@ -453,13 +453,30 @@ def _check_weights(h: _Harness, g: torch.Generator) -> None:
         keep_b = keep if weights.dim() == 3 else keep.unsqueeze(1)
         if (weights < 0).any() or (weights.masked_select(~keep_b.expand_as(weights)) != 0).any():
             _fail(f"with {what}, weights must be non-negative and exactly zero on keys a query cannot see.")
-        expected_sums = keep_b.any(-1).expand(weights.shape[:-1]).to(weights.dtype)
-        if not _close(weights.sum(-1), expected_sums):
+        sees = weights.ne(0).any(-1)  # the rows the variant gives any weight: they must sum to 1
+        if not _close(weights.sum(-1), sees.to(weights.dtype)):
             _fail(f"with {what}, each query's weights must sum to 1 (0 for a query that sees no key).")
+        _check_blind_rows(h, module, inputs, output, sees if weights.dim() == 3 else sees.any(1), what, g, **mask)
         if not _close(output, plain):
             _fail(f"with {what}, need_weights=True changes the output (the explicit and the fast path disagree).")
         if h.scoring and not _close(output, weights @ inputs[2]):
             _fail(f"with {what}, the output is not weights @ values.")
+
+
+def _check_blind_rows(h: _Harness, module: nn.Module, inputs: tuple[Tensor, Tensor, Tensor], output: Tensor, sees: Tensor, what: str, g: torch.Generator, **mask: Any) -> None:
+    """A query with all-zero weights sees no key (a window over padding, a fully masked row): then
+    no key or value may change its output. Every position is perturbed at once but a blind query's
+    own (a self-attention layer's queries are its keys)."""
+    blind = ~sees  # (B, Lq), all heads
+    if not blind.any():
+        return
+    positions = torch.ones(_BATCH, inputs[1].shape[-2], dtype=torch.bool)
+    if h.form == "x":
+        positions &= ~blind
+    changed, _ = h(module, h.perturb(inputs, positions, g), need_weights=True, **mask)
+    for b, i in blind.nonzero().tolist():
+        if not _close(changed[b, i], output[b, i]):
+            _fail(f"with {what}, query {i} of sequence {b} has all-zero weights, yet its output changes with the keys and values.")
 
 
 def _half_precision_check(dtype: torch.dtype) -> Callable[[_Harness, torch.Generator], None]:
