@@ -347,6 +347,13 @@ def test_a_layer_over_a_small_window_keeps_the_contract() -> None:
     assert report.passed == ("shape", "padding", "causal", "fully_masked", "weights", "gradients")
 
 
+def test_a_small_window_with_a_learned_relative_bias_keeps_the_contract() -> None:
+    attention = zoo.create_attention("local", window=3, relative_bias=True)
+    with torch.no_grad():
+        attention.relative_bias.normal_()
+    assert check_attention(attention, dtypes=()).passed == ("shape", "padding", "causal", "fully_masked", "weights", "gradients")
+
+
 class _UniformOverPaddingWhenBlind(zoo.LocalAttention):
     """Reports uniform weights over every key for a query whose window holds only padding though
     other keys are visible (its output stays right; a fully masked row is still all zero): the
