@@ -23,7 +23,6 @@ def close(a: Tensor, b: Tensor, atol: float = _ATOL, rtol: float = _RTOL) -> boo
     return bool(torch.allclose(a.float(), b.float(), atol=atol, rtol=rtol, equal_nan=True))
 
 
-
 @torch.no_grad()
 def check_shape(h: Harness, g: torch.Generator) -> None:
     lq, lk = h.lengths
@@ -49,7 +48,11 @@ def _mask_cases(h: Harness, lq: int, lk: int, g: torch.Generator) -> list[tuple[
     attn_mask = torch.rand(BATCH, lq, lk, generator=g) > 0.4
     positions = torch.arange(lk)
     return [
-        ("valid_lens of shape (B,)", {"valid_lens": lengths}, (positions < lengths[:, None, None]).expand(BATCH, lq, lk)),
+        (
+            "valid_lens of shape (B,)",
+            {"valid_lens": lengths},
+            (positions < lengths[:, None, None]).expand(BATCH, lq, lk),
+        ),
         ("valid_lens of shape (B, Lq)", {"valid_lens": per_query}, positions < per_query[..., None]),
         ("a boolean attn_mask", {"attn_mask": attn_mask}, attn_mask),
     ]
@@ -136,7 +139,9 @@ def check_weights(h: Harness, g: torch.Generator) -> None:
         if weights is None:
             fail("need_weights=True returned no weights although the variant declares supports_weights.")
         if weights.shape[0] != BATCH or tuple(weights.shape[-2:]) != (lq, lk) or weights.dim() not in (3, 4):
-            fail(f"weights have shape {tuple(weights.shape)}, expected ({BATCH}, {lq}, {lk}) or ({BATCH}, heads, {lq}, {lk}).")
+            fail(
+                f"weights have shape {tuple(weights.shape)}, expected ({BATCH}, {lq}, {lk}) or ({BATCH}, heads, {lq}, {lk})."
+            )
         keep_b = keep if weights.dim() == 3 else keep.unsqueeze(1)
         if (weights < 0).any() or (weights.masked_select(~keep_b.expand_as(weights)) != 0).any():
             fail(f"with {what}, weights must be non-negative and exactly zero on keys a query cannot see.")
@@ -151,7 +156,14 @@ def check_weights(h: Harness, g: torch.Generator) -> None:
 
 
 def _check_blind_rows(
-    h: Harness, module: nn.Module, inputs: tuple[Tensor, Tensor, Tensor], output: Tensor, sees: Tensor, what: str, g: torch.Generator, **mask: Any
+    h: Harness,
+    module: nn.Module,
+    inputs: tuple[Tensor, Tensor, Tensor],
+    output: Tensor,
+    sees: Tensor,
+    what: str,
+    g: torch.Generator,
+    **mask: Any,
 ) -> None:
     """A query with all-zero weights sees no key (a window over padding, a fully masked row): then
     no key or value may change its output. Every position is perturbed at once but a blind query's
@@ -165,5 +177,6 @@ def _check_blind_rows(
     changed, _ = h(module, h.perturb(inputs, positions, g), need_weights=True, **mask)
     for b, i in blind.nonzero().tolist():
         if not close(changed[b, i], output[b, i]):
-            fail(f"with {what}, query {i} of sequence {b} has all-zero weights, yet its output changes with the keys and values.")
-
+            fail(
+                f"with {what}, query {i} of sequence {b} has all-zero weights, yet its output changes with the keys and values."
+            )

@@ -50,7 +50,9 @@ def check_attention(
     """
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"check_attention: device {str(device)!r} asked for, but CUDA is not available here; use device='cpu'.")
+        raise ValueError(
+            f"check_attention: device {str(device)!r} asked for, but CUDA is not available here; use device='cpu'."
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         harness = build_harness(variant, kwargs, position)
@@ -87,7 +89,6 @@ def check_attention(
     return ContractReport(harness.label, tuple(passed), skipped)
 
 
-
 def _expect_refusal(h: Harness, flag: str, g: torch.Generator) -> None:
     """A variant that declares it lacks a capability must refuse it, not ignore it silently."""
     lq, lk = h.lengths
@@ -108,4 +109,3 @@ def _expect_refusal(h: Harness, flag: str, g: torch.Generator) -> None:
         f"{h.label} fails the attention contract [{flag}]: it declares {flag}=False but accepted "
         f"{what} without raising IncompatibleAttentionError."
     )
-

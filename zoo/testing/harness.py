@@ -51,7 +51,9 @@ class Harness:
     def module(self, dtype: torch.dtype = torch.float32) -> nn.Module:
         return copy.deepcopy(self.prototype).to(device=self.device, dtype=dtype).eval()
 
-    def inputs(self, lq: int, lk: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor, Tensor]:
+    def inputs(
+        self, lq: int, lk: int, generator: torch.Generator, dtype: torch.dtype = torch.float32
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values; the same tensor where the layer's forward ties them."""
         dq, dk, dv = self.sizes
         q = torch.randn(BATCH, lq, dq, generator=generator).to(self.device, dtype)
@@ -62,7 +64,9 @@ class Harness:
             return q, k, k
         return q, k, torch.randn(BATCH, lk, dv, generator=generator).to(self.device, dtype)
 
-    def perturb(self, inputs: tuple[Tensor, Tensor, Tensor], positions: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    def perturb(
+        self, inputs: tuple[Tensor, Tensor, Tensor], positions: Tensor, generator: torch.Generator
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """New inputs with the keys and values at ``positions`` (a ``(B, Lk)`` mask) replaced."""
         q, k, v = inputs
 
@@ -92,13 +96,18 @@ class Harness:
         return output.cpu(), weights.cpu() if weights is not None else None
 
 
-
-def build_harness(variant: str | type[nn.Module] | nn.Module, kwargs: dict[str, Any], position: str | None = None) -> Harness:
+def build_harness(
+    variant: str | type[nn.Module] | nn.Module, kwargs: dict[str, Any], position: str | None = None
+) -> Harness:
+    """The harness for ``variant`` (a name, a class built with ``kwargs`` and small defaults, or an
+    instance), with ``position`` built into a layer or placed around a scoring attention."""
     kind = get_position(position).kind if position is not None else None
     if isinstance(variant, nn.Module):
         module, label = variant, type(variant).__name__
         if isinstance(module, AttentionLayer) and kind in POSITION_CAPABILITY:
-            raise TypeError(f"check_attention(position={position!r}): build the layer with position= and pass it without position.")
+            raise TypeError(
+                f"check_attention(position={position!r}): build the layer with position= and pass it without position."
+            )
     else:
         cls = ATTENTION_REGISTRY.get(variant) if isinstance(variant, str) else variant
         label = repr(variant) if isinstance(variant, str) else cls.__name__
@@ -107,7 +116,9 @@ def build_harness(variant: str | type[nn.Module] | nn.Module, kwargs: dict[str, 
         kwargs = _constructor_defaults(cls, kwargs)
         if issubclass(cls, AttentionLayer) and kind in POSITION_CAPABILITY:
             if "position" not in inspect.signature(cls).parameters:
-                raise TypeError(f"{label} takes no positions (cross-attention never gets them); check it without position=.")
+                raise TypeError(
+                    f"{label} takes no positions (cross-attention never gets them); check it without position=."
+                )
             kwargs["position"] = create_position(position, d_model=kwargs["embed_dim"], num_heads=kwargs["num_heads"])  # type: ignore[arg-type]
         module = cls(**kwargs)
     if position is not None:
@@ -139,7 +150,10 @@ def _constructor_defaults(cls: type[nn.Module], kwargs: dict[str, Any]) -> dict[
     """Small sizes for the constructor arguments the contract's inputs need, unless given."""
     params = inspect.signature(cls).parameters
     if issubclass(cls, Attention):
-        defaults = {"query_size": 8 if cls.requires_equal_qk_dims else 6, "key_size": 8 if cls.requires_equal_qk_dims else 4}
+        defaults = {
+            "query_size": 8 if cls.requires_equal_qk_dims else 6,
+            "key_size": 8 if cls.requires_equal_qk_dims else 4,
+        }
     else:
         defaults = {"embed_dim": 8, "num_heads": 2}
     return {**{k: v for k, v in defaults.items() if k in params}, **kwargs}
@@ -148,11 +162,11 @@ def _constructor_defaults(cls: type[nn.Module], kwargs: dict[str, Any]) -> dict[
 def _layer_form(module: nn.Module) -> Form:
     """How the layer's forward takes its inputs: ``(q, k, v)``, ``(x, memory)`` or ``(x)``."""
     required = [
-        p for p in inspect.signature(module.forward).parameters.values()
+        p
+        for p in inspect.signature(module.forward).parameters.values()
         if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and p.default is inspect.Parameter.empty
     ]
     forms: dict[int, Form] = {1: "x", 2: "x_memory", 3: "qkv"}
     if len(required) not in forms:
         raise TypeError(f"check_attention cannot feed a layer whose forward takes {len(required)} required tensors.")
     return forms[len(required)]
-

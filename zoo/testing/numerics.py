@@ -41,7 +41,9 @@ def half_precision_check(dtype: torch.dtype) -> Callable[[Harness, torch.Generat
             fail(f"the output in {dtype} has NaN or inf (a fully masked row is included).")
         tol = _HALF_TOL[dtype]
         if not close(output, expected, atol=tol, rtol=tol):
-            fail(f"the output in {dtype} differs from float32 by up to {float((output.float() - expected).abs().max()):.3g} (tolerance {tol}).")
+            fail(
+                f"the output in {dtype} differs from float32 by up to {float((output.float() - expected).abs().max()):.3g} (tolerance {tol})."
+            )
         output.float().square().sum().backward()
         for name, tensor in (*(("an input", t) for t in inputs), *module.named_parameters()):
             if tensor.grad is not None and not torch.isfinite(tensor.grad).all():
@@ -89,4 +91,3 @@ def check_gradients(h: Harness, g: torch.Generator) -> None:
         torch.autograd.gradcheck(forward, fresh, eps=1e-6, atol=1e-5, rtol=1e-3, fast_mode=True)
     except GradcheckError as error:
         fail(f"analytical gradients differ from finite differences in float64: {str(error).splitlines()[0]}")
-

@@ -28,9 +28,14 @@ class Placement:
                 self.schemes[size] = create_position(self.name, d_model=size, num_heads=1, max_len=64)
         return self.schemes[size]
 
-    def apply(self, inputs: tuple[Tensor, Tensor, Tensor], kwargs: dict[str, Any]) -> tuple[tuple[Tensor, Tensor, Tensor], dict[str, Any]]:
+    def apply(
+        self, inputs: tuple[Tensor, Tensor, Tensor], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Tensor, Tensor, Tensor], dict[str, Any]]:
         if self.kind == "bias":
-            return inputs, {**kwargs, "position_bias": self.scheme(1).to(inputs[0].device)} if self.on_scores else kwargs
+            return inputs, {
+                **kwargs,
+                "position_bias": self.scheme(1).to(inputs[0].device),
+            } if self.on_scores else kwargs
         if self.kind == "rotary" and not self.on_scores:
             return inputs, kwargs
         q, k, v = inputs
@@ -43,5 +48,8 @@ class Placement:
                 return scheme(t, offset)
             return scheme(t, torch.arange(offset, offset + t.shape[-2], device=t.device))
 
-        return (place(q, first), place(k, key_first), v), kwargs  # values carry no positions: the weights check reads them
-
+        return (
+            place(q, first),
+            place(k, key_first),
+            v,
+        ), kwargs  # values carry no positions: the weights check reads them

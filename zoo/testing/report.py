@@ -21,7 +21,6 @@ class ContractReport:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-
 def fail(message: str) -> None:
     """Stop the running check; :func:`~zoo.testing.check_attention` adds the variant and check."""
     raise AttentionContractError(message)
