@@ -24,7 +24,6 @@ hold whatever the implementation (explicit scores, a fused kernel, no score matr
   ``weights @ values`` (scoring attentions).
 * ``float16`` / ``bfloat16``: the variant runs in half precision, stays finite forwards and
   backwards, and stays close to the same computation in float32.
-
 * ``gradients``: queries, keys and values get finite gradients, every trainable parameter gets
   one (DistributedDataParallel fails on parameters that get none), and the gradients match
   finite differences in float64.
