@@ -301,7 +301,8 @@ POSITIONED = [(name, position) for name in BUILT_INS for position in zoo.list_po
 @pytest.mark.parametrize(("name", "position"), POSITIONED, ids=[f"{n}-{p}" for n, p in POSITIONED])
 def test_every_built_in_keeps_the_contract_in_every_position_it_takes(name: str, position: str) -> None:
     report = check_attention(name, position=position)
-    assert report.passed == ALL_CHECKS
+    not_causal = not zoo.get_attention(name).supports_causal  # verified to refuse it instead
+    assert report.passed == tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
     assert report.variant.endswith(f"with position {position!r}")
 
 
