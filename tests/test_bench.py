@@ -74,7 +74,7 @@ def test_bench_attention_on_a_tiny_grid(in_tmp, capsys) -> None:
 
 
 def test_bench_attention_causal_subset_and_bad_cases(in_tmp, capsys) -> None:
-    main(["bench", "attention", "--causal", "--cases", "multi_head", "lin*", "loc*", "--lengths", "24", "--batch", "1",
+    main(["bench", "attention", "--causal", "--cases", "multi_head", "linea*", "loc*", "--lengths", "24", "--batch", "1",
           "--d-model", "8", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory", "--out", "c.json", "--plot", "c.png"])
     payload = json.loads((in_tmp / "c.json").read_text())
     assert [c["name"] for c in payload["cases"]] == ["multi_head", "linear", "local"]

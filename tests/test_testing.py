@@ -24,10 +24,15 @@ def test_the_built_ins_are_all_checked() -> None:
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_every_built_in_keeps_the_contract(name: str) -> None:
     report = check_attention(name)
-    assert report.passed == ALL_CHECKS
+    # a variant that is not causal (linformer's projections mix every position) is verified to refuse it
+    not_causal = not zoo.get_attention(name).supports_causal
+    assert report.passed == tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
     # a sliding window needs one sequence: checked on equal lengths, and it refuses two
     one_sequence = not getattr(zoo.get_attention(name), "supports_cross_attention", True)
-    assert report.skipped == ({"two_sequences": "declares supports_cross_attention=False (and refuses it)"} if one_sequence else {})
+    skipped = {"two_sequences": "declares supports_cross_attention=False (and refuses it)"} if one_sequence else {}
+    if not_causal:
+        skipped["causal"] = "declares supports_causal=False (and refuses it)"
+    assert report.skipped == skipped
 
 
 def test_a_one_sequence_variant_that_accepts_two_sequences_is_caught() -> None:
@@ -296,7 +301,8 @@ POSITIONED = [(name, position) for name in BUILT_INS for position in zoo.list_po
 @pytest.mark.parametrize(("name", "position"), POSITIONED, ids=[f"{n}-{p}" for n, p in POSITIONED])
 def test_every_built_in_keeps_the_contract_in_every_position_it_takes(name: str, position: str) -> None:
     report = check_attention(name, position=position)
-    assert report.passed == ALL_CHECKS
+    not_causal = not zoo.get_attention(name).supports_causal  # verified to refuse it instead
+    assert report.passed == tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
     assert report.variant.endswith(f"with position {position!r}")
 
 
@@ -330,3 +336,77 @@ def test_a_bias_that_replaces_the_padding_mask_is_caught() -> None:
 @pytest.mark.parametrize("position", ["rope", "alibi", "t5"])
 def test_a_grouped_query_layer_keeps_the_contract_with_positions(position: str) -> None:
     assert check_attention("self", position=position, num_heads=2, num_kv_heads=1).passed == ALL_CHECKS
+
+
+# -- windowed variants: a query whose whole window is padding sees nothing -----------------------
+
+
+@pytest.mark.parametrize("window", [2, 3, 4, 5, 8])
+def test_a_small_window_keeps_the_contract(window: int) -> None:
+    """Windows narrower than the test sequence leave some queries with only padding in view: they
+    get zero weights, which the weights check accepts (it once demanded a sum of 1 there)."""
+    assert check_attention("local", window=window, dtypes=()).passed == tuple(c for c in ALL_CHECKS if "float" not in c)
+
+
+def test_a_layer_over_a_small_window_keeps_the_contract() -> None:
+    report = check_attention("self", attention="local", attention_kwargs={"window": 3}, dtypes=())
+    assert report.passed == ("shape", "padding", "causal", "fully_masked", "weights", "gradients")
+
+
+def test_a_small_window_with_a_learned_relative_bias_keeps_the_contract() -> None:
+    attention = zoo.create_attention("local", window=3, relative_bias=True)
+    with torch.no_grad():
+        attention.relative_bias.normal_()
+    assert check_attention(attention, dtypes=()).passed == ("shape", "padding", "causal", "fully_masked", "weights", "gradients")
+
+
+class _UniformOverPaddingWhenBlind(zoo.LocalAttention):
+    """Reports uniform weights over every key for a query whose window holds only padding though
+    other keys are visible (its output stays right; a fully masked row is still all zero): the
+    weights say it read keys it cannot see."""
+
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
+        output, weights = super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias)
+        if weights is not None and mask is not None:
+            blind = (weights.sum(-1, keepdim=True) == 0) & mask.any(-1, keepdim=True)
+            weights = torch.where(blind, 1 / keys.shape[-2], weights)
+        return AttentionOutput(output, weights)
+
+
+class _LeaksWeightOntoPadding(zoo.LocalAttention):
+    """Moves a little weight onto masked keys and renormalises: every row that sees a key still
+    sums to 1 (and one that sees none stays zero)."""
+
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
+        output, weights = super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias)
+        if weights is not None and mask is not None:
+            leaked = weights + 1e-3 * (~mask & (weights.sum(-1, keepdim=True) > 0)).to(weights.dtype)
+            weights = leaked / leaked.sum(-1, keepdim=True).clamp_min(1e-12)
+        return AttentionOutput(output, weights)
+
+
+class _ZeroWeightsForQueryZero(_Cosine):
+    """Reports all-zero weights for query 0, which does read its keys: a blind row must not."""
+
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+        output, weights = super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
+        if weights is not None:
+            weights = weights.clone()
+            weights[..., 0, :] = 0
+        return AttentionOutput(output, weights)
+
+
+@pytest.mark.parametrize(
+    ("variant", "message"),
+    [
+        (_UniformOverPaddingWhenBlind, "exactly zero on keys a query cannot see"),
+        (_LeaksWeightOntoPadding, "exactly zero on keys a query cannot see"),
+        (_ZeroWeightsForQueryZero, "query 0 of sequence 0 has all-zero weights, yet its output changes with the keys and values"),
+    ],
+)
+def test_weights_a_window_cannot_give_are_caught(variant, message) -> None:
+    kwargs = {"window": 3} if issubclass(variant, zoo.LocalAttention) else {}
+    with pytest.raises(AttentionContractError) as info:
+        check_attention(variant, dtypes=(), **kwargs)
+    assert str(info.value).startswith(f"{variant.__name__} fails the attention contract [weights]: "), str(info.value)
+    assert message in str(info.value), str(info.value)

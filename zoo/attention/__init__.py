@@ -22,6 +22,11 @@ from zoo.attention.dot_product import DotProductAttention  # noqa: E402
 from zoo.attention.gaussian_kernel import GaussianKernelAttention  # noqa: E402
 from zoo.attention.linear import LinearAttention  # noqa: E402
 from zoo.attention.local import LocalAttention  # noqa: E402
+from zoo.attention.performer import PerformerAttention  # noqa: E402
+from zoo.attention.linformer import LinformerAttention  # noqa: E402
+from zoo.attention.longformer import LongformerAttention  # noqa: E402
+from zoo.attention.bigbird import BigBirdAttention  # noqa: E402
+from zoo.attention.sparse import FixedSparseAttention  # noqa: E402
 from zoo.attention.multi_head import CrossAttention, HeadedAttention, MultiHeadAttention, SelfAttention  # noqa: E402
 
 __all__ = [
@@ -31,14 +36,19 @@ __all__ = [
     "Attention",
     "AttentionLayer",
     "AttentionOutput",
+    "BigBirdAttention",
     "CrossAttention",
     "DotProductAttention",
+    "FixedSparseAttention",
     "GaussianKernelAttention",
     "HeadedAttention",
     "IncompatibleAttentionError",
     "LinearAttention",
+    "LinformerAttention",
     "LocalAttention",
+    "LongformerAttention",
     "MultiHeadAttention",
+    "PerformerAttention",
     "SelfAttention",
     "causal_mask",
     "create_attention",

@@ -62,9 +62,12 @@ class LinearAttention(Attention):
 
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         """``log(phi(q) . phi(k))``: its masked softmax is the normalized kernel (quadratic path)."""
-        compute = torch.promote_types(queries.dtype, torch.float32)
-        kernel = torch.matmul(feature_map(queries.to(compute)), feature_map(keys.to(compute)).transpose(-2, -1))
+        kernel = torch.matmul(self.features(queries, is_query=True), self.features(keys, is_query=False).transpose(-2, -1))
         return kernel.log().to(queries.dtype)
+
+    def features(self, x: Tensor, *, is_query: bool) -> Tensor:
+        """``phi(x)`` of queries or keys, in float32 at least; a kernelized subclass overrides it."""
+        return feature_map(x.to(torch.promote_types(x.dtype, torch.float32)))
 
     def attend(
         self,
@@ -87,8 +90,8 @@ class LinearAttention(Attention):
         if need_weights or (mask is not None and mask.shape[-2] > 1):  # weights, or a mask per query: quadratic
             return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
 
-        compute = torch.promote_types(queries.dtype, torch.float32)
-        phi_q, phi_k, v = feature_map(queries.to(compute)), feature_map(keys.to(compute)), values.to(compute)
+        phi_q, phi_k = self.features(queries, is_query=True), self.features(keys, is_query=False)
+        v = values.to(phi_k.dtype)
         if mask is not None:
             phi_k = phi_k * mask[..., 0, :, None]  # (*batch, Lk, 1): masked keys drop out of the sums
         output = self._causal(phi_q, phi_k, v) if is_causal else self._global(phi_q, phi_k, v)

@@ -104,6 +104,10 @@ class HeadedAttention(AttentionLayer):
         self.score_attention = create_scoring_attention(
             attention, head_dim=self.head_dim, num_heads=num_heads, dropout=dropout, **(attention_kwargs or {})
         )
+        # A layer can do what its per-head attention can: these instance flags shadow the
+        # class's, so check_attention and callers see, say, that a linformer layer is not causal.
+        for flag in ("supports_padding_mask", "supports_causal", "supports_weights"):
+            setattr(self, flag, getattr(self.score_attention, flag))
         self.position = self._check_position(position)
         kv_dim = num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)

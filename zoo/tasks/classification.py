@@ -13,7 +13,7 @@ from zoo.models import SentimentClassifier
 from zoo.models.registry import register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure
-from zoo.tasks.optim import adamw_with_warmup
+from zoo.tasks.optim import adamw_with_warmup, fused_allowed
 from zoo.text.codecs import ClassificationCodec
 
 __all__ = ["Sentiment"]
@@ -157,6 +157,7 @@ class Sentiment(ZooTask):
         return adamw_with_warmup(
             self.model, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
             warmup_steps=self.hparams.warmup_steps, total_steps=self.trainer.estimated_stepping_batches,
+            fused=fused_allowed(self.trainer),
         )
 
 

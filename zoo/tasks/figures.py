@@ -65,11 +65,17 @@ def attention_heatmaps(
 
 
 def regression_plot(inputs: Tensor, predictions: Tensor, truth: Tensor, train_inputs: Tensor, train_targets: Tensor) -> Figure:
-    """Truth and prediction curves over the query inputs, with the training points."""
+    """Truth and prediction curves over the query inputs, with the training points.
+
+    Tensors go to float32 first: under ``bf16-mixed`` the predictions are bfloat16, which NumPy
+    (and so matplotlib) cannot hold."""
+    inputs, predictions, truth, train_inputs, train_targets = (
+        t.detach().float().cpu() for t in (inputs, predictions, truth, train_inputs, train_targets)
+    )
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot(inputs.cpu(), truth.cpu(), label="Truth")
-    ax.plot(inputs.cpu(), predictions.detach().cpu(), "--", label="Pred")
-    ax.plot(train_inputs.cpu(), train_targets.cpu(), "o", alpha=0.5, label="Training points")
+    ax.plot(inputs, truth, label="Truth")
+    ax.plot(inputs, predictions, "--", label="Pred")
+    ax.plot(train_inputs, train_targets, "o", alpha=0.5, label="Training points")
     ax.set_xlabel("x")
     ax.set_ylabel("y")
     ax.legend()

@@ -5,10 +5,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import lightning as L
 import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 
-__all__ = ["adamw_with_warmup", "warmup_cosine"]
+__all__ = ["adamw_with_warmup", "fused_allowed", "warmup_cosine"]
+
+
+def fused_allowed(trainer: L.Trainer) -> bool:
+    """Whether the fused AdamW kernel may run under ``trainer``: Lightning refuses to clip the
+    gradients of an optimizer that unscales them itself (a fused one) under mixed precision
+    (``16-mixed`` and ``bf16-mixed`` alike), so clipping plus mixed precision takes the
+    multi-tensor (foreach) kernel instead."""
+    return not (isinstance(trainer.precision_plugin, MixedPrecision) and trainer.gradient_clip_val)
 
 
 def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_ratio: float = 0.0) -> float:
@@ -22,21 +32,29 @@ def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_ratio: 
 
 
 def adamw_with_warmup(
-    model: nn.Module, *, lr: float, weight_decay: float, warmup_steps: int, total_steps: int, betas: tuple[float, float] = (0.9, 0.98)
+    model: nn.Module,
+    *,
+    lr: float,
+    weight_decay: float,
+    warmup_steps: int,
+    total_steps: int,
+    betas: tuple[float, float] = (0.9, 0.98),
+    fused: bool = True,
 ) -> dict[str, Any]:
     """AdamW and a per-step schedule, in the dictionary form ``LightningModule.configure_optimizers``
     returns.
 
     Weight decay applies to weights only. Exempt are parameters of fewer than two dimensions,
     those named ``*bias`` (Hugging Face's rule, which also exempts bias tables such as ``local``
-    attention's ``relative_bias``, as Swin and T5 do) and those of modules named ``*norm*``."""
+    attention's ``relative_bias``, as Swin and T5 do) and those of modules named ``*norm*``.
+    ``fused=False`` keeps the unfused kernel (see :func:`fused_allowed`)."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
         (no_decay if param.dim() < 2 or "norm" in name or name.endswith("bias") else decay).append(param)
     # The fused kernel updates every parameter in one pass (about 10% of a small model's step on CPU).
-    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in decay + no_decay)
+    fused = fused and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in decay + no_decay)
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=lr, betas=betas, fused=fused or None,

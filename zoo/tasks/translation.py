@@ -24,7 +24,7 @@ from zoo.models.transformer import Transformer
 from zoo.tasks.base import ZooTask
 from zoo.tasks.bleu import CorpusBLEU
 from zoo.tasks.figures import attention_heatmaps, publish_figure
-from zoo.tasks.optim import adamw_with_warmup
+from zoo.tasks.optim import adamw_with_warmup, fused_allowed
 from zoo.text.codecs import TranslationCodec
 
 __all__ = ["Seq2SeqTranslator", "TransformerTranslator", "TranslationTask"]
@@ -101,6 +101,7 @@ class TranslationTask(ZooTask):
         return adamw_with_warmup(
             self.model, lr=self.lr, weight_decay=self.weight_decay,
             warmup_steps=self.warmup_steps, total_steps=self.trainer.estimated_stepping_batches,
+            fused=fused_allowed(self.trainer),
         )
 
     # -- decoding -------------------------------------------------------------------------------

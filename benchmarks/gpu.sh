@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Everything the zoo measures on one GPU, in one go of at most ten minutes, offline.
+#
+#   benchmarks/gpu.sh [--dry-run] [--list] [--wheels DIR] [--data DIR] [--out DIR] [--python PY]
+#
+# From the project checkout plus two folders beside it (defaults in the checkout root, both
+# ignored by git): --wheels (.whl: benchmarks/fetch_gpu_wheels.sh fills it) and --data (.data:
+# fra-eng.zip, and sst2/ for the sentiment test). Results and logs go to --out (default $OUT if
+# set, else gpu-results/): one log per stage, the benchmarks' JSON and plots, the CUDA tests'
+# JUnit XML, the budget run's directory and test metrics, environment.log, and stages.tsv (stage,
+# status, exit code, seconds). Each stage runs under `timeout` with its share of the ten
+# minutes; a stage that fails or runs out of time is recorded and the next one runs.
+#
+# --dry-run runs every stage on the CPU at tiny sizes, to test the script without a GPU
+# (tests/test_gpu_script.py does); --list prints the stages and their shares, and runs nothing.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DRY=0
+LIST=0
+WHEELS=$ROOT/.whl
+DATA=$ROOT/.data
+RESULTS=${OUT:-$ROOT/gpu-results}
+PYTHON=python3
+while [ $# -gt 0 ]; do
+    case $1 in
+        --dry-run) DRY=1 ;;
+        --list) LIST=1 ;;
+        --wheels) WHEELS=$2; shift ;;
+        --data) DATA=$2; shift ;;
+        --out) RESULTS=$2; shift ;;
+        --python) PYTHON=$2; shift ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        *) echo "gpu.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ $LIST -eq 1 ] || mkdir -p "$RESULTS"
+RESULTS=$(cd "$RESULTS" 2>/dev/null && pwd || echo "$RESULTS")
+WHEELS=$(cd "$WHEELS" 2>/dev/null && pwd || echo "$WHEELS")
+DATA=$(cd "$DATA" 2>/dev/null && pwd || echo "$DATA")
+FRA_ENG=$DATA/fra-eng.zip
+# Scratch outside the results (they are copied back): the missing packages (never installed into
+# the system's site-packages) and the zoo's caches (tokenizers, encoded corpora).
+SCRATCH=${TMPDIR:-/tmp}/zoo-gpu.$$
+SITE=$SCRATCH/site
+TOTAL=570             # seconds for all stages: ten minutes less a margin for start-up and copying
+START=$SECONDS
+
+export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
+export ZOO_DATA_DIR=$DATA ZOO_CACHE_DIR=$SCRATCH/cache
+export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+export PYTHON WHEELS SITE  # for the stages that are functions of this script (run by `bash -c`)
+
+# stage NAME SHARE COMMAND...: run COMMAND (in $RESULTS) for at most SHARE seconds, or what is
+# left of TOTAL; log to NAME.log; record the outcome in stages.tsv.
+stage() {
+    local name=$1 share=$2 started=$SECONDS rc status
+    shift 2
+    local left=$((TOTAL - (SECONDS - START)))
+    if [ "$share" -gt "$left" ]; then share=$left; fi
+    if [ "$share" -le 0 ]; then
+        printf '%s\tskipped: no time left\t-\t0\n' "$name" >>"$RESULTS/stages.tsv"
+        return
+    fi
+    echo "== $name (at most ${share}s)"
+    (cd "$RESULTS" && timeout --signal=TERM --kill-after=15 "$share" "$@") >"$RESULTS/$name.log" 2>&1 </dev/null
+    rc=$?
+    case $rc in
+        0) status=ok ;;
+        124|137) status="timed out after ${share}s" ;;
+        *) status=failed ;;
+    esac
+    printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$((SECONDS - started))" >>"$RESULTS/stages.tsv"
+    echo "   $status ($((SECONDS - started))s)"
+}
+
+# -- install: the wheels of the distributions this Python lacks --------------------------------
+install_missing() {
+    local wheel dist missing=()
+    if [ ! -d "$WHEELS" ]; then echo "no wheels at $WHEELS: installing nothing"; fi
+    for wheel in "$WHEELS"/*.whl; do
+        [ -e "$wheel" ] || continue
+        dist=$(basename "$wheel" | cut -d- -f1)
+        if "$PYTHON" -c "import sys; from importlib.metadata import version; version(sys.argv[1])" "$dist" 2>/dev/null; then
+            echo "present: $dist"
+        else
+            missing+=("$wheel")
+        fi
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing into $SITE: ${missing[*]##*/}"
+        if "$PYTHON" -m pip --version >/dev/null 2>&1; then
+            "$PYTHON" -m pip install --quiet --no-index --no-deps --target "$SITE" "${missing[@]}" || return 1
+        else  # no pip: a wheel is a zip of what --target would hold (scripts aside, which the zoo needs none of)
+            "$PYTHON" -c "import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]" "$SITE" "${missing[@]}" || return 1
+        fi
+        "$PYTHON" -c "import sys; from importlib.metadata import distributions as d; print('installed:', *sorted(x.metadata['Name'] for x in d(path=[sys.argv[1]])))" "$SITE"
+    fi
+    "$PYTHON" -c "import jsonargparse, datasets, zoo; print('zoo imports: ok')"
+}
+
+environment() {
+    nvidia-smi || echo "nvidia-smi: not available"
+    "$PYTHON" - <<'PY'
+import platform, torch, lightning, zoo
+print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), lightning {lightning.__version__}")
+print(f"cuda available: {torch.cuda.is_available()}" + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
+print("attention:", ", ".join(zoo.list_attention()))
+PY
+    "$PYTHON" -m pip list 2>/dev/null
+}
+export -f install_missing environment
+
+# max_steps for the budget run: the training seconds it has over the step time `bench train`
+# measured at the same batch (the CPU recipe's calibration); FALLBACK when that failed.
+calibrated_steps() {
+    "$PYTHON" - "$RESULTS/bench_train.json" "$1" "$2" <<'PY'
+import json, sys
+path, seconds, fallback = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+try:
+    step_ms = json.load(open(path))["result"]["step_time_ms"]["median"]
+    print(max(1, int(seconds * 1000 / step_ms)))
+except (OSError, KeyError, ValueError):
+    print(fallback)
+PY
+}
+
+if [ $DRY -eq 1 ]; then
+    DEVICE=cpu ACCELERATOR=cpu
+    LENGTHS=(64 128) ALL_LENGTHS=(64) ATTENTION_SIZE=(--batch 1 --d-model 32 --heads 2 --warmup 1 --repeats 1)
+    TRANSLATION=(--limit-train 400 --vocab-size 200 --model-kwargs '{"d_model": 32, "num_heads": 2, "ffn_hidden": 64}')
+    TRAIN_SIZE=(--batch 16 --steps 2 --warmup 1) DECODE_SIZE=(--batch 8 --sentences 8 --tokens 4 --repeats 1)
+    FIT_SIZE=(--data.limit_train 400 --data.vocab_size 200 --data.batch_size 16 --model.d_model 32 --model.num_heads 2
+              --model.ffn_hidden 64 --data.num_workers 0 --trainer.limit_test_batches 0.005)  # 1 batch
+    TESTS=(tests/cuda -m cuda)
+    SHARES=(install:60 environment:60 cuda_tests:120 bench_attention:90 bench_attention_all:90 bench_train:90
+            bench_train_compiled:90 bench_decode:90 budget_fit:120 budget_test:90)
+    TOTAL=940  # a loaded 2-core machine; on a quiet one the dry run takes a few minutes
+    export TORCHDYNAMO_DISABLE=1  # the compiled stage runs its code path without compiling on the CPU
+else
+    DEVICE=cuda ACCELERATOR=gpu
+    LENGTHS=(1024 2048 4096 8192 16384 32768) ALL_LENGTHS=(1024 2048 4096)
+    ATTENTION_SIZE=(--batch 2 --d-model 256 --heads 8 --warmup 2 --repeats 5 --time-limit 2)
+    TRANSLATION=()
+    TRAIN_SIZE=(--batch 512 --steps 40 --warmup 10) DECODE_SIZE=(--batch 256 --sentences 1024 --tokens 30 --repeats 3)
+    FIT_SIZE=()
+    TESTS=(tests/cuda -m cuda)
+    SHARES=(install:30 environment:10 cuda_tests:110 bench_attention:50 bench_attention_all:30 bench_train:45
+            bench_train_compiled:70 bench_decode:30 budget_fit:155 budget_test:40)  # compiling takes most of its 70 s
+fi
+share() { local entry; for entry in "${SHARES[@]}"; do [ "${entry%%:*}" = "$1" ] && echo "${entry#*:}"; done; }
+if [ $LIST -eq 1 ]; then
+    printf '%s\n' "${SHARES[@]}" | tr ':' ' '
+    echo "total $TOTAL"
+    exit 0
+fi
+printf 'stage\tstatus\texit_code\tseconds\n' >"$RESULTS/stages.tsv"
+[ -f "$FRA_ENG" ] || echo "warning: no $FRA_ENG: the translation stages will fail" >&2
+
+stage install "$(share install)" bash -c install_missing
+stage environment "$(share environment)" bash -c environment
+stage cuda_tests "$(share cuda_tests)" bash -c 'cd "$1" && shift && "$@"' _ "$ROOT" \
+    "$PYTHON" -m pytest "${TESTS[@]}" -q -rs -p no:cacheprovider --junitxml "$RESULTS/cuda_tests.xml"
+stage bench_attention "$(share bench_attention)" "$PYTHON" -m zoo bench attention --device "$DEVICE" \
+    --cases floor multi_head dot_product local linear --lengths "${LENGTHS[@]}" "${ATTENTION_SIZE[@]}" \
+    --out bench_attention.json --plot bench_attention.png
+stage bench_attention_all "$(share bench_attention_all)" "$PYTHON" -m zoo bench attention --device "$DEVICE" \
+    --lengths "${ALL_LENGTHS[@]}" "${ATTENTION_SIZE[@]}" --out bench_attention_all.json --plot bench_attention_all.png
+stage bench_train "$(share bench_train)" "$PYTHON" -m zoo bench train --device "$DEVICE" --precision bf16-mixed \
+    --data-path "$FRA_ENG" "${TRANSLATION[@]}" "${TRAIN_SIZE[@]}" --out bench_train.json
+stage bench_train_compiled "$(share bench_train_compiled)" "$PYTHON" -m zoo bench train --device "$DEVICE" \
+    --precision bf16-mixed --compile --data-path "$FRA_ENG" "${TRANSLATION[@]}" "${TRAIN_SIZE[@]}" --out bench_train_compiled.json
+stage bench_decode "$(share bench_decode)" "$PYTHON" -m zoo bench decode --device "$DEVICE" \
+    --data-path "$FRA_ENG" "${TRANSLATION[@]}" "${DECODE_SIZE[@]}" --out bench_decode.json
+
+# The Transformer's budget run: the default recipe at a GPU-sized batch in bf16-mixed, for what
+# is left of its share after start-up; its schedule ends at the calibrated max_steps.
+FIT_SHARE=$(share budget_fit)
+TRAIN_SECONDS=$((FIT_SHARE - 45))
+STEPS=$(calibrated_steps "$TRAIN_SECONDS" 2000)
+[ $DRY -eq 1 ] && STEPS=3
+echo "budget run: $STEPS steps, at most ${TRAIN_SECONDS}s of training" | tee "$RESULTS/budget.txt"
+stage budget_fit "$FIT_SHARE" "$PYTHON" -m zoo fit --model transformer --config "$ROOT/benchmarks/configs/transformer_gpu.yaml" \
+    --data.path "$FRA_ENG" --trainer.accelerator "$ACCELERATOR" --trainer.max_steps "$STEPS" \
+    --trainer.max_time "$(printf '00:00:%02d:%02d' $((TRAIN_SECONDS / 60)) $((TRAIN_SECONDS % 60)))" "${FIT_SIZE[@]}" \
+    --trainer.logger CSVLogger --trainer.logger.save_dir runs --trainer.logger.name transformer_gpu \
+    --trainer.enable_progress_bar false
+CHECKPOINT=$(ls -t "$RESULTS"/runs/transformer_gpu/version_*/checkpoints/last.ckpt 2>/dev/null | head -n 1)
+stage budget_test "$(share budget_test)" "$PYTHON" -m zoo test --model transformer \
+    --config "$ROOT/benchmarks/configs/transformer_gpu.yaml" --data.path "$FRA_ENG" --trainer.accelerator "$ACCELERATOR" \
+    "${FIT_SIZE[@]}" --ckpt_path "${CHECKPOINT:-no checkpoint: the budget run saved none}" \
+    --trainer.logger CSVLogger --trainer.logger.save_dir runs --trainer.logger.name transformer_gpu_test \
+    --trainer.enable_progress_bar false
+
+echo
+column -t -s $'\t' "$RESULTS/stages.tsv" 2>/dev/null || cat "$RESULTS/stages.tsv"
+echo "results: $RESULTS ($((SECONDS - START))s)"
+rm -rf "$SCRATCH"
+! grep -qv -e $'\tok\t' -e '^stage' "$RESULTS/stages.tsv"

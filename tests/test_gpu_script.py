@@ -1,0 +1,72 @@
+"""benchmarks/gpu.sh: its stages fit ten minutes with the largest share to the budget run, bad
+arguments are refused, and (slow) its CPU dry run takes every stage end to end."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu.sh"
+STAGES = ["install", "environment", "cuda_tests", "bench_attention", "bench_attention_all", "bench_train",
+          "bench_train_compiled", "bench_decode", "budget_fit", "budget_test"]  # fmt: skip
+
+
+def _shares(*flags: str) -> tuple[dict[str, int], int]:
+    lines = subprocess.run(["bash", str(SCRIPT), "--list", *flags], check=True, capture_output=True, text=True).stdout.splitlines()
+    shares = {name: int(seconds) for name, seconds in (line.split() for line in lines)}
+    return shares, shares.pop("total")
+
+
+@pytest.mark.parametrize("script", ["gpu.sh", "fetch_gpu_wheels.sh"])
+def test_the_scripts_parse(script: str) -> None:
+    subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / script)], check=True)
+
+
+def test_the_stages_fit_ten_minutes_and_the_budget_run_gets_the_most() -> None:
+    shares, total = _shares()
+    assert list(shares) == STAGES
+    assert sum(shares.values()) <= total <= 570  # ten minutes less start-up and copying
+    assert max(shares, key=shares.get) == "budget_fit"
+    dry, _ = _shares("--dry-run")
+    assert list(dry) == STAGES
+
+
+def test_an_unknown_argument_is_refused_in_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(["bash", str(SCRIPT), "--gpus", "2", "--out", str(tmp_path)], check=False, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "gpu.sh: unknown argument --gpus (see --help)"
+
+
+def _fake_wheel(folder: Path) -> None:
+    """A wheel of a distribution no environment has, to see the install stage install it."""
+    folder.mkdir()
+    with zipfile.ZipFile(folder / "zoo_gpu_probe-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("zoo_gpu_probe.py", "FOUND = True\n")
+        wheel.writestr("zoo_gpu_probe-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: zoo-gpu-probe\nVersion: 1.0\n")
+        wheel.writestr("zoo_gpu_probe-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr("zoo_gpu_probe-1.0.dist-info/RECORD", "")
+
+
+@pytest.mark.slow
+def test_the_dry_run_takes_every_stage_end_to_end(tmp_path: Path, shared_data: Path) -> None:
+    _fake_wheel(tmp_path / "wheels")
+    out = tmp_path / "results"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(["bash", str(SCRIPT), "--dry-run", "--data", str(shared_data), "--wheels", str(tmp_path / "wheels"),
+                    "--out", str(out), "--python", sys.executable], env=env, check=False, timeout=1200)  # fmt: skip
+    with (out / "stages.tsv").open() as handle:
+        stages = {row["stage"]: row["status"] for row in csv.DictReader(handle, delimiter="\t")}
+    assert stages == dict.fromkeys(STAGES, "ok"), {name: (status, (out / f"{name}.log").read_text()[-2000:]) for name, status in stages.items() if status != "ok"}
+    assert "installed: zoo-gpu-probe" in (out / "install.log").read_text()  # the missing distribution, and only it
+    for result in ["bench_attention.json", "bench_attention.png", "bench_attention_all.json", "bench_train.json",
+                   "bench_train_compiled.json", "bench_decode.json", "cuda_tests.xml", "budget.txt"]:  # fmt: skip
+        assert (out / result).is_file(), result
+    metrics = next((out / "runs" / "transformer_gpu_test").glob("version_*/metrics.csv")).read_text()
+    assert "test/bleu" in metrics

@@ -1,0 +1,179 @@
+"""Sparse attention patterns computed blockwise: the shared machinery of ``longformer``, ``bigbird`` and ``sparse``.
+
+A pattern says which key positions ``j`` a query at position ``p`` may see. Such patterns have
+two parts, and a subclass of :class:`SparsePatternAttention` states both:
+
+* :meth:`~SparsePatternAttention.candidates`: for each block of ``block_size`` query positions,
+  a short list of key positions that holds every key any query of the block may see (a window
+  around the block, global positions, random or summary positions). Its length ``S`` sets the
+  cost: time and memory ``O(L / block_size * block_size * S)``, never ``L x L``.
+* :meth:`~SparsePatternAttention.allowed`: the exact rule, evaluated only on those candidates.
+* Optionally :meth:`~SparsePatternAttention.global_queries`: positions that see every key; their
+  rows are computed densely (``O(g L)``).
+
+The base class cuts queries into blocks aligned on key positions (query ``i`` sits at key
+position ``i + Lk - Lq``, bottom-right, as everywhere in the zoo), gathers each block's candidate
+keys, drops out-of-range and repeated candidates, applies the rule, causality (``j <= p``) and the
+padding mask read at the scored pairs only (:func:`~zoo.attention.masking.mask_at`), and runs each
+block through the fused :func:`~torch.nn.functional.scaled_dot_product_attention` (an explicit
+masked softmax when weights are asked for, scattered into a dense ``(Lq, Lk)`` tensor: ask for
+those on short inputs only).
+
+A pattern is defined by positions within one sequence: these variants take queries and keys of
+one sequence (``Lq == Lk``; fewer queries only when causal, as in cached decoding).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.blocks import rows_from
+from zoo.attention.masking import mask_at, masked_softmax
+
+__all__ = ["SparsePatternAttention"]
+
+
+class SparsePatternAttention(Attention):
+    """Scaled dot-product attention restricted to a sparse pattern of positions (see the module docstring).
+
+    Args:
+        block_size: Query positions per block (a block shares one list of candidate keys).
+        dropout: Dropout on the attention weights during training.
+        scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
+    """
+
+    supports_cross_attention: ClassVar[bool] = False
+    supports_position_bias: ClassVar[bool] = False
+    has_fused_path: ClassVar[bool] = True
+
+    def __init__(self, block_size: int, dropout: float = 0.0, scale: float | None = None) -> None:
+        super().__init__(dropout)
+        if not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"{type(self).__name__}: block_size must be a positive integer, got {block_size!r}.")
+        self.block_size, self.scale = block_size, scale
+
+    # -- what a pattern states -------------------------------------------------------------------
+
+    def candidates(self, blocks: Tensor, num_keys: int, is_causal: bool) -> Tensor:
+        """Key positions ``(nb, S)`` holding every key the queries of each block may see.
+
+        ``blocks`` holds block indices: block ``b`` covers positions ``b * block_size`` to
+        ``(b + 1) * block_size - 1``. Positions outside ``[0, num_keys)`` and repeats are ignored.
+        """
+        raise NotImplementedError
+
+    def allowed(self, query_pos: Tensor, key_pos: Tensor, num_keys: int, is_causal: bool) -> Tensor:
+        """Whether a query at ``query_pos`` may see the key at ``key_pos`` (broadcasting tensors).
+
+        Causality (``key_pos <= query_pos``) is applied by the base class on top of this rule."""
+        raise NotImplementedError
+
+    def global_queries(self, num_keys: int, device: torch.device) -> Tensor | None:
+        """Positions whose queries see every key (dense rows), or None."""
+        return None
+
+    # -- the computation -------------------------------------------------------------------------
+
+    def check_inputs(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> Tensor | None:
+        """The base checks, plus: a non-causal pattern needs queries and keys of one sequence."""
+        valid_lens = super().check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+        if not is_causal and queries.shape[-2] != keys.shape[-2]:
+            name = type(self).__name__
+            raise IncompatibleAttentionError(
+                f"{name}: its pattern is defined by positions within one sequence; got {queries.shape[-2]} "
+                f"queries and {keys.shape[-2]} keys. Use it for self-attention (a causal call also takes "
+                f"fewer queries than keys, aligned bottom-right, as in cached decoding)."
+            )
+        return valid_lens
+
+    def attend(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, is_causal: bool = False, need_weights: bool = False
+    ) -> AttentionOutput:
+        """Blockwise attention over each block's candidate keys, then the dense global rows."""
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+        if num_queries == 0 or num_keys == 0:  # nothing to score: zero output, as for a fully masked row
+            output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
+            return AttentionOutput(output, values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None)
+        offset = num_keys - num_queries  # key position of query 0 (bottom-right)
+        block = self.block_size
+        lead = offset % block  # query rows before query 0 that align blocks on key positions
+        num_blocks = math.ceil((lead + num_queries) / block)
+        device = queries.device
+        blocks = torch.arange(num_blocks, device=device) + (offset - lead) // block
+        key_pos = self._unique(self.candidates(blocks, num_keys, is_causal), num_keys)  # (nb, S), -1 = none
+        query_pos = (blocks.unsqueeze(-1) * block + torch.arange(block, device=device)).unsqueeze(-1)  # (nb, block, 1)
+        query_index = query_pos - offset  # row of each query, out of [0, Lq) for the alignment rows
+        key_pos = key_pos.unsqueeze(-2)  # (nb, 1, S)
+        keep = (key_pos >= 0) & (query_index >= 0) & (query_index < num_queries)
+        keep = keep & self.allowed(query_pos, key_pos, num_keys, is_causal)
+        if is_causal:
+            keep = keep & (key_pos <= query_pos)
+        key_index = key_pos.clamp(0, num_keys - 1)
+        if mask is not None:
+            keep = keep & mask_at(mask, query_index.clamp(0, num_queries - 1), key_index)
+
+        q = rows_from(queries, -lead, num_blocks * block).unflatten(-2, (num_blocks, block))  # (*batch, nb, block, d)
+        k, v = keys[..., key_index.squeeze(-2), :], values[..., key_index.squeeze(-2), :]  # (*batch, nb, S, d)
+        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
+        if need_weights:
+            weights = masked_softmax(torch.matmul(q, k.transpose(-2, -1)) * scale, mask=keep)  # (*batch, nb, block, S)
+            output = torch.matmul(self.dropout(weights), v)
+            # candidates that are not kept have weight 0, so adding them onto a clamped column changes nothing
+            dense = weights.new_zeros((*weights.shape[:-1], num_keys)).scatter_add(-1, key_index.expand_as(weights), weights)
+            dense = dense.flatten(-3, -2)[..., lead : lead + num_queries, :]
+        else:
+            dropout = self.dropout.p if self.training else 0.0
+            output = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout, scale=scale)
+            dense = None
+        output = output.flatten(-3, -2)[..., lead : lead + num_queries, :]
+        rows = self.global_queries(num_keys, device)
+        if rows is not None:
+            output, dense = self._global_rows(queries, keys, values, mask, rows - offset, offset, is_causal, scale, output, dense)
+        return AttentionOutput(output, dense)
+
+    def _global_rows(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, rows: Tensor, offset: int,
+        is_causal: bool, scale: float, output: Tensor, dense: Tensor | None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Recompute the rows of global queries over every key (``O(g L)``) and put them in place."""
+        rows = rows[(rows >= 0) & (rows < queries.shape[-2])]
+        if rows.numel() == 0:
+            return output, dense
+        key_pos = torch.arange(keys.shape[-2], device=keys.device)
+        keep = torch.ones(len(rows), keys.shape[-2], dtype=torch.bool, device=keys.device)
+        if is_causal:
+            keep = key_pos <= (rows + offset).unsqueeze(-1)
+        if mask is not None:
+            keep = keep & mask_at(mask, rows.unsqueeze(-1), key_pos)
+        q = queries[..., rows, :]
+        weights = masked_softmax(torch.matmul(q, keys.transpose(-2, -1)) * scale, mask=keep)  # (*batch, g, Lk)
+        output = output.index_copy(-2, rows, torch.matmul(self.dropout(weights), values).to(output.dtype))
+        if dense is not None:
+            dense = dense.index_copy(-2, rows, weights.to(dense.dtype))
+        return output, dense
+
+    @staticmethod
+    def _unique(positions: Tensor, num_keys: int) -> Tensor:
+        """``positions`` sorted per row, with repeats and positions out of ``[0, num_keys)`` set to -1."""
+        positions = torch.where((positions >= 0) & (positions < num_keys), positions, -1).sort(-1).values
+        repeat = torch.zeros_like(positions, dtype=torch.bool)
+        repeat[..., 1:] = positions[..., 1:] == positions[..., :-1]
+        return positions.masked_fill(repeat, -1)
+
+    def extra_repr(self) -> str:
+        return f"block_size={self.block_size}" + (f", scale={self.scale}" if self.scale is not None else "")

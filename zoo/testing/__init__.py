@@ -1,0 +1,57 @@
+"""Conformance checks for attention variants: :func:`check_attention`.
+
+A plugin author runs them in their own test suite::
+
+    import zoo
+
+    def test_cosine_attention_keeps_the_contract():
+        zoo.testing.check_attention(CosineAttention)        # a class, a registered name or an instance
+
+The checks treat the variant as a black box: they perturb inputs and watch the outputs, so they
+hold whatever the implementation (explicit scores, a fused kernel, no score matrix at all):
+
+* ``shape``: the output has shape ``(B, Lq, Dv)`` (``(B, Lq, embed_dim)`` for a layer), is
+  finite, and depends on the values of visible keys; no weights unless asked.
+* ``padding``: changing a key or value that ``valid_lens`` or ``attn_mask`` hides changes no
+  output of a query it is hidden from.
+* ``causal``: with ``is_causal=True`` changing a later key or value changes no earlier output
+  (bottom-right alignment when there are more keys than queries).
+* ``fully_masked``: a query with no visible key gets a finite output (zero for a scoring
+  attention) and all-zero weights.
+* ``weights``: the weights are non-negative and zero on hidden keys; a query's weights sum to
+  one, or are all zero where the variant sees no key for it (a window over padding only), and
+  then no key or value changes its output; they do not change the output, and give it as
+  ``weights @ values`` (scoring attentions).
+* ``float16`` / ``bfloat16``: the variant runs in half precision, stays finite forwards and
+  backwards, and stays close to the same computation in float32.
+* ``gradients``: queries, keys and values get finite gradients, every trainable parameter gets
+  one (DistributedDataParallel fails on parameters that get none), and the gradients match
+  finite differences in float64.
+
+Every check runs on the ``device`` given (``check_attention(CosineAttention, device="cuda")``
+checks a variant's CUDA kernels, half precision included); inputs are drawn on the CPU from a
+seeded generator and moved there, so a device sees the same numbers as the CPU.
+
+``check_attention(variant, position=NAME)`` runs the same checks with a positional scheme applied
+as a model applies it: a layer that takes positions (``self``, ``multi_head``) is built with a
+rotary or bias scheme; around a scoring attention the harness rotates queries and keys itself
+(query ``i`` at ``Lk - Lq + i``, key ``j`` at ``j``) or hands the bias over as ``position_bias``;
+an absolute scheme is added to the queries and keys. Masked keys and later positions must stay
+invisible whatever the scheme adds.
+
+A variant that declares it cannot do something (``supports_padding_mask``, ``supports_causal``,
+``supports_weights`` set to False) is not tested for it, but must refuse it with
+:class:`~zoo.attention.IncompatibleAttentionError` instead of silently ignoring the request. One
+that declares ``supports_cross_attention = False`` (queries and keys must be one sequence, as
+for a sliding window) is checked on equal lengths and must refuse unequal ones the same way.
+
+The package: :mod:`~zoo.testing.contract` runs the checks and builds the report,
+:mod:`~zoo.testing.harness` builds and feeds the variant (:mod:`~zoo.testing.placement` applies a
+positional scheme around it), :mod:`~zoo.testing.checks` holds the mask, causality and weights
+checks and :mod:`~zoo.testing.numerics` the half-precision and gradient ones.
+"""
+
+from zoo.testing.contract import check_attention
+from zoo.testing.report import AttentionContractError, ContractReport
+
+__all__ = ["AttentionContractError", "ContractReport", "check_attention"]

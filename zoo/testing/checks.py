@@ -1,0 +1,182 @@
+"""The contract's checks on shapes, masks, causality and weights: each perturbs inputs and watches
+the outputs, so it holds whatever the implementation (explicit scores, a fused kernel, none)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from zoo.attention import causal_mask
+from zoo.testing.harness import BATCH, LK, LQ, Harness
+from zoo.testing.report import fail
+
+__all__ = ["check_causal", "check_fully_masked", "check_padding", "check_shape", "check_weights", "close"]
+
+#: float32 comparisons: a leak of a perturbed key is orders of magnitude above this
+_ATOL, _RTOL = 1e-5, 1e-4
+
+
+def close(a: Tensor, b: Tensor, atol: float = _ATOL, rtol: float = _RTOL) -> bool:
+    """Equal within tolerance; NaN equals NaN here, so that NaN is reported by its own check."""
+    return bool(torch.allclose(a.float(), b.float(), atol=atol, rtol=rtol, equal_nan=True))
+
+
+@torch.no_grad()
+def check_shape(h: Harness, g: torch.Generator) -> None:
+    lq, lk = h.lengths
+    module, inputs = h.module(), h.inputs(lq, lk, g)
+    output, weights = h(module, inputs)
+    expected = (BATCH, lq, h.out_dim)
+    if tuple(output.shape) != expected:
+        fail(f"output has shape {tuple(output.shape)}, expected {expected} for queries {tuple(inputs[0].shape)}.")
+    if output.dtype != torch.float32 or not torch.isfinite(output).all():
+        fail(f"output must be finite float32 for float32 inputs (dtype {output.dtype}).")
+    if weights is not None:
+        fail("weights were returned although need_weights=False.")
+    every_position = torch.ones(BATCH, lk, dtype=torch.bool)
+    changed, _ = h(module, h.perturb(inputs, every_position, g))
+    if close(changed, output):
+        fail("the output does not change when every key and value changes: it ignores its inputs.")
+
+
+def _mask_cases(h: Harness, lq: int, lk: int, g: torch.Generator) -> list[tuple[str, dict[str, Any], Tensor]]:
+    """Masks as the forward takes them, and the ``(B, Lq, Lk)`` pairs they let attend."""
+    lengths = torch.tensor([lk, 3, 1])
+    per_query = torch.randint(0, lk + 1, (BATCH, lq), generator=g)
+    attn_mask = torch.rand(BATCH, lq, lk, generator=g) > 0.4
+    positions = torch.arange(lk)
+    return [
+        (
+            "valid_lens of shape (B,)",
+            {"valid_lens": lengths},
+            (positions < lengths[:, None, None]).expand(BATCH, lq, lk),
+        ),
+        ("valid_lens of shape (B, Lq)", {"valid_lens": per_query}, positions < per_query[..., None]),
+        ("a boolean attn_mask", {"attn_mask": attn_mask}, attn_mask),
+    ]
+
+
+@torch.no_grad()
+def _check_hidden_keys(h: Harness, g: torch.Generator, lq: int, lk: int, what: str, keep: Tensor, **mask: Any) -> None:
+    """Perturb one key position at a time; no query that cannot see it may change."""
+    module, inputs = h.module(), h.inputs(lq, lk, g)
+    baseline, _ = h(module, inputs, **mask)
+    for j in range(lk):
+        position = torch.zeros(BATCH, lk, dtype=torch.bool)
+        position[:, j] = True
+        changed, _ = h(module, h.perturb(inputs, position, g), **mask)
+        hidden = ~keep[:, :, j]  # (B, Lq): queries that must not see key j
+        if h.form == "x":
+            hidden[:, j] = False  # position j is also a query, and it changed
+        for b, i in hidden.nonzero().tolist():
+            if not close(changed[b, i], baseline[b, i]):
+                fail(
+                    f"with {what}, query {i} of sequence {b} changed when key/value {j}, hidden from it, "
+                    f"changed (max difference {float((changed[b, i] - baseline[b, i]).abs().max()):.3g})."
+                )
+
+
+def check_padding(h: Harness, g: torch.Generator) -> None:
+    lq, lk = h.lengths
+    for what, mask, keep in _mask_cases(h, lq, lk, g):
+        _check_hidden_keys(h, g, lq, lk, what, keep, **mask)
+
+
+def check_causal(h: Harness, g: torch.Generator) -> None:
+    shapes = [(LK, LK)] if h.form == "x" else [(LK, LK), (LQ, LK)]
+    for lq, lk in shapes:
+        keep = causal_mask(lq, lk).expand(BATCH, lq, lk)
+        _check_hidden_keys(h, g, lq, lk, f"is_causal=True ({lq} queries, {lk} keys)", keep, is_causal=True)
+
+
+def _fully_masked_cases(h: Harness) -> list[tuple[str, int, int, dict[str, Any], Tensor]]:
+    """Masks leaving some query with no visible key: ``(what, Lq, Lk, mask, rows)``."""
+    lq, lk = h.lengths
+    lengths = torch.tensor([0, 2, lk])
+    attn_mask = torch.ones(BATCH, lq, lk, dtype=torch.bool)
+    attn_mask[1, 2] = False
+    empty_rows = torch.zeros(BATCH, lq, dtype=torch.bool)
+    empty_rows[0] = True
+    empty_row = torch.zeros(BATCH, lq, dtype=torch.bool)
+    empty_row[1, 2] = True
+    cases = [
+        ("valid_lens 0", lq, lk, {"valid_lens": lengths}, empty_rows),
+        ("an attn_mask row of False", lq, lk, {"attn_mask": attn_mask}, empty_row),
+    ]
+    if h.prototype.supports_causal and h.form != "x":
+        before_every_key = torch.zeros(BATCH, LK, dtype=torch.bool)
+        before_every_key[:, : LK - LQ] = True
+        cases.append(("is_causal with more queries than keys", LK, LQ, {"is_causal": True}, before_every_key))
+    return cases
+
+
+@torch.no_grad()
+def check_fully_masked(h: Harness, g: torch.Generator) -> None:
+    module = h.module()
+    for what, lq, lk, mask, rows in _fully_masked_cases(h):
+        need_weights = h.prototype.supports_weights
+        output, weights = h(module, h.inputs(lq, lk, g), need_weights=need_weights, **mask)
+        if not torch.isfinite(output).all():
+            fail(f"a query with no visible key ({what}) gives a non-finite output (NaN or inf).")
+        if h.scoring and not torch.equal(output[rows], torch.zeros_like(output[rows])):
+            fail(f"a query with no visible key ({what}) must get a zero output (zero weights), not an average.")
+        if need_weights:
+            empty = weights[rows] if weights.dim() == 3 else weights.transpose(0, 1)[:, rows]
+            if not torch.equal(empty, torch.zeros_like(empty)):
+                fail(f"a query with no visible key ({what}) must get all-zero weights.")
+
+
+@torch.no_grad()
+def check_weights(h: Harness, g: torch.Generator) -> None:
+    lq, lk = h.lengths
+    module, inputs = h.module(), h.inputs(lq, lk, g)
+    cases = _mask_cases(h, lq, lk, g) if h.prototype.supports_padding_mask else []
+    for what, mask, keep in [("no mask", {}, torch.ones(BATCH, lq, lk, dtype=torch.bool)), *cases]:
+        output, weights = h(module, inputs, need_weights=True, **mask)
+        plain, _ = h(module, inputs, **mask)
+        if weights is None:
+            fail("need_weights=True returned no weights although the variant declares supports_weights.")
+        if weights.shape[0] != BATCH or tuple(weights.shape[-2:]) != (lq, lk) or weights.dim() not in (3, 4):
+            fail(
+                f"weights have shape {tuple(weights.shape)}, expected ({BATCH}, {lq}, {lk}) or ({BATCH}, heads, {lq}, {lk})."
+            )
+        keep_b = keep if weights.dim() == 3 else keep.unsqueeze(1)
+        if (weights < 0).any() or (weights.masked_select(~keep_b.expand_as(weights)) != 0).any():
+            fail(f"with {what}, weights must be non-negative and exactly zero on keys a query cannot see.")
+        sees = weights.ne(0).any(-1)  # the rows the variant gives any weight: they must sum to 1
+        if not close(weights.sum(-1), sees.to(weights.dtype)):
+            fail(f"with {what}, each query's weights must sum to 1 (0 for a query that sees no key).")
+        _check_blind_rows(h, module, inputs, output, sees if weights.dim() == 3 else sees.any(1), what, g, **mask)
+        if not close(output, plain):
+            fail(f"with {what}, need_weights=True changes the output (the explicit and the fast path disagree).")
+        if h.scoring and not close(output, weights @ inputs[2]):
+            fail(f"with {what}, the output is not weights @ values.")
+
+
+def _check_blind_rows(
+    h: Harness,
+    module: nn.Module,
+    inputs: tuple[Tensor, Tensor, Tensor],
+    output: Tensor,
+    sees: Tensor,
+    what: str,
+    g: torch.Generator,
+    **mask: Any,
+) -> None:
+    """A query with all-zero weights sees no key (a window over padding, a fully masked row): then
+    no key or value may change its output. Every position is perturbed at once but a blind query's
+    own (a self-attention layer's queries are its keys)."""
+    blind = ~sees  # (B, Lq), all heads
+    if not blind.any():
+        return
+    positions = torch.ones(BATCH, inputs[1].shape[-2], dtype=torch.bool)
+    if h.form == "x":
+        positions &= ~blind
+    changed, _ = h(module, h.perturb(inputs, positions, g), need_weights=True, **mask)
+    for b, i in blind.nonzero().tolist():
+        if not close(changed[b, i], output[b, i]):
+            fail(
+                f"with {what}, query {i} of sequence {b} has all-zero weights, yet its output changes with the keys and values."
+            )
