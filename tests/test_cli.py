@@ -93,3 +93,22 @@ def test_bad_names_fail_before_training_with_suggestions(in_tmp, capsys, args, m
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (in_tmp / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # Lightning's own check of a trainer setting (a MisconfigurationException)
+        (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
+        # a constructor's own message, without jsonargparse's dump of the namespace after it
+        (["--model.attention_kwargs", '{"bandwidth": -1.0}', "--model.learnable", "false"], "bandwidth must be positive, got -1.0."),
+        (["--data.noise", "-1"], "noise must be non-negative, got -1.0."),
+    ],
+)
+def test_bad_settings_end_in_one_line(in_tmp, capsys, args, message) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "nadaraya_watson", *args])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"error: {lines[0].removeprefix('error: ')}", "(set ZOO_DEBUG=1 to see the traceback)"]
+    assert message in lines[0] and "Namespace(" not in lines[0]

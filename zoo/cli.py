@@ -40,20 +40,20 @@ import lightning as L
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 import zoo
-from zoo.attention import ATTENTION_REGISTRY, IncompatibleAttentionError
+from zoo.attention import ATTENTION_REGISTRY
 from zoo.datamodules import DATAMODULE_REGISTRY
-from zoo.datamodules.download import DownloadError
 from zoo.checkpoint import verify_checkpoint
-from zoo.errors import CheckpointError, ConfigurationError, DataError, PluginImportError
+from zoo.errors import ConfigurationError, ZooError
 from zoo.distributed import run_directory
 from zoo.loggers import SaveConfigToRun, apply_logger_defaults
 from zoo.models import MODEL_REGISTRY
 from zoo.plugins import import_plugins, pop_import_flags
 from zoo.predict import format_row, from_checkpoint_alone, predict_from_checkpoint
 from zoo.provenance import package_versions
-from zoo.registry import Registry, RegistryError
+from zoo.registry import Registry
 from zoo.resume import Resumable, continue_last_run
 from zoo.tasks import ZooTask
 
@@ -191,6 +191,18 @@ class ZooCLI(LightningCLI):
         if self.subcommand and config.get("weights_only") is None:
             config["weights_only"] = True
 
+    def instantiate_classes(self) -> None:
+        """Build the data module, model and trainer; a constructor's own ``ValueError`` (a bad
+        hyperparameter) becomes a :class:`ConfigurationError` with its message alone, instead of
+        jsonargparse's wrapper that dumps the whole namespace after it."""
+        try:
+            super().instantiate_classes()
+        except ValueError as error:
+            origin = _innermost(error)
+            if origin is error or isinstance(origin, ZooError):
+                raise
+            raise ConfigurationError(str(origin)) from error
+
     def after_predict(self) -> None:
         """Print predictions, one per line (global zero only)."""
         if not self.trainer.is_global_zero:
@@ -214,11 +226,18 @@ def print_registries(pattern: str | None = None) -> None:
             print(f"  {name} [failed to load: {error}]")
 
 
-#: Mistakes of configuration or input: shown as one line, without a traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    RegistryError, IncompatibleAttentionError, DataError, ConfigurationError, DownloadError, FileNotFoundError,
-    PluginImportError, CheckpointError,
-)
+#: Mistakes of configuration or input, shown as one line without a traceback: the zoo's own,
+#: Lightning's (an invalid trainer setting) and a missing file.
+USER_ERRORS: tuple[type[BaseException], ...] = (ZooError, MisconfigurationException, FileNotFoundError)
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The exception at the bottom of ``error``'s chain of causes (where it was first raised)."""
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    return error
 
 
 def _user_error(error: BaseException) -> BaseException | None:

@@ -22,11 +22,12 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention.masking import masked_softmax, merge_masks, validate_valid_lens
+from zoo.errors import ZooError
 
 __all__ = ["Attention", "AttentionLayer", "AttentionOutput", "IncompatibleAttentionError"]
 
 
-class IncompatibleAttentionError(ValueError):
+class IncompatibleAttentionError(ZooError, ValueError):
     """An attention variant was asked for something it declares it cannot do."""
 
 
