@@ -29,7 +29,7 @@ from zoo.registry import DuplicateNameError, Registry, UnknownArgumentError, Unk
 from zoo import testing
 from zoo.testing import check_attention
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the only place: pyproject.toml reads it from here
 
 __all__ = [
     "ATTENTION_REGISTRY",

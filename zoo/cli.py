@@ -49,7 +49,7 @@ from zoo.checkpoint import verify_checkpoint
 from zoo.errors import ConfigurationError, ZooError
 from zoo.distributed import run_directory
 from zoo.loggers import SaveConfigToRun, apply_logger_defaults
-from zoo.models import MODEL_REGISTRY
+from zoo.tasks import MODEL_REGISTRY
 from zoo.plugins import import_plugins, pop_import_flags
 from zoo.predict import format_row, from_checkpoint_alone, predict_from_checkpoint
 from zoo.provenance import package_versions

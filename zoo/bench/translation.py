@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zoo.datamodules import FraEngDataModule
-from zoo.models import MODEL_REGISTRY
+from zoo.tasks import MODEL_REGISTRY
 from zoo.tasks import TranslationTask
 
 __all__ = ["RECIPES", "TranslationSetup", "build_data", "build_task"]

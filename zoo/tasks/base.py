@@ -11,7 +11,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from zoo.models.registry import MODEL_REGISTRY
+from zoo.tasks.registry import MODEL_REGISTRY
 from zoo.provenance import RECORD_KEY, run_record
 
 __all__ = ["Codec", "ZooTask"]

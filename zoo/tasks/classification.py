@@ -11,7 +11,7 @@ from torch import Tensor
 
 from zoo.datamodules.text_classification import TextClassificationCodec
 from zoo.models import SentimentClassifier
-from zoo.models.registry import register_model
+from zoo.tasks.registry import register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure
 from zoo.tasks.optim import adamw_with_warmup

@@ -12,7 +12,7 @@ from torch import Tensor
 from zoo.distributed import gather_objects
 from zoo.errors import ConfigurationError, DataError
 from zoo.models import KernelRegression
-from zoo.models.registry import register_model
+from zoo.tasks.registry import register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure, regression_plot
 

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from zoo.datamodules.fra_eng import TranslationCodec
 from zoo.models.decoding import beam_search, greedy_decode
-from zoo.models.registry import register_model
+from zoo.tasks.registry import register_model
 from zoo.models.seq2seq import Seq2SeqAttention
 from zoo.models.transformer import Transformer
 from zoo.tasks.base import ZooTask
