@@ -9,12 +9,12 @@ sacreBLEU on detokenized, cased text against every reference of each source.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torchmetrics
+from lightning.pytorch.callbacks import ThroughputMonitor
 from torch import Tensor, nn
 
 from zoo.datamodules.fra_eng import TranslationCodec
@@ -30,6 +30,14 @@ from zoo.tasks.optim import adamw_with_warmup
 __all__ = ["Seq2SeqTranslator", "TransformerTranslator", "TranslationTask"]
 
 
+def _sentences(batch: dict[str, Any]) -> int:
+    return batch["src"].shape[0]
+
+
+def _target_tokens(batch: dict[str, Any]) -> int:
+    return int(batch["tgt_lens"].sum())  # after the step, once ThroughputMonitor has synchronised
+
+
 class TranslationTask(ZooTask):
     """Shared training, evaluation and decoding of translation models.
 
@@ -43,6 +51,10 @@ class TranslationTask(ZooTask):
     data_links = ("vocab_size", "padding_idx", "bos_idx", "eos_idx")
     monitor = ("val/bleu", "max")
     codec_class = TranslationCodec
+    #: Training steps over which ``ThroughputMonitor`` measures sentences and target tokens per second.
+    throughput_window: int = 50
+    #: Read by ``ThroughputMonitor``; unknown here, so it reports no FLOPs (and does not warn).
+    flops_per_batch: int | None = None
     model: nn.Module
 
     def __init__(
@@ -69,7 +81,6 @@ class TranslationTask(ZooTask):
         self.bleu = nn.ModuleDict({name: CorpusBLEU() for name in ("val", "test", "test_greedy")})
         self.losses = nn.ModuleDict({name: torchmetrics.MeanMetric() for name in ("val", "test")})
         self._heatmap_batch: dict[str, Any] | None = None
-        self._last_step_end: float | None = None
         self._signature_logged = False
 
     # -- training -------------------------------------------------------------------------------
@@ -81,21 +92,20 @@ class TranslationTask(ZooTask):
         )
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        """Teacher-forced loss. Nothing here waits for the device: the padding share is logged as
+        a tensor, and throughput is :class:`ThroughputMonitor`'s (:meth:`configure_callbacks`)."""
         loss = self._loss(batch)
-        target_tokens = int(batch["tgt_lens"].sum())
-        padding = 1.0 - (int(batch["src_lens"].sum()) + target_tokens) / (batch["src"].numel() + batch["tgt_out"].numel())
-        # Averaged over the processes, except throughput, which is the whole run's: their sum.
-        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
+        real_tokens = batch["src_lens"].sum() + batch["tgt_lens"].sum()
+        padding = 1.0 - real_tokens / (batch["src"].numel() + batch["tgt_out"].numel())
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)  # averaged over the processes
         self.log("train/padding", padding, sync_dist=True)
-        now = time.perf_counter()
-        if self._last_step_end is not None:  # target tokens per second over the last step, loading included
-            tokens_per_sec = target_tokens / max(now - self._last_step_end, 1e-9)
-            self.log("train/tgt_tokens_per_sec", tokens_per_sec, prog_bar=True, sync_dist=True, reduce_fx="sum")
-        self._last_step_end = now
         return loss
 
-    def on_train_epoch_start(self) -> None:
-        self._last_step_end = None  # validation between epochs is not training time
+    def configure_callbacks(self) -> list[ThroughputMonitor]:
+        """Sentences and target tokens per second of training (``train/device/samples_per_sec``,
+        ``train/device/items_per_sec``, and without ``device/`` the whole run's under DDP), over
+        the last :attr:`throughput_window` steps, validation excluded."""
+        return [ThroughputMonitor(_sentences, _target_tokens, window_size=self.throughput_window)]
 
     def configure_optimizers(self) -> dict[str, Any]:
         return adamw_with_warmup(
