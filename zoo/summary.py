@@ -32,8 +32,8 @@ def _relative(path: str | Path) -> str:
 def run_summary(trainer: L.Trainer, subcommand: str) -> list[str]:
     """The closing lines of ``subcommand`` (``fit``, ``validate``, ``test``) for ``trainer``'s run.
 
-    The monitored validation metric at its best checkpoint, the last test and validation
-    metrics, the run directory, the best checkpoint, and the PNGs under ``images/``.
+    The last test and validation metrics, the run directory, after ``fit`` the best checkpoint
+    with its monitored metric, and the PNGs under ``images/``.
     """
     metrics = {name: float(value) for name, value in trainer.callback_metrics.items() if name.startswith(("val/", "test/"))}
     shown = [f"{name} {value:.4g}" for name, value in sorted(metrics.items(), key=lambda item: (not item[0].startswith("test/"), item[0]))]
@@ -41,7 +41,7 @@ def run_summary(trainer: L.Trainer, subcommand: str) -> list[str]:
     directory = run_directory(trainer)
     lines.append(f"{RUN_DIRECTORY_LABEL} {_relative(directory)}")
     checkpoint = trainer.checkpoint_callback
-    if isinstance(checkpoint, ModelCheckpoint) and checkpoint.best_model_path:
+    if subcommand == "fit" and isinstance(checkpoint, ModelCheckpoint) and checkpoint.best_model_path:
         score = "" if checkpoint.best_model_score is None else f" ({checkpoint.monitor} {float(checkpoint.best_model_score):.4g})"
         lines.append(f"best checkpoint: {_relative(checkpoint.best_model_path)}{score}")
     plots = sorted((directory / "images").glob("*.png"))
