@@ -142,7 +142,8 @@ def test_training_step_never_waits_for_the_device_and_throughput_is_logged(fra_e
     trainer.fit(task, datamodule=fra_eng)
     import csv
 
-    rows = list(csv.DictReader(open(f"{logger.log_dir}/metrics.csv", encoding="utf-8")))
+    with open(f"{logger.log_dir}/metrics.csv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
     tokens = [float(r["train/device/items_per_sec"]) for r in rows if r.get("train/device/items_per_sec")]
     sentences = [float(r["train/device/samples_per_sec"]) for r in rows if r.get("train/device/samples_per_sec")]
     padding = [float(r["train/padding"]) for r in rows if r.get("train/padding")]

@@ -138,7 +138,8 @@ class ZooCLI(LightningCLI):
             name = MODEL_REGISTRY.name_of(self.task_class)
             default_config = CONFIG_DIR / f"{name}.yaml"
             if default_config.is_file():
-                parser_kwargs = {cmd: {"default_config_files": [str(default_config)]} for cmd in SUBCOMMANDS}
+                defaults = {"default_config_files": [str(default_config)]}
+                parser_kwargs = {cmd: defaults for cmd in SUBCOMMANDS} if kwargs.get("run", True) else defaults
         # LightningCLI reads sys.argv when given no args; hand it the rewritten arguments that way.
         saved_argv, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "zoo", *args]
         try:

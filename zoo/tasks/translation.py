@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torchmetrics
 from lightning.pytorch.callbacks import ThroughputMonitor
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 
 from zoo.datamodules.fra_eng import TranslationCodec
@@ -104,7 +105,10 @@ class TranslationTask(ZooTask):
     def configure_callbacks(self) -> list[ThroughputMonitor]:
         """Sentences and target tokens per second of training (``train/device/samples_per_sec``,
         ``train/device/items_per_sec``, and without ``device/`` the whole run's under DDP), over
-        the last :attr:`throughput_window` steps, validation excluded."""
+        the last :attr:`throughput_window` steps, validation excluded. Fitting only: predict
+        batches have no targets to count."""
+        if self.trainer.state.fn != TrainerFn.FITTING:
+            return []
         return [ThroughputMonitor(_sentences, _target_tokens, window_size=self.throughput_window)]
 
     def configure_optimizers(self) -> dict[str, Any]:
