@@ -73,7 +73,7 @@ def run_decode_bench(setup: TranslationSetup, config: DecodeBenchConfig, device:
     for mode, use_cache in modes:
         if use_cache is not None:
             model.use_cache = use_cache
-        timing = time_call(decode_all, device=device, warmup=config.warmup, repeats=config.repeats)
+        timing = time_call(decode_all, warmup=config.warmup, repeats=config.repeats)
         results.append({
             "mode": mode,
             "time_s": timing.scaled(1.0),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zoo.datamodules import FraEngDataModule
+from zoo.errors import ConfigurationError
 from zoo.tasks import MODEL_REGISTRY, TranslationTask
 
 __all__ = ["TranslationSetup", "build", "cli_arguments"]
@@ -52,7 +53,7 @@ def build(setup: TranslationSetup, checkpoint: str | None = None) -> tuple[Trans
     task_class = MODEL_REGISTRY.get(setup.model)
     if not issubclass(task_class, TranslationTask):
         translation = [e.name for e in MODEL_REGISTRY.entries() if issubclass(e.obj, TranslationTask)]
-        raise ValueError(f"Model {setup.model!r} is not a translation model; these are: {', '.join(translation)}.")
+        raise ConfigurationError(f"Model {setup.model!r} is not a translation model; these are: {', '.join(translation)}.")
     from zoo.cli import ZooCLI  # the CLI imports every part of the zoo; the benchmarks only when they run
 
     cli = ZooCLI(args=cli_arguments(setup), run=False)
