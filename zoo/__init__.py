@@ -24,6 +24,7 @@ from zoo.attention import (
     register_attention,
     require_attention,
 )
+from zoo.errors import ZooError
 from zoo.layers import AddNorm, PositionalEncoding, PositionWiseFFN
 from zoo.registry import DuplicateNameError, Registry, UnknownArgumentError, UnknownNameError
 from zoo import testing
@@ -53,6 +54,7 @@ __all__ = [
     "SelfAttention",
     "UnknownArgumentError",
     "UnknownNameError",
+    "ZooError",
     "__version__",
     "causal_mask",
     "check_attention",
