@@ -82,3 +82,20 @@ def test_the_transformer_defaults_are_the_readme_recipe(capsys, in_tmp) -> None:
         "d_model": 256, "num_heads": 4, "num_encoder_layers": 2, "num_decoder_layers": 2, "ffn_hidden": 1024, "dropout": 0.0,
         "norm_first": True, "lr": 0.002, "warmup_steps": 400, "label_smoothing": 0.1}
     assert resolved["trainer"]["max_steps"] == 4700 and resolved["data"]["init_args"]["batch_size"] == 128
+
+
+def test_architecture_arguments_are_checked_and_recorded_with_their_defaults() -> None:
+    """Forwarded model arguments: a misspelt one names the closest; the hyperparameters a
+    checkpoint keeps include every architecture default, so a later default change cannot
+    rebuild a different model from an old checkpoint."""
+    from zoo.models import Transformer
+    from zoo.registry import UnknownArgumentError
+    from zoo.tasks import TransformerTranslator
+
+    with pytest.raises(UnknownArgumentError, match="did you mean 'd_model'"):
+        TransformerTranslator(vocab_size=11, d_modle=32)
+    task = TransformerTranslator(vocab_size=11, d_model=32, num_heads=2)
+    architecture = {name: p.default for name, p in inspect.signature(Transformer).parameters.items() if name != "vocab_size"}
+    assert {name: task.hparams[name] for name in architecture} == architecture | {"d_model": 32, "num_heads": 2}
+    rebuilt = TransformerTranslator(**task.hparams)
+    assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {k: v.shape for k, v in task.state_dict().items()}

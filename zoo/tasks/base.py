@@ -14,6 +14,7 @@ from torch import nn
 
 from zoo.tasks.registry import MODEL_REGISTRY
 from zoo.provenance import RECORD_KEY, run_record
+from zoo.registry import check_kwargs
 
 __all__ = ["Codec", "ZooTask"]
 
@@ -69,7 +70,9 @@ class ZooTask(L.LightningModule):
         The tasks take the architecture's hyperparameters as ``**model_kwargs`` and forward them,
         so each is written once, in the plain ``nn.Module``'s signature and docstring; the CLI
         still offers each as ``--model.NAME`` (jsonargparse follows the forwarded ``**kwargs``).
+        Call it before building the model: a misspelt name fails here with the closest ones.
         """
+        check_kwargs(architecture, dict(model_kwargs), what=getattr(architecture, "__name__", "the model"))
         bound = inspect.signature(architecture).bind_partial(**model_kwargs)
         bound.apply_defaults()
         self.hparams.update({name: value for name, value in bound.arguments.items() if name not in self.hparams})

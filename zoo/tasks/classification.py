@@ -60,8 +60,8 @@ class Sentiment(ZooTask):
     ) -> None:
         super().__init__(torch_compile)
         self.save_hyperparameters()
-        self.model = SentimentClassifier(vocab_size=vocab_size, num_classes=num_classes, padding_idx=padding_idx, **model_kwargs)
         self.save_model_hyperparameters(SentimentClassifier, model_kwargs)
+        self.model = SentimentClassifier(vocab_size=vocab_size, num_classes=num_classes, padding_idx=padding_idx, **model_kwargs)
         self.metrics = torch.nn.ModuleDict()
         for stage in ("val", "test"):
             self.metrics[f"{stage}_acc"] = torchmetrics.Accuracy(task="multiclass", num_classes=num_classes)

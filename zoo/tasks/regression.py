@@ -42,8 +42,8 @@ class NadarayaWatson(ZooTask):
     def __init__(self, lr: float = 5.0, torch_compile: bool = False, **model_kwargs: Any) -> None:
         super().__init__(torch_compile)
         self.save_hyperparameters()
-        self.model = KernelRegression(**model_kwargs)
         self.save_model_hyperparameters(KernelRegression, model_kwargs)
+        self.model = KernelRegression(**model_kwargs)
         self.lr = lr
         self.metrics = torch.nn.ModuleDict(
             {stage: torchmetrics.MeanSquaredError() for stage in ("val", "test")}

@@ -269,8 +269,8 @@ class TransformerTranslator(TranslationTask):
             torch_compile=torch_compile,
         )
         self.save_hyperparameters()
-        self.model = Transformer(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)
         self.save_model_hyperparameters(Transformer, model_kwargs)
+        self.model = Transformer(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)
 
 
 @register_model("seq2seq", aliases=("gru_seq2seq",))
@@ -303,5 +303,5 @@ class Seq2SeqTranslator(TranslationTask):
             torch_compile=torch_compile,
         )
         self.save_hyperparameters()
-        self.model = Seq2SeqAttention(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)
         self.save_model_hyperparameters(Seq2SeqAttention, model_kwargs)
+        self.model = Seq2SeqAttention(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)
