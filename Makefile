@@ -18,8 +18,9 @@ $(VENV)/.installed: pyproject.toml requirements/constraints.txt | $(BIN)/python
 
 setup: $(VENV)/.installed
 
+# Ends with the test metric, the run directory and the plots it wrote.
 train: setup
-	$(BIN)/python -m zoo fit --model nadaraya_watson
+	$(BIN)/python -m zoo fit --model nadaraya_watson --test_after_fit true
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -86,7 +86,7 @@ def test_load_checkpoint_rebuilds_the_model_and_predicts_like_the_trained_one(tr
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "empty-cache"))  # nothing but the checkpoint
     loaded = zoo.load_checkpoint(path)
-    assert type(loaded) is zoo.models.MODEL_REGISTRY.get(name) and not loaded.training
+    assert type(loaded) is zoo.tasks.MODEL_REGISTRY.get(name) and not loaded.training
     expected_state = task.state_dict()
     assert loaded.state_dict().keys() == expected_state.keys()
     assert all(torch.equal(value, expected_state[key]) for key, value in loaded.state_dict().items())

@@ -93,3 +93,50 @@ def test_bad_names_fail_before_training_with_suggestions(in_tmp, capsys, args, m
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (in_tmp / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # Lightning's own check of a trainer setting (a MisconfigurationException)
+        (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
+        # a constructor's own message, without jsonargparse's dump of the namespace after it
+        (["--model.attention_kwargs", '{"bandwidth": -1.0}', "--model.learnable", "false"], "bandwidth must be positive, got -1.0."),
+        (["--data.noise", "-1"], "noise must be non-negative, got -1.0."),
+    ],
+)
+def test_bad_settings_end_in_one_line(in_tmp, capsys, args, message) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "nadaraya_watson", *args])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"error: {lines[0].removeprefix('error: ')}", "(set ZOO_DEBUG=1 to see the traceback)"]
+    assert message in lines[0] and "Namespace(" not in lines[0]
+
+
+def test_fits_started_together_each_get_a_complete_run_directory(in_tmp) -> None:
+    """Three seeds started at once from one directory: three run directories, each named by
+    the run's own closing line, each with its config, checkpoint and metrics."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "zoo", "fit", "--model", "nadaraya_watson", "--trainer.max_epochs", "2", *QUIET]
+    procs = [subprocess.Popen([*command, "--seed_everything", str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for seed in range(3)]
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), [err[-2000:] for _, err in outputs]
+    reported = [next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("run directory: ")) for out, _ in outputs]
+    assert len(set(reported)) == 3 and sorted(p.name for p in (in_tmp / "runs" / "nadaraya_watson").iterdir()) == sorted(Path(r).name for r in reported)
+    for seed, run in enumerate(reported):
+        config = yaml.safe_load((in_tmp / run / "config.yaml").read_text())
+        assert config["seed_everything"] == seed
+        assert (in_tmp / run / "checkpoints" / "last.ckpt").is_file() and list((in_tmp / run).glob("events.out.tfevents.*"))
+
+
+def test_make_train_ends_with_the_test_metric_run_directory_and_plots(in_tmp, capsys) -> None:
+    main(["fit", "--model", "nadaraya_watson", "--trainer.max_epochs", "2", "--test_after_fit", "true", *QUIET])
+    lines = capsys.readouterr().out.strip().splitlines()[-4:]
+    run = "runs/nadaraya_watson/version_0"
+    assert lines[0].startswith("zoo fit: test/mse ") and float(lines[0].split()[3].rstrip(",")) > 0
+    assert lines[1] == f"run directory: {run}"
+    assert lines[2].startswith(f"best checkpoint: {run}/checkpoints/epoch=1-step=2.ckpt (val/mse ")
+    assert lines[3].startswith("plots: ") and f"{run}/images/test_fit.png" in lines[3]
+    assert all((in_tmp / path).is_file() for path in lines[3].removeprefix("plots: ").split(", "))

@@ -106,3 +106,26 @@ def test_every_logger_records_the_same_metrics(in_tmp, wandb_offline) -> None:
     (wandb_run,) = (path for path in in_tmp.glob("runs/nadaraya_watson/*") if not path.name.startswith("version_"))
     assert (wandb_run / "checkpoints" / "last.ckpt").is_file() and (wandb_run / "config.yaml").is_file()
     assert (wandb_run / "images" / "val_fit.png").is_file()
+
+
+def test_runs_claim_distinct_directories_even_when_they_start_together(tmp_path) -> None:
+    """Twelve claims racing on one directory (Lightning's listing would give several the same
+    ``version_N``) get twelve directories; an existing ``version_4`` is skipped, not reused."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    from zoo.loggers import claim_run_directory
+
+    (tmp_path / "model" / "version_4").mkdir(parents=True)
+
+    def claim(index: int) -> Path:
+        logger = (TensorBoardLogger, CSVLogger)[index % 2](save_dir=str(tmp_path), name="model")
+        directory = claim_run_directory(logger)
+        assert directory is not None and Path(logger.log_dir) == directory
+        return directory
+
+    with ThreadPoolExecutor(12) as pool:
+        claimed = list(pool.map(claim, range(12)))
+    assert sorted(int(path.name[8:]) for path in claimed) == list(range(5, 17))
+    assert all(path.is_dir() for path in claimed)

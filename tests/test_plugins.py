@@ -23,7 +23,7 @@ import zoo
 from zoo.cli import main
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import PluginImportError
-from zoo.models import MODEL_REGISTRY
+from zoo.tasks import MODEL_REGISTRY
 from zoo.plugins import ENV_VAR, pop_import_flags
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]

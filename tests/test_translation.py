@@ -117,3 +117,35 @@ def test_cli_refuses_empty_or_too_long_sentences(shared_data, in_tmp, capsys, te
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_training_step_never_waits_for_the_device_and_throughput_is_logged(fra_eng, in_tmp, monkeypatch) -> None:
+    """Reading a tensor's value on the host (``int``, ``float``, ``.item()``, ``.tolist()``)
+    inside ``training_step`` would stall a GPU every step; ThroughputMonitor measures instead."""
+    task = _task("transformer", fra_eng)
+    monkeypatch.setattr(type(task), "throughput_window", 2)
+    step = task.training_step
+
+    def strict_step(batch, batch_idx):
+        def refuse(*args, **kwargs):
+            raise AssertionError("training_step read a tensor on the host")
+
+        with monkeypatch.context() as patch:
+            for name in ("__int__", "__float__", "__bool__", "item", "tolist"):
+                patch.setattr(torch.Tensor, name, refuse)
+            return step(batch, batch_idx)
+
+    task.training_step = strict_step
+    logger = L.pytorch.loggers.CSVLogger(in_tmp, name="run")
+    trainer = L.Trainer(max_steps=4, logger=logger, log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(task, datamodule=fra_eng)
+    import csv
+
+    with open(f"{logger.log_dir}/metrics.csv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    tokens = [float(r["train/device/items_per_sec"]) for r in rows if r.get("train/device/items_per_sec")]
+    sentences = [float(r["train/device/samples_per_sec"]) for r in rows if r.get("train/device/samples_per_sec")]
+    padding = [float(r["train/padding"]) for r in rows if r.get("train/padding")]
+    assert len(tokens) >= 2 and all(t > s > 0 for t, s in zip(tokens, sentences))  # several tokens per sentence
+    assert len(padding) == 4 and all(0.0 < p < 1.0 for p in padding)

@@ -24,6 +24,7 @@ from zoo.attention import (
     register_attention,
     require_attention,
 )
+from zoo.errors import ZooError
 from zoo.layers import AddNorm, PositionWiseFFN
 from zoo.positions import (
     POSITION_REGISTRY,
@@ -37,7 +38,7 @@ from zoo.registry import DuplicateNameError, Registry, UnknownArgumentError, Unk
 from zoo import testing
 from zoo.testing import check_attention
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the only place: pyproject.toml reads it from here
 
 __all__ = [
     "ATTENTION_REGISTRY",
@@ -63,6 +64,7 @@ __all__ = [
     "SelfAttention",
     "UnknownArgumentError",
     "UnknownNameError",
+    "ZooError",
     "__version__",
     "causal_mask",
     "check_attention",

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from zoo.errors import CheckpointError
-from zoo.models.registry import MODEL_REGISTRY
+from zoo.tasks.registry import MODEL_REGISTRY
 from zoo.provenance import RECORD_KEY
 from zoo.tasks import ZooTask
 

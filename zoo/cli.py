@@ -12,7 +12,11 @@ applied before Lightning parses anything:
 * Sizes the model needs from the data (vocabulary size, padding id, class count) are linked
   from the data module at instantiation.
 * Each run writes into its own directory ``runs/<model>/version_N`` (resolved config,
-  checkpoints, metrics and images); a W&B run gets W&B defaults (:mod:`zoo.loggers`).
+  checkpoints, metrics and images), claimed atomically, so runs started together never share
+  one; a W&B run gets W&B defaults (:mod:`zoo.loggers`).
+* ``fit``, ``validate`` and ``test`` end with a few lines: the metrics, ``run directory: DIR``
+  (what scripts read), the best checkpoint and the plots (:mod:`zoo.summary`);
+  ``fit --test_after_fit true`` tests the best checkpoint in the same run first.
 * SIGTERM and Ctrl-C save ``last.ckpt``; ``fit --ckpt_path last`` continues the newest run
   exactly (:mod:`zoo.resume`).
 * ``--import FILE_OR_MODULE`` imports a plugin that is not installed (see :mod:`zoo.plugins`).
@@ -29,7 +33,6 @@ applied before Lightning parses anything:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -40,22 +43,21 @@ import lightning as L
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 import zoo
-from zoo.attention import ATTENTION_REGISTRY, IncompatibleAttentionError
+from zoo.attention import ATTENTION_REGISTRY
 from zoo.datamodules import DATAMODULE_REGISTRY
-from zoo.datamodules.download import DownloadError
 from zoo.checkpoint import verify_checkpoint
-from zoo.errors import CheckpointError, ConfigurationError, DataError, PluginImportError
-from zoo.distributed import run_directory
-from zoo.loggers import SaveConfigToRun, apply_logger_defaults
-from zoo.models import MODEL_REGISTRY
+from zoo.errors import ConfigurationError, ZooError
+from zoo.loggers import SaveConfigToRun, apply_logger_defaults, claim_run_directory
+from zoo.tasks import MODEL_REGISTRY
 from zoo.plugins import import_plugins, pop_import_flags
 from zoo.positions import POSITION_REGISTRY
 from zoo.predict import format_row, from_checkpoint_alone, predict_from_checkpoint
-from zoo.provenance import package_versions
-from zoo.registry import Registry, RegistryError
+from zoo.registry import Registry
 from zoo.resume import Resumable, continue_last_run
+from zoo.summary import run_summary
 from zoo.tasks import ZooTask
 
 __all__ = ["ZooCLI", "main"]
@@ -121,15 +123,6 @@ def _resolve_task(value: str | None) -> type[ZooTask] | None:
     return None
 
 
-class ZooSaveConfig(SaveConfigToRun):
-    """Saves the resolved ``config.yaml`` and, beside it, ``versions.json`` (global zero only)."""
-
-    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        super().save_config(trainer, pl_module, stage)
-        versions = json.dumps(package_versions(), indent=2)
-        Path(run_directory(trainer), "versions.json").write_text(versions + "\n", encoding="utf-8")
-
-
 class ZooCLI(LightningCLI):
     """LightningCLI with registry names, per-model defaults, data-to-model links and safe checkpoints."""
 
@@ -146,7 +139,8 @@ class ZooCLI(LightningCLI):
             name = MODEL_REGISTRY.name_of(self.task_class)
             default_config = CONFIG_DIR / f"{name}.yaml"
             if default_config.is_file():
-                parser_kwargs = {cmd: {"default_config_files": [str(default_config)]} for cmd in SUBCOMMANDS}
+                defaults = {"default_config_files": [str(default_config)]}
+                parser_kwargs = {cmd: defaults for cmd in SUBCOMMANDS} if kwargs.get("run", True) else defaults
         # LightningCLI reads sys.argv when given no args; hand it the rewritten arguments that way.
         saved_argv, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "zoo", *args]
         try:
@@ -156,8 +150,8 @@ class ZooCLI(LightningCLI):
                 subclass_mode_model=True,
                 subclass_mode_data=True,
                 parser_kwargs=parser_kwargs,
-                save_config_callback=ZooSaveConfig,
-                save_config_kwargs={"overwrite": True},
+                save_config_callback=SaveConfigToRun,
+                save_config_kwargs={"overwrite": True, "save_to_log_dir": False},
                 **kwargs,
             )
         finally:
@@ -166,6 +160,10 @@ class ZooCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(Resumable, "resume")
+        parser.add_argument(
+            "--test_after_fit", type=bool, default=False,
+            help="fit only: then test the best checkpoint in the same run (its directory, metrics and plots).",
+        )
         defaults: dict[str, Any] = {"checkpoint.save_last": True}
         task = self.task_class
         if task is not None:
@@ -191,6 +189,42 @@ class ZooCLI(LightningCLI):
             continue_last_run(config)
         if self.subcommand and config.get("weights_only") is None:
             config["weights_only"] = True
+
+    def instantiate_classes(self) -> None:
+        """Build the data module, model and trainer, and claim the run's directory.
+
+        A constructor's own ``ValueError`` (a bad hyperparameter) becomes a
+        :class:`ConfigurationError` with its message alone, instead of jsonargparse's wrapper
+        that dumps the whole namespace after it."""
+        try:
+            super().instantiate_classes()
+        except ValueError as error:
+            origin = _innermost(error)
+            if origin is error or isinstance(origin, ZooError):
+                raise
+            raise ConfigurationError(str(origin)) from error
+        if self.subcommand in ("fit", "validate", "test"):
+            claim_run_directory(self.trainer.logger)
+
+    def after_fit(self) -> None:
+        """``--test_after_fit true``: test the best checkpoint (the last weights without one)
+        with the same trainer, so the run's metrics land in its directory; then :meth:`report`."""
+        config = self.config["fit"]
+        if config.get("test_after_fit"):
+            best = getattr(self.trainer.checkpoint_callback, "best_model_path", "")
+            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=config.get("weights_only"))
+        self.report("fit")
+
+    def after_validate(self) -> None:
+        self.report("validate")
+
+    def after_test(self) -> None:
+        self.report("test")
+
+    def report(self, subcommand: str) -> None:
+        """Print the run's closing lines (:func:`zoo.summary.run_summary`) after Lightning's output."""
+        if self.trainer.is_global_zero:
+            print("\n".join(run_summary(self.trainer, subcommand)), flush=True)
 
     def after_predict(self) -> None:
         """Print predictions, one per line (global zero only)."""
@@ -219,11 +253,18 @@ def print_registries(pattern: str | None = None) -> None:
             print(f"  {name} [failed to load: {error}]")
 
 
-#: Mistakes of configuration or input: shown as one line, without a traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    RegistryError, IncompatibleAttentionError, DataError, ConfigurationError, DownloadError, FileNotFoundError,
-    PluginImportError, CheckpointError,
-)
+#: Mistakes of configuration or input, shown as one line without a traceback: the zoo's own,
+#: Lightning's (an invalid trainer setting) and a missing file.
+USER_ERRORS: tuple[type[BaseException], ...] = (ZooError, MisconfigurationException, FileNotFoundError)
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The exception at the bottom of ``error``'s chain of causes (where it was first raised)."""
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    return error
 
 
 def _user_error(error: BaseException) -> BaseException | None:

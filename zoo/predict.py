@@ -16,7 +16,7 @@ import yaml
 
 from zoo.checkpoint import load_checkpoint
 from zoo.errors import CheckpointError, DataError
-from zoo.models import MODEL_REGISTRY
+from zoo.tasks import MODEL_REGISTRY
 from zoo.text.inputs import predict_inputs
 
 __all__ = ["format_row", "from_checkpoint_alone", "predict_from_checkpoint"]

@@ -14,7 +14,7 @@ claimed by two installed distributions is loaded from neither: picking one would
 order of ``sys.path``, so looking the name up raises :class:`DuplicateNameError` naming both,
 while every other name keeps working.
 
-This module imports nothing else from the zoo.
+This module imports nothing else from the zoo but the error base, :class:`zoo.errors.ZooError`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Any, Generic, TypeVar
+
+from zoo.errors import ZooError
 
 __all__ = [
     "DuplicateNameError",
@@ -45,8 +47,8 @@ _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 BUILTIN_SOURCE = "attention-zoo"
 
 
-class RegistryError(Exception):
-    """Base class of the registry's errors."""
+class RegistryError(ZooError):
+    """Base class of the registry's errors (a :class:`~zoo.errors.ZooError`: the CLI prints it as one line)."""
 
 
 class UnknownNameError(RegistryError, KeyError):

@@ -29,6 +29,7 @@ from zoo.attention.masking import (
     validate_valid_lens,
     with_causal,
 )
+from zoo.errors import ZooError
 
 __all__ = [
     "POSITION_CAPABILITY",
@@ -48,7 +49,7 @@ PositionBias = Callable[[Tensor, Tensor], Tensor]
 POSITION_CAPABILITY: dict[str, str] = {"rotary": "supports_rotary", "bias": "supports_position_bias"}
 
 
-class IncompatibleAttentionError(ValueError):
+class IncompatibleAttentionError(ZooError, ValueError):
     """An attention variant was asked for something it declares it cannot do."""
 
 

@@ -173,7 +173,7 @@ def _is_out_of_memory(error: BaseException) -> bool:
 def _measure(case: Case, config: AttentionBenchConfig, length: int, device: torch.device) -> dict[str, Any]:
     """One case at one length: ``{"length", "status", "time_ms", "peak_memory_mib"}``."""
     workload = case.build(config, length, device)
-    timing = time_call(workload.step, device=device, warmup=config.warmup, repeats=config.repeats,
+    timing = time_call(workload.step, warmup=config.warmup, repeats=config.repeats,
                        reset=workload.reset, time_limit=config.time_limit)
     result: dict[str, Any] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
     if config.memory:

@@ -12,14 +12,13 @@ from typing import Any
 
 import torch
 
-from zoo.attention import IncompatibleAttentionError
 from zoo.bench.attention import AttentionBenchConfig, attention_cases, attention_tables, run_attention_bench
 from zoo.bench.decode import DecodeBenchConfig, decode_table, run_decode_bench
 from zoo.bench.measure import resolve_device
 from zoo.bench.report import environment, plot_growth, write_json
 from zoo.bench.translation import TranslationSetup
 from zoo.bench.train import TrainBenchConfig, run_train_bench, train_table
-from zoo.registry import RegistryError
+from zoo.errors import ZooError
 
 __all__ = ["main", "parser"]
 
@@ -35,10 +34,10 @@ def _common(sub: argparse.ArgumentParser, name: str) -> None:
 def _translation(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--model", default="transformer", help="registered translation model (transformer, seq2seq)")
     sub.add_argument("--data-path", default=None, help="local fra-eng.zip or fra.txt (default: download and cache)")
-    sub.add_argument("--vocab-size", type=int, default=8000, help="joint BPE vocabulary size")
+    sub.add_argument("--vocab-size", type=int, default=None, help="joint BPE vocabulary size (default: the model's config)")
     sub.add_argument("--limit-train", type=int, default=None, help="use only N training pairs (quick runs)")
     sub.add_argument("--attention", default=None, help="registered scoring attention (default: the model's)")
-    sub.add_argument("--model-kwargs", type=json.loads, default={}, help="JSON of constructor arguments over the recipe")
+    sub.add_argument("--model-kwargs", type=json.loads, default={}, help="JSON of model arguments over the defaults of zoo fit")
     sub.add_argument("--compile", action="store_true", help="torch.compile the model (--model.torch_compile)")
 
 
@@ -66,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
 
     train = subs.add_parser("train", help="training tokens per second through the Lightning trainer")
     _translation(train)
-    train.add_argument("--batch", type=int, default=128)
+    train.add_argument("--batch", type=int, default=None, help="sentence pairs per batch (default: the model's config)")
     train.add_argument("--steps", type=int, default=50, help="measured steps")
     train.add_argument("--warmup", type=int, default=5, help="steps before the measured ones")
     train.add_argument("--precision", default="32-true", help="Lightning precision (bf16-mixed on a GPU, say)")
@@ -106,7 +105,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             argument_parser.error(f"no case matches --cases {' '.join(args.cases)}; the cases are: {', '.join(names)}.")
     try:
         return _run(args, argv)
-    except (RegistryError, IncompatibleAttentionError) as error:  # a bad name: one line, like argparse's errors
+    except ZooError as error:  # a bad name or setting: one line, like argparse's errors
         argument_parser.error(str(error))
 
 

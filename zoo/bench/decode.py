@@ -23,7 +23,7 @@ from torch import Tensor
 
 from zoo.bench.measure import time_call
 from zoo.bench.report import markdown_table
-from zoo.bench.translation import TranslationSetup, build_data, build_task
+from zoo.bench.translation import TranslationSetup, build
 from zoo.models.decoding import beam_search, greedy_decode
 
 __all__ = ["DecodeBenchConfig", "decode_table", "run_decode_bench"]
@@ -75,8 +75,7 @@ def _sources(data: Any, count: int, device: torch.device) -> list[tuple[Tensor, 
 
 def run_decode_bench(setup: TranslationSetup, config: DecodeBenchConfig, device: torch.device) -> list[dict[str, Any]]:
     """Decoding throughput per mode (``cached`` / ``uncached``, or ``default``)."""
-    data = build_data(setup)
-    task = build_task(setup, data, checkpoint=config.checkpoint)
+    task, data = build(setup, checkpoint=config.checkpoint)
     model = task.model.to(device).eval()
     batches = _sources(data, config.sentences, device)
     limits = {"bos": data.bos_idx, "eos": data.eos_idx, "max_len": config.tokens, "forbid": (data.padding_idx, data.bos_idx, data.eos_idx)}
@@ -97,7 +96,7 @@ def run_decode_bench(setup: TranslationSetup, config: DecodeBenchConfig, device:
     for mode, use_cache in modes:
         if use_cache is not None:
             model.use_cache = use_cache
-        timing = time_call(decode_all, device=device, warmup=config.warmup, repeats=config.repeats)
+        timing = time_call(decode_all, warmup=config.warmup, repeats=config.repeats)
         results.append({
             "mode": mode,
             "num_kv_heads": kv_heads,

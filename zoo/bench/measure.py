@@ -1,7 +1,9 @@
 """How the benchmarks time and measure: warm-up, repeats, median and spread, peak memory.
 
-Time is wall-clock around one call, after ``warmup`` untimed calls, with the device synchronized
-before and after (asynchronous CUDA kernels are counted in the call that launched them).
+Time is wall-clock around one call, after ``warmup`` untimed calls, taken by
+:class:`torch.utils.benchmark.Timer`, which synchronizes CUDA before and after (asynchronous
+kernels are counted in the call that launched them) and runs the untimed ``reset`` as its setup.
+Each call is one sample, so the spread and a time limit per call stay visible.
 
 Peak memory is the most memory PyTorch's allocator held *above its level before the call*,
 during one call:
@@ -18,12 +20,12 @@ during one call:
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from torch.utils.benchmark import Timer
 
 __all__ = ["Summary", "TooSlow", "peak_memory", "resolve_device", "synchronize", "time_call"]
 
@@ -76,7 +78,6 @@ def synchronize(device: torch.device) -> None:
 def time_call(
     fn: Callable[[], object],
     *,
-    device: torch.device,
     warmup: int,
     repeats: int,
     reset: Callable[[], None] | None = None,
@@ -88,15 +89,13 @@ def time_call(
     Raises:
         TooSlow: a call (warm-up or timed) took longer than ``time_limit`` seconds.
     """
+    timer = Timer(
+        stmt="fn()", setup="reset()" if reset is not None else "pass", globals={"fn": fn, "reset": reset},
+        num_threads=torch.get_num_threads(),  # Timer's default is one thread; keep the benchmark's
+    )
     samples = []
     for index in range(warmup + repeats):
-        if reset is not None:
-            reset()
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        elapsed = time.perf_counter() - start
+        elapsed = timer.timeit(1).times[0]
         if time_limit is not None and elapsed > time_limit:
             raise TooSlow(f"one call took {elapsed:.1f} s, over the limit of {time_limit:g} s")
         if index >= warmup:

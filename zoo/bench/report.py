@@ -109,14 +109,12 @@ def plot_growth(series: dict[str, tuple[list[int], list[float], float | None]], 
 
     ``series`` maps a case name to ``(lengths, times in ms, exponent or None)``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no backend to switch, nothing left open
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(figsize=(8, 5.5))
+    figure = Figure(figsize=(8, 5.5))
+    axes = figure.subplots()
     for name, (lengths, times, exponent) in series.items():
         if not lengths:
             continue
@@ -131,5 +129,4 @@ def plot_growth(series: dict[str, tuple[list[int], list[float], float | None]], 
     axes.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
     return path

@@ -18,7 +18,7 @@ import torch
 
 from zoo.bench.measure import Summary, synchronize
 from zoo.bench.report import markdown_table
-from zoo.bench.translation import TranslationSetup, build_data, build_task
+from zoo.bench.translation import TranslationSetup, build
 from zoo.datamodules.fra_eng import padding_fraction
 
 __all__ = ["StepClock", "TrainBenchConfig", "run_train_bench", "train_table"]
@@ -53,8 +53,7 @@ def run_train_bench(setup: TranslationSetup, config: TrainBenchConfig, device: t
     """Train ``warmup + steps`` steps and summarize the last ``steps``."""
     if config.warmup < 1 or config.steps < 1:
         raise ValueError("bench train needs at least one warm-up step (the first measured step starts where it ends) and one step.")
-    data = build_data(setup)
-    task = build_task(setup, data)
+    task, data = build(setup)
     clock = StepClock(device)
     trainer = L.Trainer(
         accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, precision=config.precision,
@@ -73,6 +72,7 @@ def run_train_bench(setup: TranslationSetup, config: TrainBenchConfig, device: t
         "target_tokens_per_batch": sum(tokens) / len(tokens),
         "padding_fraction": sum(clock.padding[first:]) / len(durations),
         "parameters": sum(p.numel() for p in task.parameters()),
+        "batch": data.batch_size,
     }
 
 
@@ -80,7 +80,7 @@ def train_table(setup: TranslationSetup, result: dict[str, Any]) -> str:
     rate = result["step_tokens_per_second"]
     return markdown_table(
         ["model", "attention", "batch", "steps", "target tokens/s", "per step: median [quartiles]", "step ms", "padding"],
-        [[setup.model, setup.attention or "(model default)", setup.batch, result["steps"], f"{result['tokens_per_second']:.0f}",
+        [[setup.model, setup.attention or "(model default)", result["batch"], result["steps"], f"{result['tokens_per_second']:.0f}",
           f"{rate['median']:.0f} [{rate['q1']:.0f}-{rate['q3']:.0f}]", f"{result['step_time_ms']['median']:.1f}",
           f"{result['padding_fraction']:.3f}"]],
     )

@@ -1,53 +1,63 @@
-"""The fra-eng data and the translation model that ``bench train`` and ``bench decode`` measure."""
+"""The fra-eng data and the translation model that ``bench train`` and ``bench decode`` measure.
+
+Both are built through the CLI (``ZooCLI(args=..., run=False)``), so a benchmark measures what
+``python -m zoo fit --model NAME`` trains: the model's code defaults and its default config's
+data settings, with the benchmark's flags on top. There is no separate recipe to keep in step.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from zoo.datamodules import FraEngDataModule
-from zoo.models import MODEL_REGISTRY
-from zoo.tasks import TranslationTask
+from zoo.errors import ConfigurationError
+from zoo.tasks import MODEL_REGISTRY, TranslationTask
 
-__all__ = ["RECIPES", "TranslationSetup", "build_data", "build_task"]
-
-#: Sizes that replace a model's defaults in the benchmarks: for ``transformer``, the reference
-#: notes' recipe (2 + 2 blocks, 256 hidden, 4 heads, FFN 64, dropout 0.2; batch 128).
-RECIPES: dict[str, dict[str, Any]] = {
-    "transformer": {"d_model": 256, "num_heads": 4, "num_encoder_layers": 2, "num_decoder_layers": 2, "ffn_hidden": 64, "dropout": 0.2},
-}
+__all__ = ["TranslationSetup", "build", "cli_arguments"]
 
 
 @dataclass(frozen=True)
 class TranslationSetup:
-    """Which model and data a translation benchmark builds."""
+    """Which model and data a translation benchmark builds (``None``: the zoo's default)."""
 
     model: str = "transformer"
     data_path: str | None = None
-    batch: int = 128
-    vocab_size: int = 8000
+    batch: int | None = None
+    vocab_size: int | None = None
     limit_train: int | None = None
     attention: str | None = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     torch_compile: bool = False
 
 
-def build_data(setup: TranslationSetup) -> FraEngDataModule:
-    """The fra-eng data module (downloaded and cached if ``data_path`` is None)."""
-    return FraEngDataModule(path=setup.data_path, batch_size=setup.batch, vocab_size=setup.vocab_size, limit_train=setup.limit_train)
+def cli_arguments(setup: TranslationSetup) -> list[str]:
+    """The ``python -m zoo`` flags that build ``setup``'s model and data."""
+    args = ["--model", setup.model, "--model.heatmap_examples", "0", "--trainer.logger", "false"]
+    for flag, value in (("--data.path", setup.data_path), ("--data.batch_size", setup.batch), ("--data.vocab_size", setup.vocab_size),
+                        ("--data.limit_train", setup.limit_train), ("--model.attention", setup.attention)):
+        if value is not None:
+            args += [flag, str(value)]
+    for name, value in setup.model_kwargs.items():
+        args += [f"--model.{name}", json.dumps(value)]
+    if setup.torch_compile:
+        args += ["--model.torch_compile", "true"]
+    return args
 
 
-def build_task(setup: TranslationSetup, data: FraEngDataModule, checkpoint: str | None = None) -> TranslationTask:
-    """The registered translation model with the recipe's sizes, ``model_kwargs`` on top, or
-    the model of a checkpoint."""
+def build(setup: TranslationSetup, checkpoint: str | None = None) -> tuple[TranslationTask, FraEngDataModule]:
+    """The registered translation model and its fra-eng data module, as ``zoo fit`` would build
+    them (the data downloaded and cached if ``data_path`` is None); with ``checkpoint``, the
+    model of that checkpoint instead."""
     task_class = MODEL_REGISTRY.get(setup.model)
     if not issubclass(task_class, TranslationTask):
         translation = [e.name for e in MODEL_REGISTRY.entries() if issubclass(e.obj, TranslationTask)]
-        raise ValueError(f"Model {setup.model!r} is not a translation model; these are: {', '.join(translation)}.")
+        raise ConfigurationError(f"Model {setup.model!r} is not a translation model; these are: {', '.join(translation)}.")
+    from zoo.cli import ZooCLI  # the CLI imports every part of the zoo; the benchmarks only when they run
+
+    cli = ZooCLI(args=cli_arguments(setup), run=False)
+    task = cli.model
     if checkpoint is not None:
-        return task_class.load_from_checkpoint(checkpoint, map_location="cpu", torch_compile=setup.torch_compile)
-    kwargs = {**RECIPES.get(MODEL_REGISTRY.resolve(setup.model), {}), **setup.model_kwargs}
-    if setup.attention is not None:
-        kwargs["attention"] = setup.attention
-    links = {name: getattr(data, name) for name in task_class.data_links}
-    return task_class(**links, **kwargs, heatmap_examples=0, torch_compile=setup.torch_compile)
+        task = task_class.load_from_checkpoint(checkpoint, map_location="cpu", torch_compile=setup.torch_compile)
+    return task, cli.datamodule

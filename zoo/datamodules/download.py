@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import BinaryIO
 
-from zoo.errors import DataError
+from zoo.errors import DataError, ZooError
 
 __all__ = ["ChecksumError", "DownloadError", "download", "sha1_of"]
 
@@ -30,7 +30,7 @@ _CHUNK = 1 << 20
 _LOCAL_FIX = "download the file by other means and pass it with --data.path PATH"
 
 
-class DownloadError(OSError):
+class DownloadError(ZooError, OSError):
     """The file could not be fetched: no network, a bad URL, or an interrupted transfer."""
 
 

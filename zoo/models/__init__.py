@@ -2,19 +2,15 @@
 
 from zoo.models.decoding import beam_search, greedy_decode
 from zoo.models.kernel_regression import KernelRegression
-from zoo.models.registry import MODEL_REGISTRY, list_models, register_model
 from zoo.models.sentiment import SentimentClassifier
 from zoo.models.seq2seq import Seq2SeqAttention
 from zoo.models.transformer import Transformer
 
 __all__ = [
-    "MODEL_REGISTRY",
     "KernelRegression",
     "SentimentClassifier",
     "Seq2SeqAttention",
     "Transformer",
     "beam_search",
     "greedy_decode",
-    "list_models",
-    "register_model",
 ]

@@ -83,6 +83,11 @@ class Transformer(nn.Module):
     Source and target share one (joint subword) vocabulary, so one embedding matrix serves
     the encoder, the decoder and, with ``tie_embeddings``, the output projection.
 
+    The defaults are the README's 30-minute CPU recipe on fra-eng: a small model that is fast
+    per token, pre-LN, and no dropout (4-5 epochs barely overfit with label smoothing, and
+    dropout costs a fifth of a CPU step). With a GPU and more steps, ``dropout=0.1`` and deeper
+    stacks pay off.
+
     Args:
         vocab_size: Joint vocabulary size.
         d_model: Model size.
@@ -116,13 +121,13 @@ class Transformer(nn.Module):
         vocab_size: int,
         d_model: int = 256,
         num_heads: int = 4,
-        num_encoder_layers: int = 3,
-        num_decoder_layers: int = 3,
+        num_encoder_layers: int = 2,
+        num_decoder_layers: int = 2,
         ffn_hidden: int = 1024,
-        dropout: float = 0.1,
+        dropout: float = 0.0,
         attention: str = "dot_product",
         attention_kwargs: dict[str, Any] | None = None,
-        norm_first: bool = False,
+        norm_first: bool = True,
         padding_idx: int = 0,
         max_len: int = 1024,
         tie_embeddings: bool = True,

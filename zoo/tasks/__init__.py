@@ -1,8 +1,19 @@
-"""LightningModules, one per task; importing this registers the built-in models."""
+"""LightningModules, one per task, and the model registry they fill when this is imported."""
 
+from zoo.tasks.registry import MODEL_REGISTRY, list_models, register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.classification import Sentiment
 from zoo.tasks.regression import NadarayaWatson
 from zoo.tasks.translation import Seq2SeqTranslator, TransformerTranslator, TranslationTask
 
-__all__ = ["NadarayaWatson", "Sentiment", "Seq2SeqTranslator", "TransformerTranslator", "TranslationTask", "ZooTask"]
+__all__ = [
+    "MODEL_REGISTRY",
+    "NadarayaWatson",
+    "Sentiment",
+    "Seq2SeqTranslator",
+    "TransformerTranslator",
+    "TranslationTask",
+    "ZooTask",
+    "list_models",
+    "register_model",
+]

@@ -3,7 +3,8 @@ checkpoints record, predicting from raw inputs, and the ``torch_compile`` option
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import inspect
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -11,8 +12,9 @@ import lightning as L
 import torch
 from torch import nn
 
-from zoo.models.registry import MODEL_REGISTRY
+from zoo.tasks.registry import MODEL_REGISTRY
 from zoo.provenance import RECORD_KEY, run_record
+from zoo.registry import check_kwargs
 from zoo.text.codecs import Codec
 
 __all__ = ["Codec", "ZooTask"]
@@ -51,6 +53,21 @@ class ZooTask(L.LightningModule):
         self.torch_compile = torch_compile
         self._model_compiled = False
         self.codec: Codec | None = None
+
+    def save_model_hyperparameters(self, architecture: Callable[..., nn.Module], model_kwargs: Mapping[str, Any]) -> None:
+        """Add every hyperparameter of ``architecture`` that the task does not hold itself to
+        ``self.hparams``, its defaults included, so that a checkpoint rebuilds the same model
+        even after a default changes.
+
+        The tasks take the architecture's hyperparameters as ``**model_kwargs`` and forward them,
+        so each is written once, in the plain ``nn.Module``'s signature and docstring; the CLI
+        still offers each as ``--model.NAME`` (jsonargparse follows the forwarded ``**kwargs``).
+        Call it before building the model: a misspelt name fails here with the closest ones.
+        """
+        check_kwargs(architecture, dict(model_kwargs), what=getattr(architecture, "__name__", "the model"))
+        bound = inspect.signature(architecture).bind_partial(**model_kwargs)
+        bound.apply_defaults()
+        self.hparams.update({name: value for name, value in bound.arguments.items() if name not in self.hparams})
 
     def configure_model(self) -> None:
         """Compile ``self.model`` in place, once, if ``torch_compile`` is set.

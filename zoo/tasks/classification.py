@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torchmetrics
 from torch import Tensor
 
 from zoo.models import SentimentClassifier
-from zoo.models.registry import register_model
+from zoo.tasks.registry import register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure
 from zoo.tasks.optim import adamw_with_warmup, fused_allowed
@@ -26,28 +26,18 @@ class Sentiment(ZooTask):
     ``vocab_size``, ``padding_idx`` and ``num_classes`` come from the data module.
 
     Args:
-        vocab_size: Vocabulary size.
-        num_classes: Number of labels.
-        padding_idx: Token id of padding.
-        d_model: Model size.
-        num_heads: Attention heads per block.
-        num_layers: Encoder blocks.
-        ffn_hidden: Inner FFN size.
-        dropout: Dropout throughout.
-        attention: Registered per-head scoring attention name.
-        attention_kwargs: Extra keyword arguments for it.
-        norm_first: Pre-LN blocks.
-        num_kv_heads: Key/value heads per block (grouped-query attention); ``None``: ``num_heads``.
+        vocab_size: Vocabulary size (from the data module).
+        num_classes: Number of labels (from the data module).
+        padding_idx: Token id of padding (from the data module).
         lr: Peak AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: Linear warm-up steps before cosine decay.
         label_smoothing: Cross-entropy label smoothing.
         heatmap_examples: Validation examples whose attention is drawn after each validation.
-        pooling: ``mean``, ``max`` or ``mean_max`` pooling over the valid tokens.
-        position: Registered positional scheme (``zoo list``; ``none``: order comes only from the
-            attention, e.g. ``local`` windows).
-        position_kwargs: Extra keyword arguments for it.
         torch_compile: Compile the model with ``torch.compile`` (checkpoints unchanged).
+        model_kwargs: The architecture's hyperparameters (``--model.d_model``,
+            ``--model.attention`` and so on), each documented, with its default, in
+            :class:`zoo.models.SentimentClassifier`.
     """
 
     default_datamodule = "sst2"
@@ -60,32 +50,18 @@ class Sentiment(ZooTask):
         vocab_size: int,
         num_classes: int = 2,
         padding_idx: int = 0,
-        d_model: int = 128,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        ffn_hidden: int = 256,
-        dropout: float = 0.1,
-        attention: str = "dot_product",
-        attention_kwargs: dict[str, Any] | None = None,
-        norm_first: bool = False,
-        num_kv_heads: int | None = None,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 200,
         label_smoothing: float = 0.0,
         heatmap_examples: int = 2,
-        pooling: Literal["mean", "max", "mean_max"] = "mean",
-        position: str = "sinusoidal",
-        position_kwargs: dict[str, Any] | None = None,
         torch_compile: bool = False,
+        **model_kwargs: Any,
     ) -> None:
         super().__init__(torch_compile)
         self.save_hyperparameters()
-        self.model = SentimentClassifier(
-            vocab_size, num_classes, d_model, num_heads, num_layers, ffn_hidden, dropout,
-            attention, attention_kwargs, padding_idx, norm_first=norm_first, pooling=pooling,
-            position=position, position_kwargs=position_kwargs, num_kv_heads=num_kv_heads,
-        )
+        self.save_model_hyperparameters(SentimentClassifier, model_kwargs)
+        self.model = SentimentClassifier(vocab_size=vocab_size, num_classes=num_classes, padding_idx=padding_idx, **model_kwargs)
         self.metrics = torch.nn.ModuleDict()
         for stage in ("val", "test"):
             self.metrics[f"{stage}_acc"] = torchmetrics.Accuracy(task="multiclass", num_classes=num_classes)

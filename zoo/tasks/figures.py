@@ -3,6 +3,10 @@
 Each figure is saved as a PNG in the run directory and logged to the trainer's loggers that
 take images (TensorBoard, Weights & Biases). Only the global-zero process writes, and nothing
 here communicates with other processes, so a task may call these from global zero alone.
+
+Figures are built as :class:`matplotlib.figure.Figure` objects, not through ``pyplot``: they need
+no display and no backend, so importing this (``zoo.load_checkpoint`` does) leaves a notebook's
+plotting backend as it was, and no figure stays open in ``pyplot``'s list.
 """
 
 from __future__ import annotations
@@ -11,12 +15,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display on servers and CI
-
 import lightning as L
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from torch import Tensor
 
@@ -42,7 +41,8 @@ def attention_heatmaps(
     cols = min(count, 4)
     rows = math.ceil(count / cols)
     size = min(8.0, max(2.5, 0.2 * max(weights.shape[1:])))
-    fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 1, size * rows), squeeze=False, layout="constrained")
+    fig = Figure(figsize=(size * cols + 1, size * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
     image = None
     for i, ax in enumerate(axes.flat):
         if i >= count:
@@ -72,7 +72,8 @@ def regression_plot(inputs: Tensor, predictions: Tensor, truth: Tensor, train_in
     inputs, predictions, truth, train_inputs, train_targets = (
         t.detach().float().cpu() for t in (inputs, predictions, truth, train_inputs, train_targets)
     )
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig = Figure(figsize=(5, 3.5))
+    ax = fig.subplots()
     ax.plot(inputs, truth, label="Truth")
     ax.plot(inputs, predictions, "--", label="Pred")
     ax.plot(train_inputs, train_targets, "o", alpha=0.5, label="Training points")
@@ -84,7 +85,7 @@ def regression_plot(inputs: Tensor, predictions: Tensor, truth: Tensor, train_in
 
 
 def publish_figure(module: L.LightningModule, figure: Figure, name: str) -> Path | None:
-    """Save ``figure`` as ``<run dir>/images/<name>.png`` and log it; close it either way.
+    """Save ``figure`` as ``<run dir>/images/<name>.png`` and log it.
 
     Returns the PNG path on the global-zero process, None elsewhere (and without a trainer).
     """
@@ -103,5 +104,4 @@ def publish_figure(module: L.LightningModule, figure: Figure, name: str) -> Path
                 experiment.add_figure(name, figure, global_step=trainer.global_step, close=False)
             elif hasattr(logger, "log_image"):  # Weights & Biases
                 logger.log_image(key=name, images=[str(path)], step=trainer.global_step)
-    plt.close(figure)
     return path

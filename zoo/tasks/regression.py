@@ -12,7 +12,7 @@ from torch import Tensor
 from zoo.distributed import gather_objects
 from zoo.errors import ConfigurationError, DataError
 from zoo.models import KernelRegression
-from zoo.models.registry import register_model
+from zoo.tasks.registry import register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure, regression_plot
 
@@ -29,27 +29,21 @@ class NadarayaWatson(ZooTask):
     the default, a Gaussian kernel with a learned bandwidth.
 
     Args:
-        attention: Registered scoring attention name.
-        attention_kwargs: Keyword arguments for it.
-        learnable: Learn the kernel's parameters (False: the non-parametric estimator).
         lr: SGD learning rate (on the mean squared error).
         torch_compile: Compile the model with ``torch.compile`` (checkpoints unchanged).
+        model_kwargs: The architecture's hyperparameters (``--model.attention``,
+            ``--model.attention_kwargs``, ``--model.learnable``), each documented, with its
+            default, in :class:`zoo.models.KernelRegression`.
     """
 
     default_datamodule = "synthetic_regression"
     monitor = ("val/mse", "min")
 
-    def __init__(
-        self,
-        attention: str = "gaussian_kernel",
-        attention_kwargs: dict[str, Any] | None = None,
-        learnable: bool = True,
-        lr: float = 5.0,
-        torch_compile: bool = False,
-    ) -> None:
+    def __init__(self, lr: float = 5.0, torch_compile: bool = False, **model_kwargs: Any) -> None:
         super().__init__(torch_compile)
         self.save_hyperparameters()
-        self.model = KernelRegression(attention, attention_kwargs, learnable)
+        self.save_model_hyperparameters(KernelRegression, model_kwargs)
+        self.model = KernelRegression(**model_kwargs)
         self.lr = lr
         self.metrics = torch.nn.ModuleDict(
             {stage: torchmetrics.MeanSquaredError() for stage in ("val", "test")}

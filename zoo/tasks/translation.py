@@ -9,16 +9,17 @@ sacreBLEU on detokenized, cased text against every reference of each source.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torchmetrics
+from lightning.pytorch.callbacks import ThroughputMonitor
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 
 from zoo.models.decoding import beam_search, greedy_decode
-from zoo.models.registry import register_model
+from zoo.tasks.registry import register_model
 from zoo.models.seq2seq import Seq2SeqAttention
 from zoo.models.transformer import Transformer
 from zoo.tasks.base import ZooTask
@@ -28,6 +29,14 @@ from zoo.tasks.optim import adamw_with_warmup, fused_allowed
 from zoo.text.codecs import TranslationCodec
 
 __all__ = ["Seq2SeqTranslator", "TransformerTranslator", "TranslationTask"]
+
+
+def _sentences(batch: dict[str, Any]) -> int:
+    return batch["src"].shape[0]
+
+
+def _target_tokens(batch: dict[str, Any]) -> int:
+    return int(batch["tgt_lens"].sum())  # after the step, once ThroughputMonitor has synchronised
 
 
 class TranslationTask(ZooTask):
@@ -43,6 +52,10 @@ class TranslationTask(ZooTask):
     data_links = ("vocab_size", "padding_idx", "bos_idx", "eos_idx")
     monitor = ("val/bleu", "max")
     codec_class = TranslationCodec
+    #: Training steps over which ``ThroughputMonitor`` measures sentences and target tokens per second.
+    throughput_window: int = 50
+    #: Read by ``ThroughputMonitor``; unknown here, so it reports no FLOPs (and does not warn).
+    flops_per_batch: int | None = None
     model: nn.Module
 
     def __init__(
@@ -69,7 +82,6 @@ class TranslationTask(ZooTask):
         self.bleu = nn.ModuleDict({name: CorpusBLEU() for name in ("val", "test", "test_greedy")})
         self.losses = nn.ModuleDict({name: torchmetrics.MeanMetric() for name in ("val", "test")})
         self._heatmap_batch: dict[str, Any] | None = None
-        self._last_step_end: float | None = None
         self._signature_logged = False
 
     # -- training -------------------------------------------------------------------------------
@@ -81,21 +93,23 @@ class TranslationTask(ZooTask):
         )
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        """Teacher-forced loss. Nothing here waits for the device: the padding share is logged as
+        a tensor, and throughput is :class:`ThroughputMonitor`'s (:meth:`configure_callbacks`)."""
         loss = self._loss(batch)
-        target_tokens = int(batch["tgt_lens"].sum())
-        padding = 1.0 - (int(batch["src_lens"].sum()) + target_tokens) / (batch["src"].numel() + batch["tgt_out"].numel())
-        # Averaged over the processes, except throughput, which is the whole run's: their sum.
-        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
+        real_tokens = batch["src_lens"].sum() + batch["tgt_lens"].sum()
+        padding = 1.0 - real_tokens / (batch["src"].numel() + batch["tgt_out"].numel())
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)  # averaged over the processes
         self.log("train/padding", padding, sync_dist=True)
-        now = time.perf_counter()
-        if self._last_step_end is not None:  # target tokens per second over the last step, loading included
-            tokens_per_sec = target_tokens / max(now - self._last_step_end, 1e-9)
-            self.log("train/tgt_tokens_per_sec", tokens_per_sec, prog_bar=True, sync_dist=True, reduce_fx="sum")
-        self._last_step_end = now
         return loss
 
-    def on_train_epoch_start(self) -> None:
-        self._last_step_end = None  # validation between epochs is not training time
+    def configure_callbacks(self) -> list[ThroughputMonitor]:
+        """Sentences and target tokens per second of training (``train/device/samples_per_sec``,
+        ``train/device/items_per_sec``, and without ``device/`` the whole run's under DDP), over
+        the last :attr:`throughput_window` steps, validation excluded. Fitting only: predict
+        batches have no targets to count."""
+        if self.trainer.state.fn != TrainerFn.FITTING:
+            return []
+        return [ThroughputMonitor(_sentences, _target_tokens, window_size=self.throughput_window)]
 
     def configure_optimizers(self) -> dict[str, Any]:
         return adamw_with_warmup(
@@ -194,35 +208,12 @@ class TranslationTask(ZooTask):
         return [{"source": source, "translation": codec.decode(row)} for source, row in zip(batch["sources"], ids)]
 
 
-@register_model("transformer")
-class TransformerTranslator(TranslationTask):
-    """Encoder-decoder Transformer for translation (see :class:`zoo.models.Transformer`).
-
+_TASK_ARGS = """
     Args:
         vocab_size: Joint vocabulary size (from the data module).
         padding_idx: Padding id (from the data module).
         bos_idx: Beginning-of-sentence id (from the data module).
         eos_idx: End-of-sentence id (from the data module).
-        d_model: Model size.
-        num_heads: Attention heads.
-        num_encoder_layers: Encoder blocks.
-        num_decoder_layers: Decoder blocks.
-        ffn_hidden: Inner FFN size.
-        dropout: Dropout throughout.
-        attention: Registered per-head scoring attention (padding and causal masks needed).
-        attention_kwargs: Extra keyword arguments for it.
-        cross_attention: Scoring attention of the decoder's cross-attention; ``None``: the same
-            as ``attention``, or ``dot_product`` when that works within one sequence only (``local``).
-        cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is the
-            same variant).
-        position: Registered positional scheme (``zoo list``): ``sinusoidal``, ``learned``,
-            ``none``, ``rope``, ``alibi``, ``t5``.
-        position_kwargs: Extra keyword arguments for it.
-        norm_first: Pre-LN instead of post-LN.
-        num_kv_heads: Key/value heads (grouped-query attention: 1 is multi-query, a divisor of
-            ``num_heads`` groups); the decoder's cache shrinks by ``num_heads / num_kv_heads``.
-            ``None``: ``num_heads``.
-        tie_embeddings: Share input embeddings and output projection.
         lr: Peak learning rate (AdamW, linear warm-up, cosine decay).
         weight_decay: AdamW weight decay.
         warmup_steps: Warm-up steps.
@@ -233,7 +224,20 @@ class TransformerTranslator(TranslationTask):
         heatmap_examples: Validation sentences whose cross-attention is drawn.
         torch_compile: Compile the model's teacher-forced forward pass with ``torch.compile``
             (decoding runs eagerly; checkpoints unchanged).
+        model_kwargs: The architecture's hyperparameters (``--model.d_model`` and so on), each
+            documented, with its default, in the architecture's signature.
+"""
+
+
+@register_model("transformer")
+class TransformerTranslator(TranslationTask):
+    """Encoder-decoder Transformer for translation (architecture: :class:`zoo.models.Transformer`).
+
+    The defaults are the README's 30-minute CPU recipe (with ``configs/transformer.yaml``'s
+    data and trainer settings).
     """
+
+    __doc__ = (__doc__ or "") + _TASK_ARGS
 
     def __init__(
         self,
@@ -241,30 +245,16 @@ class TransformerTranslator(TranslationTask):
         padding_idx: int = 0,
         bos_idx: int = 2,
         eos_idx: int = 3,
-        d_model: int = 256,
-        num_heads: int = 4,
-        num_encoder_layers: int = 3,
-        num_decoder_layers: int = 3,
-        ffn_hidden: int = 1024,
-        dropout: float = 0.1,
-        attention: str = "dot_product",
-        attention_kwargs: dict[str, Any] | None = None,
-        cross_attention: str | None = None,
-        cross_attention_kwargs: dict[str, Any] | None = None,
-        position: str = "sinusoidal",
-        position_kwargs: dict[str, Any] | None = None,
-        norm_first: bool = False,
-        num_kv_heads: int | None = None,
-        tie_embeddings: bool = True,
-        lr: float = 1e-3,
+        lr: float = 2e-3,
         weight_decay: float = 0.01,
-        warmup_steps: int = 1000,
+        warmup_steps: int = 400,
         label_smoothing: float = 0.1,
         beam_size: int = 4,
         length_penalty: float = 0.6,
         max_decode_len: int = 100,
         heatmap_examples: int = 2,
         torch_compile: bool = False,
+        **model_kwargs: Any,
     ) -> None:
         super().__init__(
             padding_idx=padding_idx, bos_idx=bos_idx, eos_idx=eos_idx, lr=lr, weight_decay=weight_decay,
@@ -273,41 +263,15 @@ class TransformerTranslator(TranslationTask):
             torch_compile=torch_compile,
         )
         self.save_hyperparameters()
-        self.model = Transformer(
-            vocab_size, d_model, num_heads, num_encoder_layers, num_decoder_layers, ffn_hidden, dropout,
-            attention, attention_kwargs, norm_first, padding_idx, tie_embeddings=tie_embeddings,
-            cross_attention=cross_attention, cross_attention_kwargs=cross_attention_kwargs, num_kv_heads=num_kv_heads,
-            position=position, position_kwargs=position_kwargs,
-        )
+        self.save_model_hyperparameters(Transformer, model_kwargs)
+        self.model = Transformer(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)
 
 
 @register_model("seq2seq", aliases=("gru_seq2seq",))
 class Seq2SeqTranslator(TranslationTask):
-    """GRU encoder-decoder with Bahdanau attention (see :class:`zoo.models.Seq2SeqAttention`).
+    """GRU encoder-decoder with Bahdanau attention (architecture: :class:`zoo.models.Seq2SeqAttention`)."""
 
-    Args:
-        vocab_size: Joint vocabulary size (from the data module).
-        padding_idx: Padding id (from the data module).
-        bos_idx: Beginning-of-sentence id (from the data module).
-        eos_idx: End-of-sentence id (from the data module).
-        embed_dim: Embedding size.
-        hidden_size: GRU hidden size.
-        num_layers: GRU layers (encoder and decoder).
-        dropout: Dropout throughout.
-        attention: Registered scoring attention of the decoder (``additive``, ``dot_product``, ...).
-        attention_kwargs: Extra keyword arguments for it.
-        tie_embeddings: Share input embeddings and output projection.
-        lr: Peak learning rate (AdamW, linear warm-up, cosine decay).
-        weight_decay: AdamW weight decay.
-        warmup_steps: Warm-up steps.
-        label_smoothing: Label smoothing of the cross-entropy.
-        beam_size: Beam size for test and predict.
-        length_penalty: GNMT length-penalty exponent alpha.
-        max_decode_len: Most tokens decoded per sentence.
-        heatmap_examples: Validation sentences whose attention is drawn.
-        torch_compile: Compile the model's teacher-forced forward pass with ``torch.compile``
-            (decoding runs eagerly; checkpoints unchanged).
-    """
+    __doc__ = (__doc__ or "") + _TASK_ARGS
 
     def __init__(
         self,
@@ -315,13 +279,6 @@ class Seq2SeqTranslator(TranslationTask):
         padding_idx: int = 0,
         bos_idx: int = 2,
         eos_idx: int = 3,
-        embed_dim: int = 256,
-        hidden_size: int = 256,
-        num_layers: int = 2,
-        dropout: float = 0.2,
-        attention: str = "additive",
-        attention_kwargs: dict[str, Any] | None = None,
-        tie_embeddings: bool = True,
         lr: float = 2e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 500,
@@ -331,6 +288,7 @@ class Seq2SeqTranslator(TranslationTask):
         max_decode_len: int = 100,
         heatmap_examples: int = 2,
         torch_compile: bool = False,
+        **model_kwargs: Any,
     ) -> None:
         super().__init__(
             padding_idx=padding_idx, bos_idx=bos_idx, eos_idx=eos_idx, lr=lr, weight_decay=weight_decay,
@@ -339,6 +297,5 @@ class Seq2SeqTranslator(TranslationTask):
             torch_compile=torch_compile,
         )
         self.save_hyperparameters()
-        self.model = Seq2SeqAttention(
-            vocab_size, embed_dim, hidden_size, num_layers, dropout, attention, attention_kwargs, padding_idx, tie_embeddings
-        )
+        self.save_model_hyperparameters(Seq2SeqAttention, model_kwargs)
+        self.model = Seq2SeqAttention(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)

@@ -1,7 +1,8 @@
 """The model registry: names like ``transformer`` mapped to their task's LightningModule class.
 
-The registered classes live in :mod:`zoo.tasks` (they are LightningModules); the registry sits
-here, free of Lightning, so that :mod:`zoo.models` stays usable in a plain PyTorch loop.
+It lives beside the classes that fill it (the tasks register themselves when :mod:`zoo.tasks`
+is imported), so ``zoo.tasks.list_models()`` is complete as soon as it can be called.
+:mod:`zoo.models` holds the plain ``nn.Module`` architectures and stays free of Lightning.
 """
 
 from __future__ import annotations

@@ -1,0 +1,50 @@
+"""The few lines a run ends with: its metrics, its directory, its best checkpoint and its plots.
+
+Lightning's own output (progress bars, the metrics table) scrolls past; these lines say what
+happened and where it is, and ``run directory:`` is what scripts read to find a run's files
+(never the newest directory, which may be another run's).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from zoo.distributed import run_directory
+
+__all__ = ["RUN_DIRECTORY_LABEL", "run_summary"]
+
+#: The label of the line that names the run directory (``run directory: runs/<model>/version_N``).
+RUN_DIRECTORY_LABEL = "run directory:"
+
+
+def _relative(path: str | Path) -> str:
+    """``path`` relative to the working directory where it lies below it, else as given."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def run_summary(trainer: L.Trainer, subcommand: str) -> list[str]:
+    """The closing lines of ``subcommand`` (``fit``, ``validate``, ``test``) for ``trainer``'s run.
+
+    The last test and validation metrics, the run directory, after ``fit`` the best checkpoint
+    with its monitored metric, and the PNGs under ``images/``.
+    """
+    metrics = {name: float(value) for name, value in trainer.callback_metrics.items() if name.startswith(("val/", "test/"))}
+    shown = [f"{name} {value:.4g}" for name, value in sorted(metrics.items(), key=lambda item: (not item[0].startswith("test/"), item[0]))]
+    lines = [f"zoo {subcommand}: " + (", ".join(shown) if shown else "no metrics logged")]
+    directory = run_directory(trainer)
+    lines.append(f"{RUN_DIRECTORY_LABEL} {_relative(directory)}")
+    checkpoint = trainer.checkpoint_callback
+    if subcommand == "fit" and isinstance(checkpoint, ModelCheckpoint) and checkpoint.best_model_path:
+        score = "" if checkpoint.best_model_score is None else f" ({checkpoint.monitor} {float(checkpoint.best_model_score):.4g})"
+        lines.append(f"best checkpoint: {_relative(checkpoint.best_model_path)}{score}")
+    plots = sorted((directory / "images").glob("*.png"))
+    if plots:
+        lines.append("plots: " + ", ".join(_relative(path) for path in plots))
+    return lines
