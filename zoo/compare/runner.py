@@ -32,7 +32,7 @@ from zoo.compare.process import ChildResult, run_child, zoo_command
 from zoo.compare.records import append_record, last_metrics, load_records
 from zoo.compare.timing import read_timing
 from zoo.errors import ConfigurationError
-from zoo.models import MODEL_REGISTRY
+from zoo.tasks import MODEL_REGISTRY
 from zoo.text.files import atomic_write_text
 
 __all__ = ["CompareConfig", "Comparison", "resolve_base"]
