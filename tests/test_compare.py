@@ -67,7 +67,10 @@ def test_bad_grid_spec_is_one_clear_line(spec: str, capsys: pytest.CaptureFixtur
         main(["compare", "--model", "nadaraya_watson", "--grid", spec])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[0] == f"error: Bad --grid {spec!r}: write KEY=V1,V2,... with KEY a fit flag without dashes and no empty value, e.g. --grid model.attention=dot_product,local."
+    assert err[0] == (
+        f"error: Bad --grid {spec!r}: write KEY=V1,V2,... with KEY a fit flag without dashes and no empty value, "
+        "e.g. --grid model.attention=dot_product,local."
+    )
 
 
 def test_grid_refuses_a_repeated_axis() -> None:
@@ -109,7 +112,8 @@ class FakeChild:
         log.write_text("done\n")
         seed = int(flags["--seed_everything"])
         if stage == "fit":
-            (directory / "fit" / "timing.json").write_text(json.dumps({"steps": 3, "seconds_per_step": 0.2, "wall_seconds_per_step": 0.25, "samples_per_second": 4.0}))
+            timing = {"steps": 3, "seconds_per_step": 0.2, "wall_seconds_per_step": 0.25, "samples_per_second": 4.0}
+            (directory / "fit" / "timing.json").write_text(json.dumps(timing))
         else:
             (directory / stage / "metrics.csv").write_text(f"epoch,step,test/mse\n0,0,{seed + 0.5}\n")
         return ChildResult(0, 1.0, 100.0)

@@ -29,8 +29,14 @@ def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
         prog="python -m zoo compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
-    root.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="an axis to vary (repeatable): a fit flag without dashes and its values")
-    root.add_argument("--seeds", type=int, default=1, help="runs per combination, seeds 0..N-1 (--seed_everything, and --data.seed where the data has one)")
+    root.add_argument(
+        "--grid", action="append", default=[], metavar="KEY=V1,V2",
+        help="an axis to vary (repeatable): a fit flag without dashes and its values",
+    )  # fmt: skip
+    root.add_argument(
+        "--seeds", type=int, default=1,
+        help="runs per combination, seeds 0..N-1 (--seed_everything, and --data.seed where the data has one)",
+    )  # fmt: skip
     root.add_argument("--budget", default=None, help="training length of each run: 500steps, 2epochs, 90s, 5min, 1.5h (default: the config's)")
     root.add_argument("--parallel", type=int, default=1, help="runs at once; the cores are split between them")
     root.add_argument("--out", type=Path, default=Path("runs/compare"), help="records, runs and report (reuse to resume)")
