@@ -40,7 +40,7 @@ def _code_defaults(task: type) -> dict:
 
 def test_there_is_a_default_config_per_model_and_overlays_exist() -> None:
     assert {path.stem for path in DEFAULTS} == set(MODEL_REGISTRY.list())
-    assert {path.stem for path in OVERLAYS} == {"sentiment_imdb", "sentiment_local"}
+    assert {path.stem for path in OVERLAYS} == {"sentiment_imdb", "sentiment_listops", "sentiment_local", "sentiment_lra_text"}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda path: path.stem)

@@ -316,6 +316,10 @@ def _run(args: list[str]) -> None:
         from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking
 
         bench_main(args[1:])
+    elif args[:1] == ["compare"]:
+        from zoo.compare.cli import main as compare_main
+
+        compare_main(args[1:])
     elif args[:1] == ["--version"]:
         print(zoo.__version__)
     elif from_checkpoint_alone(args):

@@ -6,6 +6,8 @@ Corpus modules derive from :class:`~zoo.datamodules.base.CorpusDataModule`; text
 
 from zoo.datamodules.base import CorpusDataModule
 from zoo.datamodules.fra_eng import FraEngDataModule
+from zoo.datamodules.listops import ListOpsDataModule
+from zoo.datamodules.lra_text import LRATextDataModule
 from zoo.datamodules.registry import DATAMODULE_REGISTRY, list_datamodules, register_datamodule
 from zoo.datamodules.synthetic import SyntheticRegressionDataModule
 from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule, TextClassificationDataModule
@@ -15,6 +17,8 @@ __all__ = [
     "CorpusDataModule",
     "FraEngDataModule",
     "IMDBDataModule",
+    "LRATextDataModule",
+    "ListOpsDataModule",
     "SST2DataModule",
     "SyntheticRegressionDataModule",
     "TextClassificationDataModule",

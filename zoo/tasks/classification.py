@@ -14,7 +14,7 @@ from zoo.tasks.registry import register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure
 from zoo.tasks.optim import adamw_with_warmup, fused_allowed
-from zoo.text.codecs import TextClassificationCodec
+from zoo.text.codecs import ClassificationCodec
 
 __all__ = ["Sentiment"]
 
@@ -43,7 +43,7 @@ class Sentiment(ZooTask):
     default_datamodule = "sst2"
     data_links = ("vocab_size", "padding_idx", "num_classes")
     monitor = ("val/acc", "max")
-    codec_class = TextClassificationCodec
+    codec_class = ClassificationCodec
 
     def __init__(
         self,

@@ -24,7 +24,15 @@ from zoo.text.collators import PadCollator, TranslationCollator
 from zoo.text.subwords import SubwordTokenizer
 from zoo.text.words import PAD_ID, UNK_ID, Vocabulary
 
-__all__ = ["CODEC_VERSION", "Codec", "TextClassificationCodec", "TranslationCodec", "check_texts", "codec_fields"]
+__all__ = [
+    "CODEC_VERSION",
+    "ClassificationCodec",
+    "Codec",
+    "TextClassificationCodec",
+    "TranslationCodec",
+    "check_texts",
+    "codec_fields",
+]
 
 CODEC_VERSION = 2
 """Bump when a codec reads its inputs differently or stores itself differently (version 1: the
@@ -83,9 +91,52 @@ def check_texts(texts: Sequence[str], where: str, action: str = "classify") -> N
             )
 
 
-class TextClassificationCodec:
+class ClassificationCodec:
+    """Base of the codecs a classifier predicts with: raw inputs to ``{"tokens", "valid_lens"}``
+    batches, ids back to tokens, label ids to ``class_names``.
+
+    Corpora read their inputs differently (words, bytes, ListOps tokens), so each subclass names
+    itself by ``codec_kind``, which its saved state records; :meth:`from_state_dict` on this base
+    rebuilds whichever kind a checkpoint holds.
+    """
+
+    codec_kind: ClassVar[str]
+    _kinds: ClassVar[dict[str, type[ClassificationCodec]]] = {}
+    class_names: list[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        ClassificationCodec._kinds[cls.codec_kind] = cls
+
+    def batch(self, inputs: Sequence[str]) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def id_to_token(self, ids: Sequence[int]) -> list[str]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> ClassificationCodec:
+        """Rebuild the codec kind named in ``state`` (word codecs, saved before kinds existed, name none).
+
+        Raises:
+            DataError: an unknown kind, an incomplete state, or another codec version.
+        """
+        kind = state.get("codec_kind", TextClassificationCodec.codec_kind)
+        if kind not in cls._kinds:
+            raise DataError(
+                f"This checkpoint's classification codec is of kind {kind!r}, which this zoo does not know "
+                f"(known: {sorted(cls._kinds)}); use the zoo release the model was trained with."
+            )
+        return cls._kinds[kind].from_state_dict(state)
+
+
+class TextClassificationCodec(ClassificationCodec):
     """Raw texts to word ids (training vocabulary, length limit), label ids to class names."""
 
+    codec_kind = "words"
     kind: ClassVar[str] = "The text classification codec"
 
     def __init__(self, vocab: Vocabulary, max_length: int, class_names: Sequence[str]) -> None:

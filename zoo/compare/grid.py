@@ -1,0 +1,112 @@
+"""What a comparison varies: grid axes (``--grid model.attention=a,b``), seeds and the budget."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from zoo.errors import ConfigurationError
+
+__all__ = ["Budget", "Combination", "combinations", "parse_budget", "parse_grid"]
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_BUDGET = re.compile(r"(\d+(?:\.\d+)?)\s*(steps?|epochs?|s|sec|min|h)", re.IGNORECASE)
+_SECONDS = {"s": 1, "sec": 1, "min": 60, "h": 3600}
+
+
+def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
+    """``["model.attention=a,b", "model.num_heads=1,2"]`` -> ``{"model.attention": ["a", "b"], ...}``.
+
+    Each spec is ``KEY=V1,V2,...`` with ``KEY`` a dotted ``fit`` flag without its dashes; values
+    are passed to the flag as written (a value cannot contain a comma).
+    """
+    axes: dict[str, list[str]] = {}
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        key = key.strip().removeprefix("--")
+        choices = [value.strip() for value in values.split(",")]
+        if not sep or not _KEY.fullmatch(key) or not all(choices):
+            raise ConfigurationError(
+                f"Bad --grid {spec!r}: write KEY=V1,V2,... with KEY a fit flag without dashes and no empty "
+                f"value, e.g. --grid model.attention=dot_product,local."
+            )
+        if key in axes:
+            raise ConfigurationError(f"--grid names {key!r} twice: give all its values in one --grid {key}=V1,V2,...")
+        if len(set(choices)) != len(choices):
+            raise ConfigurationError(f"--grid {spec!r} repeats a value: give each value once.")
+        axes[key] = choices
+    return axes
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One point of the grid: its name (a directory name too) and the ``fit`` flags it adds."""
+
+    name: str
+    overrides: dict[str, str]
+
+    @property
+    def flags(self) -> list[str]:
+        return [f"--{key}={value}" for key, value in self.overrides.items()]
+
+
+def _label(key: str, keys: Sequence[str]) -> str:
+    """The last part of a dotted key when no other axis ends the same way, else the whole key."""
+    short = key.rsplit(".", 1)[-1]
+    return short if sum(k.rsplit(".", 1)[-1] == short for k in keys) == 1 else key
+
+
+def combinations(axes: dict[str, list[str]]) -> list[Combination]:
+    """Every combination of the axes' values, the first axis slowest; one ``base`` without axes."""
+    if not axes:
+        return [Combination("base", {})]
+    keys = list(axes)
+    out = []
+    for values in itertools.product(*axes.values()):
+        name = ",".join(f"{_label(key, keys)}={value}" for key, value in zip(keys, values))
+        out.append(Combination(re.sub(r"[^\w.,=+-]", "_", name), dict(zip(keys, values))))
+    return out
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long each run trains: ``steps``, ``epochs`` or wall-clock ``seconds``."""
+
+    kind: str
+    amount: float
+    text: str
+
+    def flags(self, seconds_per_step: float | None = None) -> list[str]:
+        """The trainer flags of this budget; a time budget needs the measured seconds per step.
+
+        A time budget sets ``max_steps`` to the steps that fit in it (so a schedule that spans
+        ``max_steps`` ends with the budget) and ``max_time`` as a hard stop (validation counts there).
+        """
+        if self.kind == "steps":
+            return ["--trainer.max_steps", str(int(self.amount)), "--trainer.max_epochs", "-1"]
+        if self.kind == "epochs":
+            return ["--trainer.max_epochs", str(int(self.amount)), "--trainer.max_steps", "-1"]
+        if seconds_per_step is None:
+            raise ValueError("a time budget needs the measured seconds per step.")
+        steps = max(1, int(self.amount / seconds_per_step))
+        seconds = max(1, round(self.amount))
+        days, rest = divmod(seconds, 86400)
+        max_time = f"{days:02d}:{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+        return ["--trainer.max_steps", str(steps), "--trainer.max_epochs", "-1", "--trainer.max_time", max_time]
+
+
+def parse_budget(text: str) -> Budget:
+    """``500steps``, ``2epochs``, ``90s``, ``5min`` or ``1.5h``."""
+    match = _BUDGET.fullmatch(text.strip())
+    if match is None or float(match.group(1)) <= 0:
+        raise ConfigurationError(
+            f"Bad --budget {text!r}: give a positive number of steps, epochs or wall time, e.g. 500steps, 2epochs, 90s, 5min or 1.5h."
+        )
+    amount, unit = float(match.group(1)), match.group(2).lower()
+    if unit.startswith(("step", "epoch")):
+        if amount != int(amount):
+            raise ConfigurationError(f"Bad --budget {text!r}: steps and epochs are whole numbers.")
+        return Budget("steps" if unit.startswith("step") else "epochs", amount, text)
+    return Budget("seconds", amount * _SECONDS[unit], text)

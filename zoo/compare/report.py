@@ -1,0 +1,114 @@
+"""The comparison's report: a Markdown table of means with confidence intervals, paired differences
+against a baseline on shared seeds, cost (time, throughput, memory), and a plot."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from zoo.bench.report import markdown_table
+from zoo.compare.stats import CONFIDENCE, Summary, paired_differences, summarize
+
+__all__ = ["format_summary", "metric_names", "plot_metric_vs_time", "write_report"]
+
+_COST = (("fit_seconds", "fit s"), ("seconds_per_step", "s/step"), ("samples_per_second", "samples/s"), ("peak_rss_mib", "peak RSS MiB"))
+
+
+def metric_names(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Every metric any record has, sorted."""
+    return sorted({name for record in records for name in record["metrics"]})
+
+
+def format_summary(summary: Summary | None, digits: int = 4) -> str:
+    """``mean ± sd [low, high]``; just the mean for one value; ``-`` for none."""
+    if summary is None:
+        return "-"
+    if summary.sd is None:
+        return f"{summary.mean:.{digits}g} (1 seed)"
+    return f"{summary.mean:.{digits}g} ± {summary.sd:.2g} [{summary.low:.{digits}g}, {summary.high:.{digits}g}]"
+
+
+def _by_combination(records: Sequence[dict[str, Any]], order: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {name: [] for name in order}
+    for record in records:
+        groups.setdefault(record["combination"], []).append(record)
+    return {name: group for name, group in groups.items() if group}
+
+
+def _values(group: Sequence[dict[str, Any]], field: str, metric: bool = True) -> dict[int, float]:
+    """Seed -> value of a metric (or of a record field) over a combination's runs that have it."""
+    source = (lambda r: r["metrics"].get(field)) if metric else (lambda r: r.get(field))
+    return {r["seed"]: float(source(r)) for r in group if source(r) is not None}
+
+
+def write_report(
+    records: Sequence[dict[str, Any]], out: Path, order: Sequence[str], baseline: str, header: str, metric: str | None = None
+) -> Path:
+    """Write ``<out>/report.md`` and, beside it, ``plot.png`` of ``metric`` (default: the first); return the report's path.
+
+    ``order`` lists the combinations in the order of the grid; ``baseline`` is the one the paired
+    differences are taken against.
+    """
+    groups = _by_combination(records, order)
+    metrics = metric_names(records)
+    if metric in metrics:  # the metric that matters first
+        metrics.remove(metric)
+        metrics.insert(0, metric)
+    level = f"{CONFIDENCE:.0%}"
+    rows = []
+    for name, group in groups.items():
+        cells = [format_summary(summarize(list(v.values()))) if (v := _values(group, m)) else "-" for m in metrics]
+        costs = [f"{summarize(list(v.values())).mean:.3g}" if (v := _values(group, f, metric=False)) else "-" for f, _ in _COST]
+        rows.append([f"`{name}`", len(group), *cells, *costs])
+    lines = [
+        "# Comparison", "", header, "",
+        f"Each cell: mean ± sample sd [{level} confidence interval, Student's t] over seeds. Cost columns are means.", "",
+        markdown_table(["combination", "seeds", *metrics, *(label for _, label in _COST)], rows), "",
+    ]
+    if baseline in groups and len(groups) > 1:
+        base = groups[baseline]
+        diff_rows = []
+        for name, group in groups.items():
+            if name == baseline:
+                continue
+            shared = len({r["seed"] for r in group} & {r["seed"] for r in base})
+            cells = [format_summary(paired_differences(_values(group, m), _values(base, m))) for m in metrics]
+            diff_rows.append([f"`{name}`", shared, *cells])
+        lines += [
+            f"## Paired differences against `{baseline}`", "",
+            f"Combination minus baseline, seed by seed on the seeds both have: mean ± sd [{level} interval].", "",
+            markdown_table(["combination", "shared seeds", *(f"Δ {m}" for m in metrics)], diff_rows), "",
+        ]
+    report = out / "report.md"
+    if metrics:
+        lines += [f"![metric against training time]({plot_metric_vs_time(groups, metrics[0], out / 'plot.png').name})", ""]
+    report.write_text("\n".join(lines), encoding="utf-8")
+    return report
+
+
+def plot_metric_vs_time(groups: dict[str, list[dict[str, Any]]], metric: str, path: Path) -> Path:
+    """Each run as a faint dot, each combination's mean as a point with its interval, against fit time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for name, group in groups.items():
+        runs = [(r["fit_seconds"], r["metrics"][metric]) for r in group if metric in r["metrics"]]
+        if not runs:
+            continue
+        times, values = zip(*runs)
+        summary = summarize(list(values))
+        error = None if summary.sd is None else [[summary.mean - summary.low], [summary.high - summary.mean]]
+        line = axes.errorbar([sum(times) / len(times)], [summary.mean], yerr=error, fmt="o", capsize=4, label=name)
+        axes.scatter(times, values, color=line[0].get_color(), alpha=0.3, s=12)
+    axes.set_xlabel("fit wall time per run (s)")
+    axes.set_ylabel(metric)
+    axes.set_title(f"{metric} against training time ({CONFIDENCE:.0%} intervals)")
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

@@ -1,0 +1,80 @@
+"""ListOps tokens (Long Range Arena): the benchmark's vocabulary, its tokenization, and the codec
+that carries them into checkpoints.
+
+The vocabulary is fixed, so the codec stores only its class names; the expressions' generator is
+:mod:`zoo.datamodules.listops_generator`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from zoo.errors import DataError
+from zoo.text.codecs import CODEC_VERSION, ClassificationCodec, check_texts, codec_fields
+from zoo.text.collators import PadCollator
+
+__all__ = ["CLASS_NAMES", "CLOSE", "OPERATORS", "VOCABULARY", "ListOpsCodec", "encode"]
+
+OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
+CLOSE = "]"
+VOCABULARY = ("<pad>", *(str(digit) for digit in range(10)), *OPERATORS, CLOSE)
+"""The benchmark's tokens; id 0 pads. Parentheses of the released files are dropped, as its tokenizer does."""
+CLASS_NAMES = tuple(str(digit) for digit in range(10))
+"""An expression's value, 0 to 9, is its label."""
+PAD_ID = 0
+_IDS = {token: i for i, token in enumerate(VOCABULARY)}
+
+
+def encode(text: str) -> Tensor:
+    """Token ids of an expression (``[MAX 2 9 ]``; ``(`` and ``)`` are skipped)."""
+    tokens = [token for token in text.split() if token not in ("(", ")")]
+    unknown = sorted(set(tokens) - _IDS.keys())
+    if unknown:
+        raise DataError(
+            f"Not a ListOps expression: unknown tokens {unknown[:5]}; expected digits, {', '.join(OPERATORS)} and {CLOSE}."
+        )
+    return torch.tensor([_IDS[token] for token in tokens], dtype=torch.long)
+
+
+class ListOpsCodec(ClassificationCodec):
+    """ListOps expressions to token-id batches, ids back to tokens, labels to their digits."""
+
+    codec_kind = "listops"
+
+    def __init__(self) -> None:
+        self.class_names = list(CLASS_NAMES)
+
+    def batch(self, inputs: Sequence[str]) -> dict[str, Tensor]:
+        """Expressions as one model-input batch: ``{"tokens", "valid_lens"}``.
+
+        Raises:
+            DataError: an empty expression or an unknown token.
+        """
+        check_texts(inputs, "expressions", action="evaluate")
+        return PadCollator(PAD_ID)([{"tokens": encode(text)} for text in inputs])
+
+    def id_to_token(self, ids: Sequence[int]) -> list[str]:
+        """The benchmark's token of each id (attention heatmaps' labels)."""
+        return [VOCABULARY[i] for i in ids]
+
+    def decode(self, ids: Sequence[int] | Tensor) -> str:
+        """The expression of ``ids``, tokens separated by spaces, padding skipped."""
+        return " ".join(VOCABULARY[int(i)] for i in ids if int(i) != PAD_ID)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data: the kind and the version (the vocabulary is the benchmark's, fixed)."""
+        return {"codec_kind": self.codec_kind, "class_names": list(self.class_names), "codec_version": CODEC_VERSION}
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> ListOpsCodec:
+        """Rebuild the codec of :meth:`state_dict`.
+
+        Raises:
+            DataError: the state is incomplete, or of another codec version.
+        """
+        codec_fields(state, codec="The ListOps codec", fields={"class_names": list})
+        return cls()
