@@ -12,7 +12,7 @@
 # minutes; a stage that fails or runs out of time is recorded and the next one runs.
 #
 # --dry-run runs every stage on the CPU at tiny sizes, to test the script without a GPU
-# (tests/test_gpu_script.py does); --list prints the stages and their shares, and runs nothing.
+# (tests/bench/test_gpu_script.py does); --list prints the stages and their shares, and runs nothing.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -17,6 +17,7 @@ import torch
 import yaml
 
 import zoo
+from tests.helpers import SHARED_DATA
 from zoo.cli import main
 from zoo.datamodules import FraEngDataModule, SST2DataModule, SyntheticRegressionDataModule
 from zoo.errors import CheckpointError
@@ -45,19 +46,18 @@ def _fit(task: L.LightningModule, data: L.LightningDataModule, root: Path, name:
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[L.LightningModule, Path]]:
     """Each registered model trained for a few steps on real data, with its checkpoint."""
     root = tmp_path_factory.mktemp("trained")
-    shared = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    if not shared.is_dir():
-        pytest.skip(f"real corpora not found at {shared}")
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real corpora not found at {SHARED_DATA}")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ZOO_CACHE_DIR", str(root / "cache"))
         models: dict[str, tuple[L.LightningModule, Path]] = {}
         L.seed_everything(0)
         task = NadarayaWatson()
         models["nadaraya_watson"] = (task, _fit(task, SyntheticRegressionDataModule(), root, "nadaraya_watson"))
-        sst2 = SST2DataModule(path=str(shared / "sst2"), limit_train=300, batch_size=32)
+        sst2 = SST2DataModule(path=str(SHARED_DATA / "sst2"), limit_train=300, batch_size=32)
         task = Sentiment(vocab_size=sst2.vocab_size, d_model=16, num_heads=2, num_layers=1, ffn_hidden=32, heatmap_examples=0)
         models["sentiment"] = (task, _fit(task, sst2, root, "sentiment"))
-        fra = FraEngDataModule(path=str(shared / "fra-eng.zip"), limit_train=300, vocab_size=200, batch_size=32)
+        fra = FraEngDataModule(path=str(SHARED_DATA / "fra-eng.zip"), limit_train=300, vocab_size=200, batch_size=32)
         links = {"vocab_size": fra.vocab_size, "padding_idx": fra.padding_idx, "bos_idx": fra.bos_idx, "eos_idx": fra.eos_idx}
         small = {"heatmap_examples": 0, "max_decode_len": 12, "beam_size": 2}
         task = TransformerTranslator(**links, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, ffn_hidden=32, **small)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from steplog import read_losses
 
+from tests.helpers import PROJECT_ROOT
+from tests.helpers.steplog import read_losses
 from zoo.cli import main
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
@@ -28,11 +29,10 @@ TWO_PROCESSES = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--tr
 def run_zoo(*args: str, cwd: Path, returncode: int = 0, timeout: float = 900) -> str:
     """``python -m zoo ARGS`` in ``cwd`` with this environment; its output, or a failure showing it.
 
-    The project and the tests directory (for test callbacks such as ``steplog.StepLosses``) are
-    on its ``PYTHONPATH``.
+    The project root is on its ``PYTHONPATH``, for this checkout's ``zoo`` and for test
+    callbacks such as ``tests.helpers.steplog.StepLosses``.
     """
-    here = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(here.parent), str(here), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     output = result.stdout + result.stderr
     assert result.returncode == returncode, f"python -m zoo {' '.join(args)} exited with {result.returncode}:\n{output[-8000:]}"
@@ -138,7 +138,7 @@ def test_two_process_run_stopped_by_sigterm_resumes_on_the_same_trajectory(in_tm
     ``--ckpt_path last`` continues each one's losses exactly (three shuffled steps an epoch;
     the signal comes in the middle of the third epoch)."""
     fit = ["fit", "--model", "nadaraya_watson", "--data.batch_size", "10", "--trainer.max_epochs", "4", *QUIET, *TWO_PROCESSES,
-           "--trainer.callbacks+=steplog.StepLosses", "--trainer.callbacks.path"]
+           "--trainer.callbacks+=tests.helpers.steplog.StepLosses", "--trainer.callbacks.path"]
     run_zoo(*fit, str(in_tmp / "reference{rank}.jsonl"), "--trainer.logger.name", "reference", cwd=in_tmp)
     output = run_zoo(*fit, str(in_tmp / "interrupted{rank}.jsonl"), "--trainer.callbacks.signal_after_step", "7",
                      "--trainer.callbacks.signal_rank", signalled, cwd=in_tmp)

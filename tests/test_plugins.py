@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import write_distribution
 
 import zoo
+from tests.helpers import write_distribution
 from zoo.cli import main
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import PluginImportError
-from zoo.tasks import MODEL_REGISTRY
 from zoo.plugins import ENV_VAR, pop_import_flags
+from zoo.tasks import MODEL_REGISTRY
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 REGISTRIES = (zoo.ATTENTION_REGISTRY, MODEL_REGISTRY, DATAMODULE_REGISTRY)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_distribution
 
 import zoo
+from tests.helpers import PROJECT_ROOT, write_distribution
 from zoo.registry import (
     DuplicateNameError,
     Entry,
@@ -612,7 +612,7 @@ def _fresh_python(code: str) -> str:
     """Run ``code`` in a new interpreter that imports this checkout; return its stdout."""
     import subprocess
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
     return done.stdout.strip()
 

@@ -1,6 +1,6 @@
 """SIGTERM or Ctrl-C saves last.ckpt; ``fit --ckpt_path last`` continues the same loss trajectory.
 
-The signals are real: a callback (:class:`steplog.StepLosses`) sends one to its own process
+The signals are real: a callback (:class:`tests.helpers.steplog.StepLosses`) sends one to its own process
 after a given training step, the way a scheduler's SIGTERM or a user's Ctrl-C arrives, and the
 run stops and saves. The two-process case is in test_distributed.py.
 """
@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from steplog import read_losses, read_validated
 
+from tests.helpers.steplog import read_losses, read_validated
 from zoo.cli import main
 from zoo.resume import Resumable
 
@@ -26,7 +26,7 @@ def _fit(log: Path, *extra: str) -> list[str]:
     """Kernel regression in mini-batches of 10: five shuffled steps an epoch, four epochs."""
     return ["fit", "--model", "nadaraya_watson", "--data.batch_size", "10", "--trainer.max_epochs", "4",
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            "--trainer.callbacks+=steplog.StepLosses", "--trainer.callbacks.path", str(log), *extra]
+            "--trainer.callbacks+=tests.helpers.steplog.StepLosses", "--trainer.callbacks.path", str(log), *extra]
 
 
 @pytest.mark.parametrize(

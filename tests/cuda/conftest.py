@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+from tests.helpers import SHARED_DATA
 
 
 def pytest_configure(config: pytest.Config) -> None:

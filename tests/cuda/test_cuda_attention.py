@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_parity import compare_with_cpu, parity_cases
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import zoo
+from tests.cuda.device_parity import compare_with_cpu, parity_cases
 
 #: (dtype, autocast): float32 alone, and each half precision pure and under autocast
 PRECISIONS = [(torch.float32, False), (torch.float16, False), (torch.bfloat16, False), (torch.float16, True), (torch.bfloat16, True)]

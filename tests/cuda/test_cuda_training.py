@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from steplog import read_losses
 
+from tests.helpers.steplog import read_losses
 from zoo.cli import main
-from zoo.models import list_models
 from zoo.models.decoding import greedy_decode
 from zoo.models.transformer import Transformer
+from zoo.tasks import list_models
 
 CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
@@ -37,7 +37,7 @@ def _fit(model: str, accelerator: str, log: Path, data: Path | None, *extra: str
     small = [arg.format(data=data) for arg in SMALL[model]]
     return ["fit", "--model", model, *small, "--trainer.accelerator", accelerator, "--trainer.devices", "1",
             "--trainer.precision", "bf16-mixed", "--trainer.limit_val_batches", "2", *QUIET,
-            "--trainer.callbacks+=steplog.StepLosses", "--trainer.callbacks.path", str(log), *extra]  # fmt: skip
+            "--trainer.callbacks+=tests.helpers.steplog.StepLosses", "--trainer.callbacks.path", str(log), *extra]  # fmt: skip
 
 
 def test_every_registered_model_has_a_small_recipe() -> None:

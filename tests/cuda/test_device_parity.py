@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_parity import compare_with_cpu, parity_cases, scoring_attentions
 from torch import Tensor
 
 import zoo
+from tests.cuda.device_parity import compare_with_cpu, parity_cases, scoring_attentions
 
 
 def test_every_scoring_attention_is_compared() -> None:

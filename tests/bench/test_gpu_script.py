@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu.sh"
+from tests.helpers import PROJECT_ROOT
+
+SCRIPT = PROJECT_ROOT / "benchmarks" / "gpu.sh"
 STAGES = ["install", "environment", "cuda_tests", "bench_attention", "bench_attention_all", "bench_train",
           "bench_train_compiled", "bench_decode", "budget_fit", "budget_test"]  # fmt: skip
 
@@ -26,7 +27,7 @@ def _shares(*flags: str) -> tuple[dict[str, int], int]:
 
 @pytest.mark.parametrize("script", ["gpu.sh", "fetch_gpu_wheels.sh"])
 def test_the_scripts_parse(script: str) -> None:
-    subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / script)], check=True)
+    subprocess.run(["bash", "-n", str(PROJECT_ROOT / "benchmarks" / script)], check=True)
 
 
 def test_the_stages_fit_ten_minutes_and_the_budget_run_gets_the_most() -> None:

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 import torch
-from conftest import write_distribution
 
 import zoo
+from tests.helpers import write_distribution
 from zoo.attention import IncompatibleAttentionError
 from zoo.models import SentimentClassifier
 from zoo.positions import (

@@ -7,8 +7,8 @@ import json
 import lightning as L
 import pytest
 import yaml
-from conftest import LossRecorder
 
+from tests.helpers import LossRecorder
 from zoo.cli import main
 from zoo.datamodules import FraEngDataModule, SST2DataModule
 from zoo.tasks import Sentiment, TransformerTranslator

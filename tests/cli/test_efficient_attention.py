@@ -8,8 +8,8 @@ import warnings
 import lightning as L
 import pytest
 import yaml
-from conftest import LossRecorder
 
+from tests.helpers import LossRecorder
 from zoo.attention import IncompatibleAttentionError
 from zoo.cli import main
 from zoo.datamodules import SST2DataModule

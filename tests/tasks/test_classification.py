@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import lightning as L
 import pytest
-from conftest import LossRecorder
 import torch
 import yaml
 
 import zoo
+from tests.helpers import PROJECT_ROOT, LossRecorder
 from zoo.cli import main
 from zoo.datamodules import SST2DataModule
 from zoo.tasks import Sentiment
@@ -109,7 +107,7 @@ def test_cli_bad_input_is_one_clear_message(shared_data, in_tmp, capsys, extra, 
 @pytest.mark.parametrize(("config", "corpus"), [("sentiment_imdb.yaml", "imdb"), ("sentiment_local.yaml", "sst2")])
 def test_recipe_configs_reach_the_model(shared_data, in_tmp, config, corpus) -> None:
     """Every model setting of a recipe YAML is what the trained model was built with."""
-    path = Path(__file__).resolve().parents[1] / "configs" / config
+    path = PROJECT_ROOT / "configs" / config
     main(["fit", "--model", "sentiment", "--config", str(path), "--data.path", str(shared_data / corpus),
           "--data.limit_train", "300", "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *QUIET])
     run = sorted((in_tmp / "runs" / "sentiment").glob("version_*"))[-1]

@@ -23,20 +23,20 @@ import pytest
 import torch
 from jsonargparse import ArgumentParser
 
+from tests.helpers import SHARED_DATA
 from zoo.datamodules.registry import DATAMODULE_REGISTRY
 from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule
 from zoo.text import files
 from zoo.text.words import Vocabulary, tokenize
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 LIMIT = 2000
 
 
 @pytest.fixture(scope="module")
 def data_dir() -> Path:
-    if not (DATA / "sst2").is_dir() or not (DATA / "imdb").is_dir():
-        pytest.skip(f"the shared corpora are not at {DATA}")
-    return DATA
+    if not (SHARED_DATA / "sst2").is_dir() or not (SHARED_DATA / "imdb").is_dir():
+        pytest.skip(f"the shared corpora are not at {SHARED_DATA}")
+    return SHARED_DATA
 
 
 @pytest.fixture(scope="module")

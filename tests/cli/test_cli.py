@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import PROJECT_ROOT
 from zoo.cli import main
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
@@ -117,7 +118,7 @@ def test_bad_settings_end_in_one_line(in_tmp, capsys, args, message) -> None:
 def test_fits_started_together_each_get_a_complete_run_directory(in_tmp) -> None:
     """Three seeds started at once from one directory: three run directories, each named by
     the run's own closing line, each with its config, checkpoint and metrics."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     command = [sys.executable, "-m", "zoo", "fit", "--model", "nadaraya_watson", "--trainer.max_epochs", "2", *QUIET]
     procs = [subprocess.Popen([*command, "--seed_everything", str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for seed in range(3)]

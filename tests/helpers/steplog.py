@@ -1,7 +1,7 @@
 """A callback that logs every training step's loss to a file and can signal its own process.
 
-Used in-process and by ``python -m zoo`` subprocesses (``--trainer.callbacks+=steplog.StepLosses``
-with the tests directory on ``PYTHONPATH``).
+Used in-process and by ``python -m zoo`` subprocesses (``--trainer.callbacks+=tests.helpers.steplog.StepLosses``
+with the project root on ``PYTHONPATH``).
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ import random
 
 import lightning as L
 import pytest
-from conftest import LossRecorder
 import sacrebleu
 import torch
 
+from tests.helpers import LossRecorder
 from zoo.cli import main
 from zoo.datamodules import FraEngDataModule
 from zoo.tasks import Seq2SeqTranslator, TransformerTranslator

@@ -1,0 +1,1 @@
+"""Tests of attention-zoo, laid out like the ``zoo`` package they test."""
