@@ -13,10 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers import PROJECT_ROOT
 from zoo.datamodules import LRATextDataModule
 from zoo.tasks import Sentiment
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = PROJECT_ROOT
 
 
 def write_imdb_layout(root: Path) -> Path:

@@ -15,12 +15,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from tests.helpers import SHARED_DATA
 from zoo.datamodules.fra_eng import FraEngDataModule, padding_fraction, read_pairs, split_of
 from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
 from zoo.text.collators import TranslationCollator
 from zoo.text.subwords import SubwordTokenizer
 
-FRA_ENG_ZIP = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fra-eng.zip"
+FRA_ENG_ZIP = SHARED_DATA / "fra-eng.zip"
 LIMIT_TRAIN = 5000
 VOCAB_SIZE = 1000
 SETTINGS = {"limit_train": LIMIT_TRAIN, "vocab_size": VOCAB_SIZE, "batch_size": 64}

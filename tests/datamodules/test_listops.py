@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.helpers import PROJECT_ROOT
 from zoo.datamodules import ListOpsDataModule
 from zoo.datamodules.listops import SPLIT_FILES, read_tsv, write_tsv
 from zoo.datamodules.listops_generator import generate
@@ -127,8 +128,8 @@ def test_cli_fits_the_sentiment_model_on_tiny_listops(tmp_path: Path) -> None:
         "--model.num_layers=1", "--model.ffn_hidden=32", "--trainer.fast_dev_run=true",
         f"--trainer.default_root_dir={tmp_path}", f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
     ]
-    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    result = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], env=env, timeout=600)
+    env = os.environ | {"PYTHONPATH": str(PROJECT_ROOT)}
+    result = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "fast_dev_run" in result.stderr + result.stdout
     assert len(read_tsv(data / "basic_train.tsv")) == 64
