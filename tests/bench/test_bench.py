@@ -85,6 +85,15 @@ def test_bench_attention_causal_subset_and_bad_cases(in_tmp, capsys) -> None:
     assert exit_info.value.code == 2 and "no case matches --cases nope" in capsys.readouterr().err
 
 
+def test_bench_attention_causal_leaves_out_variants_that_are_not_causal(in_tmp, capsys) -> None:
+    main(["bench", "attention", "--causal", "--cases", "lin*", "bigbird", "--lengths", "24", "--batch", "1",
+          "--d-model", "8", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory", "--out", "c.json", "--plot", "c.png"])
+    payload = json.loads((in_tmp / "c.json").read_text())
+    assert [c["name"] for c in payload["cases"]] == ["linear"]  # linformer and bigbird declare supports_causal=False
+    err = capsys.readouterr().err
+    assert "linformer: left out (declares supports_causal=False)" in err and "bigbird: left out" in err
+
+
 def test_bench_train_on_a_few_steps(shared_data, in_tmp, capsys) -> None:
     main(["bench", "train", "--data-path", str(shared_data / "fra-eng.zip"), "--limit-train", "1000", "--vocab-size", "600",
           "--batch", "16", "--steps", "3", "--warmup", "2", "--model-kwargs", SMALL_TRANSLATOR, "--out", "train.json"])
