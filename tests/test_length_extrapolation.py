@@ -21,7 +21,7 @@ def test_train_short_then_test_on_longer_sources(shared_data, in_tmp, capsys) ->
           "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0", *QUIET])  # fmt: skip
     ckpt = next((in_tmp / "runs").rglob("last.ckpt"))
     main(["test", *TINY, *data, "--model.position", "alibi", "--ckpt_path", str(ckpt),
-          "--data.eval_sources_longer_than", "8", "--data.batch_size", "16", "--trainer.limit_test_batches", "1",
+          "--data.eval_sources_longer_than", "8", "--data.batch_size", "8", "--trainer.limit_test_batches", "2",
           "--model.beam_size", "1", *QUIET])  # fmt: skip
     assert "test/bleu_greedy" in capsys.readouterr().out
 
