@@ -354,3 +354,60 @@ def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"does not exist.*--data\.path") as info:
         FraEngDataModule(path=str(missing))
     assert str(missing) in str(info.value)
+
+
+# -- length extrapolation: short training pairs, long evaluation sources ------------------------------------
+
+
+def test_max_train_length_drops_training_pairs_and_leaves_evaluation_sources_whole(dm: FraEngDataModule, real_zip: Path) -> None:
+    short = FraEngDataModule(path=str(real_zip), **SETTINGS, max_train_length=8)
+    short.setup()
+    encode = short.tokenizer.encode
+    too_long = sum(max(len(encode(en)), len(encode(fr))) > 8 for en, fr in short.train_pairs())
+    assert short.filtered_train_pairs == too_long > 100
+    train = short._datasets["train"]
+    assert len(train) == LIMIT_TRAIN - too_long and train.src.lengths.max() <= 8 and train.tgt.lengths.max() <= 8
+    test = short._datasets["test"]
+    assert len(test) == len(short.splits.test)
+    long_items = [i for i, item in enumerate(short.splits.test) if 8 < len(encode(item.source)) <= 48]
+    assert long_items and test.src.lengths.max() > 8
+    batch = TranslationCollator()([test[i] for i in long_items[:8]])
+    for row, i in enumerate(long_items[:8]):  # the model reads the whole source, not its first 8 tokens
+        assert int(batch["src_lens"][row]) == len(encode(short.splits.test[i].source)) > 8
+        assert short.codec.decode(batch["src"][row]) == short.splits.test[i].source
+
+
+def test_eval_sources_longer_than_keeps_only_longer_sources(dm: FraEngDataModule, real_zip: Path) -> None:
+    longer = FraEngDataModule(path=str(real_zip), **SETTINGS, eval_sources_longer_than=12)
+    longer.setup("validate")
+    longer.setup("test")
+    for split in ("validation", "test"):
+        items = getattr(longer.splits, split)
+        expected = [item for item in items if len(longer.tokenizer.encode(item.source)) > 12]
+        rows = longer._datasets[split]
+        assert 0 < len(rows) == len(expected) < len(items)
+        batch = TranslationCollator()([rows[i] for i in range(len(rows))])
+        assert batch["sources"] == [item.source for item in expected]
+        assert batch["references"] == [item.references for item in expected]
+        assert int(batch["src_lens"].min()) > 12
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_train_length": 0}, r"^max_train_length must be at least 1, got 0\.$"),
+        ({"max_train_length": 60}, r"max_train_length=60 exceeds max_length=48.*--data\.max_length to at least 60"),
+        ({"eval_sources_longer_than": -1}, r"eval_sources_longer_than must be in 0\.\.47 .*got -1\."),
+        ({"eval_sources_longer_than": 48}, r"eval_sources_longer_than must be in 0\.\.47 .*got 48\."),
+    ],
+)
+def test_bad_length_options_are_one_clear_line(real_zip: Path, options: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        FraEngDataModule(path=str(real_zip), **options)
+    assert "\n" not in str(info.value)
+
+
+def test_eval_filter_that_keeps_nothing_is_refused(dm: FraEngDataModule, real_zip: Path) -> None:
+    longer = FraEngDataModule(path=str(real_zip), **SETTINGS, max_length=500, eval_sources_longer_than=499)
+    with pytest.raises(ValueError, match=r"No test source of fra_eng has more than eval_sources_longer_than=499 .*lower"):
+        longer.setup("test")

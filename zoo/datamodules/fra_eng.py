@@ -35,9 +35,15 @@ and its whitespace (no-break and narrow no-break spaces included) collapsed to s
 
 Predict batches hold only ``src``, ``src_lens`` and ``sources``. ``max_length`` bounds subword
 tokens per side, ``<bos>``/``<eos>`` not counted: longer *training* pairs are dropped (and
-counted); validation and test sentences are never dropped, only truncated for the
-teacher-forced loss, while BLEU compares against the full references. Training batches group
-sentences of similar length (:class:`BucketBatchSampler`), which cuts padding several-fold.
+counted); validation and test sentences are truncated to it (source and target ids), while
+BLEU compares against the full references. Training batches group sentences of similar length
+(:class:`BucketBatchSampler`), which cuts padding several-fold.
+
+**Length extrapolation.** ``max_train_length`` drops training pairs longer than it on either
+side while evaluation still reads sources of up to ``max_length`` tokens, and
+``eval_sources_longer_than`` keeps in validation and test only the sentences whose source has
+more subword tokens than it. Together they train on short pairs and score on longer sources,
+which the positions never saw in training.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from typing import Any
 import numpy as np
 from lightning.pytorch.utilities import rank_zero_only
 
-from zoo.datamodules.base import CorpusDataModule, existing_path
+from zoo.datamodules.base import CorpusDataModule, check_minimums, existing_path
 from zoo.datamodules.download import download, sha1_of
 from zoo.datamodules.fra_eng_corpus import EXPECTED, EvalItem, FraEngSplits, ParsedPairs, read_pairs, split_of, split_pairs
 from zoo.datamodules.registry import register_datamodule
@@ -101,8 +107,13 @@ class FraEngDataModule(CorpusDataModule):
             copy of ``fra-eng.zip`` into ``cache_dir`` and checks its SHA-1.
         batch_size: Sentence pairs per batch.
         max_length: Most subword tokens per side (``<bos>``/``<eos>`` not counted). Longer
-            training pairs are dropped; validation and test sentences are truncated for the
-            teacher-forced loss only; longer prediction inputs are refused.
+            training pairs are dropped; validation and test sentences are truncated to it (the
+            BLEU references stay whole); longer prediction inputs are refused.
+        max_train_length: Most subword tokens per side of a *training* pair, at most
+            ``max_length``; ``None`` means ``max_length``. Below ``max_length`` the model is
+            evaluated on sources longer than any it trained on (length extrapolation).
+        eval_sources_longer_than: Validation and test keep only the sentences whose source has
+            more subword tokens than this; 0 keeps all.
         vocab_size: Size of the joint English+French BPE vocabulary, the 4 specials included.
         kwargs: The shared arguments of :class:`~zoo.datamodules.base.CorpusDataModule`
             (``cache_dir``, ``num_workers``, ``limit_train``, ``seed``, ``predict_texts`` and
@@ -117,19 +128,32 @@ class FraEngDataModule(CorpusDataModule):
         batch_size: int = 128,
         max_length: int = 48,
         vocab_size: int = 8000,
+        max_train_length: int | None = None,
+        eval_sources_longer_than: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(batch_size=batch_size, max_length=max_length, **kwargs)
         self.save_hyperparameters()
-        if vocab_size < 5:
-            raise DataError(f"vocab_size must be at least 5, got {vocab_size}.")
+        check_minimums(vocab_size=(vocab_size, 5), max_train_length=(max_train_length, 1))
+        if max_train_length is not None and max_train_length > max_length:
+            raise DataError(
+                f"max_train_length={max_train_length} exceeds max_length={max_length}, which evaluation truncates "
+                f"to: raise --data.max_length to at least {max_train_length}."
+            )
+        if not 0 <= eval_sources_longer_than < max_length:
+            raise DataError(
+                f"eval_sources_longer_than must be in 0..{max_length - 1} (sources are truncated to "
+                f"max_length={max_length}), got {eval_sources_longer_than}."
+            )
+        self.max_train_length = max_length if max_train_length is None else max_train_length
+        self.eval_sources_longer_than = eval_sources_longer_than
         self.path = existing_path(
             path, directory=False, what="The fra_eng data file", expected=EXPECTED, otherwise="leave --data.path unset to download it"
         )
         self.requested_vocab_size = vocab_size
         self.collator = TranslationCollator()
         self.filtered_train_pairs: int | None = None
-        """Training pairs dropped for exceeding ``max_length``; known after ``setup("fit")``."""
+        """Training pairs dropped for exceeding ``max_train_length``; known after ``setup("fit")``."""
         self._file: Path | None = None
         self._sha1: str | None = None
         self._splits: FraEngSplits | None = None
@@ -281,27 +305,41 @@ class FraEngDataModule(CorpusDataModule):
         return tokenizer
 
     def _encode_train(self) -> Columns:
-        """Encode the training pairs; drop (and count) those over ``max_length`` on either side."""
+        """Encode the training pairs; drop (and count) those over ``max_train_length`` on either side."""
         pairs = self.train_pairs()
         src = self.tokenizer.encode_batch([english for english, _ in pairs])
         tgt = self.tokenizer.encode_batch([french for _, french in pairs])
-        keep = [i for i in range(len(pairs)) if max(len(src[i]), len(tgt[i])) <= self.max_length]
+        limit, option = self._train_limit()
+        keep = [i for i in range(len(pairs)) if max(len(src[i]), len(tgt[i])) <= limit]
         self.filtered_train_pairs = len(pairs) - len(keep)
         if not keep:
             raise DataError(
-                f"All {len(pairs)} training pairs of fra_eng are longer than max_length={self.max_length} subword "
-                f"tokens on one side, so the train split is empty: raise --data.max_length."
+                f"All {len(pairs)} training pairs of fra_eng are longer than {option}={limit} subword "
+                f"tokens on one side, so the train split is empty: raise --data.{option}."
             )
         _report(
-            "fra_eng train: %d pairs, %d dropped as longer than max_length=%d",
-            len(keep), self.filtered_train_pairs, self.max_length,
+            "fra_eng train: %d pairs, %d dropped as longer than %s=%d",
+            len(keep), self.filtered_train_pairs, option, limit,
         )  # fmt: skip
         return Columns(src=TokenIds([src[i] for i in keep]), tgt=TokenIds([tgt[i] for i in keep]))
 
     def _encode_eval(self, split: str) -> Columns:
-        """Encode every validation or test sentence; truncate ids beyond ``max_length``, keep texts whole."""
+        """Encode the validation or test sentences with sources longer than ``eval_sources_longer_than``
+        tokens; truncate ids beyond ``max_length``, keep texts whole."""
         items: list[EvalItem] = getattr(self.splits, split)
         src = self.tokenizer.encode_batch([item.source for item in items])
+        if self.eval_sources_longer_than:
+            kept = [i for i, ids in enumerate(src) if len(ids) > self.eval_sources_longer_than]
+            if not kept:
+                raise DataError(
+                    f"No {split} source of fra_eng has more than eval_sources_longer_than="
+                    f"{self.eval_sources_longer_than} subword tokens: lower --data.eval_sources_longer_than."
+                )
+            _report(
+                "fra_eng %s: %d of %d sentences kept, their sources longer than %d subword tokens",
+                split, len(kept), len(items), self.eval_sources_longer_than,
+            )  # fmt: skip
+            items, src = [items[i] for i in kept], [src[i] for i in kept]
         tgt = self.tokenizer.encode_batch([item.references[0] for item in items])
         truncated = sum(len(s) > self.max_length or len(t) > self.max_length for s, t in zip(src, tgt, strict=True))
         if truncated:
@@ -312,3 +350,9 @@ class FraEngDataModule(CorpusDataModule):
             sources=[item.source for item in items],
             references=[item.references for item in items],
         )
+
+    def _train_limit(self) -> tuple[int, str]:
+        """The length bound of training pairs, and the option that set it (for messages)."""
+        if self.max_train_length < self.max_length:
+            return self.max_train_length, "max_train_length"
+        return self.max_length, "max_length"

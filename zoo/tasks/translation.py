@@ -18,10 +18,12 @@ from lightning.pytorch.callbacks import ThroughputMonitor
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 
+from zoo.errors import ConfigurationError
 from zoo.models.decoding import beam_search, greedy_decode
 from zoo.tasks.registry import register_model
 from zoo.models.seq2seq import Seq2SeqAttention
 from zoo.models.transformer import Transformer
+from zoo.positions import LearnedPositions
 from zoo.tasks.base import ZooTask
 from zoo.tasks.bleu import CorpusBLEU
 from zoo.tasks.figures import attention_heatmaps, publish_figure
@@ -265,6 +267,20 @@ class TransformerTranslator(TranslationTask):
         self.save_hyperparameters()
         self.save_model_hyperparameters(Transformer, model_kwargs)
         self.model = Transformer(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)
+
+    def setup(self, stage: str) -> None:
+        """Adopt the codec; refuse ``learned`` positions when evaluation reads sources longer than
+        the training pairs, since those positions' vectors were never trained (length extrapolation)."""
+        super().setup(stage)
+        data = self.trainer.datamodule
+        trained = getattr(data, "max_train_length", None)
+        learned = isinstance(self.model.encoder_position, LearnedPositions)
+        if learned and trained is not None and trained < data.max_length:
+            raise ConfigurationError(
+                f"Position 'learned' cannot extrapolate: it trains vectors only for positions up to "
+                f"max_train_length={trained}, but evaluation reads sources of up to max_length={data.max_length} "
+                f"tokens. Use --model.position sinusoidal, rope, alibi or t5, or drop --data.max_train_length."
+            )
 
 
 @register_model("seq2seq", aliases=("gru_seq2seq",))
