@@ -40,7 +40,14 @@ def runs(data: str) -> dict[str, list[str]]:
         "nw_fixed": ["--model", "nadaraya_watson", "--model.learnable", "false"],
         "nw_learned": ["--model", "nadaraya_watson"],
         "sst2": ["--model", "sentiment", "--data.path", f"{data}/sst2"],
-        "sst2_local": ["--model", "sentiment", "--config", "zoo/configs/sentiment_local.yaml", "--data.path", f"{data}/sst2"],
+        "sst2_local": [
+            "--model",
+            "sentiment",
+            "--config",
+            "zoo/configs/sentiment_local.yaml",
+            "--data.path",
+            f"{data}/sst2",
+        ],
         "imdb": ["--model", "sentiment", "--config", "zoo/configs/sentiment_imdb.yaml", "--data.path", f"{data}/imdb"],
         "transformer": ["--model", "transformer", *fra],
         "seq2seq": ["--model", "seq2seq", *fra],
@@ -58,7 +65,9 @@ def _run_directory(stdout: str) -> Path:
 
 def _zoo(*args: str) -> str:
     """Run ``python -m zoo ARGS`` in a fresh process, echo its standard output, return it."""
-    out = subprocess.run([sys.executable, "-m", "zoo", *args, *QUIET], check=True, stdout=subprocess.PIPE, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "zoo", *args, *QUIET], check=True, stdout=subprocess.PIPE, text=True
+    ).stdout
     print(out, end="", flush=True)
     return out
 
@@ -69,15 +78,33 @@ def run(name: str, fit_args: list[str]) -> dict:
     start = time.perf_counter()
     run_dir = _run_directory(_zoo("fit", *fit_args))
     fit_seconds = time.perf_counter() - start
-    csv_logger = ["--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", "runs",
-                  "--trainer.logger.name", f"{model}_test"]
-    test_dir = _run_directory(_zoo("test", *fit_args, "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt"), *csv_logger))
+    csv_logger = [
+        "--trainer.logger",
+        "lightning.pytorch.loggers.CSVLogger",
+        "--trainer.logger.save_dir",
+        "runs",
+        "--trainer.logger.name",
+        f"{model}_test",
+    ]
+    test_dir = _run_directory(
+        _zoo("test", *fit_args, "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt"), *csv_logger)
+    )
     with (test_dir / "metrics.csv").open(newline="", encoding="utf-8") as handle:
-        metrics = {key: float(value) for row in csv.DictReader(handle) for key, value in row.items() if key.startswith("test/") and value}
+        metrics = {
+            key: float(value)
+            for row in csv.DictReader(handle)
+            for key, value in row.items()
+            if key.startswith("test/") and value
+        }
     return {
-        "run": name, "command": "python -m zoo fit " + " ".join(fit_args), "run_dir": str(run_dir),
-        "fit_seconds": round(fit_seconds, 1), "test": metrics, "torch": torch.__version__,
-        "machine": f"{platform.machine()} {torch.get_num_threads()} threads", "date": time.strftime("%Y-%m-%d"),
+        "run": name,
+        "command": "python -m zoo fit " + " ".join(fit_args),
+        "run_dir": str(run_dir),
+        "fit_seconds": round(fit_seconds, 1),
+        "test": metrics,
+        "torch": torch.__version__,
+        "machine": f"{platform.machine()} {torch.get_num_threads()} threads",
+        "date": time.strftime("%Y-%m-%d"),
     }
 
 

@@ -37,7 +37,10 @@ def main() -> None:
     parser.add_argument("--sst2", default=None, help="local SST-2 directory (default: the hub)")
     parser.add_argument("--imdb", default=None, help="local IMDB directory (default: the hub)")
     args = parser.parse_args()
-    for name, data, split in (("sst2", SST2DataModule(path=args.sst2), "validation"), ("imdb", IMDBDataModule(path=args.imdb), "test")):
+    for name, data, split in (
+        ("sst2", SST2DataModule(path=args.sst2), "validation"),
+        ("imdb", IMDBDataModule(path=args.imdb), "test"),
+    ):
         c, accuracy, seconds = evaluate(data, split)
         print(f"{name}\t{split}\taccuracy={accuracy:.4f}\tC={c}\t{seconds:.0f}s")
 

@@ -34,8 +34,16 @@ INPUTS: dict[str, list[Any]] = {
 
 
 def _fit(task: L.LightningModule, data: L.LightningDataModule, root: Path, name: str) -> Path:
-    trainer = L.Trainer(max_steps=3, limit_val_batches=1, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=root)
+    trainer = L.Trainer(
+        max_steps=3,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+    )
     trainer.fit(task, datamodule=data)
     path = root / f"{name}.ckpt"
     trainer.save_checkpoint(path)
@@ -55,12 +63,21 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[L.Light
         task = NadarayaWatson()
         models["nadaraya_watson"] = (task, _fit(task, SyntheticRegressionDataModule(), root, "nadaraya_watson"))
         sst2 = SST2DataModule(path=str(SHARED_DATA / "sst2"), limit_train=300, batch_size=32)
-        task = Sentiment(vocab_size=sst2.vocab_size, d_model=16, num_heads=2, num_layers=1, ffn_hidden=32, heatmap_examples=0)
+        task = Sentiment(
+            vocab_size=sst2.vocab_size, d_model=16, num_heads=2, num_layers=1, ffn_hidden=32, heatmap_examples=0
+        )
         models["sentiment"] = (task, _fit(task, sst2, root, "sentiment"))
         fra = FraEngDataModule(path=str(SHARED_DATA / "fra-eng.zip"), limit_train=300, vocab_size=200, batch_size=32)
-        links = {"vocab_size": fra.vocab_size, "padding_idx": fra.padding_idx, "bos_idx": fra.bos_idx, "eos_idx": fra.eos_idx}
+        links = {
+            "vocab_size": fra.vocab_size,
+            "padding_idx": fra.padding_idx,
+            "bos_idx": fra.bos_idx,
+            "eos_idx": fra.eos_idx,
+        }
         small = {"heatmap_examples": 0, "max_decode_len": 12, "beam_size": 2}
-        task = TransformerTranslator(**links, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, ffn_hidden=32, **small)
+        task = TransformerTranslator(
+            **links, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, ffn_hidden=32, **small
+        )
         models["transformer"] = (task, _fit(task, fra, root, "transformer"))
         task = Seq2SeqTranslator(**links, embed_dim=16, hidden_size=16, num_layers=1, **small)
         models["seq2seq"] = (task, _fit(task, fra, root, "seq2seq"))
@@ -76,12 +93,16 @@ def test_every_checkpoint_loads_with_weights_only_and_records_the_run(trained, n
     record = checkpoint["zoo"]
     assert record["model"] == name and record["seed"] == 0 and record["format"] == 1
     assert record["versions"] == package_versions()
-    assert record["versions"]["torch"] == str(torch.__version__) and record["versions"]["attention-zoo"] == zoo.__version__
+    assert (
+        record["versions"]["torch"] == str(torch.__version__) and record["versions"]["attention-zoo"] == zoo.__version__
+    )
     assert ("codec" in record) == (name != "nadaraya_watson"), "text models carry their vocabulary or tokenizer"
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_load_checkpoint_rebuilds_the_model_and_predicts_like_the_trained_one(trained, name, tmp_path, monkeypatch) -> None:
+def test_load_checkpoint_rebuilds_the_model_and_predicts_like_the_trained_one(
+    trained, name, tmp_path, monkeypatch
+) -> None:
     task, path = trained[name]
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "empty-cache"))  # nothing but the checkpoint
@@ -108,7 +129,9 @@ def test_predict_from_raw_inputs_equals_the_lightning_predict_path(trained, name
     if name == "sentiment":
         data = SST2DataModule(path=str(shared_data / "sst2"), limit_train=300, predict_texts=texts)
     else:
-        data = FraEngDataModule(path=str(shared_data / "fra-eng.zip"), limit_train=300, vocab_size=200, predict_texts=texts)
+        data = FraEngDataModule(
+            path=str(shared_data / "fra-eng.zip"), limit_train=300, vocab_size=200, predict_texts=texts
+        )
     trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
     through_lightning = [row for batch in trainer.predict(task, datamodule=data) for row in batch]
     direct = task.predict(texts)
@@ -126,7 +149,9 @@ def test_cli_predicts_from_a_checkpoint_alone(trained, name, tmp_path, monkeypat
     main(["predict", "--ckpt_path", str(path), "--data.predict_texts", json.dumps(INPUTS[name])])
     lines = capsys.readouterr().out.strip().splitlines()
     expected = zoo.load_checkpoint(path).predict(INPUTS[name])
-    assert lines == ["\t".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row.values()) for row in expected]
+    assert lines == [
+        "\t".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row.values()) for row in expected
+    ]
     assert not (tmp_path / "empty-cache").exists(), "no data was read"
 
 
@@ -177,9 +202,11 @@ def test_a_malicious_checkpoint_is_refused_and_never_executed(malicious, in_tmp,
     path, marker = malicious
     with pytest.raises(CheckpointError, match="holds objects that would run code when loaded.*posix.mkdir"):
         zoo.load_checkpoint(path)
-    for args in (["predict", "--ckpt_path", str(path), "--data.predict_texts", '["fine"]'],
-                 ["predict", "--model", "sentiment", "--ckpt_path", str(path)],
-                 ["fit", "--model", "sentiment", "--ckpt_path", str(path)]):
+    for args in (
+        ["predict", "--ckpt_path", str(path), "--data.predict_texts", '["fine"]'],
+        ["predict", "--model", "sentiment", "--ckpt_path", str(path)],
+        ["fit", "--model", "sentiment", "--ckpt_path", str(path)],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(args)
         assert exit_info.value.code == 2
@@ -217,8 +244,10 @@ def bad_files(trained, tmp_path) -> dict[str, Path]:
 def test_unreadable_files_are_one_clear_error(bad_files, kind, message, in_tmp, capsys) -> None:
     with pytest.raises(CheckpointError, match=message.replace("(", r"\(")):
         zoo.load_checkpoint(bad_files[kind])
-    for args in (["predict", "--ckpt_path", str(bad_files[kind]), "--data.predict_texts", "[1.0]"],
-                 ["test", "--model", "nadaraya_watson", "--ckpt_path", str(bad_files[kind])]):
+    for args in (
+        ["predict", "--ckpt_path", str(bad_files[kind]), "--data.predict_texts", "[1.0]"],
+        ["test", "--model", "nadaraya_watson", "--ckpt_path", str(bad_files[kind])],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(args)
         assert exit_info.value.code == 2
@@ -236,7 +265,9 @@ def test_missing_checkpoint_file(in_tmp, capsys) -> None:
 
 
 @pytest.mark.parametrize(("model", "subcommand"), [("transformer", "predict"), ("nadaraya_watson", "test")])
-def test_checkpoint_of_another_model_is_refused_before_anything_runs(trained, model, subcommand, in_tmp, capsys) -> None:
+def test_checkpoint_of_another_model_is_refused_before_anything_runs(
+    trained, model, subcommand, in_tmp, capsys
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main([subcommand, "--model", model, "--ckpt_path", str(trained["sentiment"][1])])
     assert exit_info.value.code == 2
@@ -254,7 +285,9 @@ def test_checkpoint_of_a_model_outside_the_zoo(tmp_path) -> None:
 
     path = tmp_path / "outsider.ckpt"
     torch.save({"state_dict": Outsider().state_dict(), "hyper_parameters": {"width": 3}}, path)
-    with pytest.raises(CheckpointError, match="was not saved by a registered zoo model. Registered models: .*sentiment"):
+    with pytest.raises(
+        CheckpointError, match="was not saved by a registered zoo model. Registered models: .*sentiment"
+    ):
         zoo.load_checkpoint(path)
 
 
@@ -262,7 +295,9 @@ def test_weights_that_do_not_fit_their_hyperparameters(trained, tmp_path) -> Non
     checkpoint = torch.load(trained["sentiment"][1], weights_only=True)
     checkpoint["hyper_parameters"]["d_model"] = 24  # as if the file were edited or mixed up
     torch.save(checkpoint, tmp_path / "mixed.ckpt")
-    with pytest.raises(CheckpointError, match="do not fit the 'sentiment' model its hyperparameters describe: .*size mismatch"):
+    with pytest.raises(
+        CheckpointError, match="do not fit the 'sentiment' model its hyperparameters describe: .*size mismatch"
+    ):
         zoo.load_checkpoint(tmp_path / "mixed.ckpt")
 
 
@@ -282,7 +317,18 @@ def test_cli_run_records_seed_versions_and_config(in_tmp, caplog) -> None:
     record = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["zoo"]
     assert record["seed"] == seed and record["versions"] == versions and record["model"] == "nadaraya_watson"
 
-    main(["fit", "--model", "nadaraya_watson", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.max_epochs", "3", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "nadaraya_watson",
+            "--ckpt_path",
+            str(run / "checkpoints" / "last.ckpt"),
+            "--trainer.max_epochs",
+            "3",
+            *QUIET,
+        ]
+    )
     resumed_run = in_tmp / "runs" / "nadaraya_watson" / "version_1"
     resumed = yaml.safe_load((resumed_run / "config.yaml").read_text())
     assert resumed["weights_only"] is True, "Lightning resumes from the checkpoint with weights_only"

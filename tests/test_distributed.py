@@ -33,9 +33,13 @@ def run_zoo(*args: str, cwd: Path, returncode: int = 0, timeout: float = 900) ->
     callbacks such as ``tests.helpers.steplog.StepLosses``.
     """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-m", "zoo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     output = result.stdout + result.stderr
-    assert result.returncode == returncode, f"python -m zoo {' '.join(args)} exited with {result.returncode}:\n{output[-8000:]}"
+    assert result.returncode == returncode, (
+        f"python -m zoo {' '.join(args)} exited with {result.returncode}:\n{output[-8000:]}"
+    )
     return output
 
 
@@ -69,7 +73,17 @@ def test_two_process_fit_of_kernel_regression_matches_one_process(in_tmp) -> Non
 
 
 def test_kernel_regression_with_nothing_to_learn_refuses_several_processes_clearly(in_tmp) -> None:
-    output = run_zoo("fit", "--model", "nadaraya_watson", "--model.learnable", "false", *TWO_PROCESSES, *QUIET, cwd=in_tmp, returncode=2)
+    output = run_zoo(
+        "fit",
+        "--model",
+        "nadaraya_watson",
+        "--model.learnable",
+        "false",
+        *TWO_PROCESSES,
+        *QUIET,
+        cwd=in_tmp,
+        returncode=2,
+    )
     assert "no parameter to train" in output and "--trainer.devices 1" in output and "Traceback" not in output
 
 
@@ -99,14 +113,47 @@ def _sst2_odd(shared_data: Path, directory: Path) -> Path:
 
 MODELS = {
     "sentiment": (
-        ["--model.d_model", "32", "--model.num_heads", "2", "--model.num_layers", "1", "--model.ffn_hidden", "64",
-         "--model.heatmap_examples", "0", "--data.limit_train", "2000"],
+        [
+            "--model.d_model",
+            "32",
+            "--model.num_heads",
+            "2",
+            "--model.num_layers",
+            "1",
+            "--model.ffn_hidden",
+            "64",
+            "--model.heatmap_examples",
+            "0",
+            "--data.limit_train",
+            "2000",
+        ],
         ["val/acc", "val/f1"],
     ),
     "transformer": (
-        ["--model.d_model", "32", "--model.num_heads", "2", "--model.num_encoder_layers", "1", "--model.num_decoder_layers", "1",
-         "--model.ffn_hidden", "64", "--model.max_decode_len", "12", "--model.heatmap_examples", "0", "--model.warmup_steps", "20",
-         "--model.lr", "0.003", "--data.vocab_size", "500", "--data.batch_size", "32"],
+        [
+            "--model.d_model",
+            "32",
+            "--model.num_heads",
+            "2",
+            "--model.num_encoder_layers",
+            "1",
+            "--model.num_decoder_layers",
+            "1",
+            "--model.ffn_hidden",
+            "64",
+            "--model.max_decode_len",
+            "12",
+            "--model.heatmap_examples",
+            "0",
+            "--model.warmup_steps",
+            "20",
+            "--model.lr",
+            "0.003",
+            "--data.vocab_size",
+            "500",
+            "--data.batch_size",
+            "32",
+        ],
         ["val/bleu"],
     ),
 }
@@ -116,7 +163,10 @@ MODELS = {
 def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared_data, in_tmp, model) -> None:
     """The whole validation split, each sentence once: exactly the single-process accuracy and BLEU."""
     small, exact = MODELS[model]
-    data = ["--data.path", str(_sst2_odd(shared_data, in_tmp) if model == "sentiment" else _fra_txt_slice(shared_data, in_tmp))]
+    data = [
+        "--data.path",
+        str(_sst2_odd(shared_data, in_tmp) if model == "sentiment" else _fra_txt_slice(shared_data, in_tmp)),
+    ]
     common = ["--model", model, *data, *small, *QUIET]
     main(["fit", *common, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "100"])
     checkpoint = str(next(in_tmp.glob(f"runs/{model}/version_0/checkpoints/last.ckpt")))
@@ -131,22 +181,50 @@ def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared
         assert one["val/bleu"] > 0  # a real comparison, not of two zeros
 
 
-@pytest.mark.parametrize("signalled", ["0", pytest.param("null", marks=pytest.mark.slow)], ids=["first-process", "every-process"])
+@pytest.mark.parametrize(
+    "signalled", ["0", pytest.param("null", marks=pytest.mark.slow)], ids=["first-process", "every-process"]
+)
 def test_two_process_run_stopped_by_sigterm_resumes_on_the_same_trajectory(in_tmp, signalled) -> None:
     """SIGTERM to the first process alone, as ``kill PID`` sends it, or to every process, as a
     scheduler does: both processes stop after the same step and save last.ckpt, and
     ``--ckpt_path last`` continues each one's losses exactly (three shuffled steps an epoch;
     the signal comes in the middle of the third epoch)."""
-    fit = ["fit", "--model", "nadaraya_watson", "--data.batch_size", "10", "--trainer.max_epochs", "4", *QUIET, *TWO_PROCESSES,
-           "--trainer.callbacks+=tests.helpers.steplog.StepLosses", "--trainer.callbacks.path"]
+    fit = [
+        "fit",
+        "--model",
+        "nadaraya_watson",
+        "--data.batch_size",
+        "10",
+        "--trainer.max_epochs",
+        "4",
+        *QUIET,
+        *TWO_PROCESSES,
+        "--trainer.callbacks+=tests.helpers.steplog.StepLosses",
+        "--trainer.callbacks.path",
+    ]
     run_zoo(*fit, str(in_tmp / "reference{rank}.jsonl"), "--trainer.logger.name", "reference", cwd=in_tmp)
-    output = run_zoo(*fit, str(in_tmp / "interrupted{rank}.jsonl"), "--trainer.callbacks.signal_after_step", "7",
-                     "--trainer.callbacks.signal_rank", signalled, cwd=in_tmp)
-    assert "Saved" in output and (in_tmp / "runs" / "nadaraya_watson" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    output = run_zoo(
+        *fit,
+        str(in_tmp / "interrupted{rank}.jsonl"),
+        "--trainer.callbacks.signal_after_step",
+        "7",
+        "--trainer.callbacks.signal_rank",
+        signalled,
+        cwd=in_tmp,
+    )
+    assert (
+        "Saved" in output
+        and (in_tmp / "runs" / "nadaraya_watson" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    )
     run_zoo(*fit, str(in_tmp / "resumed{rank}.jsonl"), "--ckpt_path", "last", cwd=in_tmp)
     for rank in (0, 1):
         reference = read_losses(in_tmp / f"reference{rank}.jsonl")
-        interrupted, resumed = read_losses(in_tmp / f"interrupted{rank}.jsonl"), read_losses(in_tmp / f"resumed{rank}.jsonl")
-        assert sorted(reference) == list(range(1, 13)) and max(interrupted) == 7 and sorted(resumed) == list(range(8, 13))
+        interrupted, resumed = (
+            read_losses(in_tmp / f"interrupted{rank}.jsonl"),
+            read_losses(in_tmp / f"resumed{rank}.jsonl"),
+        )
+        assert (
+            sorted(reference) == list(range(1, 13)) and max(interrupted) == 7 and sorted(resumed) == list(range(8, 13))
+        )
         for step, loss in (interrupted | resumed).items():
             assert loss == pytest.approx(reference[step], rel=1e-6, abs=1e-9), f"process {rank}, step {step}"

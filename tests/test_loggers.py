@@ -14,8 +14,19 @@ from wandb.proto import wandb_internal_pb2
 
 from zoo.cli import main
 
-FIT = ["fit", "--model", "nadaraya_watson", "--model.attention_kwargs", '{"bandwidth": 0.7}', "--trainer.max_epochs", "3",
-       "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+FIT = [
+    "fit",
+    "--model",
+    "nadaraya_watson",
+    "--model.attention_kwargs",
+    '{"bandwidth": 0.7}',
+    "--trainer.max_epochs",
+    "3",
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.enable_model_summary",
+    "false",
+]
 
 
 def _tensorboard(run: Path) -> dict[str, float]:

@@ -50,7 +50,9 @@ class {name}(zoo.Attention):
         return self.temperature * q @ k.transpose(-2, -1)
 '''
 
-INSTALLED_SOURCE = ATTENTION_SOURCE.format(name="CosineAttention") + '''
+INSTALLED_SOURCE = (
+    ATTENTION_SOURCE.format(name="CosineAttention")
+    + '''
 
 class BidirectionalOnly(CosineAttention):
     """Cannot mask the future, and says so."""
@@ -74,6 +76,7 @@ class PluginRegression(NadarayaWatson):
 
     default_datamodule = "plugin_points"
 '''
+)
 
 DIST = "zoo-cli-plugin"
 MODULE = "zoo_cli_plugin"
@@ -110,7 +113,10 @@ def installed(tmp_path: Path) -> object:
         DIST,
         {MODULE: INSTALLED_SOURCE},
         {
-            "zoo.attention": {"plugin_cosine": f"{MODULE}:CosineAttention", "plugin_bidirectional": f"{MODULE}:BidirectionalOnly"},
+            "zoo.attention": {
+                "plugin_cosine": f"{MODULE}:CosineAttention",
+                "plugin_bidirectional": f"{MODULE}:BidirectionalOnly",
+            },
             "zoo.models": {"plugin_regression": f"{MODULE}:PluginRegression"},
             "zoo.datamodules": {"plugin_points": f"{MODULE}:FewerPoints"},
         },
@@ -123,14 +129,43 @@ def installed(tmp_path: Path) -> object:
 
 
 def _fra_eng(shared_data: Path) -> list[str]:
-    return ["--data.path", str(shared_data / "fra-eng.zip"), "--data.limit_train", "500", "--data.vocab_size", "300",
-            "--model.d_model", "32", "--model.num_heads", "2", "--model.ffn_hidden", "64",
-            "--model.num_encoder_layers", "1", "--model.num_decoder_layers", "1", "--model.heatmap_examples", "0"]
+    return [
+        "--data.path",
+        str(shared_data / "fra-eng.zip"),
+        "--data.limit_train",
+        "500",
+        "--data.vocab_size",
+        "300",
+        "--model.d_model",
+        "32",
+        "--model.num_heads",
+        "2",
+        "--model.ffn_hidden",
+        "64",
+        "--model.num_encoder_layers",
+        "1",
+        "--model.num_decoder_layers",
+        "1",
+        "--model.heatmap_examples",
+        "0",
+    ]
 
 
 def _sst2(shared_data: Path) -> list[str]:
-    return ["--data.path", str(shared_data / "sst2"), "--data.limit_train", "500",
-            "--model.d_model", "32", "--model.num_heads", "2", "--model.num_layers", "1", "--model.ffn_hidden", "64"]
+    return [
+        "--data.path",
+        str(shared_data / "sst2"),
+        "--data.limit_train",
+        "500",
+        "--model.d_model",
+        "32",
+        "--model.num_heads",
+        "2",
+        "--model.num_layers",
+        "1",
+        "--model.ffn_hidden",
+        "64",
+    ]
 
 
 # -- installed distributions: entry points ------------------------------------------------------
@@ -148,7 +183,18 @@ def test_list_shows_plugins_of_every_group_with_their_distribution(installed, ca
 
 
 def test_plugin_model_data_and_attention_train_from_the_cli(installed, in_tmp, capsys) -> None:
-    main(["fit", "--model", "plugin_regression", "--model.attention", "plugin_cosine", "--trainer.max_epochs", "2", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "plugin_regression",
+            "--model.attention",
+            "plugin_cosine",
+            "--trainer.max_epochs",
+            "2",
+            *QUIET,
+        ]
+    )
     assert installed.CosineAttention.calls > 0
     run = in_tmp / "runs" / "plugin_regression" / "version_0"
     config = (run / "config.yaml").read_text()
@@ -157,20 +203,52 @@ def test_plugin_model_data_and_attention_train_from_the_cli(installed, in_tmp, c
 
 
 def test_transformer_trains_with_an_installed_attention(installed, shared_data, in_tmp) -> None:
-    main(["fit", "--model", "transformer", "--model.attention", "plugin_cosine", *_fra_eng(shared_data),
-          "--trainer.fast_dev_run", "true", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "transformer",
+            "--model.attention",
+            "plugin_cosine",
+            *_fra_eng(shared_data),
+            "--trainer.fast_dev_run",
+            "true",
+            *QUIET,
+        ]
+    )
     assert installed.CosineAttention.calls > 0
 
 
 def test_sentiment_trains_with_an_installed_attention(installed, shared_data, in_tmp) -> None:
-    main(["fit", "--model", "sentiment", "--model.attention", "plugin_cosine", *_sst2(shared_data),
-          "--trainer.fast_dev_run", "true", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "sentiment",
+            "--model.attention",
+            "plugin_cosine",
+            *_sst2(shared_data),
+            "--trainer.fast_dev_run",
+            "true",
+            *QUIET,
+        ]
+    )
     assert installed.CosineAttention.calls > 0
 
 
 def test_transformer_refuses_a_plugin_that_cannot_mask_the_future(installed, shared_data, in_tmp, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--model", "transformer", "--model.attention", "plugin_bidirectional", *_fra_eng(shared_data), *QUIET])
+        main(
+            [
+                "fit",
+                "--model",
+                "transformer",
+                "--model.attention",
+                "plugin_bidirectional",
+                *_fra_eng(shared_data),
+                *QUIET,
+            ]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     message = [line for line in err.splitlines() if line.startswith("error:")]
@@ -182,8 +260,19 @@ def test_transformer_refuses_a_plugin_that_cannot_mask_the_future(installed, sha
 
 
 def test_sentiment_accepts_the_plugin_the_transformer_refuses(installed, shared_data, in_tmp) -> None:
-    main(["fit", "--model", "sentiment", "--model.attention", "plugin_bidirectional", *_sst2(shared_data),
-          "--trainer.fast_dev_run", "true", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "sentiment",
+            "--model.attention",
+            "plugin_bidirectional",
+            *_sst2(shared_data),
+            "--trainer.fast_dev_run",
+            "true",
+            *QUIET,
+        ]
+    )
     assert installed.BidirectionalOnly.calls > 0, "an encoder needs no causal mask"
 
 
@@ -195,7 +284,9 @@ def plugin_file(tmp_path: Path) -> Path:
     """A plugin being developed: a lone .py file registering ``file_cosine``."""
     file = tmp_path / "plugins" / "zoo_file_plugin.py"
     file.parent.mkdir()
-    source = ATTENTION_SOURCE.format(name="FileCosine").replace("class FileCosine", '@zoo.register_attention("file_cosine")\nclass FileCosine')
+    source = ATTENTION_SOURCE.format(name="FileCosine").replace(
+        "class FileCosine", '@zoo.register_attention("file_cosine")\nclass FileCosine'
+    )
     file.write_text(source)
     return file
 
@@ -206,7 +297,9 @@ def dotted_module(tmp_path: Path) -> str:
     package = tmp_path / "packages" / "zoo_dotted_plugin"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    source = ATTENTION_SOURCE.format(name="DottedCosine").replace("class DottedCosine", '@zoo.register_attention("dotted_cosine")\nclass DottedCosine')
+    source = ATTENTION_SOURCE.format(name="DottedCosine").replace(
+        "class DottedCosine", '@zoo.register_attention("dotted_cosine")\nclass DottedCosine'
+    )
     (package / "attention.py").write_text(source)
     sys.path.insert(0, str(package.parent))
     importlib.invalidate_caches()
@@ -221,8 +314,21 @@ def test_pop_import_flags_takes_both_spellings_anywhere() -> None:
 
 
 def test_import_file_before_parsing_sentiment(plugin_file, shared_data, in_tmp, capsys) -> None:
-    main(["fit", "--import", str(plugin_file), "--model", "sentiment", "--model.attention", "file_cosine",
-          *_sst2(shared_data), "--trainer.fast_dev_run", "true", *QUIET])
+    main(
+        [
+            "fit",
+            "--import",
+            str(plugin_file),
+            "--model",
+            "sentiment",
+            "--model.attention",
+            "file_cosine",
+            *_sst2(shared_data),
+            "--trainer.fast_dev_run",
+            "true",
+            *QUIET,
+        ]
+    )
     module = sys.modules["zoo_file_plugin"]
     assert module.FileCosine.calls > 0
     assert os.environ[ENV_VAR] == str(plugin_file.resolve()), "child processes import it too"
@@ -232,8 +338,19 @@ def test_import_file_before_parsing_sentiment(plugin_file, shared_data, in_tmp, 
 
 
 def test_import_dotted_module_before_parsing(dotted_module, in_tmp, capsys) -> None:
-    main(["fit", "--model", "nadaraya_watson", f"--import={dotted_module}", "--model.attention", "dotted_cosine",
-          "--trainer.fast_dev_run", "true", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "nadaraya_watson",
+            f"--import={dotted_module}",
+            "--model.attention",
+            "dotted_cosine",
+            "--trainer.fast_dev_run",
+            "true",
+            *QUIET,
+        ]
+    )
     assert sys.modules[dotted_module].DottedCosine.calls > 0
     assert os.environ[ENV_VAR] == dotted_module
 
@@ -243,8 +360,11 @@ def test_zoo_imports_reach_a_child_process(plugin_file, dotted_module, tmp_path)
     broken = tmp_path / "broken_plugin.py"
     broken.write_text("raise RuntimeError('this plugin is broken')\n")
     packages = str(tmp_path / "packages")  # where dotted_module lives: on the child's path like any package
-    env = {**os.environ, ENV_VAR: os.pathsep.join([str(plugin_file), dotted_module, str(broken)]),
-           "PYTHONPATH": os.pathsep.join([packages, os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        ENV_VAR: os.pathsep.join([str(plugin_file), dotted_module, str(broken)]),
+        "PYTHONPATH": os.pathsep.join([packages, os.environ.get("PYTHONPATH", "")]),
+    }
     code = textwrap.dedent("""
         import warnings
         warnings.simplefilter("always")
@@ -261,10 +381,17 @@ def test_zoo_imports_reach_a_child_process(plugin_file, dotted_module, tmp_path)
     ("source", "spec", "message"),
     [
         (None, "missing_plugin.py", "Cannot import plugin file 'missing_plugin.py': no such file."),
-        ("raise RuntimeError('needs a GPU library')\n", "broken_plugin.py",
-         "Could not import plugin file 'broken_plugin.py': RuntimeError: needs a GPU library"),
+        (
+            "raise RuntimeError('needs a GPU library')\n",
+            "broken_plugin.py",
+            "Could not import plugin file 'broken_plugin.py': RuntimeError: needs a GPU library",
+        ),
         ("def oops(:\n", "broken_plugin.py", "Could not import plugin file 'broken_plugin.py': SyntaxError"),
-        (None, "zoo_no_such_package.attention", "Could not import plugin module 'zoo_no_such_package.attention': ModuleNotFoundError"),
+        (
+            None,
+            "zoo_no_such_package.attention",
+            "Could not import plugin module 'zoo_no_such_package.attention': ModuleNotFoundError",
+        ),
         (None, "not a module", "give a .py file or a dotted module name"),
     ],
 )

@@ -424,7 +424,8 @@ def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     write_distribution(
         site,
         "zoo-test-plugin",
-        {GOOD_MODULE: """
+        {
+            GOOD_MODULE: """
         import torch
         import zoo
 
@@ -434,15 +435,18 @@ def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
                 q = torch.nn.functional.normalize(queries, dim=-1)
                 k = torch.nn.functional.normalize(keys, dim=-1)
                 return q @ k.transpose(-2, -1)
-        """},
+        """
+        },
         {"zoo.attention": {"plugin_cosine": f"{GOOD_MODULE}:CosineAttention"}},
     )
     write_distribution(
         site,
         "zoo-broken-plugin",
-        {BROKEN_MODULE: """
+        {
+            BROKEN_MODULE: """
         raise ImportError("this plugin needs a package that is not installed")
-        """},
+        """
+        },
         {"zoo.attention": {"plugin_broken": f"{BROKEN_MODULE}:Nothing"}},
     )
     monkeypatch.syspath_prepend(str(site))
@@ -540,13 +544,27 @@ def bad_plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     claim the same name, beside one good plugin."""
     site = tmp_path / "site"
     site.mkdir()
-    write_distribution(site, "zoo-nomodule-plugin", {}, {"zoo.attention": {"plugin_nomodule": "zoo_test_no_such_module:Attention"}})
     write_distribution(
-        site, "zoo-noattr-plugin", {"zoo_test_noattr": TWIN_SOURCE}, {"zoo.attention": {"plugin_noattr": "zoo_test_noattr:Missing"}}
+        site, "zoo-nomodule-plugin", {}, {"zoo.attention": {"plugin_nomodule": "zoo_test_no_such_module:Attention"}}
     )
-    write_distribution(site, "zoo-twin-a", {"zoo_test_twin_a": TWIN_SOURCE}, {"zoo.attention": {"plugin_twin": "zoo_test_twin_a:Twin"}})
-    write_distribution(site, "zoo-twin-b", {"zoo_test_twin_b": TWIN_SOURCE}, {"zoo.attention": {"plugin_twin": "zoo_test_twin_b:Twin"}})
-    write_distribution(site, "zoo-good-plugin", {"zoo_test_good": TWIN_SOURCE}, {"zoo.attention": {"plugin_good": "zoo_test_good:Twin"}})
+    write_distribution(
+        site,
+        "zoo-noattr-plugin",
+        {"zoo_test_noattr": TWIN_SOURCE},
+        {"zoo.attention": {"plugin_noattr": "zoo_test_noattr:Missing"}},
+    )
+    write_distribution(
+        site, "zoo-twin-a", {"zoo_test_twin_a": TWIN_SOURCE}, {"zoo.attention": {"plugin_twin": "zoo_test_twin_a:Twin"}}
+    )
+    write_distribution(
+        site, "zoo-twin-b", {"zoo_test_twin_b": TWIN_SOURCE}, {"zoo.attention": {"plugin_twin": "zoo_test_twin_b:Twin"}}
+    )
+    write_distribution(
+        site,
+        "zoo-good-plugin",
+        {"zoo_test_good": TWIN_SOURCE},
+        {"zoo.attention": {"plugin_good": "zoo_test_good:Twin"}},
+    )
     monkeypatch.syspath_prepend(str(site))
     importlib.invalidate_caches()
     yield site
@@ -563,8 +581,13 @@ def test_entry_points_that_point_nowhere_are_reported_by_name_and_skipped(bad_pl
     with pytest.warns(PluginLoadWarning) as record:
         names = registry.list()
     messages = " | ".join(str(w.message) for w in record)
-    assert "'plugin_nomodule' from 'zoo-nomodule-plugin' (entry point 'zoo_test_no_such_module:Attention'): ModuleNotFoundError" in messages
-    assert "'plugin_noattr' from 'zoo-noattr-plugin' (entry point 'zoo_test_noattr:Missing'): AttributeError" in messages
+    assert (
+        "'plugin_nomodule' from 'zoo-nomodule-plugin' (entry point 'zoo_test_no_such_module:Attention'): ModuleNotFoundError"
+        in messages
+    )
+    assert (
+        "'plugin_noattr' from 'zoo-noattr-plugin' (entry point 'zoo_test_noattr:Missing'): AttributeError" in messages
+    )
     assert "plugin_good" in names and "dot_product" not in names
     assert not {"plugin_nomodule", "plugin_noattr"} & set(names)
     with pytest.raises(UnknownNameError, match="'plugin_noattr' is installed but could not be loaded: AttributeError"):
@@ -587,16 +610,26 @@ def test_two_distributions_claiming_one_name_is_an_error_naming_both(bad_plugin_
     message = str(info.value)
     assert "zoo-twin-a (zoo_test_twin_a:Twin)" in message and "zoo-twin-b (zoo_test_twin_b:Twin)" in message
     assert "Uninstall all but one" in message
-    assert registry.conflicts["plugin_twin"] == ("zoo-twin-a (zoo_test_twin_a:Twin)", "zoo-twin-b (zoo_test_twin_b:Twin)")
+    assert registry.conflicts["plugin_twin"] == (
+        "zoo-twin-a (zoo_test_twin_a:Twin)",
+        "zoo-twin-b (zoo_test_twin_b:Twin)",
+    )
     assert "plugin_twin" in registry.failed_plugins, "zoo list shows it with its problem"
     assert "plugin_twin" not in registry
 
 
-def test_plugin_that_registers_itself_on_import_is_credited_to_its_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plugin_that_registers_itself_on_import_is_credited_to_its_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     site = tmp_path / "site"
     site.mkdir()
     source = TWIN_SOURCE.replace("class Twin", '@zoo.register_attention("plugin_selfreg")\nclass Twin')
-    write_distribution(site, "zoo-selfreg-plugin", {"zoo_test_selfreg": source}, {"zoo.attention": {"plugin_selfreg": "zoo_test_selfreg:Twin"}})
+    write_distribution(
+        site,
+        "zoo-selfreg-plugin",
+        {"zoo_test_selfreg": source},
+        {"zoo.attention": {"plugin_selfreg": "zoo_test_selfreg:Twin"}},
+    )
     monkeypatch.syspath_prepend(str(site))
     importlib.invalidate_caches()
     try:
@@ -613,7 +646,9 @@ def _fresh_python(code: str) -> str:
     import subprocess
 
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
     return done.stdout.strip()
 
 

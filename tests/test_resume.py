@@ -24,9 +24,23 @@ from zoo.resume import Resumable
 
 def _fit(log: Path, *extra: str) -> list[str]:
     """Kernel regression in mini-batches of 10: five shuffled steps an epoch, four epochs."""
-    return ["fit", "--model", "nadaraya_watson", "--data.batch_size", "10", "--trainer.max_epochs", "4",
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            "--trainer.callbacks+=tests.helpers.steplog.StepLosses", "--trainer.callbacks.path", str(log), *extra]
+    return [
+        "fit",
+        "--model",
+        "nadaraya_watson",
+        "--data.batch_size",
+        "10",
+        "--trainer.max_epochs",
+        "4",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--trainer.callbacks+=tests.helpers.steplog.StepLosses",
+        "--trainer.callbacks.path",
+        str(log),
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -42,8 +56,15 @@ def test_interrupted_run_resumes_on_the_same_trajectory(in_tmp, signal_name, aft
     previous_sigint = signal.getsignal(signal.SIGINT)
     try:
         with pytest.raises(SystemExit):
-            main(_fit(in_tmp / "interrupted.jsonl", "--trainer.callbacks.signal_after_step", str(after_step),
-                      "--trainer.callbacks.signal_name", signal_name))
+            main(
+                _fit(
+                    in_tmp / "interrupted.jsonl",
+                    "--trainer.callbacks.signal_after_step",
+                    str(after_step),
+                    "--trainer.callbacks.signal_name",
+                    signal_name,
+                )
+            )
     finally:
         signal.signal(signal.SIGINT, previous_sigint)  # Lightning ignores Ctrl-C after handling one
     interrupted = read_losses(in_tmp / "interrupted.jsonl")

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from zoo.errors import CheckpointError
-from zoo.tasks.registry import MODEL_REGISTRY
 from zoo.provenance import RECORD_KEY
 from zoo.tasks import ZooTask
+from zoo.tasks.registry import MODEL_REGISTRY
 
 __all__ = ["checkpoint_model_name", "load_checkpoint", "read_checkpoint", "verify_checkpoint"]
 
@@ -50,7 +50,9 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     except Exception as exc:  # truncated zip, a text file, an empty file: torch raises many kinds
         raise _unreadable(path, exc) from exc
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise CheckpointError(f"{str(path)!r} is a PyTorch file but not a Lightning checkpoint (it has no 'state_dict').")
+        raise CheckpointError(
+            f"{str(path)!r} is a PyTorch file but not a Lightning checkpoint (it has no 'state_dict')."
+        )
     return checkpoint
 
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -47,18 +47,17 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 import zoo
 from zoo.attention import ATTENTION_REGISTRY
-from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.checkpoint import verify_checkpoint
+from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import ConfigurationError, ZooError
 from zoo.loggers import SaveConfigToRun, apply_logger_defaults, claim_run_directory
-from zoo.tasks import MODEL_REGISTRY
 from zoo.plugins import import_plugins, pop_import_flags
 from zoo.positions import POSITION_REGISTRY
 from zoo.predict import format_row, from_checkpoint_alone, predict_from_checkpoint
 from zoo.registry import Registry
 from zoo.resume import Resumable, continue_last_run
 from zoo.summary import run_summary
-from zoo.tasks import ZooTask
+from zoo.tasks import MODEL_REGISTRY, ZooTask
 
 __all__ = ["ZooCLI", "main"]
 
@@ -161,7 +160,9 @@ class ZooCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(Resumable, "resume")
         parser.add_argument(
-            "--test_after_fit", type=bool, default=False,
+            "--test_after_fit",
+            type=bool,
+            default=False,
             help="fit only: then test the best checkpoint in the same run (its directory, metrics and plots).",
         )
         defaults: dict[str, Any] = {"checkpoint.save_last": True}
@@ -212,7 +213,9 @@ class ZooCLI(LightningCLI):
         config = self.config["fit"]
         if config.get("test_after_fit"):
             best = getattr(self.trainer.checkpoint_callback, "best_model_path", "")
-            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=config.get("weights_only"))
+            self.trainer.test(
+                self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=config.get("weights_only")
+            )
         self.report("fit")
 
     def after_validate(self) -> None:
@@ -238,8 +241,10 @@ class ZooCLI(LightningCLI):
 def print_registries(pattern: str | None = None) -> None:
     """Print every registered attention, position scheme, model and data module with aliases and source."""
     registries = (
-        ("attention", ATTENTION_REGISTRY), ("positions", POSITION_REGISTRY),
-        ("models", MODEL_REGISTRY), ("data modules", DATAMODULE_REGISTRY),
+        ("attention", ATTENTION_REGISTRY),
+        ("positions", POSITION_REGISTRY),
+        ("models", MODEL_REGISTRY),
+        ("data modules", DATAMODULE_REGISTRY),
     )
     for title, registry in registries:
         print(f"{title}:")

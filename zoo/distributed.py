@@ -48,4 +48,8 @@ def run_directory(trainer: L.Trainer) -> Path:
     if log_dir is not None:
         return Path(log_dir)
     version = logger.version
-    return Path(logger.save_dir or trainer.default_root_dir, str(logger.name), version if isinstance(version, str) else f"version_{version}")
+    return Path(
+        logger.save_dir or trainer.default_root_dir,
+        str(logger.name),
+        version if isinstance(version, str) else f"version_{version}",
+    )

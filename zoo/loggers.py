@@ -101,7 +101,11 @@ class SaveConfigToRun(SaveConfigCallback):
         directory = run_directory(trainer)
         directory.mkdir(parents=True, exist_ok=True)
         self.parser.save(
-            self.config, str(directory / self.config_filename), skip_none=False, overwrite=self.overwrite, multifile=self.multifile
+            self.config,
+            str(directory / self.config_filename),
+            skip_none=False,
+            overwrite=self.overwrite,
+            multifile=self.multifile,
         )
         (directory / "versions.json").write_text(json.dumps(package_versions(), indent=2) + "\n", encoding="utf-8")
         config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))

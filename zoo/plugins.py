@@ -92,7 +92,9 @@ def _import_file(spec: str) -> ModuleType:
         raise PluginImportError(f"Cannot import plugin file {spec!r}: no such file.")
     name = path.stem
     if not name.isidentifier():
-        raise PluginImportError(f"Cannot import plugin file {spec!r}: {name!r} is not a valid module name; rename the file.")
+        raise PluginImportError(
+            f"Cannot import plugin file {spec!r}: {name!r} is not a valid module name; rename the file."
+        )
     existing = sys.modules.get(name)
     if existing is not None:
         if getattr(existing, "__file__", None) and Path(existing.__file__).resolve() == path:

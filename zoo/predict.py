@@ -42,7 +42,9 @@ def _inputs(texts: str | None, file: str | None) -> list[Any]:
     except yaml.YAMLError as exc:
         raise DataError(f"--data.predict_texts is not a JSON/YAML list: {exc}") from exc
     if not isinstance(items, list):
-        raise DataError(f"--data.predict_texts must be a non-empty list, like '[\"a text\", \"another\"]'; got {texts!r}.")
+        raise DataError(
+            f'--data.predict_texts must be a non-empty list, like \'["a text", "another"]\'; got {texts!r}.'
+        )
     return predict_inputs(items, None)
 
 

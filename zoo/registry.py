@@ -105,10 +105,7 @@ def _same_definition(a: object, b: object) -> bool:
     if a is b:
         return True
     return (
-        inspect.isclass(a)
-        and inspect.isclass(b)
-        and a.__module__ == b.__module__
-        and a.__qualname__ == b.__qualname__
+        inspect.isclass(a) and inspect.isclass(b) and a.__module__ == b.__module__ and a.__qualname__ == b.__qualname__
     )
 
 
@@ -251,8 +248,7 @@ class Registry(Generic[T]):
             )
         if key in self.failed_plugins:
             raise UnknownNameError(
-                f"The {self.kind} plugin {key!r} is installed but could not be loaded: "
-                f"{self.failed_plugins[key]}"
+                f"The {self.kind} plugin {key!r} is installed but could not be loaded: {self.failed_plugins[key]}"
             )
         known = sorted([*self._entries, *self._aliases], key=_natural_key)
         close = suggest(key, known)
@@ -260,9 +256,7 @@ class Registry(Generic[T]):
         failed = ""
         if self.failed_plugins:
             failed = f" (Plugins that failed to load: {', '.join(sorted(self.failed_plugins))}.)"
-        raise UnknownNameError(
-            f"Unknown {self.kind} {name!r}.{hint} Registered: {', '.join(self.list())}.{failed}"
-        )
+        raise UnknownNameError(f"Unknown {self.kind} {name!r}.{hint} Registered: {', '.join(self.list())}.{failed}")
 
     def get(self, name: str) -> T:
         """The object registered under ``name`` (or an alias)."""
@@ -392,7 +386,8 @@ def check_kwargs(factory: Callable[..., Any], kwargs: dict[str, Any], *, what: s
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     accepted = [
-        n for n, p in params.items()
+        n
+        for n, p in params.items()
         if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     ]
     unknown = [key for key in kwargs if key not in accepted]
@@ -402,8 +397,7 @@ def check_kwargs(factory: Callable[..., Any], kwargs: dict[str, Any], *, what: s
             close = suggest(key, accepted)
             parts.append(f"{key!r}" + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""))
         raise UnknownArgumentError(
-            f"{what} got unexpected keyword argument(s) {', '.join(parts)}. "
-            f"Accepted: {', '.join(accepted) or 'none'}."
+            f"{what} got unexpected keyword argument(s) {', '.join(parts)}. Accepted: {', '.join(accepted) or 'none'}."
         )
 
 

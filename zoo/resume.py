@@ -104,7 +104,10 @@ class Resumable(L.Callback):
         if self._requested is None:
             self._requested = signum
             second = " (Ctrl-C again stops at once, unsaved)" if signum == signal.SIGINT else ""
-            print(f"\n{signal.Signals(signum).name}: stopping after this training step and saving last.ckpt{second}.", flush=True)
+            print(
+                f"\n{signal.Signals(signum).name}: stopping after this training step and saving last.ckpt{second}.",
+                flush=True,
+            )
         elif signum == signal.SIGINT:
             self._forced = True
             self._restore_handlers()
@@ -116,7 +119,9 @@ class Resumable(L.Callback):
                 signal.signal(signum, handler)
         self._previous_handlers = {}
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         # After an epoch's last step, stop once its validation has run (on_train_epoch_end).
         if self._agree_to_stop(trainer) and batch_idx + 1 < trainer.num_training_batches:
             self._stop()
@@ -164,7 +169,9 @@ class Resumable(L.Callback):
             return
         self._pending_states = states[trainer.global_rank]
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         # Restored only now: loading the checkpoint and starting up may draw random numbers.
         if self._pending_states is not None:
             _set_random_states(self._pending_states)

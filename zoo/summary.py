@@ -35,14 +35,23 @@ def run_summary(trainer: L.Trainer, subcommand: str) -> list[str]:
     The last test and validation metrics, the run directory, after ``fit`` the best checkpoint
     with its monitored metric, and the PNGs under ``images/``.
     """
-    metrics = {name: float(value) for name, value in trainer.callback_metrics.items() if name.startswith(("val/", "test/"))}
-    shown = [f"{name} {value:.4g}" for name, value in sorted(metrics.items(), key=lambda item: (not item[0].startswith("test/"), item[0]))]
+    metrics = {
+        name: float(value) for name, value in trainer.callback_metrics.items() if name.startswith(("val/", "test/"))
+    }
+    shown = [
+        f"{name} {value:.4g}"
+        for name, value in sorted(metrics.items(), key=lambda item: (not item[0].startswith("test/"), item[0]))
+    ]
     lines = [f"zoo {subcommand}: " + (", ".join(shown) if shown else "no metrics logged")]
     directory = run_directory(trainer)
     lines.append(f"{RUN_DIRECTORY_LABEL} {_relative(directory)}")
     checkpoint = trainer.checkpoint_callback
     if subcommand == "fit" and isinstance(checkpoint, ModelCheckpoint) and checkpoint.best_model_path:
-        score = "" if checkpoint.best_model_score is None else f" ({checkpoint.monitor} {float(checkpoint.best_model_score):.4g})"
+        score = (
+            ""
+            if checkpoint.best_model_score is None
+            else f" ({checkpoint.monitor} {float(checkpoint.best_model_score):.4g})"
+        )
         lines.append(f"best checkpoint: {_relative(checkpoint.best_model_path)}{score}")
     plots = sorted((directory / "images").glob("*.png"))
     if plots:

@@ -23,7 +23,9 @@ BUDGETS = [8, 8 * 7 * 5, 8 * 7 * 5 * 3, 8 * 7 * 5 * 8, 2**30]
 @pytest.mark.parametrize("chunk_bytes", BUDGETS)
 def test_scores_and_gradients_equal_the_broadcast_formula(chunk_bytes: int) -> None:
     torch.manual_seed(0)
-    attention = zoo.create_attention("additive", query_size=4, key_size=3, num_hiddens=5, chunk_bytes=chunk_bytes).double()
+    attention = zoo.create_attention(
+        "additive", query_size=4, key_size=3, num_hiddens=5, chunk_bytes=chunk_bytes
+    ).double()
     queries = torch.randn(2, 3, 6, 4, dtype=torch.float64, requires_grad=True)
     keys = torch.randn(2, 3, 7, 3, dtype=torch.float64, requires_grad=True)
     upstream = torch.randn(2, 3, 6, 7, dtype=torch.float64)
@@ -39,7 +41,10 @@ def test_scores_and_gradients_equal_the_broadcast_formula(chunk_bytes: int) -> N
 
 def test_gradcheck_over_several_chunks() -> None:
     torch.manual_seed(0)
-    a, b = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True), torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    a, b = (
+        torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True),
+        torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True),
+    )
     w = torch.randn(3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b, w: AdditiveScores.apply(a, b, w, 8 * 4 * 3 * 2), (a, b, w))
 
@@ -59,7 +64,14 @@ def test_the_whole_hidden_tensor_is_never_allocated() -> None:
 
 
 def test_chunks_cover_every_row_once() -> None:
-    for batch, queries, row, budget in [(3, 5, 10, 10), (3, 5, 10, 25), (3, 5, 10, 50), (3, 5, 10, 120), (3, 5, 10, 10**6), (2, 0, 4, 8)]:
+    for batch, queries, row, budget in [
+        (3, 5, 10, 10),
+        (3, 5, 10, 25),
+        (3, 5, 10, 50),
+        (3, 5, 10, 120),
+        (3, 5, 10, 10**6),
+        (2, 0, 4, 8),
+    ]:
         covered = torch.zeros(batch, queries, dtype=torch.long)
         for n, i in _chunks(batch, queries, row, budget):
             covered[n, i] += 1
@@ -73,7 +85,9 @@ def test_chunk_bytes_must_be_positive() -> None:
 
 
 def test_gradients_reach_the_parameters_inside_a_layer() -> None:
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention="additive", attention_kwargs={"chunk_bytes": 64}).double()
+    layer = zoo.create_attention(
+        "self", embed_dim=8, num_heads=2, attention="additive", attention_kwargs={"chunk_bytes": 64}
+    ).double()
     params = {name: p.detach().clone().requires_grad_() for name, p in layer.named_parameters()}
     x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
 

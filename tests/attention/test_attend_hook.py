@@ -49,7 +49,12 @@ def test_kernel_gets_the_causal_flag_and_no_mask_when_that_is_exact(monkeypatch:
     attention(x[:, -1:], x, x, is_causal=True)  # one cached query sees every key: nothing
     attention(x[:, -2:], x, x, is_causal=True)  # bottom-right alignment differs from the kernel's: a mask
     attention(x, x, x, torch.tensor([5, 3]), is_causal=True)  # padding: causality merged into it
-    assert [(mask is None, flag) for mask, flag in calls] == [(True, True), (True, False), (False, False), (False, False)]
+    assert [(mask is None, flag) for mask, flag in calls] == [
+        (True, True),
+        (True, False),
+        (False, False),
+        (False, False),
+    ]
     torch.testing.assert_close(calls[2][0], causal_mask(2, 5))
 
 
@@ -79,7 +84,9 @@ def test_attend_gets_the_padding_mask_without_causality() -> None:
 
 def test_transformer_training_and_cached_decoding_equal_the_explicit_path(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
-    model = Transformer(vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, ffn_hidden=32, dropout=0.0).eval()
+    model = Transformer(
+        vocab_size=20, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, ffn_hidden=32, dropout=0.0
+    ).eval()
     src, src_lens, tgt = torch.randint(1, 20, (2, 7)), torch.tensor([7, 4]), torch.randint(1, 20, (2, 5))
 
     def run() -> tuple[torch.Tensor, torch.Tensor]:

@@ -55,7 +55,11 @@ def layer_inputs(name: str, batch: int, lq: int, lk: int, dtype: torch.dtype) ->
         return (torch.randn(batch, lq, 8, dtype=dtype),)
     if name == "cross":
         return torch.randn(batch, lq, 8, dtype=dtype), torch.randn(batch, lk, 6, dtype=dtype)
-    return torch.randn(batch, lq, 8, dtype=dtype), torch.randn(batch, lk, 6, dtype=dtype), torch.randn(batch, lk, 5, dtype=dtype)
+    return (
+        torch.randn(batch, lq, 8, dtype=dtype),
+        torch.randn(batch, lk, 6, dtype=dtype),
+        torch.randn(batch, lk, 5, dtype=dtype),
+    )
 
 
 # -- an independent, naive formulation ------------------------------------------------------
@@ -73,7 +77,9 @@ def naive_pair_score(module: zoo.Attention, name: str, q: Tensor, k: Tensor) -> 
 
 
 @torch.no_grad()
-def naive_attention(module: zoo.Attention, name: str, queries: Tensor, keys: Tensor, values: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
+def naive_attention(
+    module: zoo.Attention, name: str, queries: Tensor, keys: Tensor, values: Tensor, keep: Tensor
+) -> tuple[Tensor, Tensor]:
     """Loops over (batch, query): weights over the kept keys, then the weighted sum of values."""
     if name == "gaussian_kernel":
         assert float(module.inverse_bandwidth) == pytest.approx(1 / BANDWIDTH, rel=1e-6)
@@ -87,7 +93,10 @@ def naive_attention(module: zoo.Attention, name: str, queries: Tensor, keys: Ten
                 continue  # no key to attend to: an all-zero row
             if name == "gaussian_kernel":
                 w = float(module.inverse_bandwidth)  # 1 / bandwidth, as the module stores it
-                raw = [math.exp(-((w * float(torch.linalg.vector_norm(queries[b, i] - keys[b, j]))) ** 2) / 2) for j in kept]
+                raw = [
+                    math.exp(-((w * float(torch.linalg.vector_norm(queries[b, i] - keys[b, j]))) ** 2) / 2)
+                    for j in kept
+                ]
             elif name == "average":
                 raw = [1.0 for _ in kept]
             else:
@@ -101,7 +110,9 @@ def naive_attention(module: zoo.Attention, name: str, queries: Tensor, keys: Ten
     return output, weights
 
 
-def keep_mask(batch: int, lq: int, lk: int, valid_lens: Tensor | None, attn_mask: Tensor | None, is_causal: bool) -> Tensor:
+def keep_mask(
+    batch: int, lq: int, lk: int, valid_lens: Tensor | None, attn_mask: Tensor | None, is_causal: bool
+) -> Tensor:
     """Which (query, key) pairs may attend, built element by element."""
     keep = torch.ones(batch, lq, lk, dtype=torch.bool)
     for b in range(batch):
@@ -226,13 +237,17 @@ def test_gaussian_kernel_is_nadaraya_watson_regression() -> None:
     x_test = torch.arange(0, 5, 0.5)
     kernel = torch.exp(-((x_test[:, None] - x_train[None, :]) ** 2) / 2)
     expected = (kernel / kernel.sum(-1, keepdim=True)) @ y_train
-    out = zoo.create_attention("gaussian_kernel")(x_test.reshape(1, -1, 1), x_train.reshape(1, -1, 1), y_train.reshape(1, -1, 1))
+    out = zoo.create_attention("gaussian_kernel")(
+        x_test.reshape(1, -1, 1), x_train.reshape(1, -1, 1), y_train.reshape(1, -1, 1)
+    )
     torch.testing.assert_close(out.output.reshape(-1), expected)
 
 
 def test_average_ignores_queries_and_keys() -> None:
     values = torch.randn(2, 5, 3)
-    out = zoo.create_attention("average")(torch.randn(2, 4, 7), torch.randn(2, 5, 2), values, torch.tensor([2, 5])).output
+    out = zoo.create_attention("average")(
+        torch.randn(2, 4, 7), torch.randn(2, 5, 2), values, torch.tensor([2, 5])
+    ).output
     torch.testing.assert_close(out[0], values[0, :2].mean(0).expand(4, 3))
     torch.testing.assert_close(out[1], values[1].mean(0).expand(4, 3))
 
@@ -283,8 +298,12 @@ def test_layer_fused_path_equals_explicit_path(name: str) -> None:
 # -- multi-head against torch.nn.MultiheadAttention --------------------------------------------
 
 
-def torch_pair(embed_dim: int, num_heads: int, kdim: int | None, vdim: int | None, bias: bool) -> tuple[nn.MultiheadAttention, zoo.MultiHeadAttention]:
-    reference = nn.MultiheadAttention(embed_dim, num_heads, bias=bias, batch_first=True, kdim=kdim, vdim=vdim).double().eval()
+def torch_pair(
+    embed_dim: int, num_heads: int, kdim: int | None, vdim: int | None, bias: bool
+) -> tuple[nn.MultiheadAttention, zoo.MultiHeadAttention]:
+    reference = (
+        nn.MultiheadAttention(embed_dim, num_heads, bias=bias, batch_first=True, kdim=kdim, vdim=vdim).double().eval()
+    )
     with torch.no_grad():  # non-zero biases, so a bias that is not copied shows up
         for name, param in reference.named_parameters():
             if "bias" in name:
@@ -299,14 +318,18 @@ def torch_pair(embed_dim: int, num_heads: int, kdim: int | None, vdim: int | Non
     ids=["same_dims", "kdim_vdim", "no_bias"],
 )
 @pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
-def test_multi_head_equals_torch_with_padding(kdim: int | None, vdim: int | None, bias: bool, need_weights: bool) -> None:
+def test_multi_head_equals_torch_with_padding(
+    kdim: int | None, vdim: int | None, bias: bool, need_weights: bool
+) -> None:
     reference, ours = torch_pair(16, 4, kdim, vdim, bias)
     q = torch.randn(3, 4, 16, dtype=torch.float64)
     k = torch.randn(3, 5, kdim or 16, dtype=torch.float64)
     v = torch.randn(3, 5, vdim or 16, dtype=torch.float64)
     valid_lens = torch.tensor([5, 2, 1])
     key_padding_mask = torch.arange(5)[None, :] >= valid_lens[:, None]  # True = ignore, torch's convention
-    expected, expected_weights = reference(q, k, v, key_padding_mask=key_padding_mask, need_weights=True, average_attn_weights=False)
+    expected, expected_weights = reference(
+        q, k, v, key_padding_mask=key_padding_mask, need_weights=True, average_attn_weights=False
+    )
     out, weights = ours(q, k, v, valid_lens, need_weights=need_weights)
     torch.testing.assert_close(out, expected)
     if need_weights:
@@ -388,9 +411,13 @@ def test_layers_run_any_scoring_attention_per_head(score: str) -> None:
 
 
 def test_attention_kwargs_reach_the_scoring_attention() -> None:
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention="gaussian_kernel", attention_kwargs={"bandwidth": 3.0})
+    layer = zoo.create_attention(
+        "self", embed_dim=8, num_heads=2, attention="gaussian_kernel", attention_kwargs={"bandwidth": 3.0}
+    )
     assert layer.score_attention.bandwidth == pytest.approx(3.0)
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention="additive", attention_kwargs={"num_hiddens": 5})
+    layer = zoo.create_attention(
+        "self", embed_dim=8, num_heads=2, attention="additive", attention_kwargs={"num_hiddens": 5}
+    )
     assert layer.score_attention.query_proj.weight.shape == (5, 4)
 
 
@@ -417,7 +444,11 @@ def test_causal_outputs_ignore_future_positions(name: str, lk: int, need_weights
     if name in SCORING:
         module = build_scoring(name, dtype)
         query_size, key_size = qk_dims(name)
-        q, k, v = torch.randn(2, lq, query_size, dtype=dtype), torch.randn(2, lk, key_size, dtype=dtype), torch.randn(2, lk, 3, dtype=dtype)
+        q, k, v = (
+            torch.randn(2, lq, query_size, dtype=dtype),
+            torch.randn(2, lk, key_size, dtype=dtype),
+            torch.randn(2, lk, 3, dtype=dtype),
+        )
     else:
         module = build_layer(name, dtype)
         q, *rest = layer_inputs(name, 2, lq, lk, dtype)
@@ -440,7 +471,9 @@ def test_causal_outputs_ignore_future_positions(name: str, lk: int, need_weights
         changed = causal_forward(name, module, q2, k2, v2, need_weights)
         torch.testing.assert_close(changed[:, : i + 1], baseline[:, : i + 1], rtol=1e-12, atol=1e-12)
         if i + 1 < lq:
-            assert not torch.allclose(changed[:, i + 1 :], baseline[:, i + 1 :]), "the perturbation should matter later on"
+            assert not torch.allclose(changed[:, i + 1 :], baseline[:, i + 1 :]), (
+                "the perturbation should matter later on"
+            )
 
 
 def test_causal_with_more_queries_than_keys_masks_early_queries_fully() -> None:
@@ -466,7 +499,9 @@ def test_scoring_half_precision_has_no_nan(name: str, dtype: torch.dtype, need_w
     v = torch.randn(2, 5, 4).to(dtype).requires_grad_()
     attn_mask = torch.ones(2, 3, 5, dtype=torch.bool)
     attn_mask[1, 2] = False  # a fully masked row
-    out, weights = attention(q, k, v, torch.tensor([0, 4]), attn_mask=attn_mask, is_causal=True, need_weights=need_weights)
+    out, weights = attention(
+        q, k, v, torch.tensor([0, 4]), attn_mask=attn_mask, is_causal=True, need_weights=need_weights
+    )
     assert out.dtype == dtype and out.shape == (2, 3, 4)
     assert torch.isfinite(out).all()
     assert torch.equal(out[0], torch.zeros(3, 4, dtype=dtype)), "valid length 0: zero output"
@@ -531,13 +566,18 @@ def test_gradcheck_dot_product(need_weights: bool) -> None:
         return tuple(out) if need_weights else out.output
 
     assert torch.autograd.gradcheck(fn, inputs)
-    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, is_causal=True, need_weights=need_weights).output, inputs)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: attention(q, k, v, is_causal=True, need_weights=need_weights).output, inputs
+    )
 
 
 def test_gradcheck_gaussian_kernel_learnable_bandwidth() -> None:
     attention = build_scoring("gaussian_kernel", torch.float64, learnable=True)
     assert isinstance(attention.inverse_bandwidth, nn.Parameter)
-    inputs = (*_double_inputs((2, 3, 4), (2, 4, 4), (2, 4, 2)), attention.inverse_bandwidth.detach().clone().requires_grad_())
+    inputs = (
+        *_double_inputs((2, 3, 4), (2, 4, 4), (2, 4, 2)),
+        attention.inverse_bandwidth.detach().clone().requires_grad_(),
+    )
     masks = gradcheck_masks(2, 3, 4)
 
     def fn(q: Tensor, k: Tensor, v: Tensor, w: Tensor) -> tuple[Tensor, ...]:
@@ -587,7 +627,9 @@ def _qkv(q_shape=(2, 3, 4), k_shape=(2, 5, 4), v_shape=(2, 5, 6)) -> tuple[Tenso
     ids=["wrong_rank", "batch_mismatch", "kv_length_mismatch"],
 )
 def test_scoring_rejects_bad_shapes(name: str, shapes: tuple, match: str) -> None:
-    attention = zoo.create_attention(name, query_size=4, key_size=4) if name == "additive" else zoo.create_attention(name)
+    attention = (
+        zoo.create_attention(name, query_size=4, key_size=4) if name == "additive" else zoo.create_attention(name)
+    )
     with pytest.raises(ValueError, match=match):
         attention(*_qkv(*shapes))
 
@@ -618,7 +660,9 @@ def test_float_attn_mask_is_rejected() -> None:
     with pytest.raises(ValueError, match="boolean"):
         zoo.create_attention("dot_product")(*_qkv(), attn_mask=torch.zeros(2, 3, 5))
     with pytest.raises(ValueError, match="boolean"):
-        zoo.create_attention("multi_head", embed_dim=4, num_heads=2)(*_qkv(v_shape=(2, 5, 4)), attn_mask=torch.zeros(3, 5))
+        zoo.create_attention("multi_head", embed_dim=4, num_heads=2)(
+            *_qkv(v_shape=(2, 5, 4)), attn_mask=torch.zeros(3, 5)
+        )
 
 
 def test_attn_mask_that_does_not_broadcast_is_rejected() -> None:
@@ -653,7 +697,9 @@ def test_unknown_scoring_name_suggests() -> None:
 
 @pytest.mark.parametrize("layer_name", LAYERS)
 def test_layer_cannot_be_used_as_per_head_scoring(layer_name: str) -> None:
-    with pytest.raises(ValueError, match=rf"'{layer_name}' cannot be used by .*per-head.*Compatible registered names: .*dot_product"):
+    with pytest.raises(
+        ValueError, match=rf"'{layer_name}' cannot be used by .*per-head.*Compatible registered names: .*dot_product"
+    ):
         zoo.create_attention("multi_head", embed_dim=8, num_heads=2, attention=layer_name)
 
 
@@ -737,4 +783,3 @@ def test_dropout_is_active_only_in_training() -> None:
     assert torch.equal(first, second)
     attention.train()
     assert not torch.equal(attention(q, k, v).output, first)
-

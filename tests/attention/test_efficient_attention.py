@@ -18,7 +18,9 @@ from zoo.testing import check_attention
 # -- naive formulations ------------------------------------------------------------------------
 
 
-def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor:
+def naive(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, valid_lens: torch.Tensor | None
+) -> torch.Tensor:
     """Softmax attention over an explicit ``(Lq, Lk)`` pattern and padding, one query at a time."""
     batch, num_queries, num_keys = q.shape[0], q.shape[1], k.shape[1]
     out = torch.zeros(batch, num_queries, v.shape[-1], dtype=torch.float64)
@@ -31,7 +33,9 @@ def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tens
     return out
 
 
-def longformer_pattern(num_queries: int, num_keys: int, window: int, global_tokens: list[int], causal: bool) -> torch.Tensor:
+def longformer_pattern(
+    num_queries: int, num_keys: int, window: int, global_tokens: list[int], causal: bool
+) -> torch.Tensor:
     allowed = torch.zeros(num_queries, num_keys, dtype=torch.bool)
     for i in range(num_queries):
         p = i + num_keys - num_queries
@@ -64,11 +68,21 @@ def bigbird_pattern(num_queries: int, num_keys: int, block: int, random: torch.T
 def _inputs(num_queries: int, num_keys: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(2, num_queries, 8, generator=g, dtype=torch.float64)
-    return q, torch.randn(2, num_keys, 8, generator=g, dtype=torch.float64), torch.randn(2, num_keys, 5, generator=g, dtype=torch.float64)
+    return (
+        q,
+        torch.randn(2, num_keys, 8, generator=g, dtype=torch.float64),
+        torch.randn(2, num_keys, 5, generator=g, dtype=torch.float64),
+    )
 
 
 # (Lq, Lk, causal, padded): square, cached decoding (fewer queries, causal), padding
-SHAPES = [(23, 23, False, False), (23, 23, False, True), (23, 23, True, True), (9, 23, True, False), (1, 23, True, True)]
+SHAPES = [
+    (23, 23, False, False),
+    (23, 23, False, True),
+    (23, 23, True, True),
+    (9, 23, True, False),
+    (1, 23, True, True),
+]
 
 
 def _compare(attention: zoo.Attention, allowed_for, lq: int, lk: int, causal: bool, padded: bool) -> None:
@@ -104,8 +118,18 @@ def test_bigbird_equals_its_naive_pattern(lq: int, lk: int, causal: bool, padded
 def test_bigbird_random_blocks_are_seeded_and_outside_window_and_global() -> None:
     attention = zoo.create_attention("bigbird", block_size=2, num_random_blocks=3, seed=5)
     random = attention.random_blocks(12, torch.device("cpu"))
-    assert torch.equal(random, zoo.create_attention("bigbird", block_size=2, num_random_blocks=3, seed=5).random_blocks(12, torch.device("cpu")))
-    assert not torch.equal(random, zoo.create_attention("bigbird", block_size=2, num_random_blocks=3, seed=6).random_blocks(12, torch.device("cpu")))
+    assert torch.equal(
+        random,
+        zoo.create_attention("bigbird", block_size=2, num_random_blocks=3, seed=5).random_blocks(
+            12, torch.device("cpu")
+        ),
+    )
+    assert not torch.equal(
+        random,
+        zoo.create_attention("bigbird", block_size=2, num_random_blocks=3, seed=6).random_blocks(
+            12, torch.device("cpu")
+        ),
+    )
     for b in range(12):
         chosen = random[b].tolist()
         assert len(set(chosen)) == 3 and not {0, 11, b - 1, b, b + 1} & set(chosen)
@@ -133,8 +157,13 @@ def favor_features(x: torch.Tensor, projection: torch.Tensor) -> torch.Tensor:
 
 def test_performer_features_estimate_the_softmax_kernel_without_bias() -> None:
     g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(4, 6, generator=g, dtype=torch.float64) * 0.7, torch.randn(5, 6, generator=g, dtype=torch.float64) * 0.7
-    estimates = [favor_features(q, w) @ favor_features(k, w).T for w in (orthogonal_gaussian(64, 6, g) for _ in range(400))]
+    q, k = (
+        torch.randn(4, 6, generator=g, dtype=torch.float64) * 0.7,
+        torch.randn(5, 6, generator=g, dtype=torch.float64) * 0.7,
+    )
+    estimates = [
+        favor_features(q, w) @ favor_features(k, w).T for w in (orthogonal_gaussian(64, 6, g) for _ in range(400))
+    ]
     estimates = torch.stack(estimates)
     mean, standard_error = estimates.mean(0), estimates.std(0) / math.sqrt(len(estimates))
     exact = torch.exp(q @ k.T / math.sqrt(6))
@@ -148,7 +177,12 @@ def _performer_error(num_features: int, seeds: range) -> float:
     q, k = q * 0.5, k * 0.5
     exact = naive(q, k, v, torch.ones(16, 16, dtype=torch.bool), None)
     errors = [
-        (zoo.create_attention("performer", query_size=8, num_features=num_features, seed=s).double()(q, k, v).output - exact).abs().mean()
+        (
+            zoo.create_attention("performer", query_size=8, num_features=num_features, seed=s).double()(q, k, v).output
+            - exact
+        )
+        .abs()
+        .mean()
         for s in seeds
     ]
     return float(torch.stack(errors).mean())
@@ -160,11 +194,15 @@ def test_performer_error_against_softmax_falls_as_features_grow() -> None:
 
 
 @pytest.mark.parametrize(("lq", "lk", "causal", "padded"), SHAPES)
-def test_performer_linear_time_path_equals_quadratic_form_of_its_features(lq: int, lk: int, causal: bool, padded: bool) -> None:
+def test_performer_linear_time_path_equals_quadratic_form_of_its_features(
+    lq: int, lk: int, causal: bool, padded: bool
+) -> None:
     attention = zoo.create_attention("performer", query_size=8, num_features=32, chunk_size=4).double()
     q, k, v = _inputs(lq, lk)
     valid_lens = torch.tensor([lk, lk - 6]) if padded else None
-    kernel = favor_features(q, attention.projection) @ favor_features(k, attention.projection).transpose(-2, -1)  # (B, Lq, Lk)
+    kernel = favor_features(q, attention.projection) @ favor_features(k, attention.projection).transpose(
+        -2, -1
+    )  # (B, Lq, Lk)
     keep = torch.ones(2, lq, lk, dtype=torch.bool)
     if causal:
         keep &= zoo.causal_mask(lq, lk)
@@ -173,7 +211,10 @@ def test_performer_linear_time_path_equals_quadratic_form_of_its_features(lq: in
     weights = kernel * keep
     expected = weights / weights.sum(-1, keepdim=True) @ v
     torch.testing.assert_close(attention(q, k, v, valid_lens, is_causal=causal).output, expected)
-    torch.testing.assert_close(attention(q, k, v, valid_lens, is_causal=causal, need_weights=True).weights, weights / weights.sum(-1, keepdim=True))
+    torch.testing.assert_close(
+        attention(q, k, v, valid_lens, is_causal=causal, need_weights=True).weights,
+        weights / weights.sum(-1, keepdim=True),
+    )
 
 
 def test_performer_redraws_only_when_asked_and_never_in_evaluation() -> None:
@@ -199,7 +240,12 @@ def test_performer_normalizer_does_not_overflow_in_float16() -> None:
     q, k, v = (torch.randn(1, 4096, 16, generator=g) * 2 for _ in range(3))
     half = attention.half()(q.half(), k.half(), v.half()).output
     assert torch.isfinite(half).all()
-    torch.testing.assert_close(half.float(), attention.float()(q.half().float(), k.half().float(), v.half().float()).output, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(
+        half.float(),
+        attention.float()(q.half().float(), k.half().float(), v.half().float()).output,
+        atol=2e-2,
+        rtol=2e-2,
+    )
 
 
 # -- linformer ---------------------------------------------------------------------------------
@@ -273,15 +319,15 @@ def test_variant_keeps_the_attention_contract(name: str, kwargs: dict) -> None:
 @pytest.mark.parametrize("name", ["performer", "linformer", "longformer", "bigbird", "sparse"])
 def test_variant_is_usable_per_head_and_declares_no_position_bias(name: str) -> None:
     assert zoo.get_attention(name).supports_position_bias is False
-    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, num_kv_heads=1, attention=name)  # grouped: keys repeated
+    layer = zoo.create_attention(
+        "self", embed_dim=16, num_heads=2, num_kv_heads=1, attention=name
+    )  # grouped: keys repeated
     x = torch.randn(2, 10, 16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bigbird: 10 tokens are too few for its pattern, computed exactly
         out, weights = layer(x, torch.tensor([10, 6]), need_weights=True)
     assert out.shape == (2, 10, 16) and weights.shape == (2, 2, 10, 10)
     torch.testing.assert_close(weights[1, :, :, 6:], torch.zeros(2, 10, 4))
-
-
 
 
 # (name, kwargs, causal, growth): saved elements may grow by `growth` when the length doubles.
@@ -316,7 +362,9 @@ def test_training_memory_grows_as_the_pattern_scores(name: str, kwargs: dict, ca
     for is_causal in {False, causal}:
         small, _ = _saved_elements(attention, 1024, is_causal)
         large, largest = _saved_elements(attention, 2048, is_causal)
-        assert large < growth * small, f"{name} (causal={is_causal}) saves {large / small:.2f}x the elements for twice the length"
+        assert large < growth * small, (
+            f"{name} (causal={is_causal}) saves {large / small:.2f}x the elements for twice the length"
+        )
         assert largest < 2048 * 2048 // 4, f"{name} saves a tensor of {largest} elements, near the (L, L) scores"
 
 
@@ -333,7 +381,9 @@ def test_step_by_step_decoding_equals_the_whole_causal_sequence(name: str, kwarg
     attention = zoo.create_attention(name, **kwargs).double()
     q, k, v = _inputs(19, 19)
     whole = attention(q, k, v, is_causal=True).output
-    steps = torch.cat([attention(q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1], is_causal=True).output for t in range(19)], 1)
+    steps = torch.cat(
+        [attention(q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1], is_causal=True).output for t in range(19)], 1
+    )
     torch.testing.assert_close(steps, whole)
 
 

@@ -57,7 +57,14 @@ def positive_part_plus_one(x: Tensor) -> Tensor:
 
 
 def naive(
-    variant: str, q: Tensor, k: Tensor, v: Tensor, masks: dict, causal: bool, window: int = 0, bias: Tensor | None = None
+    variant: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    masks: dict,
+    causal: bool,
+    window: int = 0,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Loops over (batch, query): the visible keys, their weights, the weighted sum of values.
 
@@ -68,14 +75,22 @@ def naive(
     rows, weight_rows = [], []
     for b in range(batch):
         for i in range(lq):
-            kept = [j for j in range(lk) if sees(variant, window, causal, lq, lk, i, j) and padding_allows(masks, b, i, j, lq, lk)]
+            kept = [
+                j
+                for j in range(lk)
+                if sees(variant, window, causal, lq, lk, i, j) and padding_allows(masks, b, i, j, lq, lk)
+            ]
             weights = q.new_zeros(lk)
             if kept:
                 if variant == "local":
                     position = i + lk - lq
-                    scores = torch.stack([
-                        q[b, i] @ k[b, j] / math.sqrt(d) + (0 if bias is None else bias[b, position - j + window // 2]) for j in kept
-                    ])
+                    scores = torch.stack(
+                        [
+                            q[b, i] @ k[b, j] / math.sqrt(d)
+                            + (0 if bias is None else bias[b, position - j + window // 2])
+                            for j in kept
+                        ]
+                    )
                     raw = torch.exp(scores - scores.max())
                 else:
                     raw = torch.stack([positive_part_plus_one(q[b, i]) @ positive_part_plus_one(k[b, j]) for j in kept])
@@ -107,7 +122,9 @@ def make_masks(case: str, batch: int, lq: int, lk: int) -> dict:
     return {}
 
 
-def inputs(batch: int, lq: int, lk: int, dtype: torch.dtype = torch.float64, grad: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+def inputs(
+    batch: int, lq: int, lk: int, dtype: torch.dtype = torch.float64, grad: bool = False
+) -> tuple[Tensor, Tensor, Tensor]:
     shapes = ((batch, lq, 4), (batch, lk, 4), (batch, lk, 3))
     return tuple(torch.randn(*shape, dtype=dtype, requires_grad=grad) for shape in shapes)
 
@@ -147,7 +164,9 @@ def variant_of(name: str) -> str:
 @pytest.mark.parametrize("case", MASKS)
 @pytest.mark.parametrize(("lq", "lk", "causal"), SHAPES, ids=SHAPE_IDS)
 @pytest.mark.parametrize(("name", "kwargs", "window"), VARIANTS, ids=VARIANT_IDS)
-def test_matches_naive_formulation(name: str, kwargs: dict, window: int, lq: int, lk: int, causal: bool, case: str, need_weights: bool) -> None:
+def test_matches_naive_formulation(
+    name: str, kwargs: dict, window: int, lq: int, lk: int, causal: bool, case: str, need_weights: bool
+) -> None:
     attention = build(name, kwargs)
     q, k, v = inputs(3, lq, lk)
     masks = make_masks(case, 3, lq, lk)
@@ -162,8 +181,14 @@ def test_matches_naive_formulation(name: str, kwargs: dict, window: int, lq: int
 
 @pytest.mark.parametrize("case", ["none", "valid_lens", "key_padding", "attn_mask"])
 @pytest.mark.parametrize(("lq", "lk", "causal"), SHAPES, ids=SHAPE_IDS)
-@pytest.mark.parametrize(("name", "kwargs", "window"), [VARIANTS[1], VARIANTS[5], VARIANTS[7]], ids=[VARIANT_IDS[1], VARIANT_IDS[5], VARIANT_IDS[7]])
-def test_gradients_match_naive_formulation(name: str, kwargs: dict, window: int, lq: int, lk: int, causal: bool, case: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "kwargs", "window"),
+    [VARIANTS[1], VARIANTS[5], VARIANTS[7]],
+    ids=[VARIANT_IDS[1], VARIANT_IDS[5], VARIANT_IDS[7]],
+)
+def test_gradients_match_naive_formulation(
+    name: str, kwargs: dict, window: int, lq: int, lk: int, causal: bool, case: str
+) -> None:
     attention = build(name, kwargs)
     q, k, v = inputs(2, lq, lk, grad=True)
     masks = make_masks(case, 2, lq, lk)
@@ -177,7 +202,11 @@ def test_gradients_match_naive_formulation(name: str, kwargs: dict, window: int,
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["global", "causal"])
-@pytest.mark.parametrize(("name", "kwargs"), [("local", {"window": 3, "block_size": 2}), ("linear", {"chunk_size": 2})], ids=["local", "linear"])
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [("local", {"window": 3, "block_size": 2}), ("linear", {"chunk_size": 2})],
+    ids=["local", "linear"],
+)
 def test_gradcheck(name: str, kwargs: dict, causal: bool) -> None:
     attention = build(name, kwargs)
     q, k, v = inputs(2, 5, 5, grad=True)
@@ -193,11 +222,15 @@ def test_head_axis_with_a_layer_style_padding_mask(name: str, kwargs: dict, wind
     keep = torch.arange(8) < torch.tensor([8, 5])[:, None]
     out = attention(q, k, v, attn_mask=keep[:, None, None, :]).output
     for h in range(3):
-        expected, _ = naive(variant_of(name), q[:, h], k[:, h], v[:, h], {"valid_lens": torch.tensor([8, 5])}, False, window)
+        expected, _ = naive(
+            variant_of(name), q[:, h], k[:, h], v[:, h], {"valid_lens": torch.tensor([8, 5])}, False, window
+        )
         torch.testing.assert_close(out[:, h], expected, **F64)
 
 
-@pytest.mark.parametrize(("name", "kwargs"), [("local", {"window": 8}), ("linear", {"chunk_size": 4})], ids=["local", "linear"])
+@pytest.mark.parametrize(
+    ("name", "kwargs"), [("local", {"window": 8}), ("linear", {"chunk_size": 4})], ids=["local", "linear"]
+)
 def test_float32_agrees_with_float64(name: str, kwargs: dict) -> None:
     attention = zoo.create_attention(name, **kwargs)
     q, k, v = inputs(2, 40, 40, torch.float32)
@@ -213,7 +246,11 @@ def test_float32_agrees_with_float64(name: str, kwargs: dict) -> None:
 
 
 @pytest.mark.parametrize("lk", [8, 11], ids=["square", "more_keys"])
-@pytest.mark.parametrize(("name", "kwargs"), [("local", {"window": 3, "block_size": 2}), ("linear", {"chunk_size": 3})], ids=["local", "linear"])
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [("local", {"window": 3, "block_size": 2}), ("linear", {"chunk_size": 3})],
+    ids=["local", "linear"],
+)
 def test_causal_outputs_ignore_future_positions(name: str, kwargs: dict, lk: int) -> None:
     attention = build(name, kwargs)
     lq = 8
@@ -243,7 +280,9 @@ def test_local_window_ignores_keys_outside_it() -> None:
     assert not torch.allclose(changed[:, 6], baseline[:, 6])
 
 
-@pytest.mark.parametrize(("name", "kwargs"), [("local", {"window": 3}), ("linear", {"chunk_size": 2})], ids=["local", "linear"])
+@pytest.mark.parametrize(
+    ("name", "kwargs"), [("local", {"window": 3}), ("linear", {"chunk_size": 2})], ids=["local", "linear"]
+)
 def test_one_query_at_a_time_equals_the_whole_sequence(name: str, kwargs: dict) -> None:
     """Cached decoding: step ``t`` attends from one query over the ``t + 1`` keys so far."""
     attention = build(name, kwargs)
@@ -257,7 +296,9 @@ def test_one_query_at_a_time_equals_the_whole_sequence(name: str, kwargs: dict) 
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["global", "causal"])
-@pytest.mark.parametrize(("name", "kwargs"), [("local", {"window": 16}), ("linear", {"chunk_size": 16})], ids=["local", "linear"])
+@pytest.mark.parametrize(
+    ("name", "kwargs"), [("local", {"window": 16}), ("linear", {"chunk_size": 16})], ids=["local", "linear"]
+)
 def test_memory_grows_linearly_with_the_length(name: str, kwargs: dict, causal: bool) -> None:
     """Forward+backward at 4x the length holds about 4x the memory (a score matrix: 16x)."""
     attention = zoo.create_attention(name, **kwargs)
@@ -265,7 +306,10 @@ def test_memory_grows_linearly_with_the_length(name: str, kwargs: dict, causal: 
     def peak(length: int) -> int:
         q, k, v = (torch.randn(1, 2, length, 8, requires_grad=True) for _ in range(3))
         mask = (torch.arange(length) < length - 5)[None, None, None, :]
-        return peak_memory(lambda: attention(q, k, v, attn_mask=mask, is_causal=causal).output.sum().backward(), device=torch.device("cpu"))
+        return peak_memory(
+            lambda: attention(q, k, v, attn_mask=mask, is_causal=causal).output.sum().backward(),
+            device=torch.device("cpu"),
+        )
 
     short, long = peak(512), peak(2048)
     assert long < 5 * short
@@ -303,7 +347,9 @@ def test_empty_sequences_give_empty_or_zero_outputs(name: str) -> None:
 
 def test_non_causal_local_needs_one_sequence() -> None:
     attention = zoo.create_attention("local", window=4)
-    with pytest.raises(zoo.IncompatibleAttentionError, match="needs queries and keys of one sequence; got 3 queries and 5 keys"):
+    with pytest.raises(
+        zoo.IncompatibleAttentionError, match="needs queries and keys of one sequence; got 3 queries and 5 keys"
+    ):
         attention(*inputs(1, 3, 5, torch.float32))
 
 
@@ -333,7 +379,9 @@ def test_capabilities() -> None:
 
 
 def test_cross_attention_layer_refuses_a_window() -> None:
-    with pytest.raises(zoo.IncompatibleAttentionError, match="cross-attention.*Compatible registered names: .*dot_product"):
+    with pytest.raises(
+        zoo.IncompatibleAttentionError, match="cross-attention.*Compatible registered names: .*dot_product"
+    ):
         zoo.create_attention("cross", embed_dim=8, num_heads=2, attention="local")
     assert zoo.create_attention("cross", embed_dim=8, num_heads=2, attention="linear") is not None
 
@@ -354,8 +402,12 @@ def test_self_attention_layer_runs_them_per_head(score: str) -> None:
 @pytest.mark.parametrize("need_weights", [False, True], ids=["no_weights", "weights"])
 @pytest.mark.parametrize("case", ["none", "valid_lens", "attn_mask"])
 @pytest.mark.parametrize(("lq", "lk", "causal"), SHAPES, ids=SHAPE_IDS)
-@pytest.mark.parametrize(("window", "block_size"), [(3, 2), (4, None), (5, 4), (30, None)], ids=["w3b2", "w4", "w5b4", "w30"])
-def test_relative_bias_matches_naive_formulation(window: int, block_size: int | None, lq: int, lk: int, causal: bool, case: str, need_weights: bool) -> None:
+@pytest.mark.parametrize(
+    ("window", "block_size"), [(3, 2), (4, None), (5, 4), (30, None)], ids=["w3b2", "w4", "w5b4", "w30"]
+)
+def test_relative_bias_matches_naive_formulation(
+    window: int, block_size: int | None, lq: int, lk: int, causal: bool, case: str, need_weights: bool
+) -> None:
     """Per head, the learned bias at each distance is added to the scores: outputs, weights and
     the bias's own gradient agree with the loops."""
     heads, batch = 3, 2
@@ -364,11 +416,14 @@ def test_relative_bias_matches_naive_formulation(window: int, block_size: int | 
         attention.relative_bias.normal_()
     q, k, v = (torch.randn(batch, heads, n, size, dtype=torch.float64) for n, size in ((lq, 4), (lk, 4), (lk, 3)))
     masks = make_masks(case, batch, lq, lk)
-    layer_masks = {key: value.unsqueeze(1).expand(batch, heads, *value.shape[1:]) for key, value in masks.items()}  # a head axis
+    layer_masks = {
+        key: value.unsqueeze(1).expand(batch, heads, *value.shape[1:]) for key, value in masks.items()
+    }  # a head axis
     out, weights = attention(q, k, v, is_causal=causal, need_weights=need_weights, **layer_masks)
     table = attention.relative_bias.detach().clone().requires_grad_()
     rows = [
-        naive("local", q[:, h], k[:, h], v[:, h], masks, causal, window, bias=table[h].expand(batch, -1)) for h in range(heads)
+        naive("local", q[:, h], k[:, h], v[:, h], masks, causal, window, bias=table[h].expand(batch, -1))
+        for h in range(heads)
     ]
     expected = torch.stack([row[0] for row in rows], dim=1)
     torch.testing.assert_close(out, expected, **F64)
@@ -377,7 +432,11 @@ def test_relative_bias_matches_naive_formulation(window: int, block_size: int | 
     upstream = torch.randn_like(out)
     (ours,) = torch.autograd.grad((out * upstream).sum(), attention.relative_bias)
     # where no query sees a key, the loops never read the bias: its gradient is zero
-    reference = torch.autograd.grad((expected * upstream).sum(), table)[0] if expected.requires_grad else torch.zeros_like(table)
+    reference = (
+        torch.autograd.grad((expected * upstream).sum(), table)[0]
+        if expected.requires_grad
+        else torch.zeros_like(table)
+    )
     torch.testing.assert_close(ours, reference, **F64)
 
 
@@ -416,14 +475,18 @@ def test_relative_bias_starts_as_plain_local_attention_and_learns() -> None:
 
 
 def test_a_multi_head_layer_gives_the_bias_its_head_count() -> None:
-    layer = zoo.create_attention("self", embed_dim=12, num_heads=3, attention="local", attention_kwargs={"window": 5, "relative_bias": True})
+    layer = zoo.create_attention(
+        "self", embed_dim=12, num_heads=3, attention="local", attention_kwargs={"window": 5, "relative_bias": True}
+    )
     assert layer.score_attention.relative_bias.shape == (3, 5 // 2 + 5)
     assert "score_attention.relative_bias" in dict(layer.named_parameters())
     x = torch.randn(2, 6, 12)
     out, weights = layer(x, torch.tensor([6, 4]), need_weights=True)
     torch.testing.assert_close(layer(x, torch.tensor([6, 4])).output, out, rtol=1e-5, atol=1e-6)
     assert torch.all(weights[1, :, :, 4:] == 0)
-    assert zoo.create_attention("self", embed_dim=12, num_heads=3, attention="local").score_attention.relative_bias is None
+    assert (
+        zoo.create_attention("self", embed_dim=12, num_heads=3, attention="local").score_attention.relative_bias is None
+    )
 
 
 def test_relative_bias_refuses_queries_without_its_heads() -> None:
@@ -439,12 +502,30 @@ def test_relative_bias_keeps_the_contract() -> None:
     that is not zero, alone and inside a multi-head layer. The window covers the check's
     sequences (7 positions), whose masks assume every key in reach; the bias spans it all."""
     attention = zoo.create_attention("local", window=13, relative_bias=True)
-    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention="local", attention_kwargs={"window": 13, "relative_bias": True})
+    layer = zoo.create_attention(
+        "self", embed_dim=8, num_heads=2, attention="local", attention_kwargs={"window": 13, "relative_bias": True}
+    )
     for module in (attention, layer):
         with torch.no_grad():
             next(p for name, p in module.named_parameters() if name.endswith("relative_bias")).normal_()
-    assert zoo.testing.check_attention(attention).passed == ("shape", "padding", "causal", "fully_masked", "weights", "float16", "bfloat16", "gradients")
-    assert zoo.testing.check_attention(layer, dtypes=()).passed == ("shape", "padding", "causal", "fully_masked", "weights", "gradients")
+    assert zoo.testing.check_attention(attention).passed == (
+        "shape",
+        "padding",
+        "causal",
+        "fully_masked",
+        "weights",
+        "float16",
+        "bfloat16",
+        "gradients",
+    )
+    assert zoo.testing.check_attention(layer, dtypes=()).passed == (
+        "shape",
+        "padding",
+        "causal",
+        "fully_masked",
+        "weights",
+        "gradients",
+    )
 
 
 # -- helpers ----------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ from zoo.models.transformer import Transformer
 def expanded_copy(grouped: HeadedAttention, **kwargs) -> HeadedAttention:
     """A standard multi-head layer whose key/value heads are the grouped layer's, repeated per group:
     an independent formulation of grouped-query attention."""
-    full = zoo.create_attention("multi_head", embed_dim=grouped.embed_dim, num_heads=grouped.num_heads, **kwargs).double()
+    full = zoo.create_attention(
+        "multi_head", embed_dim=grouped.embed_dim, num_heads=grouped.num_heads, **kwargs
+    ).double()
     groups = grouped.num_heads // grouped.num_kv_heads
     state = grouped.state_dict()
     for name in ("k_proj", "v_proj"):
@@ -29,9 +31,15 @@ def expanded_copy(grouped: HeadedAttention, **kwargs) -> HeadedAttention:
 @pytest.mark.parametrize("attention", ["dot_product", "gaussian_kernel"])  # grouped as they are / repeated
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_grouped_heads_equal_multi_head_with_repeated_key_value_heads(num_kv_heads, attention, need_weights, causal) -> None:
+def test_grouped_heads_equal_multi_head_with_repeated_key_value_heads(
+    num_kv_heads, attention, need_weights, causal
+) -> None:
     torch.manual_seed(0)
-    layer = zoo.create_attention("multi_head", embed_dim=16, num_heads=4, num_kv_heads=num_kv_heads, attention=attention).double().eval()
+    layer = (
+        zoo.create_attention("multi_head", embed_dim=16, num_heads=4, num_kv_heads=num_kv_heads, attention=attention)
+        .double()
+        .eval()
+    )
     assert layer.k_proj.out_features == num_kv_heads * 4
     reference = expanded_copy(layer, attention=attention)
     x, lens = torch.randn(3, 6, 16, dtype=torch.float64), torch.tensor([6, 4, 1])
@@ -53,15 +61,26 @@ def test_as_many_key_value_heads_as_query_heads_is_standard_multi_head_attention
 
 
 def test_a_key_value_head_count_that_does_not_divide_the_heads_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"num_kv_heads must be a positive divisor of num_heads \(4\); got 3\. Choose one of \[1, 2, 4\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"num_kv_heads must be a positive divisor of num_heads \(4\); got 3\. Choose one of \[1, 2, 4\]",
+    ):
         zoo.create_attention("self", embed_dim=8, num_heads=4, num_kv_heads=3)
 
 
 @pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
 def test_decoder_cache_shrinks_and_cached_decoding_matches_teacher_forcing(num_kv_heads: int) -> None:
     torch.manual_seed(0)
-    model = Transformer(vocab_size=20, d_model=16, num_heads=4, num_encoder_layers=1, num_decoder_layers=2,
-                        ffn_hidden=32, dropout=0.0, num_kv_heads=num_kv_heads).eval()
+    model = Transformer(
+        vocab_size=20,
+        d_model=16,
+        num_heads=4,
+        num_encoder_layers=1,
+        num_decoder_layers=2,
+        ffn_hidden=32,
+        dropout=0.0,
+        num_kv_heads=num_kv_heads,
+    ).eval()
     src, src_lens, tgt = torch.randint(1, 20, (2, 7)), torch.tensor([7, 4]), torch.randint(1, 20, (2, 5))
     with torch.no_grad():
         logits, _ = model(src, src_lens, tgt)

@@ -17,7 +17,9 @@ def test_window_kernel_gradients_match_finite_differences_with_a_bias_and_an_emp
     keep = torch.rand(blocks, block, span) > 0.3
     keep[1, 2] = False  # a query that sees no key: zero output, zero gradients, no NaN
     bias = torch.randn(blocks, block, span, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda *t: window_attention(*t[:3], keep, t[3], block=block, span=span, scale=0.5), (q, k, v, bias))
+    assert torch.autograd.gradcheck(
+        lambda *t: window_attention(*t[:3], keep, t[3], block=block, span=span, scale=0.5), (q, k, v, bias)
+    )
     out = window_attention(q, k, v, keep, bias, block=block, span=span, scale=0.5)
     assert torch.equal(out[:, 5], torch.zeros_like(out[:, 5]))
 

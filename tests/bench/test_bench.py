@@ -30,7 +30,14 @@ def test_growth_exponent_recovers_power_laws() -> None:
 
 def test_summary_gives_median_quartiles_and_extremes() -> None:
     summary = Summary.of([4.0, 1.0, 3.0, 2.0, 5.0])
-    assert (summary.median, summary.q1, summary.q3, summary.min, summary.max, summary.repeats) == (3.0, 2.0, 4.0, 1.0, 5.0, 5)
+    assert (summary.median, summary.q1, summary.q3, summary.min, summary.max, summary.repeats) == (
+        3.0,
+        2.0,
+        4.0,
+        1.0,
+        5.0,
+        5,
+    )
     assert Summary.of([2.0]).scaled(1e3)["median"] == 2000.0
 
 
@@ -51,8 +58,29 @@ def test_markdown_table_lines_up() -> None:
 
 
 def test_bench_attention_on_a_tiny_grid(in_tmp, capsys) -> None:
-    main(["bench", "attention", "--lengths", "16", "32", "--batch", "2", "--d-model", "16", "--heads", "2",
-          "--warmup", "1", "--repeats", "3", "--out", "attention.json", "--plot", "attention.png"])
+    main(
+        [
+            "bench",
+            "attention",
+            "--lengths",
+            "16",
+            "32",
+            "--batch",
+            "2",
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--warmup",
+            "1",
+            "--repeats",
+            "3",
+            "--out",
+            "attention.json",
+            "--plot",
+            "attention.png",
+        ]
+    )
     out = capsys.readouterr().out
     payload = json.loads((in_tmp / "attention.json").read_text())
     names = [case["name"] for case in payload["cases"]]
@@ -74,8 +102,34 @@ def test_bench_attention_on_a_tiny_grid(in_tmp, capsys) -> None:
 
 
 def test_bench_attention_causal_subset_and_bad_cases(in_tmp, capsys) -> None:
-    main(["bench", "attention", "--causal", "--cases", "multi_head", "linea*", "loc*", "--lengths", "24", "--batch", "1",
-          "--d-model", "8", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory", "--out", "c.json", "--plot", "c.png"])
+    main(
+        [
+            "bench",
+            "attention",
+            "--causal",
+            "--cases",
+            "multi_head",
+            "linea*",
+            "loc*",
+            "--lengths",
+            "24",
+            "--batch",
+            "1",
+            "--d-model",
+            "8",
+            "--heads",
+            "2",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--no-memory",
+            "--out",
+            "c.json",
+            "--plot",
+            "c.png",
+        ]
+    )
     payload = json.loads((in_tmp / "c.json").read_text())
     assert [c["name"] for c in payload["cases"]] == ["multi_head", "linear", "local"]
     assert payload["config"]["causal"] is True
@@ -86,8 +140,33 @@ def test_bench_attention_causal_subset_and_bad_cases(in_tmp, capsys) -> None:
 
 
 def test_bench_attention_causal_leaves_out_variants_that_are_not_causal(in_tmp, capsys) -> None:
-    main(["bench", "attention", "--causal", "--cases", "lin*", "bigbird", "--lengths", "24", "--batch", "1",
-          "--d-model", "8", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory", "--out", "c.json", "--plot", "c.png"])
+    main(
+        [
+            "bench",
+            "attention",
+            "--causal",
+            "--cases",
+            "lin*",
+            "bigbird",
+            "--lengths",
+            "24",
+            "--batch",
+            "1",
+            "--d-model",
+            "8",
+            "--heads",
+            "2",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--no-memory",
+            "--out",
+            "c.json",
+            "--plot",
+            "c.png",
+        ]
+    )
     payload = json.loads((in_tmp / "c.json").read_text())
     assert [c["name"] for c in payload["cases"]] == ["linear"]  # linformer and bigbird declare supports_causal=False
     err = capsys.readouterr().err
@@ -95,8 +174,28 @@ def test_bench_attention_causal_leaves_out_variants_that_are_not_causal(in_tmp, 
 
 
 def test_bench_train_on_a_few_steps(shared_data, in_tmp, capsys) -> None:
-    main(["bench", "train", "--data-path", str(shared_data / "fra-eng.zip"), "--limit-train", "1000", "--vocab-size", "600",
-          "--batch", "16", "--steps", "3", "--warmup", "2", "--model-kwargs", SMALL_TRANSLATOR, "--out", "train.json"])
+    main(
+        [
+            "bench",
+            "train",
+            "--data-path",
+            str(shared_data / "fra-eng.zip"),
+            "--limit-train",
+            "1000",
+            "--vocab-size",
+            "600",
+            "--batch",
+            "16",
+            "--steps",
+            "3",
+            "--warmup",
+            "2",
+            "--model-kwargs",
+            SMALL_TRANSLATOR,
+            "--out",
+            "train.json",
+        ]
+    )
     payload = json.loads((in_tmp / "train.json").read_text())
     result = payload["result"]
     assert result["steps"] == 3 and result["tokens_per_second"] > 0 and result["step_time_ms"]["median"] > 0
@@ -107,10 +206,39 @@ def test_bench_train_on_a_few_steps(shared_data, in_tmp, capsys) -> None:
 
 @pytest.mark.parametrize(("model", "modes"), [("transformer", ["cached", "uncached"]), ("seq2seq", ["default"])])
 def test_bench_decode_forces_the_length(shared_data, in_tmp, capsys, model: str, modes: list[str]) -> None:
-    kwargs = SMALL_TRANSLATOR if model == "transformer" else json.dumps({"embed_dim": 16, "hidden_size": 16, "num_layers": 1})
-    main(["bench", "decode", "--model", model, "--data-path", str(shared_data / "fra-eng.zip"), "--limit-train", "1000",
-          "--vocab-size", "600", "--sentences", "6", "--batch", "4", "--tokens", "5", "--warmup", "0", "--repeats", "2",
-          "--model-kwargs", kwargs, "--out", "decode.json"])
+    kwargs = (
+        SMALL_TRANSLATOR
+        if model == "transformer"
+        else json.dumps({"embed_dim": 16, "hidden_size": 16, "num_layers": 1})
+    )
+    main(
+        [
+            "bench",
+            "decode",
+            "--model",
+            model,
+            "--data-path",
+            str(shared_data / "fra-eng.zip"),
+            "--limit-train",
+            "1000",
+            "--vocab-size",
+            "600",
+            "--sentences",
+            "6",
+            "--batch",
+            "4",
+            "--tokens",
+            "5",
+            "--warmup",
+            "0",
+            "--repeats",
+            "2",
+            "--model-kwargs",
+            kwargs,
+            "--out",
+            "decode.json",
+        ]
+    )
     results = json.loads((in_tmp / "decode.json").read_text())["results"]
     assert [r["mode"] for r in results] == modes
     for r in results:
@@ -131,8 +259,34 @@ def test_bench_attention_causal_without_padding_measures_the_is_causal_floor(in_
         return kernel(*args, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
-    main(["bench", "attention", "--causal", "--no-padding", "--cases", "floor", "multi_head", "--lengths", "16", "--batch", "1",
-          "--d-model", "8", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory", "--out", "f.json", "--plot", "f.png"])
+    main(
+        [
+            "bench",
+            "attention",
+            "--causal",
+            "--no-padding",
+            "--cases",
+            "floor",
+            "multi_head",
+            "--lengths",
+            "16",
+            "--batch",
+            "1",
+            "--d-model",
+            "8",
+            "--heads",
+            "2",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--no-memory",
+            "--out",
+            "f.json",
+            "--plot",
+            "f.png",
+        ]
+    )
     payload = json.loads((in_tmp / "f.json").read_text())
     assert payload["config"]["padding"] is False and [c["name"] for c in payload["cases"]] == ["floor", "multi_head"]
     assert calls and set(calls) == {(True, True)}
@@ -140,9 +294,36 @@ def test_bench_attention_causal_without_padding_measures_the_is_causal_floor(in_
 
 def test_bench_decode_compares_key_value_head_counts(shared_data, in_tmp, capsys) -> None:
     kwargs = json.dumps({"d_model": 32, "ffn_hidden": 32, "num_heads": 4})
-    main(["bench", "decode", "--data-path", str(shared_data / "fra-eng.zip"), "--limit-train", "1000", "--vocab-size", "600",
-          "--sentences", "4", "--batch", "4", "--tokens", "5", "--warmup", "0", "--repeats", "1", "--num-kv-heads", "1", "2", "4",
-          "--model-kwargs", kwargs, "--out", "decode.json"])
+    main(
+        [
+            "bench",
+            "decode",
+            "--data-path",
+            str(shared_data / "fra-eng.zip"),
+            "--limit-train",
+            "1000",
+            "--vocab-size",
+            "600",
+            "--sentences",
+            "4",
+            "--batch",
+            "4",
+            "--tokens",
+            "5",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--num-kv-heads",
+            "1",
+            "2",
+            "4",
+            "--model-kwargs",
+            kwargs,
+            "--out",
+            "decode.json",
+        ]
+    )
     results = json.loads((in_tmp / "decode.json").read_text())["results"]
     cached = {r["num_kv_heads"]: r["kv_cache_bytes_per_sentence"] for r in results if r["mode"] == "cached"}
     assert set(cached) == {1, 2, 4}

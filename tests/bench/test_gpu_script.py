@@ -20,7 +20,9 @@ STAGES = ["install", "environment", "cuda_tests", "bench_attention", "bench_atte
 
 
 def _shares(*flags: str) -> tuple[dict[str, int], int]:
-    lines = subprocess.run(["bash", str(SCRIPT), "--list", *flags], check=True, capture_output=True, text=True).stdout.splitlines()
+    lines = subprocess.run(
+        ["bash", str(SCRIPT), "--list", *flags], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
     shares = {name: int(seconds) for name, seconds in (line.split() for line in lines)}
     return shares, shares.pop("total")
 
@@ -40,7 +42,9 @@ def test_the_stages_fit_ten_minutes_and_the_budget_run_gets_the_most() -> None:
 
 
 def test_an_unknown_argument_is_refused_in_one_line(tmp_path: Path) -> None:
-    result = subprocess.run(["bash", str(SCRIPT), "--gpus", "2", "--out", str(tmp_path)], check=False, capture_output=True, text=True)
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--gpus", "2", "--out", str(tmp_path)], check=False, capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == "gpu.sh: unknown argument --gpus (see --help)"
 
@@ -50,8 +54,13 @@ def _fake_wheel(folder: Path) -> None:
     folder.mkdir()
     with zipfile.ZipFile(folder / "zoo_gpu_probe-1.0-py3-none-any.whl", "w") as wheel:
         wheel.writestr("zoo_gpu_probe.py", "FOUND = True\n")
-        wheel.writestr("zoo_gpu_probe-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: zoo-gpu-probe\nVersion: 1.0\n")
-        wheel.writestr("zoo_gpu_probe-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(
+            "zoo_gpu_probe-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: zoo-gpu-probe\nVersion: 1.0\n"
+        )
+        wheel.writestr(
+            "zoo_gpu_probe-1.0.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         wheel.writestr("zoo_gpu_probe-1.0.dist-info/RECORD", "")
 
 
@@ -64,7 +73,9 @@ def test_the_dry_run_takes_every_stage_end_to_end(tmp_path: Path, shared_data: P
                     "--out", str(out), "--python", sys.executable], env=env, check=False, timeout=1200)  # fmt: skip
     with (out / "stages.tsv").open() as handle:
         stages = {row["stage"]: row["status"] for row in csv.DictReader(handle, delimiter="\t")}
-    assert stages == dict.fromkeys(STAGES, "ok"), {name: (status, (out / f"{name}.log").read_text()[-2000:]) for name, status in stages.items() if status != "ok"}
+    assert stages == dict.fromkeys(STAGES, "ok"), {
+        name: (status, (out / f"{name}.log").read_text()[-2000:]) for name, status in stages.items() if status != "ok"
+    }
     assert "installed: zoo-gpu-probe" in (out / "install.log").read_text()  # the missing distribution, and only it
     for result in ["bench_attention.json", "bench_attention.png", "bench_attention_all.json", "bench_train.json",
                    "bench_train_compiled.json", "bench_decode.json", "cuda_tests.xml", "budget.txt"]:  # fmt: skip

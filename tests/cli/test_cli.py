@@ -24,8 +24,18 @@ def _run_dir(root: Path, model: str) -> Path:
 def test_list_prints_every_registry_with_aliases(capsys) -> None:
     main(["list"])
     out = capsys.readouterr().out
-    for expected in ("attention:", "additive (aliases: bahdanau)", "multi_head", "models:", "nadaraya_watson",
-                     "sentiment", "data modules:", "synthetic_regression", "sst2", "imdb"):
+    for expected in (
+        "attention:",
+        "additive (aliases: bahdanau)",
+        "multi_head",
+        "models:",
+        "nadaraya_watson",
+        "sentiment",
+        "data modules:",
+        "synthetic_regression",
+        "sst2",
+        "imdb",
+    ):
         assert expected in out
 
 
@@ -39,7 +49,9 @@ def test_output_into_a_closed_pipe_stops_quietly(command: list[str]) -> None:
     the process's real standard output; block-buffered, as in a shell, so that the output is
     still waiting in Python's buffer when the command ends."""
     env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
-    proc = subprocess.Popen([sys.executable, "-m", "zoo", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zoo", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
     proc.stdout.close()  # before the child has imported anything, let alone printed
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr.decode()
@@ -84,7 +96,10 @@ def test_print_config_round_trips_into_fit(in_tmp, capsys) -> None:
     [
         (["fit", "--model", "nadaraya_watsn"], "Did you mean 'nadaraya_watson'"),
         (["fit", "--model", "nadaraya_watson", "--data", "synthetic_regresion"], "Did you mean 'synthetic_regression'"),
-        (["fit", "--model", "nadaraya_watson", "--model.attention", "gausian_kernel"], "Did you mean 'gaussian_kernel'"),
+        (
+            ["fit", "--model", "nadaraya_watson", "--model.attention", "gausian_kernel"],
+            "Did you mean 'gaussian_kernel'",
+        ),
         (["fit", "--model", "nadaraya_watson", "--model.attention", "multi_head"], "Compatible registered names"),
     ],
 )
@@ -102,7 +117,10 @@ def test_bad_names_fail_before_training_with_suggestions(in_tmp, capsys, args, m
         # Lightning's own check of a trainer setting (a MisconfigurationException)
         (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
         # a constructor's own message, without jsonargparse's dump of the namespace after it
-        (["--model.attention_kwargs", '{"bandwidth": -1.0}', "--model.learnable", "false"], "bandwidth must be positive, got -1.0."),
+        (
+            ["--model.attention_kwargs", '{"bandwidth": -1.0}', "--model.learnable", "false"],
+            "bandwidth must be positive, got -1.0.",
+        ),
         (["--data.noise", "-1"], "noise must be non-negative, got -1.0."),
     ],
 )
@@ -120,16 +138,31 @@ def test_fits_started_together_each_get_a_complete_run_directory(in_tmp) -> None
     the run's own closing line, each with its config, checkpoint and metrics."""
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     command = [sys.executable, "-m", "zoo", "fit", "--model", "nadaraya_watson", "--trainer.max_epochs", "2", *QUIET]
-    procs = [subprocess.Popen([*command, "--seed_everything", str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for seed in range(3)]
+    procs = [
+        subprocess.Popen(
+            [*command, "--seed_everything", str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for seed in range(3)
+    ]
     outputs = [proc.communicate(timeout=300) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), [err[-2000:] for _, err in outputs]
-    reported = [next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("run directory: ")) for out, _ in outputs]
-    assert len(set(reported)) == 3 and sorted(p.name for p in (in_tmp / "runs" / "nadaraya_watson").iterdir()) == sorted(Path(r).name for r in reported)
+    reported = [
+        next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("run directory: "))
+        for out, _ in outputs
+    ]
+    assert len(set(reported)) == 3 and sorted(
+        p.name for p in (in_tmp / "runs" / "nadaraya_watson").iterdir()
+    ) == sorted(Path(r).name for r in reported)
     for seed, run in enumerate(reported):
         config = yaml.safe_load((in_tmp / run / "config.yaml").read_text())
         assert config["seed_everything"] == seed
-        assert (in_tmp / run / "checkpoints" / "last.ckpt").is_file() and list((in_tmp / run).glob("events.out.tfevents.*"))
+        assert (in_tmp / run / "checkpoints" / "last.ckpt").is_file() and list(
+            (in_tmp / run).glob("events.out.tfevents.*")
+        )
 
 
 def test_make_train_ends_with_the_test_metric_run_directory_and_plots(in_tmp, capsys) -> None:

@@ -40,7 +40,12 @@ def _code_defaults(task: type) -> dict:
 
 def test_there_is_a_default_config_per_model_and_overlays_exist() -> None:
     assert {path.stem for path in DEFAULTS} == set(MODEL_REGISTRY.list())
-    assert {path.stem for path in OVERLAYS} == {"sentiment_imdb", "sentiment_listops", "sentiment_local", "sentiment_lra_text"}
+    assert {path.stem for path in OVERLAYS} == {
+        "sentiment_imdb",
+        "sentiment_listops",
+        "sentiment_local",
+        "sentiment_lra_text",
+    }
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda path: path.stem)
@@ -77,10 +82,32 @@ def test_the_transformer_defaults_are_the_readme_recipe(capsys, in_tmp) -> None:
     AdamW at 2e-3 with 400 warm-up steps, label smoothing 0.1, 4700 steps of batch 128."""
     resolved = _resolved(capsys, "--model", "transformer")
     model = resolved["model"]["init_args"]
-    assert {k: model[k] for k in ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "ffn_hidden", "dropout",
-                                  "norm_first", "lr", "warmup_steps", "label_smoothing")} == {
-        "d_model": 256, "num_heads": 4, "num_encoder_layers": 2, "num_decoder_layers": 2, "ffn_hidden": 1024, "dropout": 0.0,
-        "norm_first": True, "lr": 0.002, "warmup_steps": 400, "label_smoothing": 0.1}
+    assert {
+        k: model[k]
+        for k in (
+            "d_model",
+            "num_heads",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "ffn_hidden",
+            "dropout",
+            "norm_first",
+            "lr",
+            "warmup_steps",
+            "label_smoothing",
+        )
+    } == {
+        "d_model": 256,
+        "num_heads": 4,
+        "num_encoder_layers": 2,
+        "num_decoder_layers": 2,
+        "ffn_hidden": 1024,
+        "dropout": 0.0,
+        "norm_first": True,
+        "lr": 0.002,
+        "warmup_steps": 400,
+        "label_smoothing": 0.1,
+    }
     assert resolved["trainer"]["max_steps"] == 4700 and resolved["data"]["init_args"]["batch_size"] == 128
 
 
@@ -95,7 +122,9 @@ def test_architecture_arguments_are_checked_and_recorded_with_their_defaults() -
     with pytest.raises(UnknownArgumentError, match="did you mean 'd_model'"):
         TransformerTranslator(vocab_size=11, d_modle=32)
     task = TransformerTranslator(vocab_size=11, d_model=32, num_heads=2)
-    architecture = {name: p.default for name, p in inspect.signature(Transformer).parameters.items() if name != "vocab_size"}
+    architecture = {
+        name: p.default for name, p in inspect.signature(Transformer).parameters.items() if name != "vocab_size"
+    }
     assert {name: task.hparams[name] for name in architecture} == architecture | {"d_model": 32, "num_heads": 2}
     rebuilt = TransformerTranslator(**task.hparams)
     assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {k: v.shape for k, v in task.state_dict().items()}

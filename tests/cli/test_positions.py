@@ -10,8 +10,18 @@ from zoo.cli import main
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 TINY_TRANSFORMER = [
-    "--model.d_model", "32", "--model.num_heads", "2", "--model.num_encoder_layers", "1",
-    "--model.num_decoder_layers", "1", "--model.ffn_hidden", "64", "--model.heatmap_examples", "0",
+    "--model.d_model",
+    "32",
+    "--model.num_heads",
+    "2",
+    "--model.num_encoder_layers",
+    "1",
+    "--model.num_decoder_layers",
+    "1",
+    "--model.ffn_hidden",
+    "64",
+    "--model.heatmap_examples",
+    "0",
 ]
 
 
@@ -24,14 +34,44 @@ def _sentiment_data(shared_data) -> list[str]:
 
 
 def test_transformer_fits_with_rope(shared_data, in_tmp) -> None:
-    main(["fit", "--model", "transformer", *_transformer_data(shared_data), *TINY_TRANSFORMER,
-          "--model.position", "rope", "--trainer.fast_dev_run", "true", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "transformer",
+            *_transformer_data(shared_data),
+            *TINY_TRANSFORMER,
+            "--model.position",
+            "rope",
+            "--trainer.fast_dev_run",
+            "true",
+            *QUIET,
+        ]
+    )
 
 
 def test_sentiment_records_the_scheme_it_was_built_with(shared_data, in_tmp) -> None:
-    main(["fit", "--model", "sentiment", *_sentiment_data(shared_data), "--model.d_model", "32",
-          "--model.position", "t5", "--model.position_kwargs", '{"num_buckets": 8, "max_distance": 16}',
-          "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--model.heatmap_examples", "0", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "sentiment",
+            *_sentiment_data(shared_data),
+            "--model.d_model",
+            "32",
+            "--model.position",
+            "t5",
+            "--model.position_kwargs",
+            '{"num_buckets": 8, "max_distance": 16}',
+            "--trainer.max_steps",
+            "2",
+            "--trainer.limit_val_batches",
+            "1",
+            "--model.heatmap_examples",
+            "0",
+            *QUIET,
+        ]
+    )
     run = max((in_tmp / "runs" / "sentiment").glob("version_*"))
     hparams = yaml.safe_load((run / "hparams.yaml").read_text())
     assert hparams["position"] == "t5" and hparams["position_kwargs"] == {"num_buckets": 8, "max_distance": 16}
@@ -56,5 +96,21 @@ def test_zoo_list_shows_the_positions(capsys) -> None:
     main(["list"])
     out = capsys.readouterr().out
     section = out.split("positions:\n")[1].split("models:")[0]
-    assert section.split() == ["alibi", "learned", "(aliases:", "learned_absolute)", "none", "(aliases:", "nope)",
-                               "rope", "(aliases:", "rotary)", "sinusoidal", "(aliases:", "sinusoid)", "t5", "(aliases:", "t5_bias)"]
+    assert section.split() == [
+        "alibi",
+        "learned",
+        "(aliases:",
+        "learned_absolute)",
+        "none",
+        "(aliases:",
+        "nope)",
+        "rope",
+        "(aliases:",
+        "rotary)",
+        "sinusoidal",
+        "(aliases:",
+        "sinusoid)",
+        "t5",
+        "(aliases:",
+        "t5_bias)",
+    ]

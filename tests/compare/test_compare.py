@@ -19,7 +19,9 @@ from zoo.errors import ConfigurationError
 # -- statistics --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("df", "expected"), [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452), (120, 1.9799)])
+@pytest.mark.parametrize(
+    ("df", "expected"), [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452), (120, 1.9799)]
+)
 def test_t_quantile_matches_the_printed_table(df: int, expected: float) -> None:
     assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
 
@@ -55,13 +57,19 @@ def test_paired_differences_use_only_shared_seeds() -> None:
 def test_grid_combinations_and_names() -> None:
     axes = parse_grid(["model.attention=average,gaussian_kernel", "--model.num_heads=1,2"])
     names = [c.name for c in combinations(axes)]
-    assert names == ["attention=average,num_heads=1", "attention=average,num_heads=2",
-                     "attention=gaussian_kernel,num_heads=1", "attention=gaussian_kernel,num_heads=2"]
+    assert names == [
+        "attention=average,num_heads=1",
+        "attention=average,num_heads=2",
+        "attention=gaussian_kernel,num_heads=1",
+        "attention=gaussian_kernel,num_heads=2",
+    ]
     assert combinations(axes)[1].flags == ["--model.attention=average", "--model.num_heads=2"]
     assert [c.name for c in combinations({})] == ["base"]
 
 
-@pytest.mark.parametrize("spec", ["model.attention", "model.attention=", "model.attention=a,,b", "=a,b", "model attention=a"])
+@pytest.mark.parametrize(
+    "spec", ["model.attention", "model.attention=", "model.attention=a,,b", "=a,b", "model attention=a"]
+)
 def test_bad_grid_spec_is_one_clear_line(spec: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["compare", "--model", "nadaraya_watson", "--grid", spec])
@@ -82,7 +90,14 @@ def test_budgets_become_trainer_flags() -> None:
     assert parse_budget("500steps").flags() == ["--trainer.max_steps", "500", "--trainer.max_epochs", "-1"]
     assert parse_budget("2epochs").flags() == ["--trainer.max_epochs", "2", "--trainer.max_steps", "-1"]
     # the translation recipe by hand: 10 minutes at 0.34 s/step -> 1764 steps, 10 minutes hard stop
-    assert parse_budget("10min").flags(0.34) == ["--trainer.max_steps", "1764", "--trainer.max_epochs", "-1", "--trainer.max_time", "00:00:10:00"]
+    assert parse_budget("10min").flags(0.34) == [
+        "--trainer.max_steps",
+        "1764",
+        "--trainer.max_epochs",
+        "-1",
+        "--trainer.max_time",
+        "00:00:10:00",
+    ]
     assert parse_budget("1.5h").amount == 5400
     for bad in ("5", "fast", "0steps", "2.5epochs", "-3min"):
         with pytest.raises(ConfigurationError, match="Bad --budget"):
@@ -123,12 +138,16 @@ class FakeChild:
 def fake_child(monkeypatch: pytest.MonkeyPatch) -> FakeChild:
     fake = FakeChild()
     monkeypatch.setattr(runner, "run_child", fake)
-    monkeypatch.setattr(runner, "resolve_base", lambda base: {"data": {"init_args": {"seed": 0}}, "model": {"class_path": "x.Y"}})
+    monkeypatch.setattr(
+        runner, "resolve_base", lambda base: {"data": {"init_args": {"seed": 0}}, "model": {"class_path": "x.Y"}}
+    )
     return fake
 
 
 def test_resume_runs_only_what_has_no_record(tmp_path: Path, fake_child: FakeChild) -> None:
-    config = CompareConfig(base=["--model", "nadaraya_watson"], axes={"model.attention": ["a", "b"]}, seeds=2, out=tmp_path)
+    config = CompareConfig(
+        base=["--model", "nadaraya_watson"], axes={"model.attention": ["a", "b"]}, seeds=2, out=tmp_path
+    )
     records = Comparison(config).run()
     assert len(fake_child.commands) == 8 and len(records) == 4
     assert {r["metrics"]["test/mse"] for r in records} == {0.5, 1.5}
@@ -155,17 +174,24 @@ def test_resume_refuses_records_of_another_command(tmp_path: Path, fake_child: F
 
 def test_a_failed_run_stops_the_comparison_with_its_last_line(tmp_path: Path, fake_child: FakeChild) -> None:
     fake_child.fail_on = "--model.attention=nope"
-    config = CompareConfig(base=["--model", "nadaraya_watson"], axes={"model.attention": ["nope", "average"]}, seeds=2, out=tmp_path)
+    config = CompareConfig(
+        base=["--model", "nadaraya_watson"], axes={"model.attention": ["nope", "average"]}, seeds=2, out=tmp_path
+    )
     with pytest.raises(ConfigurationError) as error:
         Comparison(config).run()
     log = tmp_path / "runs" / "attention=nope" / "seed0" / "fit.log"
-    assert str(error.value) == f"Run attention=nope/seed0 failed (fit exited with 2): error: no attention named 'nope' (full output: {log})."
+    assert (
+        str(error.value)
+        == f"Run attention=nope/seed0 failed (fit exited with 2): error: no attention named 'nope' (full output: {log})."
+    )
     assert len(fake_child.commands) == 1  # the runs not yet started are cancelled
     assert not (tmp_path / "records.jsonl").exists()
 
 
 def test_time_budget_is_calibrated_once(tmp_path: Path, fake_child: FakeChild) -> None:
-    config = CompareConfig(base=["--model", "nadaraya_watson"], seeds=1, budget=parse_budget("90s"), out=tmp_path, calibration_steps=7)
+    config = CompareConfig(
+        base=["--model", "nadaraya_watson"], seeds=1, budget=parse_budget("90s"), out=tmp_path, calibration_steps=7
+    )
     record = Comparison(config).run()[0]
     calibration = fake_child.commands[0]
     assert "--trainer.max_steps" in calibration and calibration[calibration.index("--trainer.max_steps") + 1] == "7"
@@ -180,14 +206,33 @@ def test_time_budget_is_calibrated_once(tmp_path: Path, fake_child: FakeChild) -
 # -- end to end ------------------------------------------------------------------------------
 
 
-def test_compare_end_to_end_on_a_tiny_grid(in_tmp: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compare_end_to_end_on_a_tiny_grid(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two kernels x two seeds, five steps each, two runs at once: real fits and tests, records and report."""
-    args = ["compare", "--model", "nadaraya_watson", "--grid", "model.attention=average,gaussian_kernel",
-            "--seeds", "2", "--budget", "5steps", "--parallel", "2", "--out", "cmp"]
+    args = [
+        "compare",
+        "--model",
+        "nadaraya_watson",
+        "--grid",
+        "model.attention=average,gaussian_kernel",
+        "--seeds",
+        "2",
+        "--budget",
+        "5steps",
+        "--parallel",
+        "2",
+        "--out",
+        "cmp",
+    ]
     main(args)
     records = [json.loads(line) for line in Path("cmp/records.jsonl").read_text().splitlines()]
     assert sorted(r["run"] for r in records) == [
-        "attention=average/seed0", "attention=average/seed1", "attention=gaussian_kernel/seed0", "attention=gaussian_kernel/seed1"]
+        "attention=average/seed0",
+        "attention=average/seed1",
+        "attention=gaussian_kernel/seed0",
+        "attention=gaussian_kernel/seed1",
+    ]
     for record in records:
         assert Path(record["run_dir"], "fit", "checkpoints", "last.ckpt").is_file()
         assert record["steps"] == 5 and record["peak_rss_mib"] > 50 and record["samples_per_second"] > 0
@@ -198,7 +243,10 @@ def test_compare_end_to_end_on_a_tiny_grid(in_tmp: Path, capsys: pytest.CaptureF
     report = Path("cmp/report.md").read_text()
     assert "| `attention=gaussian_kernel` | 2 " in report.replace("  ", " ").replace("  ", " ")
     assert "## Paired differences against `attention=average`" in report
-    assert "Data (before the grid and seeds): `SyntheticRegressionDataModule(num_train=50, num_val=50, num_test=50, noise=0.5, seed=0)`" in report
+    assert (
+        "Data (before the grid and seeds): `SyntheticRegressionDataModule(num_train=50, num_val=50, num_test=50, noise=0.5, seed=0)`"
+        in report
+    )
     assert Path("cmp/plot.png").stat().st_size > 1000
     # started again: every run has its record, so no process starts
     calls: list[list[str]] = []
@@ -211,15 +259,24 @@ def test_report_table_and_paired_differences_by_hand(tmp_path: Path) -> None:
     from zoo.compare.report import write_report
 
     def record(combination: str, seed: int, acc: float) -> dict:
-        return {"combination": combination, "seed": seed, "metrics": {"test/acc": acc, "test/f1": acc},
-                "fit_seconds": 10.0 + seed, "seconds_per_step": 0.5, "samples_per_second": 64.0, "peak_rss_mib": 300.0}
+        return {
+            "combination": combination,
+            "seed": seed,
+            "metrics": {"test/acc": acc, "test/f1": acc},
+            "fit_seconds": 10.0 + seed,
+            "seconds_per_step": 0.5,
+            "samples_per_second": 64.0,
+            "peak_rss_mib": 300.0,
+        }
 
     records = [record("a", s, v) for s, v in enumerate([1.0, 2.0, 3.0, 4.0, 5.0])]
     records += [record("b", s, v) for s, v in enumerate([1.5, 2.5, 3.5, 4.0, 6.0])] + [record("b", 9, 0.0)]
     report = write_report(records, tmp_path, ["a", "b"], "a", "header", metric="test/f1").read_text()
     # a: mean 3, sd sqrt(2.5) = 1.58, half-width 2.7764 * 1.5811 / sqrt(5) = 1.963
     assert "| `a`         | 5     | 3 ± 1.6 [1.037, 4.963]" in report
-    assert "| test/f1 " in report.split("\n")[6] and report.split("\n")[6].index("test/f1") < report.split("\n")[6].index("test/acc")
+    assert "| test/f1 " in report.split("\n")[6] and report.split("\n")[6].index("test/f1") < report.split("\n")[
+        6
+    ].index("test/acc")
     # b - a on seeds 0-4: 0.5, 0.5, 0.5, 0, 1 -> mean 0.5, sd sqrt(0.125) = 0.354, half-width 2.7764 * 0.3536 / sqrt(5) = 0.439
     assert "| `b`         | 5            | 0.5 ± 0.35 [0.06101, 0.939]" in report
     assert (tmp_path / "plot.png").is_file()
@@ -227,5 +284,18 @@ def test_report_table_and_paired_differences_by_hand(tmp_path: Path) -> None:
 
 def test_unknown_baseline_suggests_the_combinations(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        main(["compare", "--model", "nadaraya_watson", "--grid", "model.attention=average,gaussian_kernel", "--baseline", "attention=avrage"])
-    assert "error: --baseline 'attention=avrage' is not a combination of the grid; did you mean attention=average" in capsys.readouterr().err
+        main(
+            [
+                "compare",
+                "--model",
+                "nadaraya_watson",
+                "--grid",
+                "model.attention=average,gaussian_kernel",
+                "--baseline",
+                "attention=avrage",
+            ]
+        )
+    assert (
+        "error: --baseline 'attention=avrage' is not a combination of the grid; did you mean attention=average"
+        in capsys.readouterr().err
+    )

@@ -40,7 +40,12 @@ def scoring_attentions() -> list[str]:
 def parity_cases() -> list[tuple[str, Case]]:
     """``(score, case)`` for every scoring attention and the cases it supports (``causal`` needs
     ``supports_causal``)."""
-    return [(name, case) for name in scoring_attentions() for case in CASES if case != "causal" or zoo.get_attention(name).supports_causal]
+    return [
+        (name, case)
+        for name in scoring_attentions()
+        for case in CASES
+        if case != "causal" or zoo.get_attention(name).supports_causal
+    ]
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,15 @@ def _inputs(score: str, case: Case, seed: int) -> tuple[Tensor, Tensor, dict]:
     return queries, keys, {"valid_lens": valid_lens, "is_causal": case == "causal"}
 
 
-def _run(layer: nn.Module, queries: Tensor, keys: Tensor, mask: dict, device: torch.device, dtype: torch.dtype, autocast: bool) -> tuple[Tensor, Tensor]:
+def _run(
+    layer: nn.Module,
+    queries: Tensor,
+    keys: Tensor,
+    mask: dict,
+    device: torch.device,
+    dtype: torch.dtype,
+    autocast: bool,
+) -> tuple[Tensor, Tensor]:
     """The output (float32) and the input gradients (flattened, float32), computed on ``device``."""
     precision = torch.float32 if autocast else dtype
     q = queries.to(device, precision).requires_grad_()
@@ -87,7 +100,9 @@ def _run(layer: nn.Module, queries: Tensor, keys: Tensor, mask: dict, device: to
     return output.detach().float().cpu(), torch.cat(grads).float().cpu()
 
 
-def compare_with_cpu(score: str, case: Case, device: str | torch.device, dtype: torch.dtype, *, autocast: bool, seed: int = 0) -> Parity:
+def compare_with_cpu(
+    score: str, case: Case, device: str | torch.device, dtype: torch.dtype, *, autocast: bool, seed: int = 0
+) -> Parity:
     """Run ``multi_head`` with ``score`` heads on ``device`` in ``dtype`` (pure: parameters and
     inputs cast; autocast: float32 parameters, ``dtype`` compute) and on the CPU in float32 with
     the same (rounded, when pure) parameters; compare outputs, and check the device's output and

@@ -16,7 +16,13 @@ import zoo
 from tests.cuda.device_parity import compare_with_cpu, parity_cases
 
 #: (dtype, autocast): float32 alone, and each half precision pure and under autocast
-PRECISIONS = [(torch.float32, False), (torch.float16, False), (torch.bfloat16, False), (torch.float16, True), (torch.bfloat16, True)]
+PRECISIONS = [
+    (torch.float32, False),
+    (torch.float16, False),
+    (torch.bfloat16, False),
+    (torch.float16, True),
+    (torch.bfloat16, True),
+]
 PRECISION_IDS = ["float32", "float16", "bfloat16", "float16-autocast", "bfloat16-autocast"]
 
 
@@ -43,8 +49,12 @@ def test_every_variant_keeps_the_contract_on_cuda(variant: str, position: str | 
 @pytest.mark.parametrize(("score", "case"), parity_cases())
 def test_cuda_matches_the_cpu(score: str, case: str, dtype: torch.dtype, autocast: bool) -> None:
     parity = compare_with_cpu(score, case, "cuda", dtype, autocast=autocast)
-    assert parity.finite, f"{score} on CUDA in {dtype} (autocast={autocast}) gives NaN or inf ({case}, a query with no visible key included)"
-    assert parity.ok, f"{score} on CUDA in {dtype} (autocast={autocast}) differs from the CPU by {parity.error:.3g} > {parity.tolerance} ({case})"
+    assert parity.finite, (
+        f"{score} on CUDA in {dtype} (autocast={autocast}) gives NaN or inf ({case}, a query with no visible key included)"
+    )
+    assert parity.ok, (
+        f"{score} on CUDA in {dtype} (autocast={autocast}) differs from the CPU by {parity.error:.3g} > {parity.tolerance} ({case})"
+    )
 
 
 def _backends(device: str) -> list[SDPBackend]:
@@ -59,17 +69,25 @@ def _sdpa_cases() -> list:
         for backend in _backends(device):
             for dtype in (torch.float32, torch.float16, torch.bfloat16):
                 marks = [pytest.mark.cuda] if device == "cuda" else []
-                cases.append(pytest.param(device, backend, dtype, marks=marks, id=f"{device}-{backend.name.lower()}-{str(dtype)[6:]}"))
+                cases.append(
+                    pytest.param(
+                        device, backend, dtype, marks=marks, id=f"{device}-{backend.name.lower()}-{str(dtype)[6:]}"
+                    )
+                )
     return cases
 
 
 @pytest.mark.parametrize(("device", "backend", "dtype"), _sdpa_cases())
-def test_no_sdpa_kernel_gives_nan_to_a_query_with_nothing_to_attend_to(device: str, backend: SDPBackend, dtype: torch.dtype) -> None:
+def test_no_sdpa_kernel_gives_nan_to_a_query_with_nothing_to_attend_to(
+    device: str, backend: SDPBackend, dtype: torch.dtype
+) -> None:
     """The fused path (``need_weights=False``) with one kernel allowed, against the explicit
     path of the same layer (``need_weights=True``: the zoo's masked softmax, zero weights where
     no key is visible), forwards and backwards."""
     torch.manual_seed(0)
-    layer = zoo.create_attention("multi_head", embed_dim=128, num_heads=2).to(device, dtype).eval()  # head size 64: every kernel's
+    layer = (
+        zoo.create_attention("multi_head", embed_dim=128, num_heads=2).to(device, dtype).eval()
+    )  # head size 64: every kernel's
     x = torch.randn(3, 16, 128, device=device, dtype=dtype, requires_grad=True)
     valid_lens = torch.tensor([16, 5, 0], device=device)
     expected, _ = layer(x, x, x, valid_lens, need_weights=True)
@@ -88,7 +106,6 @@ def test_no_sdpa_kernel_gives_nan_to_a_query_with_nothing_to_attend_to(device: s
 
 
 @pytest.mark.cuda
-@pytest.mark.xfail(reason="causality reaches the kernel as a dense mask (zoo.attention.masking.merge_masks), which rules out flash; DESIGN.md wants is_causal passed through", strict=False)
 def test_causal_self_attention_runs_in_the_flash_kernel() -> None:
     layer = zoo.create_attention("self", embed_dim=128, num_heads=2).to("cuda", torch.bfloat16).eval()
     x = torch.randn(2, 64, 128, device="cuda", dtype=torch.bfloat16)

@@ -27,8 +27,26 @@ QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summa
 SMALL = {
     "nadaraya_watson": [],
     "sentiment": ["--data.path", "{data}/sst2", "--data.limit_train", "2000", "--model.warmup_steps", "5"],
-    "seq2seq": ["--data.path", "{data}/fra-eng.zip", "--data.limit_train", "3000", "--data.vocab_size", "500", "--model.warmup_steps", "5"],
-    "transformer": ["--data.path", "{data}/fra-eng.zip", "--data.limit_train", "3000", "--data.vocab_size", "500", "--model.warmup_steps", "5"],
+    "seq2seq": [
+        "--data.path",
+        "{data}/fra-eng.zip",
+        "--data.limit_train",
+        "3000",
+        "--data.vocab_size",
+        "500",
+        "--model.warmup_steps",
+        "5",
+    ],
+    "transformer": [
+        "--data.path",
+        "{data}/fra-eng.zip",
+        "--data.limit_train",
+        "3000",
+        "--data.vocab_size",
+        "500",
+        "--model.warmup_steps",
+        "5",
+    ],
 }
 STEPS = 40
 
@@ -50,7 +68,18 @@ def test_every_registered_model_has_a_small_recipe() -> None:
 )
 def test_each_architecture_trains_in_bf16_mixed(in_tmp, request, model: str, accelerator: str) -> None:
     data = request.getfixturevalue("data_dir") if any("{data}" in arg for arg in SMALL[model]) else None
-    main(_fit(model, accelerator, in_tmp / "losses.jsonl", data, "--trainer.max_steps", str(STEPS), "--trainer.max_epochs", "1000"))
+    main(
+        _fit(
+            model,
+            accelerator,
+            in_tmp / "losses.jsonl",
+            data,
+            "--trainer.max_steps",
+            str(STEPS),
+            "--trainer.max_epochs",
+            "1000",
+        )
+    )
     losses = [loss for _, loss in sorted(read_losses(in_tmp / "losses.jsonl").items())]
     assert len(losses) == STEPS and all(math.isfinite(loss) for loss in losses)
     assert sum(losses[-5:]) < sum(losses[:5]), f"{model}: the loss did not fall in {STEPS} bf16-mixed steps: {losses}"
@@ -60,10 +89,22 @@ def test_each_architecture_trains_in_bf16_mixed(in_tmp, request, model: str, acc
 @pytest.mark.cuda
 def test_an_interrupted_gpu_run_resumes_on_the_same_trajectory(in_tmp) -> None:
     epochs = ["--data.batch_size", "10", "--trainer.max_epochs", "4"]  # five steps an epoch, 20 in all
-    main(_fit("nadaraya_watson", "gpu", in_tmp / "reference.jsonl", None, *epochs, "--trainer.logger.name", "reference"))
+    main(
+        _fit("nadaraya_watson", "gpu", in_tmp / "reference.jsonl", None, *epochs, "--trainer.logger.name", "reference")
+    )
     reference = read_losses(in_tmp / "reference.jsonl")
     with pytest.raises(SystemExit):
-        main(_fit("nadaraya_watson", "gpu", in_tmp / "interrupted.jsonl", None, *epochs, "--trainer.callbacks.signal_after_step", "7"))
+        main(
+            _fit(
+                "nadaraya_watson",
+                "gpu",
+                in_tmp / "interrupted.jsonl",
+                None,
+                *epochs,
+                "--trainer.callbacks.signal_after_step",
+                "7",
+            )
+        )
     main(_fit("nadaraya_watson", "gpu", in_tmp / "resumed.jsonl", None, *epochs, "--ckpt_path", "last"))
     interrupted, resumed = read_losses(in_tmp / "interrupted.jsonl"), read_losses(in_tmp / "resumed.jsonl")
     assert max(interrupted) == 7 and min(resumed) == 8 and max(resumed) == 20
@@ -78,7 +119,9 @@ def test_decoding_with_and_without_the_cache_agrees_with_teacher_forcing(device:
     model = Transformer(50, d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, ffn_hidden=128,
                         attention=attention, norm_first=True, padding_idx=0).to(device).eval()  # fmt: skip
     src_lens = torch.tensor([9, 4, 1], device=device)
-    src = torch.randint(4, 50, (3, 9), device=device).masked_fill(torch.arange(9, device=device) >= src_lens[:, None], 0)
+    src = torch.randint(4, 50, (3, 9), device=device).masked_fill(
+        torch.arange(9, device=device) >= src_lens[:, None], 0
+    )
     tgt_in = torch.cat([torch.full((3, 1), 2, device=device), torch.randint(4, 50, (3, 7), device=device)], dim=1)
     limits = {"bos": 2, "eos": 3, "max_len": 12, "forbid": (0, 2)}
     for dtype, tolerance in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
@@ -99,12 +142,17 @@ def test_decoding_with_and_without_the_cache_agrees_with_teacher_forcing(device:
 
 
 @pytest.mark.cuda
-@pytest.mark.xfail(reason="zoo.attention.masking.validate_valid_lens reads valid_lens.min()/max() on the host in every attention call", strict=False)
+@pytest.mark.xfail(
+    reason="zoo.attention.masking.validate_valid_lens reads valid_lens.min()/max() on the host in every attention call",
+    strict=False,
+)
 def test_a_transformer_training_step_makes_no_host_sync() -> None:
     """A host sync per step (``.item()``, ``int(tensor)``, a data-dependent shape) stalls the GPU's
     queue; CUDA's sync debug mode turns each into an error."""
     torch.manual_seed(0)
-    model = Transformer(50, d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, ffn_hidden=128, padding_idx=0).cuda()
+    model = Transformer(
+        50, d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, ffn_hidden=128, padding_idx=0
+    ).cuda()
     src_lens = torch.tensor([9, 4, 1], device="cuda")
     src = torch.randint(4, 50, (3, 9), device="cuda")
     tgt_in, tgt_out = torch.randint(4, 50, (3, 7), device="cuda"), torch.randint(4, 50, (3, 7), device="cuda")

@@ -143,7 +143,9 @@ def test_tokenizer_round_trips_text(dm: FraEngDataModule, sentence: str) -> None
     ids = dm.tokenizer.encode(sentence)
     assert dm.tokenizer.unk_id not in ids
     assert dm.codec.decode(ids) == unicodedata.normalize("NFKC", sentence)
-    assert dm.codec.decode([dm.bos_idx, *ids, dm.eos_idx, *ids, dm.padding_idx]) == unicodedata.normalize("NFKC", sentence)
+    assert dm.codec.decode([dm.bos_idx, *ids, dm.eos_idx, *ids, dm.padding_idx]) == unicodedata.normalize(
+        "NFKC", sentence
+    )
 
 
 def test_tokenizer_normalizes_no_break_spaces(dm: FraEngDataModule) -> None:
@@ -359,7 +361,9 @@ def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
 # -- length extrapolation: short training pairs, long evaluation sources ------------------------------------
 
 
-def test_max_train_length_drops_training_pairs_and_leaves_evaluation_sources_whole(dm: FraEngDataModule, real_zip: Path) -> None:
+def test_max_train_length_drops_training_pairs_and_leaves_evaluation_sources_whole(
+    dm: FraEngDataModule, real_zip: Path
+) -> None:
     short = FraEngDataModule(path=str(real_zip), **SETTINGS, max_train_length=8)
     short.setup()
     encode = short.tokenizer.encode
@@ -409,5 +413,7 @@ def test_bad_length_options_are_one_clear_line(real_zip: Path, options: dict, me
 
 def test_eval_filter_that_keeps_nothing_is_refused(dm: FraEngDataModule, real_zip: Path) -> None:
     longer = FraEngDataModule(path=str(real_zip), **SETTINGS, max_length=500, eval_sources_longer_than=499)
-    with pytest.raises(ValueError, match=r"No test source of fra_eng has more than eval_sources_longer_than=499 .*lower"):
+    with pytest.raises(
+        ValueError, match=r"No test source of fra_eng has more than eval_sources_longer_than=499 .*lower"
+    ):
         longer.setup("test")

@@ -37,7 +37,9 @@ def stack_value(text: str, widths: list[int] | None = None) -> int:
             ordered = sorted(values)
             middle = len(ordered) // 2
             median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) // 2
-            stack[-1].append({"[MIN": ordered[0], "[MAX": ordered[-1], "[MED": median, "[SM": sum(values) % 10}[operator])
+            stack[-1].append(
+                {"[MIN": ordered[0], "[MAX": ordered[-1], "[MED": median, "[SM": sum(values) % 10}[operator]
+            )
         else:
             stack[-1].append(int(token))
     (value,) = stack.pop()
@@ -122,11 +124,27 @@ def test_data_module_generates_once_and_refuses_other_settings(tmp_path: Path) -
 def test_cli_fits_the_sentiment_model_on_tiny_listops(tmp_path: Path) -> None:
     data = tmp_path / "listops"
     command = [
-        sys.executable, "-m", "zoo", "fit", "--model", "sentiment", "--config", "configs/sentiment_listops.yaml",
-        f"--data.path={data}", "--data.num_train=64", "--data.num_val=16", "--data.num_test=16",
-        "--data.min_length=10", "--data.max_length=60", "--model.d_model=16", "--model.num_heads=2",
-        "--model.num_layers=1", "--model.ffn_hidden=32", "--trainer.fast_dev_run=true",
-        f"--trainer.default_root_dir={tmp_path}", f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
+        sys.executable,
+        "-m",
+        "zoo",
+        "fit",
+        "--model",
+        "sentiment",
+        "--config",
+        "configs/sentiment_listops.yaml",
+        f"--data.path={data}",
+        "--data.num_train=64",
+        "--data.num_val=16",
+        "--data.num_test=16",
+        "--data.min_length=10",
+        "--data.max_length=60",
+        "--model.d_model=16",
+        "--model.num_heads=2",
+        "--model.num_layers=1",
+        "--model.ffn_hidden=32",
+        "--trainer.fast_dev_run=true",
+        f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
     ]
     env = os.environ | {"PYTHONPATH": str(PROJECT_ROOT)}
     result = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT, env=env, timeout=600)
@@ -136,19 +154,28 @@ def test_cli_fits_the_sentiment_model_on_tiny_listops(tmp_path: Path) -> None:
 
 
 def test_limit_train_predict_inputs_and_the_length_limit(tmp_path: Path) -> None:
-    module = ListOpsDataModule(path=str(tmp_path), num_train=40, num_val=10, num_test=10, limit_train=12,
-                               predict_texts=["[MAX 2 9 ]", "( [SM 5 ) 7 ]"], **SMALL)
+    module = ListOpsDataModule(
+        path=str(tmp_path),
+        num_train=40,
+        num_val=10,
+        num_test=10,
+        limit_train=12,
+        predict_texts=["[MAX 2 9 ]", "( [SM 5 ) 7 ]"],
+        **SMALL,
+    )
     module.prepare_data()
     module.setup("fit")
     assert len(module._datasets["train"]) == 12
     batch = next(iter(module.predict_dataloader()))
     assert batch["texts"] == ["[MAX 2 9 ]", "( [SM 5 ) 7 ]"] and batch["valid_lens"].tolist() == [4, 4]
     assert module.codec.decode(batch["tokens"][1]) == "[SM 5 7 ]"
-    task = Sentiment(vocab_size=module.vocab_size, num_classes=module.num_classes, d_model=8, num_heads=2,
-                     num_layers=1, ffn_hidden=8)
+    task = Sentiment(
+        vocab_size=module.vocab_size, num_classes=module.num_classes, d_model=8, num_heads=2, num_layers=1, ffn_hidden=8
+    )
     task._trainer = SimpleNamespace(datamodule=module)
     task.setup("fit")
     assert task.codec is module.codec  # the task adopts the ListOps codec, so heatmaps show its tokens
     with pytest.raises(DataError, match=r"expression of \d+ tokens, not below max_length=20"):
-        ListOpsDataModule(path=str(tmp_path), predict_texts=["[SM " + "1 " * 30 + "]"], min_length=10,
-                          max_length=20).predict_dataloader()
+        ListOpsDataModule(
+            path=str(tmp_path), predict_texts=["[SM " + "1 " * 30 + "]"], min_length=10, max_length=20
+        ).predict_dataloader()

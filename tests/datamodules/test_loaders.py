@@ -21,7 +21,9 @@ def _batches(loader) -> list[list[int]]:
     return [batch[0].tolist() for batch in loader]
 
 
-@pytest.mark.parametrize(("size", "batch_size", "processes"), [(10, 4, 2), (12, 4, 2), (23, 4, 3), (5, 2, 4), (50, 50, 2)])
+@pytest.mark.parametrize(
+    ("size", "batch_size", "processes"), [(10, 4, 2), (12, 4, 2), (23, 4, 3), (5, 2, 4), (50, 50, 2)]
+)
 def test_processes_share_whole_batches_without_repeats(size, batch_size, processes) -> None:
     dataset = TensorDataset(torch.arange(size))
     single = _batches(evaluation_loader(dataset, batch_size, None))
@@ -45,7 +47,9 @@ def test_too_small_a_split_for_the_processes_is_refused() -> None:
 
 
 def _training_loader(size: int = 20, batch_size: int = 3) -> ResumableDataLoader:
-    return ResumableDataLoader(TensorDataset(torch.arange(size)), batch_size=batch_size, sampler=EpochShuffleSampler(size, seed=5))
+    return ResumableDataLoader(
+        TensorDataset(torch.arange(size)), batch_size=batch_size, sampler=EpochShuffleSampler(size, seed=5)
+    )
 
 
 def _epoch(loader: ResumableDataLoader, epoch: int, stop: int | None = None) -> list[list[int]]:

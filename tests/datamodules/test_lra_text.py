@@ -24,9 +24,13 @@ def write_imdb_layout(root: Path) -> Path:
     """20 training and 6 test reviews in the hub layout of stanfordnlp/imdb."""
     (root / "plain_text").mkdir(parents=True)
     for split, count in (("train", 20), ("test", 6)):
-        texts = [f"Review {i}: {'great' if i % 2 else 'awful'} film.<br />Déjà vu. " * (1 + i % 4) for i in range(count)]
-        pq.write_table(pa.table({"text": texts, "label": [i % 2 for i in range(count)]}),
-                       root / "plain_text" / f"{split}-00000-of-00001.parquet")
+        texts = [
+            f"Review {i}: {'great' if i % 2 else 'awful'} film.<br />Déjà vu. " * (1 + i % 4) for i in range(count)
+        ]
+        pq.write_table(
+            pa.table({"text": texts, "label": [i % 2 for i in range(count)]}),
+            root / "plain_text" / f"{split}-00000-of-00001.parquet",
+        )
     return root
 
 
@@ -60,12 +64,30 @@ def test_reviews_become_bytes_cut_and_padded_to_max_length(corpus: Path, tmp_pat
 
 def test_cli_fits_on_bytes(corpus: Path, tmp_path: Path) -> None:
     command = [
-        sys.executable, "-m", "zoo", "fit", "--model", "sentiment", "--data", "lra_text", f"--data.path={corpus}",
-        "--data.max_length=64", "--model.d_model=16", "--model.num_heads=2", "--model.num_layers=1",
-        "--model.ffn_hidden=32", "--model.heatmap_examples=0", "--trainer.max_steps=2", "--trainer.limit_val_batches=1",
+        sys.executable,
+        "-m",
+        "zoo",
+        "fit",
+        "--model",
+        "sentiment",
+        "--data",
+        "lra_text",
+        f"--data.path={corpus}",
+        "--data.max_length=64",
+        "--model.d_model=16",
+        "--model.num_heads=2",
+        "--model.num_layers=1",
+        "--model.ffn_hidden=32",
+        "--model.heatmap_examples=0",
+        "--trainer.max_steps=2",
+        "--trainer.limit_val_batches=1",
         f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
     ]
-    env = os.environ | {"PYTHONPATH": str(ROOT), "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"), "HF_DATASETS_OFFLINE": "1"}
+    env = os.environ | {
+        "PYTHONPATH": str(ROOT),
+        "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"),
+        "HF_DATASETS_OFFLINE": "1",
+    }
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     config = (tmp_path / "runs" / "sentiment" / "version_0" / "config.yaml").read_text()
@@ -73,8 +95,9 @@ def test_cli_fits_on_bytes(corpus: Path, tmp_path: Path) -> None:
 
 
 def test_predict_inputs_as_bytes_and_the_task_adopts_the_byte_codec(corpus: Path, tmp_path: Path) -> None:
-    module = LRATextDataModule(path=str(corpus), max_length=16, cache_dir=str(tmp_path / "cache"),
-                               predict_texts=["Déjà vu", "fine"])
+    module = LRATextDataModule(
+        path=str(corpus), max_length=16, cache_dir=str(tmp_path / "cache"), predict_texts=["Déjà vu", "fine"]
+    )
     batch = next(iter(module.predict_dataloader()))
     assert batch["texts"] == ["Déjà vu", "fine"] and batch["tokens"].shape == (2, 16)
     assert batch["valid_lens"].tolist() == [9, 4] and module.codec.decode(batch["tokens"][0]) == "Déjà vu"

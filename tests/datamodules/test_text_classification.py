@@ -71,11 +71,13 @@ def write_sst2_layout(root: Path, splits: dict[str, list[tuple[str, int]]], text
     """A tiny corpus in the hub layout of stanfordnlp/sst2: data/<split>-00000-of-00001.parquet."""
     (root / "data").mkdir(parents=True)
     for split, rows in splits.items():
-        table = pa.table({
-            "idx": list(range(len(rows))),
-            text_column: [text for text, _ in rows],
-            "label": [label for _, label in rows],
-        })
+        table = pa.table(
+            {
+                "idx": list(range(len(rows))),
+                text_column: [text for text, _ in rows],
+                "label": [label for _, label in rows],
+            }
+        )
         pq.write_table(table, root / "data" / f"{split}-00000-of-00001.parquet")
     return root
 
@@ -100,16 +102,39 @@ def check_batch(batch: dict, max_length: int) -> None:
 def test_tokenize_splits_contractions_like_sst() -> None:
     assert tokenize("Don't") == ["do", "n't"]
     assert tokenize("It's what they're doing, we'll see; I'd've") == [
-        "it", "'s", "what", "they", "'re", "doing", ",", "we", "'ll", "see", ";", "i", "'d", "'ve",
+        "it",
+        "'s",
+        "what",
+        "they",
+        "'re",
+        "doing",
+        ",",
+        "we",
+        "'ll",
+        "see",
+        ";",
+        "i",
+        "'d",
+        "'ve",
     ]
     assert tokenize("can\u2019t") == ["ca", "n't"]  # typographic apostrophe, SST's "ca n't"
 
 
 def test_tokenize_lowercases_and_splits_punctuation() -> None:
     assert tokenize("A GREAT film... Really (9.5/10)!") == [
-        "a", "great", "film", "...", "really", "(", "9.5", "/", "10", ")", "!",
+        "a",
+        "great",
+        "film",
+        "...",
+        "really",
+        "(",
+        "9.5",
+        "/",
+        "10",
+        ")",
+        "!",
     ]
-    assert tokenize("well-made -- \"sci-fi\"") == ["well-made", "--", '"', "sci-fi", '"']
+    assert tokenize('well-made -- "sci-fi"') == ["well-made", "--", '"', "sci-fi", '"']
 
 
 def test_tokenize_strips_html_line_breaks() -> None:
@@ -161,7 +186,9 @@ def test_vocabulary_save_load_round_trip_leaves_no_temp_files(tmp_path: Path) ->
     assert os.listdir(file.parent) == ["vocab.json"]
 
 
-def test_vocabulary_save_failure_keeps_old_file_and_no_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vocabulary_save_failure_keeps_old_file_and_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     file = tmp_path / "vocab.json"
     Vocabulary(["old"]).save(file)
 
@@ -190,10 +217,13 @@ def test_vocabulary_load_rejects_other_files(tmp_path: Path) -> None:
 
 
 def test_sst2_vocabulary_comes_from_train_only(tmp_path: Path, tiny_hf_cache: None) -> None:
-    root = write_sst2_layout(tmp_path / "sst2", {
-        "train": [("a good movie", 1), ("a bad movie", 0)],
-        "validation": [("a zebra movie", 1)],
-    })
+    root = write_sst2_layout(
+        tmp_path / "sst2",
+        {
+            "train": [("a good movie", 1), ("a bad movie", 0)],
+            "validation": [("a zebra movie", 1)],
+        },
+    )
     dm = SST2DataModule(path=str(root), cache_dir=str(tmp_path / "cache"), min_freq=1)
     assert "good" in dm.vocab and "zebra" not in dm.vocab
     dm.setup("validate")
@@ -242,7 +272,9 @@ def test_train_loader_buckets_shuffles_per_epoch_and_collate_pickles(sst2: SST2D
     loader = sst2.train_dataloader()
     sampler = loader.batch_sampler
     first = [batch["labels"] for batch in loader]  # an epoch's order is reproducible
-    assert all(torch.equal(a, b) for a, b in zip(first, (batch["labels"] for batch in loader)))  # same epoch, same batches
+    assert all(
+        torch.equal(a, b) for a, b in zip(first, (batch["labels"] for batch in loader))
+    )  # same epoch, same batches
     sampler.set_epoch(1)
     assert not all(torch.equal(a, b) for a, b in zip(first, (batch["labels"] for batch in loader)))
     # batches of similar length: far less padding than random batches of the same texts
@@ -250,7 +282,9 @@ def test_train_loader_buckets_shuffles_per_epoch_and_collate_pickles(sst2: SST2D
     padded = sum(batch["tokens"].numel() for batch in batches)
     real = sum(int(batch["valid_lens"].sum()) for batch in batches)
     lengths = torch.cat([batch["valid_lens"] for batch in batches])
-    random_padded = sum(int(chunk.max()) * len(chunk) for chunk in lengths[torch.randperm(len(lengths))].split(sst2.batch_size))
+    random_padded = sum(
+        int(chunk.max()) * len(chunk) for chunk in lengths[torch.randperm(len(lengths))].split(sst2.batch_size)
+    )
     assert padded - real < 0.5 * (random_padded - real)
     collate = pickle.loads(pickle.dumps(loader.collate_fn))
     assert collate([loader.dataset[0]])["tokens"].shape[0] == 1
@@ -260,7 +294,9 @@ def test_imdb_validation_is_a_seeded_tenth_of_train(imdb: IMDBDataModule, data_d
     unlimited = IMDBDataModule(path=str(data_dir / "imdb"), cache_dir=str(vocab_cache))
     kept, held_out = (unlimited.split(split).texts for split in ("train", "validation"))
     assert len(held_out) == 2_500 and len(kept) == 22_500
-    assert Counter(kept) + Counter(held_out) == Counter(unlimited._read_split("train")[unlimited.text_column][:])  # disjoint, all
+    assert Counter(kept) + Counter(held_out) == Counter(
+        unlimited._read_split("train")[unlimited.text_column][:]
+    )  # disjoint, all
     again = IMDBDataModule(path=str(data_dir / "imdb"), cache_dir=str(vocab_cache))
     assert again.split("validation").texts == held_out
     other = IMDBDataModule(path=str(data_dir / "imdb"), cache_dir=str(vocab_cache), seed=1)
@@ -285,7 +321,9 @@ def test_properties_are_available_right_after_construction(data_dir: Path, tmp_p
     assert IMDBDataModule(path=str(data_dir / "imdb"), cache_dir=str(tmp_path)).max_length == 512
 
 
-def test_cached_vocabulary_is_reused(sst2: SST2DataModule, data_dir: Path, vocab_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cached_vocabulary_is_reused(
+    sst2: SST2DataModule, data_dir: Path, vocab_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     file = sst2.vocab_file
     mtime = file.stat().st_mtime_ns
 
@@ -311,17 +349,22 @@ def test_zoo_cache_dir_variable_sets_the_cache_root(tmp_path: Path, monkeypatch:
 
 
 def test_labels_outside_zero_one_are_refused(tmp_path: Path, tiny_hf_cache: None) -> None:
-    root = write_sst2_layout(tmp_path / "sst2", {
-        "train": [("good", 1), ("unlabelled", -1)],
-        "validation": [("fine", 1)],
-    })
+    root = write_sst2_layout(
+        tmp_path / "sst2",
+        {
+            "train": [("good", 1), ("unlabelled", -1)],
+            "validation": [("fine", 1)],
+        },
+    )
     dm = SST2DataModule(path=str(root), cache_dir=str(tmp_path / "cache"))
     with pytest.raises(ValueError, match=r"'train' split .* labels \[-1\] outside \{0, 1\}.*relabel"):
         dm.prepare_data()
 
 
 def test_missing_text_column_is_refused(tmp_path: Path, tiny_hf_cache: None) -> None:
-    root = write_sst2_layout(tmp_path / "sst2", {"train": [("good", 1)], "validation": [("fine", 1)]}, text_column="text")
+    root = write_sst2_layout(
+        tmp_path / "sst2", {"train": [("good", 1)], "validation": [("fine", 1)]}, text_column="text"
+    )
     with pytest.raises(ValueError, match="no column \\['sentence'\\]"):
         SST2DataModule(path=str(root), cache_dir=str(tmp_path / "cache")).prepare_data()
 

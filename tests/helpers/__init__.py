@@ -31,7 +31,9 @@ class LossRecorder(L.Callback):
         self.losses.append(float(outputs["loss"]))
 
 
-def write_distribution(site: Path, dist_name: str, modules: dict[str, str], entry_points: dict[str, dict[str, str]]) -> None:
+def write_distribution(
+    site: Path, dist_name: str, modules: dict[str, str], entry_points: dict[str, dict[str, str]]
+) -> None:
     """Install a minimal distribution into ``site``, as pip would: its modules, and a
     ``<name>-0.1.0.dist-info`` with ``METADATA`` and ``entry_points.txt`` that
     ``importlib.metadata`` finds once ``site`` is on ``sys.path``.

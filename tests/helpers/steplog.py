@@ -25,8 +25,19 @@ class StepLosses(L.Callback):
         signal_rank: Only the process of this global rank signals itself (None: every process).
     """
 
-    def __init__(self, path: str, signal_after_step: int | None = None, signal_name: str = "SIGTERM", signal_rank: int | None = None) -> None:
-        self.path, self.signal_after_step, self.signal_name, self.signal_rank = path, signal_after_step, signal_name, signal_rank
+    def __init__(
+        self,
+        path: str,
+        signal_after_step: int | None = None,
+        signal_name: str = "SIGTERM",
+        signal_rank: int | None = None,
+    ) -> None:
+        self.path, self.signal_after_step, self.signal_name, self.signal_rank = (
+            path,
+            signal_after_step,
+            signal_name,
+            signal_rank,
+        )
 
     def _write(self, trainer, row: dict) -> None:
         with Path(self.path.format(rank=trainer.global_rank)).open("a") as handle:

@@ -37,7 +37,11 @@ def test_encoder_block_is_two_residual_sublayers(norm_first: bool) -> None:
 #: the state-dict keys of the blocks before the residual wrapper (main at a0716b5)
 PROJECTIONS = [f"{p}.{t}" for p in ("k_proj", "out_proj", "q_proj", "v_proj") for t in ("bias", "weight")]
 FFN = ["ffn.net.0.bias", "ffn.net.0.weight", "ffn.net.3.bias", "ffn.net.3.weight"]
-OLD_ENCODER_KEYS = {*(f"add_norm{i}.norm.{t}" for i in (1, 2) for t in ("bias", "weight")), *(f"attention.{p}" for p in PROJECTIONS), *FFN}
+OLD_ENCODER_KEYS = {
+    *(f"add_norm{i}.norm.{t}" for i in (1, 2) for t in ("bias", "weight")),
+    *(f"attention.{p}" for p in PROJECTIONS),
+    *FFN,
+}
 OLD_DECODER_KEYS = {
     *(f"add_norm{i}.norm.{t}" for i in (1, 2, 3) for t in ("bias", "weight")),
     *(f"{a}.{p}" for a in ("self_attention", "cross_attention") for p in PROJECTIONS),

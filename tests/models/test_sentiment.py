@@ -46,8 +46,14 @@ def _order_model(attention: str, position: str, relative_bias: bool = False) -> 
     torch.manual_seed(0)
     kwargs = {"window": 3, "relative_bias": relative_bias} if attention == "local" else None
     return SentimentClassifier(
-        50, d_model=32, num_heads=4, num_layers=2, ffn_hidden=64, attention=attention,
-        attention_kwargs=kwargs, position=position,
+        50,
+        d_model=32,
+        num_heads=4,
+        num_layers=2,
+        ffn_hidden=64,
+        attention=attention,
+        attention_kwargs=kwargs,
+        position=position,
     ).eval()
 
 
@@ -89,7 +95,9 @@ def test_a_relative_bias_gives_the_local_window_a_direction() -> None:
 def test_relative_bias_tables_are_not_weight_decayed() -> None:
     """Like biases and norms (and Swin's and T5's bias tables), they are offsets, not weights."""
     model = _order_model("local", position="none", relative_bias=True)
-    decayed, exempt = adamw_with_warmup(model, lr=1e-3, weight_decay=0.1, warmup_steps=1, total_steps=2)["optimizer"].param_groups
+    decayed, exempt = adamw_with_warmup(model, lr=1e-3, weight_decay=0.1, warmup_steps=1, total_steps=2)[
+        "optimizer"
+    ].param_groups
     assert decayed["weight_decay"] == 0.1 and exempt["weight_decay"] == 0.0
     tables = [p for name, p in model.named_parameters() if name.endswith("relative_bias")]
     assert len(tables) == 2 and all(any(p is t for p in exempt["params"]) for t in tables)

@@ -147,7 +147,9 @@ def _decoding_model(seed: int, attention: str = "additive") -> Seq2SeqAttention:
     return model
 
 
-def _sequence_score(model: Seq2SeqAttention, src: torch.Tensor, src_lens: torch.Tensor, output: list[int], alpha: float) -> float:
+def _sequence_score(
+    model: Seq2SeqAttention, src: torch.Tensor, src_lens: torch.Tensor, output: list[int], alpha: float
+) -> float:
     """Length-normalized log-probability of ``output + <eos>`` for one source (as beam search ranks it)."""
     target = torch.tensor([output + [EOS]])
     tgt_in = torch.tensor([[BOS, *output]])
@@ -230,7 +232,9 @@ def test_attention_layers_and_unknown_names_are_refused() -> None:
 
 
 def test_attention_kwargs_reach_the_attention() -> None:
-    model = Seq2SeqAttention(VOCAB, embed_dim=8, hidden_size=16, attention="additive", attention_kwargs={"num_hiddens": 5})
+    model = Seq2SeqAttention(
+        VOCAB, embed_dim=8, hidden_size=16, attention="additive", attention_kwargs={"num_hiddens": 5}
+    )
     assert model.attention.score_proj.in_features == 5
 
 
@@ -240,10 +244,30 @@ def test_attention_kwargs_reach_the_attention() -> None:
 @pytest.mark.parametrize(
     ("src", "src_lens", "tgt_in", "match"),
     [
-        (torch.ones(4, dtype=torch.long), torch.tensor([4]), torch.ones(1, 3, dtype=torch.long), r"src must have shape \(batch, source_length\)"),
-        (torch.ones(2, 4, dtype=torch.long), torch.tensor([4, 4]), torch.ones(3, dtype=torch.long), r"tgt_in must have shape \(batch, target_length\)"),
-        (torch.ones(2, 4, dtype=torch.long), torch.tensor([4, 4]), torch.ones(3, 3, dtype=torch.long), "same batch size"),
-        (torch.ones(2, 4, dtype=torch.long), torch.tensor([[4], [4]]), torch.ones(2, 3, dtype=torch.long), r"src_lens must have shape \(batch,\)"),
+        (
+            torch.ones(4, dtype=torch.long),
+            torch.tensor([4]),
+            torch.ones(1, 3, dtype=torch.long),
+            r"src must have shape \(batch, source_length\)",
+        ),
+        (
+            torch.ones(2, 4, dtype=torch.long),
+            torch.tensor([4, 4]),
+            torch.ones(3, dtype=torch.long),
+            r"tgt_in must have shape \(batch, target_length\)",
+        ),
+        (
+            torch.ones(2, 4, dtype=torch.long),
+            torch.tensor([4, 4]),
+            torch.ones(3, 3, dtype=torch.long),
+            "same batch size",
+        ),
+        (
+            torch.ones(2, 4, dtype=torch.long),
+            torch.tensor([[4], [4]]),
+            torch.ones(2, 3, dtype=torch.long),
+            r"src_lens must have shape \(batch,\)",
+        ),
         (torch.ones(2, 4, dtype=torch.long), torch.tensor([4, 0]), torch.ones(2, 3, dtype=torch.long), r"\[1, 4\]"),
         (torch.ones(2, 4, dtype=torch.long), torch.tensor([5, 2]), torch.ones(2, 3, dtype=torch.long), r"\[1, 4\]"),
         (torch.ones(2, 4), torch.tensor([4, 2]), torch.ones(2, 3, dtype=torch.long), "integer token ids"),

@@ -18,10 +18,24 @@ IDS = ["dot_product", "local", "linear", "additive"]
 
 def _model(attention: str, attention_kwargs: dict | None, norm_first: bool = False, **kwargs) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(
-        VOCAB, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=2, ffn_hidden=32, dropout=0.1,
-        attention=attention, attention_kwargs=attention_kwargs, norm_first=norm_first, padding_idx=PAD, **kwargs,
-    ).double().eval()
+    return (
+        Transformer(
+            VOCAB,
+            d_model=16,
+            num_heads=2,
+            num_encoder_layers=2,
+            num_decoder_layers=2,
+            ffn_hidden=32,
+            dropout=0.1,
+            attention=attention,
+            attention_kwargs=attention_kwargs,
+            norm_first=norm_first,
+            padding_idx=PAD,
+            **kwargs,
+        )
+        .double()
+        .eval()
+    )
 
 
 def _source() -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,7 +47,9 @@ def _source() -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post_ln", "pre_ln"])
 @pytest.mark.parametrize(("attention", "kwargs"), ATTENTIONS, ids=IDS)
-def test_decode_steps_with_and_without_cache_equal_teacher_forcing(attention: str, kwargs: dict | None, norm_first: bool) -> None:
+def test_decode_steps_with_and_without_cache_equal_teacher_forcing(
+    attention: str, kwargs: dict | None, norm_first: bool
+) -> None:
     model = _model(attention, kwargs, norm_first)
     src, src_lens = _source()
     tgt_in = torch.cat([torch.full((3, 1), BOS), torch.randint(4, VOCAB, (3, 5))], dim=1)
@@ -56,7 +72,10 @@ def test_greedy_and_beam_search_are_the_same_with_the_cache(attention: str, kwar
     for use_cache in (True, False):
         model.use_cache = use_cache
         limits = {"bos": BOS, "eos": EOS, "max_len": 8, "forbid": (PAD, BOS)}
-        outputs[use_cache] = (greedy_decode(model, src, src_lens, **limits), beam_search(model, src, src_lens, beam_size=3, **limits))
+        outputs[use_cache] = (
+            greedy_decode(model, src, src_lens, **limits),
+            beam_search(model, src, src_lens, beam_size=3, **limits),
+        )
     assert outputs[True] == outputs[False]
     assert any(outputs[True][0])
 

@@ -32,9 +32,17 @@ def test_fused_path_with_a_bias_equals_the_explicit_path(cls: type, causal: bool
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, lq, 8, generator=g) for lq in (5, 7, 7))  # Lq < Lk: bottom-right
     valid = torch.tensor([7, 4])
-    fused = attention(q, k, v, attn_mask=(torch.arange(7) < valid[:, None])[:, None, None], is_causal=causal, position_bias=scheme)
+    fused = attention(
+        q, k, v, attn_mask=(torch.arange(7) < valid[:, None])[:, None, None], is_causal=causal, position_bias=scheme
+    )
     explicit = attention(
-        q, k, v, attn_mask=(torch.arange(7) < valid[:, None])[:, None, None], is_causal=causal, position_bias=scheme, need_weights=True
+        q,
+        k,
+        v,
+        attn_mask=(torch.arange(7) < valid[:, None])[:, None, None],
+        is_causal=causal,
+        position_bias=scheme,
+        need_weights=True,
     )
     torch.testing.assert_close(fused.output, explicit.output)
     # the explicit path is softmax(q k^T / sqrt(d) + bias) written out here
@@ -51,22 +59,43 @@ def test_fused_path_with_a_bias_equals_the_explicit_path(cls: type, causal: bool
 @pytest.mark.parametrize("cls", BIAS_SCHEMES, ids=["alibi", "t5"])
 def test_local_adds_the_bias_at_its_block_positions(cls: type, causal: bool) -> None:
     scheme, length, window = _bias(cls, 4, causal), 11, 5
-    local, dense = zoo.create_attention("local", window=window, block_size=2).eval(), zoo.create_attention("dot_product").eval()
+    local, dense = (
+        zoo.create_attention("local", window=window, block_size=2).eval(),
+        zoo.create_attention("dot_product").eval(),
+    )
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, length, 8, generator=g) for _ in range(3))
     i, j = torch.arange(length)[:, None], torch.arange(length)
     in_window = ((i - j >= 0) & (i - j < window)) if causal else (i - j).abs() <= window // 2
     expected = dense(q, k, v, attn_mask=in_window, position_bias=scheme).output
     for need_weights in (False, True):
-        torch.testing.assert_close(local(q, k, v, is_causal=causal, position_bias=scheme, need_weights=need_weights).output, expected)
+        torch.testing.assert_close(
+            local(q, k, v, is_causal=causal, position_bias=scheme, need_weights=need_weights).output, expected
+        )
 
 
-def _transformer(position: str, attention: str = "dot_product", attention_kwargs: dict | None = None, **kwargs) -> Transformer:
+def _transformer(
+    position: str, attention: str = "dot_product", attention_kwargs: dict | None = None, **kwargs
+) -> Transformer:
     torch.manual_seed(0)
-    model = Transformer(
-        17, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=2, ffn_hidden=32, dropout=0.1,
-        attention=attention, attention_kwargs=attention_kwargs, position=position, max_len=32, **kwargs,
-    ).double().eval()
+    model = (
+        Transformer(
+            17,
+            d_model=16,
+            num_heads=2,
+            num_encoder_layers=2,
+            num_decoder_layers=2,
+            ffn_hidden=32,
+            dropout=0.1,
+            attention=attention,
+            attention_kwargs=attention_kwargs,
+            position=position,
+            max_len=32,
+            **kwargs,
+        )
+        .double()
+        .eval()
+    )
     for scheme in (model.encoder_position, model.decoder_position):
         if isinstance(scheme, T5RelativeBias):
             torch.nn.init.normal_(scheme.bias)
@@ -74,11 +103,17 @@ def _transformer(position: str, attention: str = "dot_product", attention_kwargs
 
 
 @pytest.mark.parametrize(
-    ("attention", "num_kv_heads"), [("dot_product", None), ("local", None), ("dot_product", 1)], ids=["dense", "local", "multi_query"]
+    ("attention", "num_kv_heads"),
+    [("dot_product", None), ("local", None), ("dot_product", 1)],
+    ids=["dense", "local", "multi_query"],
 )
 @pytest.mark.parametrize("position", SCHEMES)
-def test_cached_decoding_equals_teacher_forcing_for_every_scheme(position: str, attention: str, num_kv_heads: int | None) -> None:
-    model = _transformer(position, attention, {"window": 3} if attention == "local" else None, num_kv_heads=num_kv_heads)
+def test_cached_decoding_equals_teacher_forcing_for_every_scheme(
+    position: str, attention: str, num_kv_heads: int | None
+) -> None:
+    model = _transformer(
+        position, attention, {"window": 3} if attention == "local" else None, num_kv_heads=num_kv_heads
+    )
     g = torch.Generator().manual_seed(1)
     src_lens = torch.tensor([7, 4, 1])
     src = torch.randint(4, 17, (3, 7), generator=g).masked_fill(torch.arange(7) >= src_lens[:, None], 0)
@@ -98,7 +133,10 @@ def test_the_decoder_builds_its_own_causal_scheme_shared_by_its_layers() -> None
     assert all(block.attention.position is encoder for block in model.encoder_blocks)
     assert all(block.self_attention.position is decoder for block in model.decoder_blocks)
     assert all(block.cross_attention.position is None for block in model.decoder_blocks)
-    assert sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in _transformer("none").parameters()) == 2 * 2 * 32
+    assert (
+        sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in _transformer("none").parameters())
+        == 2 * 2 * 32
+    )
 
 
 @pytest.mark.parametrize("position", SCHEMES)
@@ -112,7 +150,9 @@ def test_positions_make_the_classifier_read_word_order(position: str) -> None:
 
 
 def test_a_bias_scheme_with_a_variant_that_cannot_take_it_is_refused_with_the_names_that_work() -> None:
-    with pytest.raises(IncompatibleAttentionError, match=r"Position 'alibi' cannot be used with attention 'linear'") as error:
+    with pytest.raises(
+        IncompatibleAttentionError, match=r"Position 'alibi' cannot be used with attention 'linear'"
+    ) as error:
         _transformer("alibi", "linear")
     assert "dot_product" in str(error.value) and "rope" in str(error.value)
     with pytest.raises(IncompatibleAttentionError, match="linear.*Compatible registered names: .*dot_product"):

@@ -28,8 +28,12 @@ from zoo.positions import (
 def test_builtin_schemes_are_registered_with_their_kinds() -> None:
     kinds = {name: zoo.POSITION_REGISTRY.get(name).kind for name in zoo.list_positions()}
     assert kinds == {
-        "alibi": "bias", "learned": "absolute", "none": "absolute",
-        "rope": "rotary", "sinusoidal": "absolute", "t5": "bias",
+        "alibi": "bias",
+        "learned": "absolute",
+        "none": "absolute",
+        "rope": "rotary",
+        "sinusoidal": "absolute",
+        "t5": "bias",
     }
 
 
@@ -57,7 +61,8 @@ def test_an_installed_plugin_scheme_is_found_through_its_entry_point(tmp_path, m
     write_distribution(
         tmp_path,
         "zoo-test-position",
-        {"zoo_test_position": """
+        {
+            "zoo_test_position": """
         import torch
         import zoo
 
@@ -71,7 +76,8 @@ def test_an_installed_plugin_scheme_is_found_through_its_entry_point(tmp_path, m
 
             def forward(self, query_positions, key_positions):
                 return (key_positions - query_positions).float().expand(self.num_heads, -1, -1)
-        """},
+        """
+        },
         {"zoo.positions": {"plugin_reversed": "zoo_test_position:Reversed"}},
     )
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -103,7 +109,9 @@ def test_a_bias_scheme_is_refused_with_a_variant_that_cannot_add_it() -> None:
         require_position("alibi", "linear")
     message = str(error.value)
     assert "dot_product" in message and "local" in message  # variants that take a bias
-    assert "rope" in message and "sinusoidal" in message and "t5" not in message.split("takes:")[1]  # schemes linear takes
+    assert (
+        "rope" in message and "sinusoidal" in message and "t5" not in message.split("takes:")[1]
+    )  # schemes linear takes
 
 
 # -- rope -------------------------------------------------------------------------------------
@@ -133,7 +141,9 @@ def test_rope_scores_depend_only_on_the_offset() -> None:
     assert torch.allclose(scores, shifted, atol=1e-4)
     unrotated = q @ k.transpose(-2, -1)
     assert not torch.allclose(scores, unrotated, atol=1e-2)  # it did rotate
-    assert torch.allclose(scores.diagonal(dim1=-2, dim2=-1), unrotated.diagonal(dim1=-2, dim2=-1), atol=1e-5)  # i - j = 0
+    assert torch.allclose(
+        scores.diagonal(dim1=-2, dim2=-1), unrotated.diagonal(dim1=-2, dim2=-1), atol=1e-5
+    )  # i - j = 0
 
 
 def test_rope_refuses_an_odd_head_size() -> None:
@@ -155,7 +165,7 @@ def test_rope_refuses_an_odd_head_size() -> None:
     ],
 )
 def test_alibi_slopes_are_the_papers_geometric_sequence(heads: int, exponents: list[float]) -> None:
-    expected = torch.tensor([2.0 ** -e for e in exponents])
+    expected = torch.tensor([2.0**-e for e in exponents])
     assert torch.allclose(alibi_slopes(heads), expected)
 
 
@@ -168,7 +178,9 @@ def test_alibi_bias_is_minus_slope_times_distance(causal: bool) -> None:
         for i in range(lq):
             for j in range(lk):
                 distance = (i + lk - lq) - j
-                assert bias[h, i, j].item() == pytest.approx(-slopes[h].item() * (distance if causal else abs(distance)))
+                assert bias[h, i, j].item() == pytest.approx(
+                    -slopes[h].item() * (distance if causal else abs(distance))
+                )
 
 
 # -- t5 ---------------------------------------------------------------------------------------

@@ -18,11 +18,29 @@ QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summa
 
 def _train(data: SST2DataModule, tmp_path, max_steps: int, **model_kwargs) -> tuple[list[float], dict[str, float]]:
     L.seed_everything(0)
-    task = Sentiment(vocab_size=data.vocab_size, padding_idx=data.padding_idx, num_classes=data.num_classes,
-                     d_model=64, num_heads=4, num_layers=1, ffn_hidden=128, warmup_steps=20, heatmap_examples=0, **model_kwargs)
+    task = Sentiment(
+        vocab_size=data.vocab_size,
+        padding_idx=data.padding_idx,
+        num_classes=data.num_classes,
+        d_model=64,
+        num_heads=4,
+        num_layers=1,
+        ffn_hidden=128,
+        warmup_steps=20,
+        heatmap_examples=0,
+        **model_kwargs,
+    )
     recorder = LossRecorder()
-    trainer = L.Trainer(max_steps=max_steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[recorder], default_root_dir=tmp_path, num_sanity_val_steps=0)
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[recorder],
+        default_root_dir=tmp_path,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(task, datamodule=data)
     return recorder.losses, trainer.validate(task, datamodule=data, verbose=False)[0]
 
@@ -65,15 +83,40 @@ def test_other_scoring_attentions_train(sst2_slice, tmp_path, attention) -> None
 
 def test_cli_fit_predict_and_print_config_round_trip(shared_data, in_tmp, capsys) -> None:
     data = ["--data.path", str(shared_data / "sst2"), "--data.limit_train", "2000"]
-    main(["fit", "--model", "sentiment", *data, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "10", "--trainer.limit_val_batches", "2", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "sentiment",
+            *data,
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.limit_train_batches",
+            "10",
+            "--trainer.limit_val_batches",
+            "2",
+            *QUIET,
+        ]
+    )
     run = sorted((in_tmp / "runs" / "sentiment").glob("version_*"))[-1]
     hparams = yaml.safe_load((run / "hparams.yaml").read_text())
     assert hparams["vocab_size"] > 1000 and hparams["padding_idx"] == 0  # linked from the data module
     assert (run / "images" / "attention_example0.png").is_file()
     capsys.readouterr()
 
-    main(["predict", "--model", "sentiment", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), *data,
-          "--data.predict_texts", '["a gripping, beautiful film", "dull and far too long"]', *QUIET])
+    main(
+        [
+            "predict",
+            "--model",
+            "sentiment",
+            "--ckpt_path",
+            str(run / "checkpoints" / "last.ckpt"),
+            *data,
+            "--data.predict_texts",
+            '["a gripping, beautiful film", "dull and far too long"]',
+            *QUIET,
+        ]
+    )
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines() if line.count("\t") == 2]
     assert [line[0] for line in lines] == ["a gripping, beautiful film", "dull and far too long"]
     assert all(label in ("negative", "positive") and 0.5 <= float(p) <= 1.0 for _, label, p in lines)
@@ -95,8 +138,17 @@ def test_cli_fit_predict_and_print_config_round_trip(shared_data, in_tmp, capsys
     ],
 )
 def test_cli_bad_input_is_one_clear_message(shared_data, in_tmp, capsys, extra, message) -> None:
-    args = ["predict" if "predict_texts" in extra[0] else "fit", "--model", "sentiment",
-            "--data.path", str(shared_data / "sst2"), "--data.limit_train", "500", *extra, *QUIET]
+    args = [
+        "predict" if "predict_texts" in extra[0] else "fit",
+        "--model",
+        "sentiment",
+        "--data.path",
+        str(shared_data / "sst2"),
+        "--data.limit_train",
+        "500",
+        *extra,
+        *QUIET,
+    ]
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 2
@@ -108,8 +160,24 @@ def test_cli_bad_input_is_one_clear_message(shared_data, in_tmp, capsys, extra, 
 def test_recipe_configs_reach_the_model(shared_data, in_tmp, config, corpus) -> None:
     """Every model setting of a recipe YAML is what the trained model was built with."""
     path = PROJECT_ROOT / "configs" / config
-    main(["fit", "--model", "sentiment", "--config", str(path), "--data.path", str(shared_data / corpus),
-          "--data.limit_train", "300", "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "sentiment",
+            "--config",
+            str(path),
+            "--data.path",
+            str(shared_data / corpus),
+            "--data.limit_train",
+            "300",
+            "--trainer.max_steps",
+            "2",
+            "--trainer.limit_val_batches",
+            "1",
+            *QUIET,
+        ]
+    )
     run = sorted((in_tmp / "runs" / "sentiment").glob("version_*"))[-1]
     hparams = yaml.safe_load((run / "hparams.yaml").read_text())
     recipe = yaml.safe_load(path.read_text())["model"]["init_args"]

@@ -19,8 +19,15 @@ QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summa
 def _fit(root: Path, torch_compile: bool) -> Path:
     L.seed_everything(0)
     checkpoints = ModelCheckpoint(dirpath=root / "checkpoints", save_last=True)
-    trainer = L.Trainer(max_steps=3, limit_val_batches=0, logger=False, callbacks=[checkpoints], default_root_dir=root,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_steps=3,
+        limit_val_batches=0,
+        logger=False,
+        callbacks=[checkpoints],
+        default_root_dir=root,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     task = NadarayaWatson(torch_compile=torch_compile)
     trainer.fit(task, datamodule=SyntheticRegressionDataModule())
     assert task._model_compiled == torch_compile

@@ -34,8 +34,12 @@ def _fit(module: L.LightningModule, precision: str, clip: float | None) -> L.Tra
     return trainer
 
 
-@pytest.mark.parametrize(("precision", "clip", "fused"), [("bf16-mixed", 1.0, False), ("bf16-mixed", None, True), ("32-true", 1.0, True)])
-def test_the_fused_kernel_runs_unless_clipping_meets_mixed_precision(precision: str, clip: float | None, fused: bool) -> None:
+@pytest.mark.parametrize(
+    ("precision", "clip", "fused"), [("bf16-mixed", 1.0, False), ("bf16-mixed", None, True), ("32-true", 1.0, True)]
+)
+def test_the_fused_kernel_runs_unless_clipping_meets_mixed_precision(
+    precision: str, clip: float | None, fused: bool
+) -> None:
     module = _Tiny(decide=True)
     trainer = _fit(module, precision, clip)
     assert trainer.global_step == 4

@@ -12,8 +12,12 @@ from zoo.tasks import NadarayaWatson
 
 def _test_mse(task: NadarayaWatson, epochs: int, tmp_path) -> float:
     trainer = L.Trainer(
-        max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path,
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
     )
     data = SyntheticRegressionDataModule(seed=0)
     trainer.fit(task, datamodule=data)

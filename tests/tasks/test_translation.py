@@ -24,22 +24,50 @@ def fra_eng(shared_data, in_tmp) -> FraEngDataModule:
 
 
 def _task(kind: str, data: FraEngDataModule, **kwargs):
-    links = {"vocab_size": data.vocab_size, "padding_idx": data.padding_idx, "bos_idx": data.bos_idx, "eos_idx": data.eos_idx}
+    links = {
+        "vocab_size": data.vocab_size,
+        "padding_idx": data.padding_idx,
+        "bos_idx": data.bos_idx,
+        "eos_idx": data.eos_idx,
+    }
     if kind == "transformer":
-        return TransformerTranslator(**links, d_model=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1,
-                                     ffn_hidden=128, warmup_steps=20, lr=2e-3, heatmap_examples=0, **kwargs)
-    return Seq2SeqTranslator(**links, embed_dim=64, hidden_size=64, num_layers=1, warmup_steps=20, lr=3e-3, heatmap_examples=0, **kwargs)
+        return TransformerTranslator(
+            **links,
+            d_model=64,
+            num_heads=4,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            ffn_hidden=128,
+            warmup_steps=20,
+            lr=2e-3,
+            heatmap_examples=0,
+            **kwargs,
+        )
+    return Seq2SeqTranslator(
+        **links, embed_dim=64, hidden_size=64, num_layers=1, warmup_steps=20, lr=3e-3, heatmap_examples=0, **kwargs
+    )
 
 
-@pytest.mark.parametrize(("kind", "attention"), [("transformer", "dot_product"), ("transformer", "additive"), ("seq2seq", "additive"), ("seq2seq", "dot_product")])
+@pytest.mark.parametrize(
+    ("kind", "attention"),
+    [("transformer", "dot_product"), ("transformer", "additive"), ("seq2seq", "additive"), ("seq2seq", "dot_product")],
+)
 def test_short_run_lowers_the_loss(shared_data, in_tmp, kind, attention) -> None:
     """On 256 real pairs, 300 steps take the loss far below the unigram level (about 5.5
     nats here): the model must use the source, not only token frequencies."""
     data = FraEngDataModule(path=str(shared_data / "fra-eng.zip"), batch_size=32, vocab_size=1000, limit_train=256)
     L.seed_everything(0)
     recorder = LossRecorder()
-    trainer = L.Trainer(max_steps=300, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[recorder], default_root_dir=in_tmp, limit_val_batches=0)
+    trainer = L.Trainer(
+        max_steps=300,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[recorder],
+        default_root_dir=in_tmp,
+        limit_val_batches=0,
+    )
     trainer.fit(_task(kind, data, attention=attention, label_smoothing=0.0), datamodule=data)
     first, last = sum(recorder.losses[:8]) / 8, sum(recorder.losses[-8:]) / 8
     assert last < 0.5 * first and last < 4.0
@@ -54,8 +82,16 @@ def test_greedy_equals_beam_size_one(fra_eng, kind) -> None:
     greedy = task.translate_ids(batch["src"], batch["src_lens"], beam_size=1)
     from zoo.models.decoding import beam_search
 
-    beam_one = beam_search(task.model, batch["src"], batch["src_lens"], bos=fra_eng.bos_idx, eos=fra_eng.eos_idx,
-                           max_len=task._decode_limit(batch["src_lens"]), beam_size=1, forbid=(0, fra_eng.bos_idx))
+    beam_one = beam_search(
+        task.model,
+        batch["src"],
+        batch["src_lens"],
+        bos=fra_eng.bos_idx,
+        eos=fra_eng.eos_idx,
+        max_len=task._decode_limit(batch["src_lens"]),
+        beam_size=1,
+        forbid=(0, fra_eng.bos_idx),
+    )
     assert greedy == beam_one
     assert any(len(row) > 0 for row in greedy)
 
@@ -91,29 +127,87 @@ def test_task_bleu_equals_sacrebleu_and_ignores_order(shared_data, in_tmp) -> No
 @pytest.mark.parametrize("model", ["transformer", "seq2seq"])
 def test_cli_print_config_fit_test_predict(shared_data, in_tmp, capsys, model) -> None:
     data = ["--data.path", str(shared_data / "fra-eng.zip"), "--data.limit_train", "2000", "--data.vocab_size", "600"]
-    small = (["--model.d_model", "32", "--model.ffn_hidden", "64", "--model.num_encoder_layers", "1", "--model.num_decoder_layers", "1"]
-             if model == "transformer" else ["--model.embed_dim", "32", "--model.hidden_size", "32", "--model.num_layers", "1"])
+    small = (
+        [
+            "--model.d_model",
+            "32",
+            "--model.ffn_hidden",
+            "64",
+            "--model.num_encoder_layers",
+            "1",
+            "--model.num_decoder_layers",
+            "1",
+        ]
+        if model == "transformer"
+        else ["--model.embed_dim", "32", "--model.hidden_size", "32", "--model.num_layers", "1"]
+    )
     with pytest.raises(SystemExit):
         main(["fit", "--model", model, *data, *small, "--print_config"])
     config = in_tmp / "config.yaml"
     config.write_text(capsys.readouterr().out)
-    main(["fit", "--config", str(config), "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "5", "--trainer.limit_val_batches", "2", *QUIET])
+    main(
+        [
+            "fit",
+            "--config",
+            str(config),
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.limit_train_batches",
+            "5",
+            "--trainer.limit_val_batches",
+            "2",
+            *QUIET,
+        ]
+    )
     run = sorted((in_tmp / "runs" / model).glob("version_*"))[-1]
     assert (run / "images" / "cross_attention_example0.png").is_file()
     ckpt = str(run / "checkpoints" / "last.ckpt")
     main(["test", "--config", str(config), "--ckpt_path", ckpt, "--trainer.limit_test_batches", "2", *QUIET])
     out = capsys.readouterr().out
     assert "test/bleu" in out and "test/bleu_greedy" in out
-    main(["predict", "--config", str(config), "--ckpt_path", ckpt, "--data.predict_texts", '["Hello.", "I am cold."]', *QUIET])
-    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines() if line.startswith(("Hello.\t", "I am cold.\t"))]
+    main(
+        [
+            "predict",
+            "--config",
+            str(config),
+            "--ckpt_path",
+            ckpt,
+            "--data.predict_texts",
+            '["Hello.", "I am cold."]',
+            *QUIET,
+        ]
+    )
+    lines = [
+        line.split("\t")
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(("Hello.\t", "I am cold.\t"))
+    ]
     assert [line[0] for line in lines] == ["Hello.", "I am cold."]
 
 
 @pytest.mark.parametrize(("texts", "message"), [('["  "]', "empty"), ('["' + "word " * 80 + '"]', "max_length")])
 def test_cli_refuses_empty_or_too_long_sentences(shared_data, in_tmp, capsys, texts, message) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["predict", "--model", "transformer", "--data.path", str(shared_data / "fra-eng.zip"), "--data.limit_train", "1000",
-              "--data.vocab_size", "600", "--model.d_model", "32", "--model.ffn_hidden", "64", "--data.predict_texts", texts, *QUIET])
+        main(
+            [
+                "predict",
+                "--model",
+                "transformer",
+                "--data.path",
+                str(shared_data / "fra-eng.zip"),
+                "--data.limit_train",
+                "1000",
+                "--data.vocab_size",
+                "600",
+                "--model.d_model",
+                "32",
+                "--model.ffn_hidden",
+                "64",
+                "--data.predict_texts",
+                texts,
+                *QUIET,
+            ]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
@@ -137,8 +231,15 @@ def test_training_step_never_waits_for_the_device_and_throughput_is_logged(fra_e
 
     task.training_step = strict_step
     logger = L.pytorch.loggers.CSVLogger(in_tmp, name="run")
-    trainer = L.Trainer(max_steps=4, logger=logger, log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0)
+    trainer = L.Trainer(
+        max_steps=4,
+        logger=logger,
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
     trainer.fit(task, datamodule=fra_eng)
     import csv
 

@@ -41,7 +41,9 @@ def test_a_one_sequence_variant_that_accepts_two_sequences_is_caught() -> None:
 
         supports_cross_attention = False
 
-    with pytest.raises(AttentionContractError, match=r"supports_cross_attention=False but accepted 5 queries over 7 keys"):
+    with pytest.raises(
+        AttentionContractError, match=r"supports_cross_attention=False but accepted 5 queries over 7 keys"
+    ):
         check_attention(Window)
 
 
@@ -209,10 +211,22 @@ class _NoCausal(_Cosine):
 @pytest.mark.parametrize(
     ("variant", "check", "message"),
     [
-        (_LeaksTheFuture, "causal", "with is_causal=True (7 queries, 7 keys), query 0 of sequence 0 changed when key/value 1, hidden from it, changed"),
-        (_IgnoresPadding, "padding", "with valid_lens of shape (B,), query 0 of sequence 2 changed when key/value 1, hidden from it, changed"),
+        (
+            _LeaksTheFuture,
+            "causal",
+            "with is_causal=True (7 queries, 7 keys), query 0 of sequence 0 changed when key/value 1, hidden from it, changed",
+        ),
+        (
+            _IgnoresPadding,
+            "padding",
+            "with valid_lens of shape (B,), query 0 of sequence 2 changed when key/value 1, hidden from it, changed",
+        ),
         (_IgnoresAttnMask, "padding", "with a boolean attn_mask, query"),
-        (_NaNWhenNothingIsVisible, "fully_masked", "a query with no visible key (valid_lens 0) gives a non-finite output"),
+        (
+            _NaNWhenNothingIsVisible,
+            "fully_masked",
+            "a query with no visible key (valid_lens 0) gives a non-finite output",
+        ),
         (_UniformWhenNothingIsVisible, "padding", "with valid_lens of shape (B, Lq), query"),
         (_UnnormalizedWeights, "weights", "must sum to 1"),
         (_HalfPrecisionOverflow, "float16", "the output in torch.float16 has NaN or inf"),
@@ -235,7 +249,9 @@ def test_broken_variants_are_caught_by_the_check_they_break(variant, check, mess
 
 def test_a_variant_declaring_no_causal_support_is_checked_for_the_rest() -> None:
     report = check_attention(_NoCausal)
-    assert "causal" not in report.passed and report.skipped == {"causal": "declares supports_causal=False (and refuses it)"}
+    assert "causal" not in report.passed and report.skipped == {
+        "causal": "declares supports_causal=False (and refuses it)"
+    }
     assert {"padding", "fully_masked", "weights", "gradients"} <= set(report.passed)
 
 
@@ -322,11 +338,23 @@ def test_a_bias_that_replaces_the_padding_mask_is_caught() -> None:
 
         def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
             if position_bias is None or need_weights:
-                return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias)
-            bias = position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(queries.dtype)
+                return super().attend(
+                    queries,
+                    keys,
+                    values,
+                    mask,
+                    is_causal=is_causal,
+                    need_weights=need_weights,
+                    position_bias=position_bias,
+                )
+            bias = position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(
+                queries.dtype
+            )
             if is_causal:
                 bias = bias.masked_fill(~with_causal(None, queries.shape[-2], keys.shape[-2]), float("-inf"))
-            return AttentionOutput(torch.nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=bias), None)
+            return AttentionOutput(
+                torch.nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=bias), None
+            )
 
     assert check_attention(BiasInsteadOfMask, dtypes=()).passed  # without a bias it is plain dot_product
     with pytest.raises(AttentionContractError, match=r"\[padding\]"):
@@ -357,7 +385,14 @@ def test_a_small_window_with_a_learned_relative_bias_keeps_the_contract() -> Non
     attention = zoo.create_attention("local", window=3, relative_bias=True)
     with torch.no_grad():
         attention.relative_bias.normal_()
-    assert check_attention(attention, dtypes=()).passed == ("shape", "padding", "causal", "fully_masked", "weights", "gradients")
+    assert check_attention(attention, dtypes=()).passed == (
+        "shape",
+        "padding",
+        "causal",
+        "fully_masked",
+        "weights",
+        "gradients",
+    )
 
 
 class _UniformOverPaddingWhenBlind(zoo.LocalAttention):
@@ -366,7 +401,9 @@ class _UniformOverPaddingWhenBlind(zoo.LocalAttention):
     weights say it read keys it cannot see."""
 
     def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
-        output, weights = super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias)
+        output, weights = super().attend(
+            queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
+        )
         if weights is not None and mask is not None:
             blind = (weights.sum(-1, keepdim=True) == 0) & mask.any(-1, keepdim=True)
             weights = torch.where(blind, 1 / keys.shape[-2], weights)
@@ -378,7 +415,9 @@ class _LeaksWeightOntoPadding(zoo.LocalAttention):
     sums to 1 (and one that sees none stays zero)."""
 
     def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
-        output, weights = super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias)
+        output, weights = super().attend(
+            queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
+        )
         if weights is not None and mask is not None:
             leaked = weights + 1e-3 * (~mask & (weights.sum(-1, keepdim=True) > 0)).to(weights.dtype)
             weights = leaked / leaked.sum(-1, keepdim=True).clamp_min(1e-12)
@@ -401,7 +440,10 @@ class _ZeroWeightsForQueryZero(_Cosine):
     [
         (_UniformOverPaddingWhenBlind, "exactly zero on keys a query cannot see"),
         (_LeaksWeightOntoPadding, "exactly zero on keys a query cannot see"),
-        (_ZeroWeightsForQueryZero, "query 0 of sequence 0 has all-zero weights, yet its output changes with the keys and values"),
+        (
+            _ZeroWeightsForQueryZero,
+            "query 0 of sequence 0 has all-zero weights, yet its output changes with the keys and values",
+        ),
     ],
 )
 def test_weights_a_window_cannot_give_are_caught(variant, message) -> None:

@@ -22,8 +22,10 @@ def _translation_codec() -> TranslationCodec:
     return TranslationCodec(SubwordTokenizer.train(TEXTS, 60), 16)
 
 
-CODECS = {"classification": (_classification_codec, lambda c, t: c.encode(t).tolist()),
-          "translation": (_translation_codec, lambda c, t: c.tokenizer.encode(t))}
+CODECS = {
+    "classification": (_classification_codec, lambda c, t: c.encode(t).tolist()),
+    "translation": (_translation_codec, lambda c, t: c.tokenizer.encode(t)),
+}
 
 
 @pytest.mark.parametrize("kind", CODECS)
@@ -43,8 +45,15 @@ def test_another_pipeline_version_is_refused(kind: str) -> None:
         type(codec).from_state_dict(state)
 
 
-@pytest.mark.parametrize(("kind", "field"), [("classification", "class_names"), ("classification", "max_length"),
-                                             ("translation", "tokenizer"), ("translation", "max_length")])
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [
+        ("classification", "class_names"),
+        ("classification", "max_length"),
+        ("translation", "tokenizer"),
+        ("translation", "max_length"),
+    ],
+)
 def test_a_missing_or_mistyped_field_is_named(kind: str, field: str) -> None:
     codec = CODECS[kind][0]()
     state = codec.state_dict()

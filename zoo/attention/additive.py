@@ -92,11 +92,21 @@ class AdditiveAttention(Attention):
     requires_equal_qk_dims: ClassVar[bool] = False
 
     def __init__(
-        self, query_size: int, key_size: int, num_hiddens: int | None = None, dropout: float = 0.0, chunk_bytes: int = 4 * 2**20
+        self,
+        query_size: int,
+        key_size: int,
+        num_hiddens: int | None = None,
+        dropout: float = 0.0,
+        chunk_bytes: int = 4 * 2**20,
     ) -> None:
         super().__init__(dropout)
         num_hiddens = num_hiddens or key_size
-        for label, size in (("query_size", query_size), ("key_size", key_size), ("num_hiddens", num_hiddens), ("chunk_bytes", chunk_bytes)):
+        for label, size in (
+            ("query_size", query_size),
+            ("key_size", key_size),
+            ("num_hiddens", num_hiddens),
+            ("chunk_bytes", chunk_bytes),
+        ):
             if not isinstance(size, int) or size <= 0:
                 raise ValueError(f"AdditiveAttention: {label} must be a positive integer, got {size!r}.")
         self.query_size, self.key_size, self.chunk_bytes = query_size, key_size, chunk_bytes

@@ -118,9 +118,7 @@ class Attention(_Capabilities, nn.Module):
 
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         """Unnormalized scores ``(*batch, Lq, Lk)``; higher means more attention."""
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement score(queries, keys), or override attend()."
-        )
+        raise NotImplementedError(f"{type(self).__name__} must implement score(queries, keys), or override attend().")
 
     def forward(
         self,
@@ -195,7 +193,9 @@ class Attention(_Capabilities, nn.Module):
             mask = with_causal(mask, queries.shape[-2], keys.shape[-2], queries.device)
         scores = self.score(queries, keys)
         if position_bias is not None:
-            scores = scores + position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(scores.dtype)
+            scores = scores + position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(
+                scores.dtype
+            )
         weights = masked_softmax(scores, mask=mask)
         output = torch.matmul(self.dropout(weights), values)
         return AttentionOutput(output, weights if need_weights else None)

@@ -54,10 +54,19 @@ class BigBirdAttention(SparsePatternAttention):
 
     supports_causal: ClassVar[bool] = False
 
-    def __init__(self, block_size: int = 64, num_random_blocks: int = 3, seed: int = 0, dropout: float = 0.0, scale: float | None = None) -> None:
+    def __init__(
+        self,
+        block_size: int = 64,
+        num_random_blocks: int = 3,
+        seed: int = 0,
+        dropout: float = 0.0,
+        scale: float | None = None,
+    ) -> None:
         super().__init__(block_size, dropout, scale)
         if not isinstance(num_random_blocks, int) or num_random_blocks < 0:
-            raise ValueError(f"BigBirdAttention: num_random_blocks must be a non-negative integer, got {num_random_blocks!r}.")
+            raise ValueError(
+                f"BigBirdAttention: num_random_blocks must be a non-negative integer, got {num_random_blocks!r}."
+            )
         self.num_random_blocks, self.seed = num_random_blocks, seed
         self._warned_exact = False
 
@@ -71,7 +80,14 @@ class BigBirdAttention(SparsePatternAttention):
         return torch.matmul(queries, keys.transpose(-2, -1)) * scale
 
     def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, is_causal: bool = False, need_weights: bool = False
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
     ) -> AttentionOutput:
         """The block-sparse pattern, or exact attention (said once) when the sequence is too short for it."""
         if math.ceil(keys.shape[-2] / self.block_size) < self.min_blocks():
@@ -113,7 +129,9 @@ class BigBirdAttention(SparsePatternAttention):
         key_block = torch.div(key_pos, self.block_size, rounding_mode="floor")
         near = (query_block - key_block).abs() <= 1
         ends = (key_block == 0) | (key_block == num_blocks - 1)
-        random = self.random_blocks(num_blocks, key_pos.device)[query_block[..., :1, :].clamp(0, num_blocks - 1)]  # (nb, 1, 1, r)
+        random = self.random_blocks(num_blocks, key_pos.device)[
+            query_block[..., :1, :].clamp(0, num_blocks - 1)
+        ]  # (nb, 1, 1, r)
         return near | ends | (random == key_block.unsqueeze(-1)).any(-1)
 
     def extra_repr(self) -> str:

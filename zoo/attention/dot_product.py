@@ -76,7 +76,9 @@ class DotProductAttention(Attention):
             if grouped:
                 groups = queries.shape[-3] // keys.shape[-3]
                 keys, values = keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)
-            return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=True, position_bias=position_bias)
+            return super().attend(
+                queries, keys, values, mask, is_causal=is_causal, need_weights=True, position_bias=position_bias
+            )
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         fused_causal = is_causal and mask is None and position_bias is None and num_queries == num_keys
         if is_causal and not fused_causal and num_queries > 1:

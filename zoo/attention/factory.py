@@ -88,7 +88,9 @@ def require_attention(
     }
 
     def fits(candidate: type[nn.Module]) -> bool:
-        return issubclass(candidate, Attention) and all(getattr(candidate, flag) for flag, need in needs.items() if need)
+        return issubclass(candidate, Attention) and all(
+            getattr(candidate, flag) for flag, need in needs.items() if need
+        )
 
     if not fits(cls):
         labels = {
@@ -100,7 +102,9 @@ def require_attention(
         if not issubclass(cls, Attention):
             reason = "it is an attention layer (it owns projections), not a scoring attention"
         else:
-            reason = "it does not support " + " or ".join(labels[f] for f, need in needs.items() if need and not getattr(cls, f))
+            reason = "it does not support " + " or ".join(
+                labels[f] for f, need in needs.items() if need and not getattr(cls, f)
+            )
         compatible = [e.name for e in ATTENTION_REGISTRY.entries() if fits(e.obj)]
         raise IncompatibleAttentionError(
             f"Attention {name!r} cannot be used by {role}: {reason}. "
@@ -109,7 +113,9 @@ def require_attention(
     return cls
 
 
-def create_scoring_attention(name: str, *, head_dim: int, num_heads: int = 1, dropout: float = 0.0, **kwargs: Any) -> Attention:
+def create_scoring_attention(
+    name: str, *, head_dim: int, num_heads: int = 1, dropout: float = 0.0, **kwargs: Any
+) -> Attention:
     """Build a scoring attention for ``num_heads`` heads of size ``head_dim``.
 
     Constructors that take ``query_size`` / ``key_size`` (like ``additive``) get ``head_dim``

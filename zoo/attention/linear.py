@@ -62,7 +62,9 @@ class LinearAttention(Attention):
 
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         """``log(phi(q) . phi(k))``: its masked softmax is the normalized kernel (quadratic path)."""
-        kernel = torch.matmul(self.features(queries, is_query=True), self.features(keys, is_query=False).transpose(-2, -1))
+        kernel = torch.matmul(
+            self.features(queries, is_query=True), self.features(keys, is_query=False).transpose(-2, -1)
+        )
         return kernel.log().to(queries.dtype)
 
     def features(self, x: Tensor, *, is_query: bool) -> Tensor:

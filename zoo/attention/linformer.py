@@ -59,7 +59,14 @@ class LinformerAttention(Attention):
         self.value_logits = nn.Parameter(torch.randn(k, max_len))  # F: softmax rows, k different poolings
 
     def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, is_causal: bool = False, need_weights: bool = False
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
     ) -> AttentionOutput:
         """Project keys and values along the sequence, then attend over the ``k`` rows."""
         num_keys = keys.shape[-2]
@@ -74,7 +81,12 @@ class LinformerAttention(Attention):
             mask = mask.unsqueeze(0)
         per_query = mask.shape[-2] > 1  # one projection per query: insert an axis for the k rows
         if per_query:
-            mask, queries, keys, values = mask.unsqueeze(-2), queries.unsqueeze(-2), keys.unsqueeze(-3), values.unsqueeze(-3)
+            mask, queries, keys, values = (
+                mask.unsqueeze(-2),
+                queries.unsqueeze(-2),
+                keys.unsqueeze(-3),
+                values.unsqueeze(-3),
+            )
         shape = (*mask.shape[:-2], self.k, num_keys)
         e = self.key_projection[:, :num_keys].to(keys.dtype) * mask  # (*, k, Lk): zero on padding
         f = masked_softmax(self.value_logits[:, :num_keys].to(values.dtype).expand(shape), mask=mask.expand(shape))

@@ -198,13 +198,17 @@ class LocalAttention(Attention):
         v = padded_v.unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
         if not need_weights:  # with dropout: the blocks are ordinary attention problems for the fused kernel
             attn_mask = keep if bias is None else torch.where(keep, bias, float("-inf"))
-            heads = F.scaled_dot_product_attention(q, k.transpose(-2, -1), v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
+            heads = F.scaled_dot_product_attention(
+                q, k.transpose(-2, -1), v, attn_mask=attn_mask, dropout_p=dropout, scale=scale
+            )
             return AttentionOutput(heads.flatten(-3, -2)[..., :num_queries, :], None)
         scores = torch.matmul(q, k) * scale
         weights = masked_softmax(scores if bias is None else scores + bias, mask=keep)  # (*batch, nb, block, span)
         output = torch.matmul(self.dropout(weights), v).flatten(-3, -2)[..., :num_queries, :]
         # out-of-range keys have weight 0, so adding them onto a clamped column changes nothing
-        dense = weights.new_zeros((*weights.shape[:-1], num_keys)).scatter_add(-1, key_index.expand_as(weights), weights)
+        dense = weights.new_zeros((*weights.shape[:-1], num_keys)).scatter_add(
+            -1, key_index.expand_as(weights), weights
+        )
         return AttentionOutput(output, dense.flatten(-3, -2)[..., :num_queries, :])
 
     def _bias_at(self, distance: Tensor, dtype: torch.dtype) -> Tensor | None:
@@ -220,5 +224,7 @@ class LocalAttention(Attention):
     def extra_repr(self) -> str:
         block = f", block_size={self.block_size}" if self.block_size is not None else ""
         scale = f", scale={self.scale}" if self.scale is not None else ""
-        relative = f", relative_bias=True, num_heads={len(self.relative_bias)}" if self.relative_bias is not None else ""
+        relative = (
+            f", relative_bias=True, num_heads={len(self.relative_bias)}" if self.relative_bias is not None else ""
+        )
         return f"window={self.window}{block}{scale}{relative}"

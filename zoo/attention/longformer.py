@@ -55,13 +55,17 @@ class LongformerAttention(SparsePatternAttention):
             raise ValueError(f"LongformerAttention: window must be a positive integer, got {window!r}.")
         super().__init__(block_size or max(1, window // 2), dropout, scale)
         positions = range(global_tokens) if isinstance(global_tokens, int) else global_tokens
-        if (isinstance(global_tokens, int) and global_tokens < 0) or any(not isinstance(p, int) or p < 0 for p in positions):
+        if (isinstance(global_tokens, int) and global_tokens < 0) or any(
+            not isinstance(p, int) or p < 0 for p in positions
+        ):
             raise ValueError(
                 f"LongformerAttention: global_tokens must be a count of leading positions or a list of "
                 f"non-negative positions, got {global_tokens!r}."
             )
         self.window, self.global_tokens = window, global_tokens
-        self.register_buffer("global_positions", torch.tensor(sorted(set(positions)), dtype=torch.long), persistent=False)
+        self.register_buffer(
+            "global_positions", torch.tensor(sorted(set(positions)), dtype=torch.long), persistent=False
+        )
 
     def _reach(self, is_causal: bool) -> tuple[int, int]:
         """Keys the window reaches before and after its query."""
@@ -73,7 +77,9 @@ class LongformerAttention(SparsePatternAttention):
     def candidates(self, blocks: Tensor, num_keys: int, is_causal: bool) -> Tensor:
         """The window around each block, and the global positions."""
         before, after = self._reach(is_causal)
-        window = blocks.unsqueeze(-1) * self.block_size + torch.arange(-before, self.block_size + after, device=blocks.device)
+        window = blocks.unsqueeze(-1) * self.block_size + torch.arange(
+            -before, self.block_size + after, device=blocks.device
+        )
         return torch.cat([window, self.global_queries(num_keys, blocks.device).expand(len(blocks), -1)], -1)
 
     def allowed(self, query_pos: Tensor, key_pos: Tensor, num_keys: int, is_causal: bool) -> Tensor:

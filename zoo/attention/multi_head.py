@@ -145,20 +145,30 @@ class HeadedAttention(AttentionLayer):
 
     def _check(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
         name = type(self).__name__
-        for label, tensor, size in (("queries", queries, self.embed_dim), ("keys", keys, self.kdim), ("values", values, self.vdim)):
+        for label, tensor, size in (
+            ("queries", queries, self.embed_dim),
+            ("keys", keys, self.kdim),
+            ("values", values, self.vdim),
+        ):
             if not isinstance(tensor, Tensor) or tensor.dim() != 3:
                 shape = tuple(tensor.shape) if isinstance(tensor, Tensor) else type(tensor).__name__
                 raise ValueError(f"{name}: {label} must have shape (batch, length, {size}); got {shape}.")
             if tensor.shape[-1] != size:
-                raise ValueError(f"{name}: {label} must have {size} features; got {tensor.shape[-1]} (shape {tuple(tensor.shape)}).")
+                raise ValueError(
+                    f"{name}: {label} must have {size} features; got {tensor.shape[-1]} (shape {tuple(tensor.shape)})."
+                )
         if not queries.shape[0] == keys.shape[0] == values.shape[0]:
             raise ValueError(
                 f"{name}: batch sizes differ: queries {queries.shape[0]}, keys {keys.shape[0]}, values {values.shape[0]}."
             )
         if keys.shape[1] != values.shape[1]:
-            raise ValueError(f"{name}: keys and values must have the same length; got {keys.shape[1]} and {values.shape[1]}.")
+            raise ValueError(
+                f"{name}: keys and values must have the same length; got {keys.shape[1]} and {values.shape[1]}."
+            )
 
-    def _layer_mask(self, queries: Tensor, keys: Tensor, valid_lens: Tensor | None, attn_mask: Tensor | None) -> Tensor | None:
+    def _layer_mask(
+        self, queries: Tensor, keys: Tensor, valid_lens: Tensor | None, attn_mask: Tensor | None
+    ) -> Tensor | None:
         """One boolean mask for all heads: broadcastable to ``(B, H, Lq, Lk)``."""
         batch, num_queries, num_keys = queries.shape[0], queries.shape[1], keys.shape[1]
         per_head = attn_mask is not None and attn_mask.dim() == 4
@@ -168,8 +178,12 @@ class HeadedAttention(AttentionLayer):
         if valid_lens is not None:
             valid_lens = validate_valid_lens(valid_lens, queries.shape[:1], num_queries, num_keys)
         mask = merge_masks(
-            queries.shape[:1], num_queries, num_keys, valid_lens=valid_lens,
-            attn_mask=None if per_head else attn_mask, device=queries.device,
+            queries.shape[:1],
+            num_queries,
+            num_keys,
+            valid_lens=valid_lens,
+            attn_mask=None if per_head else attn_mask,
+            device=queries.device,
         )
         if mask is not None:
             mask = mask.unsqueeze(-3)  # a head axis
@@ -225,7 +239,9 @@ class HeadedAttention(AttentionLayer):
             groups = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         bias = {"position_bias": self.position} if self.position is not None and self.position.kind == "bias" else {}
-        heads, weights = self.score_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights, **bias)
+        heads, weights = self.score_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights, **bias
+        )
         output = self.out_proj(heads.transpose(1, 2).flatten(-2))  # (B, H, Lq, d) -> (B, Lq, H * d)
         return AttentionOutput(output, weights)
 
@@ -263,10 +279,17 @@ class MultiHeadAttention(HeadedAttention):
     @torch.no_grad()
     def load_from_torch(self, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """Copy the weights of a ``torch.nn.MultiheadAttention`` of the same sizes into this layer."""
-        if (module.embed_dim, module.num_heads, module.kdim, module.vdim) != (self.embed_dim, self.num_heads, self.kdim, self.vdim):
+        if (module.embed_dim, module.num_heads, module.kdim, module.vdim) != (
+            self.embed_dim,
+            self.num_heads,
+            self.kdim,
+            self.vdim,
+        ):
             raise ValueError("load_from_torch: the two layers differ in embed_dim, num_heads, kdim or vdim.")
         if self.num_kv_heads != self.num_heads:
-            raise ValueError("load_from_torch: torch.nn.MultiheadAttention has no grouped key/value heads; use num_kv_heads=None.")
+            raise ValueError(
+                "load_from_torch: torch.nn.MultiheadAttention has no grouped key/value heads; use num_kv_heads=None."
+            )
         if module._qkv_same_embed_dim:
             weights = module.in_proj_weight.chunk(3)
         else:
@@ -303,8 +326,14 @@ class SelfAttention(HeadedAttention):
         position: PositionScheme | None = None,
     ) -> None:
         super().__init__(
-            embed_dim, num_heads, attention=attention, attention_kwargs=attention_kwargs,
-            dropout=dropout, bias=bias, num_kv_heads=num_kv_heads, position=position,
+            embed_dim,
+            num_heads,
+            attention=attention,
+            attention_kwargs=attention_kwargs,
+            dropout=dropout,
+            bias=bias,
+            num_kv_heads=num_kv_heads,
+            position=position,
         )
 
     def forward(
@@ -343,8 +372,15 @@ class CrossAttention(HeadedAttention):
     ) -> None:
         require_attention(attention, cross=True, role="cross-attention (queries and keys from two sequences)")
         super().__init__(
-            embed_dim, num_heads, kdim=memory_dim, vdim=memory_dim, attention=attention,
-            attention_kwargs=attention_kwargs, dropout=dropout, bias=bias, num_kv_heads=num_kv_heads,
+            embed_dim,
+            num_heads,
+            kdim=memory_dim,
+            vdim=memory_dim,
+            attention=attention,
+            attention_kwargs=attention_kwargs,
+            dropout=dropout,
+            bias=bias,
+            num_kv_heads=num_kv_heads,
         )
 
     def forward(
@@ -360,4 +396,3 @@ class CrossAttention(HeadedAttention):
         """``x``: ``(B, Lq, embed_dim)``; ``memory``: ``(B, Lk, memory_dim)``;
         ``memory_valid_lens``: ``(B,)`` or ``(B, Lq)`` valid memory positions."""
         return self.attend_heads(x, memory, memory, memory_valid_lens, attn_mask, is_causal, need_weights)
-

@@ -102,7 +102,14 @@ class SparsePatternAttention(Attention):
         return valid_lens
 
     def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, is_causal: bool = False, need_weights: bool = False
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
     ) -> AttentionOutput:
         """Blockwise attention over each block's candidate keys, then the dense global rows."""
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
@@ -134,7 +141,9 @@ class SparsePatternAttention(Attention):
             weights = masked_softmax(torch.matmul(q, k.transpose(-2, -1)) * scale, mask=keep)  # (*batch, nb, block, S)
             output = torch.matmul(self.dropout(weights), v)
             # candidates that are not kept have weight 0, so adding them onto a clamped column changes nothing
-            dense = weights.new_zeros((*weights.shape[:-1], num_keys)).scatter_add(-1, key_index.expand_as(weights), weights)
+            dense = weights.new_zeros((*weights.shape[:-1], num_keys)).scatter_add(
+                -1, key_index.expand_as(weights), weights
+            )
             dense = dense.flatten(-3, -2)[..., lead : lead + num_queries, :]
         else:
             dropout = self.dropout.p if self.training else 0.0
@@ -143,12 +152,23 @@ class SparsePatternAttention(Attention):
         output = output.flatten(-3, -2)[..., lead : lead + num_queries, :]
         rows = self.global_queries(num_keys, device)
         if rows is not None:
-            output, dense = self._global_rows(queries, keys, values, mask, rows - offset, offset, is_causal, scale, output, dense)
+            output, dense = self._global_rows(
+                queries, keys, values, mask, rows - offset, offset, is_causal, scale, output, dense
+            )
         return AttentionOutput(output, dense)
 
     def _global_rows(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, rows: Tensor, offset: int,
-        is_causal: bool, scale: float, output: Tensor, dense: Tensor | None,
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        rows: Tensor,
+        offset: int,
+        is_causal: bool,
+        scale: float,
+        output: Tensor,
+        dense: Tensor | None,
     ) -> tuple[Tensor, Tensor | None]:
         """Recompute the rows of global queries over every key (``O(g L)``) and put them in place."""
         rows = rows[(rows >= 0) & (rows < queries.shape[-2])]

@@ -88,7 +88,11 @@ class PerformerAttention(LinearAttention):
         super().__init__(chunk_size)
         if num_features is None:
             num_features = max(query_size, round(query_size * math.log(query_size)))
-        for label, value in (("query_size", query_size), ("num_features", num_features), ("redraw_interval", redraw_interval)):
+        for label, value in (
+            ("query_size", query_size),
+            ("num_features", num_features),
+            ("redraw_interval", redraw_interval),
+        ):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"PerformerAttention: {label} must be a positive integer, got {value!r}.")
         self.query_size = self.key_size = query_size
@@ -125,7 +129,16 @@ class PerformerAttention(LinearAttention):
                 f"{self.query_size}, got {query_dim}. Build it with query_size={query_dim}."
             )
 
-    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, is_causal: bool = False, need_weights: bool = False) -> AttentionOutput:
+    def attend(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
         """Linear attention over the random features; counts training calls for the redraw first."""
         if self.training and self.redraw_interval is not None:
             self.calls += 1

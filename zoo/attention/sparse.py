@@ -40,10 +40,14 @@ class FixedSparseAttention(SparsePatternAttention):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
-    def __init__(self, block_size: int = 128, summary: int = 1, dropout: float = 0.0, scale: float | None = None) -> None:
+    def __init__(
+        self, block_size: int = 128, summary: int = 1, dropout: float = 0.0, scale: float | None = None
+    ) -> None:
         super().__init__(block_size, dropout, scale)
         if not isinstance(summary, int) or not 1 <= summary <= block_size:
-            raise ValueError(f"FixedSparseAttention: summary must be an integer in [1, block_size={block_size}], got {summary!r}.")
+            raise ValueError(
+                f"FixedSparseAttention: summary must be an integer in [1, block_size={block_size}], got {summary!r}."
+            )
         self.summary = summary
 
     def candidates(self, blocks: Tensor, num_keys: int, is_causal: bool) -> Tensor:
@@ -55,7 +59,9 @@ class FixedSparseAttention(SparsePatternAttention):
         return torch.cat([own, summaries.expand(len(blocks), -1)], -1)
 
     def allowed(self, query_pos: Tensor, key_pos: Tensor, num_keys: int, is_causal: bool) -> Tensor:
-        same_block = torch.div(query_pos, self.block_size, rounding_mode="floor") == torch.div(key_pos, self.block_size, rounding_mode="floor")
+        same_block = torch.div(query_pos, self.block_size, rounding_mode="floor") == torch.div(
+            key_pos, self.block_size, rounding_mode="floor"
+        )
         return same_block | (key_pos % self.block_size >= self.block_size - self.summary)
 
     def extra_repr(self) -> str:

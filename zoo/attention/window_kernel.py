@@ -53,10 +53,22 @@ class WindowAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, keep: Tensor, bias: Tensor | None, block: int, span: int, scale: float) -> Tensor:
+    def forward(
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        keep: Tensor,
+        bias: Tensor | None,
+        block: int,
+        span: int,
+        scale: float,
+    ) -> Tensor:
         compute = torch.promote_types(q.dtype, torch.float32)
         qb = q.to(compute).unflatten(-2, (-1, block))
-        weights, lse = _weights(qb, _windows(k.to(compute), span, block), keep, None if bias is None else bias.to(compute), scale)
+        weights, lse = _weights(
+            qb, _windows(k.to(compute), span, block), keep, None if bias is None else bias.to(compute), scale
+        )
         out = torch.matmul(weights, _windows(v.to(compute), span, block))  # (*batch, nb, block, dv)
         ctx.save_for_backward(q, k, v, keep, bias, out, lse)
         ctx.block, ctx.span, ctx.scale = block, span, scale
@@ -77,7 +89,9 @@ class WindowAttention(torch.autograd.Function):
         d_out = grad_out.to(compute).unflatten(-2, (-1, block))
         d_scores = weights * (torch.matmul(d_out, vw.transpose(-2, -1)) - (d_out * out).sum(-1, keepdim=True))
         grad_q = (torch.matmul(d_scores, kw) * scale).flatten(-3, -2)
-        positions = (torch.arange(kw.shape[-3], device=q.device).unsqueeze(-1) * block + torch.arange(span, device=q.device)).flatten()
+        positions = (
+            torch.arange(kw.shape[-3], device=q.device).unsqueeze(-1) * block + torch.arange(span, device=q.device)
+        ).flatten()
         grad_k = _sum_windows(torch.matmul(d_scores.transpose(-2, -1), qb) * scale, positions, k.shape[-2])
         grad_v = _sum_windows(torch.matmul(weights.transpose(-2, -1), d_out), positions, v.shape[-2])
         grad_bias = None if bias is None or not ctx.needs_input_grad[4] else _sum_to(d_scores, bias)
@@ -97,6 +111,8 @@ def _sum_to(grad: Tensor, like: Tensor) -> Tensor:
     return grad.sum_to_size(like.shape).to(like.dtype)
 
 
-def window_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor, bias: Tensor | None, *, block: int, span: int, scale: float) -> Tensor:
+def window_attention(
+    q: Tensor, k: Tensor, v: Tensor, keep: Tensor, bias: Tensor | None, *, block: int, span: int, scale: float
+) -> Tensor:
     """:class:`WindowAttention` with keyword arguments (see there)."""
     return WindowAttention.apply(q, k, v, keep, bias, block, span, scale)

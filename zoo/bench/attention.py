@@ -105,7 +105,10 @@ def _valid_lens(config: AttentionBenchConfig, length: int, generator: torch.Gene
     return torch.randint(max(length // 2, 1), length + 1, (config.batch,), generator=generator)
 
 
-def _layer_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module], call: Callable[[nn.Module, Tensor, Tensor, bool], Tensor]):
+def _layer_workload(
+    module_factory: Callable[[AttentionBenchConfig], nn.Module],
+    call: Callable[[nn.Module, Tensor, Tensor, bool], Tensor],
+):
     """A layer case: self-attention over ``x`` with a padding mask given as valid lengths (or none)."""
 
     def build(config: AttentionBenchConfig, length: int, device: torch.device) -> Workload:
@@ -130,7 +133,11 @@ def _scoring_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module
         shape = (config.batch, config.heads, length, config.head_dim)
         q, k, v = (torch.randn(shape, generator=generator).to(device).requires_grad_() for _ in range(3))
         lens = _valid_lens(config, length, generator)
-        mask = None if lens is None else (torch.arange(length, device=device) < lens.to(device).unsqueeze(-1))[:, None, None, :]
+        mask = (
+            None
+            if lens is None
+            else (torch.arange(length, device=device) < lens.to(device).unsqueeze(-1))[:, None, None, :]
+        )
         if isinstance(module, BroadcastAdditive):
             mask = torch.ones(1, 1, 1, length, dtype=torch.bool, device=device) if mask is None else mask
             forward = lambda: module(q, k, v, mask, config.causal)  # noqa: E731
@@ -144,22 +151,62 @@ def _scoring_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module
 def attention_cases() -> list[Case]:
     """Every case, references first, then the registered scoring attentions by name."""
     cases = [
-        Case("floor", "layer", "4 nn.Linear + F.scaled_dot_product_attention", None,
-             _layer_workload(lambda c: SDPAFloor(c.d_model, c.heads), lambda m, x, lens, causal: m(x, lens, causal))),
-        Case("explicit", "layer", "4 nn.Linear + explicit masked softmax (the notes' formulation)", "floor",
-             _layer_workload(lambda c: ExplicitMultiHead(c.d_model, c.heads), lambda m, x, lens, causal: m(x, lens, causal))),
-        Case("torch_mha", "layer", "torch.nn.MultiheadAttention with a key padding mask", "floor",
-             _layer_workload(lambda c: TorchMultiHead(c.d_model, c.heads), lambda m, x, lens, causal: m(x, lens, causal))),
-        Case("multi_head", "layer", "zoo multi_head (dot_product per head)", "floor",
-             _layer_workload(lambda c: MultiHeadAttention(c.d_model, c.heads),
-                             lambda m, x, lens, causal: m(x, x, x, lens, is_causal=causal).output)),
+        Case(
+            "floor",
+            "layer",
+            "4 nn.Linear + F.scaled_dot_product_attention",
+            None,
+            _layer_workload(lambda c: SDPAFloor(c.d_model, c.heads), lambda m, x, lens, causal: m(x, lens, causal)),
+        ),
+        Case(
+            "explicit",
+            "layer",
+            "4 nn.Linear + explicit masked softmax (the notes' formulation)",
+            "floor",
+            _layer_workload(
+                lambda c: ExplicitMultiHead(c.d_model, c.heads), lambda m, x, lens, causal: m(x, lens, causal)
+            ),
+        ),
+        Case(
+            "torch_mha",
+            "layer",
+            "torch.nn.MultiheadAttention with a key padding mask",
+            "floor",
+            _layer_workload(
+                lambda c: TorchMultiHead(c.d_model, c.heads), lambda m, x, lens, causal: m(x, lens, causal)
+            ),
+        ),
+        Case(
+            "multi_head",
+            "layer",
+            "zoo multi_head (dot_product per head)",
+            "floor",
+            _layer_workload(
+                lambda c: MultiHeadAttention(c.d_model, c.heads),
+                lambda m, x, lens, causal: m(x, x, x, lens, is_causal=causal).output,
+            ),
+        ),
     ]
     for name in scoring_names():
         baseline = {"additive": "additive_broadcast", "dot_product": None}.get(name, "dot_product")
-        cases.append(Case(name, "scoring", f"zoo scoring attention {name!r} per head", baseline,
-                          _scoring_workload(lambda c, name=name: create_scoring_attention(name, head_dim=c.head_dim))))
-    cases.append(Case("additive_broadcast", "scoring", "additive scores with the whole (B, H, L, L, hidden) tensor", None,
-                      _scoring_workload(lambda c: BroadcastAdditive(c.head_dim, c.head_dim, c.head_dim))))
+        cases.append(
+            Case(
+                name,
+                "scoring",
+                f"zoo scoring attention {name!r} per head",
+                baseline,
+                _scoring_workload(lambda c, name=name: create_scoring_attention(name, head_dim=c.head_dim)),
+            )
+        )
+    cases.append(
+        Case(
+            "additive_broadcast",
+            "scoring",
+            "additive scores with the whole (B, H, L, L, hidden) tensor",
+            None,
+            _scoring_workload(lambda c: BroadcastAdditive(c.head_dim, c.head_dim, c.head_dim)),
+        )
+    )
     return cases
 
 
@@ -173,22 +220,29 @@ def _is_out_of_memory(error: BaseException) -> bool:
 def _measure(case: Case, config: AttentionBenchConfig, length: int, device: torch.device) -> dict[str, Any]:
     """One case at one length: ``{"length", "status", "time_ms", "peak_memory_mib"}``."""
     workload = case.build(config, length, device)
-    timing = time_call(workload.step, warmup=config.warmup, repeats=config.repeats,
-                       reset=workload.reset, time_limit=config.time_limit)
+    timing = time_call(
+        workload.step, warmup=config.warmup, repeats=config.repeats, reset=workload.reset, time_limit=config.time_limit
+    )
     result: dict[str, Any] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
     if config.memory:
         result["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
     return result
 
 
-def run_attention_bench(config: AttentionBenchConfig, device: torch.device, patterns: list[str]) -> list[dict[str, Any]]:
+def run_attention_bench(
+    config: AttentionBenchConfig, device: torch.device, patterns: list[str]
+) -> list[dict[str, Any]]:
     """Measure every case whose name matches one of ``patterns``; one record per case."""
     cases = [c for c in attention_cases() if any(fnmatchcase(c.name, p) for p in patterns)]
     if not cases:
         names = ", ".join(c.name for c in attention_cases())
         raise ValueError(f"No benchmark case matches {patterns}; the cases are: {names}.")
     if config.causal:  # a variant that declares it is not causal (linformer, bigbird) is left out, not failed
-        causal = [c for c in cases if c.kind != "scoring" or c.name == "additive_broadcast" or get_attention(c.name).supports_causal]
+        causal = [
+            c
+            for c in cases
+            if c.kind != "scoring" or c.name == "additive_broadcast" or get_attention(c.name).supports_causal
+        ]
         for case in (c for c in cases if c not in causal):
             print(f"  {case.name}: left out (declares supports_causal=False)", file=sys.stderr, flush=True)
         cases = causal
@@ -215,7 +269,9 @@ def run_attention_bench(config: AttentionBenchConfig, device: torch.device, patt
             print(f"  {case.name} L={length}: {_cell(results[-1])}", file=sys.stderr, flush=True)
         ok = [r for r in results if r["status"] == "ok"]
         exponent = growth_exponent([r["length"] for r in ok], [r["time_ms"]["median"] for r in ok])
-        records.append({**{k: v for k, v in asdict(case).items() if k != "build"}, "growth_exponent": exponent, "results": results})
+        records.append(
+            {**{k: v for k, v in asdict(case).items() if k != "build"}, "growth_exponent": exponent, "results": results}
+        )
     return records
 
 
@@ -243,10 +299,19 @@ def attention_tables(records: list[dict[str, Any]], lengths: list[int]) -> str:
     def at(record: dict[str, Any] | None, length: int) -> dict[str, Any] | None:
         return None if record is None else next((r for r in record["results"] if r["length"] == length), None)
 
-    time_rows = [[r["name"], r["kind"], *(_cell(at(r, n)) for n in lengths),
-                  "-" if r["growth_exponent"] is None else f"{r['growth_exponent']:.2f}"] for r in records]
-    memory_rows = [[r["name"], *(f"{at(r, n)['peak_memory_mib']:.1f}" if "peak_memory_mib" in at(r, n) else "-" for n in lengths)]
-                   for r in records]
+    time_rows = [
+        [
+            r["name"],
+            r["kind"],
+            *(_cell(at(r, n)) for n in lengths),
+            "-" if r["growth_exponent"] is None else f"{r['growth_exponent']:.2f}",
+        ]
+        for r in records
+    ]
+    memory_rows = [
+        [r["name"], *(f"{at(r, n)['peak_memory_mib']:.1f}" if "peak_memory_mib" in at(r, n) else "-" for n in lengths)]
+        for r in records
+    ]
     ratio_rows = []
     for record in records:
         baseline = by_name.get(record["baseline"] or "")
@@ -259,8 +324,12 @@ def attention_tables(records: list[dict[str, Any]], lengths: list[int]) -> str:
             cells.append(" / ".join("-" if x is None else f"{x:.2f}x" for x in (time_ratio, memory_ratio)))
         ratio_rows.append([record["name"], baseline["name"], *cells])
     headers = [f"L={n}" for n in lengths]
-    return "\n\n".join([
-        "Forward+backward time, median [quartiles]:\n\n" + markdown_table(["case", "kind", *headers, "exponent"], time_rows),
-        "Peak memory above the inputs (MiB):\n\n" + markdown_table(["case", *headers], memory_rows),
-        "Against the baseline (time / peak memory):\n\n" + markdown_table(["case", "baseline", *headers], ratio_rows),
-    ])
+    return "\n\n".join(
+        [
+            "Forward+backward time, median [quartiles]:\n\n"
+            + markdown_table(["case", "kind", *headers, "exponent"], time_rows),
+            "Peak memory above the inputs (MiB):\n\n" + markdown_table(["case", *headers], memory_rows),
+            "Against the baseline (time / peak memory):\n\n"
+            + markdown_table(["case", "baseline", *headers], ratio_rows),
+        ]
+    )

@@ -53,7 +53,10 @@ class SDPAFloor(_FourLinear):
     """Four ``nn.Linear`` + ``F.scaled_dot_product_attention``: the least a layer can do."""
 
     def forward(self, x: Tensor, valid_lens: Tensor | None, is_causal: bool = False) -> Tensor:
-        q, k, v = (proj(x).unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (
+            proj(x).unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        )
         if valid_lens is None:  # "4 nn.Linear + SDPA(is_causal=True)"
             heads = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
             return self.out_proj(heads.transpose(1, 2).flatten(-2))
@@ -93,7 +96,9 @@ class TorchMultiHead(nn.Module):
     def forward(self, x: Tensor, valid_lens: Tensor | None, is_causal: bool = False) -> Tensor:
         future = ~_lower_triangle(x.shape[1], x.device) if is_causal else None  # True = may not attend
         padding = None if valid_lens is None else ~_padding(valid_lens, x)
-        output, _ = self.attention(x, x, x, key_padding_mask=padding, attn_mask=future, need_weights=False, is_causal=is_causal)
+        output, _ = self.attention(
+            x, x, x, key_padding_mask=padding, attn_mask=future, need_weights=False, is_causal=is_causal
+        )
         return output
 
 
@@ -106,7 +111,9 @@ class BroadcastAdditive(nn.Module):
         self.key_proj = nn.Linear(key_size, num_hiddens, bias=False)
         self.score_proj = nn.Linear(num_hiddens, 1, bias=False)
 
-    def forward(self, queries: Tensor, keys: Tensor, values: Tensor, attn_mask: Tensor, is_causal: bool = False) -> Tensor:
+    def forward(
+        self, queries: Tensor, keys: Tensor, values: Tensor, attn_mask: Tensor, is_causal: bool = False
+    ) -> Tensor:
         features = torch.tanh(self.query_proj(queries).unsqueeze(-2) + self.key_proj(keys).unsqueeze(-3))
         scores = self.score_proj(features).squeeze(-1)  # (*batch, Lq, Lk)
         if is_causal:

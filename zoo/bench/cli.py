@@ -16,8 +16,8 @@ from zoo.bench.attention import AttentionBenchConfig, attention_cases, attention
 from zoo.bench.decode import DecodeBenchConfig, decode_table, run_decode_bench
 from zoo.bench.measure import resolve_device
 from zoo.bench.report import environment, plot_growth, write_json
-from zoo.bench.translation import TranslationSetup
 from zoo.bench.train import TrainBenchConfig, run_train_bench, train_table
+from zoo.bench.translation import TranslationSetup
 from zoo.errors import ZooError
 
 __all__ = ["main", "parser"]
@@ -34,10 +34,14 @@ def _common(sub: argparse.ArgumentParser, name: str) -> None:
 def _translation(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--model", default="transformer", help="registered translation model (transformer, seq2seq)")
     sub.add_argument("--data-path", default=None, help="local fra-eng.zip or fra.txt (default: download and cache)")
-    sub.add_argument("--vocab-size", type=int, default=None, help="joint BPE vocabulary size (default: the model's config)")
+    sub.add_argument(
+        "--vocab-size", type=int, default=None, help="joint BPE vocabulary size (default: the model's config)"
+    )
     sub.add_argument("--limit-train", type=int, default=None, help="use only N training pairs (quick runs)")
     sub.add_argument("--attention", default=None, help="registered scoring attention (default: the model's)")
-    sub.add_argument("--model-kwargs", type=json.loads, default={}, help="JSON of model arguments over the defaults of zoo fit")
+    sub.add_argument(
+        "--model-kwargs", type=json.loads, default={}, help="JSON of model arguments over the defaults of zoo fit"
+    )
     sub.add_argument("--compile", action="store_true", help="torch.compile the model (--model.torch_compile)")
 
 
@@ -52,15 +56,22 @@ def parser() -> argparse.ArgumentParser:
     attention.add_argument("--d-model", type=int, default=256)
     attention.add_argument("--heads", type=int, default=8)
     attention.add_argument("--causal", action="store_true", help="causal masking on top of the padding mask")
-    attention.add_argument("--no-padding", action="store_true",
-                           help="no padding mask (causal: the floor is 4 nn.Linear + SDPA(is_causal=True))")
+    attention.add_argument(
+        "--no-padding",
+        action="store_true",
+        help="no padding mask (causal: the floor is 4 nn.Linear + SDPA(is_causal=True))",
+    )
     attention.add_argument("--cases", nargs="+", default=["*"], help="case names or wildcards (default: all)")
     attention.add_argument("--warmup", type=int, default=2)
     attention.add_argument("--repeats", type=int, default=10)
-    attention.add_argument("--time-limit", type=float, default=60.0, help="seconds per call before longer lengths are skipped")
+    attention.add_argument(
+        "--time-limit", type=float, default=60.0, help="seconds per call before longer lengths are skipped"
+    )
     attention.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     attention.add_argument("--seed", type=int, default=0)
-    attention.add_argument("--plot", type=Path, default=DEFAULT_DIR / "attention.png", help="log-log plot of time against length")
+    attention.add_argument(
+        "--plot", type=Path, default=DEFAULT_DIR / "attention.png", help="log-log plot of time against length"
+    )
     _common(attention, "attention")
 
     train = subs.add_parser("train", help="training tokens per second through the Lightning trainer")
@@ -80,8 +91,13 @@ def parser() -> argparse.ArgumentParser:
     decode.add_argument("--warmup", type=int, default=1)
     decode.add_argument("--repeats", type=int, default=3)
     decode.add_argument("--ckpt", default=None, help="decode with a checkpoint's weights (default: random ones)")
-    decode.add_argument("--num-kv-heads", type=int, nargs="+", default=None,
-                        help="key/value head counts to compare, one model each (grouped-query attention; default: the model's)")
+    decode.add_argument(
+        "--num-kv-heads",
+        type=int,
+        nargs="+",
+        default=None,
+        help="key/value head counts to compare, one model each (grouped-query attention; default: the model's)",
+    )
     _common(decode, "decode")
     return root
 
@@ -125,18 +141,35 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         series = {}
         for record in records:
             ok = [r for r in record["results"] if r["status"] == "ok"]
-            series[record["name"]] = ([r["length"] for r in ok], [r["time_ms"]["median"] for r in ok], record["growth_exponent"])
-        title = f"batch {config.batch}, d_model {config.d_model}, {config.heads} heads, {device}" + (", causal" if config.causal else "") + ("" if config.padding else ", no padding")
+            series[record["name"]] = (
+                [r["length"] for r in ok],
+                [r["time_ms"]["median"] for r in ok],
+                record["growth_exponent"],
+            )
+        title = (
+            f"batch {config.batch}, d_model {config.d_model}, {config.heads} heads, {device}"
+            + (", causal" if config.causal else "")
+            + ("" if config.padding else ", no padding")
+        )
         print(f"\nplot: {plot_growth(series, args.plot, title)}")
     elif args.benchmark == "train":
-        setup, config = _translation_setup(args), TrainBenchConfig(steps=args.steps, warmup=args.warmup, precision=args.precision)
+        setup, config = (
+            _translation_setup(args),
+            TrainBenchConfig(steps=args.steps, warmup=args.warmup, precision=args.precision),
+        )
         result = run_train_bench(setup, config, device)
         payload |= {"config": {**vars(setup), **vars(config)}, "result": result}
         print(train_table(setup, result))
     else:
         setup = _translation_setup(args)
-        config = DecodeBenchConfig(sentences=args.sentences, tokens=args.tokens, beam_size=args.beam_size,
-                                   warmup=args.warmup, repeats=args.repeats, checkpoint=args.ckpt)
+        config = DecodeBenchConfig(
+            sentences=args.sentences,
+            tokens=args.tokens,
+            beam_size=args.beam_size,
+            warmup=args.warmup,
+            repeats=args.repeats,
+            checkpoint=args.ckpt,
+        )
         results = []
         for kv_heads in args.num_kv_heads or [None]:
             kwargs = setup.model_kwargs if kv_heads is None else {**setup.model_kwargs, "num_kv_heads": kv_heads}

@@ -78,7 +78,12 @@ def run_decode_bench(setup: TranslationSetup, config: DecodeBenchConfig, device:
     task, data = build(setup, checkpoint=config.checkpoint)
     model = task.model.to(device).eval()
     batches = _sources(data, config.sentences, device)
-    limits = {"bos": data.bos_idx, "eos": data.eos_idx, "max_len": config.tokens, "forbid": (data.padding_idx, data.bos_idx, data.eos_idx)}
+    limits = {
+        "bos": data.bos_idx,
+        "eos": data.eos_idx,
+        "max_len": config.tokens,
+        "forbid": (data.padding_idx, data.bos_idx, data.eos_idx),
+    }
 
     def decode_all() -> None:
         for src, src_lens in batches:
@@ -87,7 +92,9 @@ def run_decode_bench(setup: TranslationSetup, config: DecodeBenchConfig, device:
             else:
                 outputs = beam_search(model, src, src_lens, beam_size=config.beam_size, alpha=0.0, **limits)
             if any(len(row) != config.tokens for row in outputs):
-                raise RuntimeError(f"bench decode expected {config.tokens} tokens per sentence; the model stopped early.")
+                raise RuntimeError(
+                    f"bench decode expected {config.tokens} tokens per sentence; the model stopped early."
+                )
 
     modes = [("cached", True), ("uncached", False)] if hasattr(model, "use_cache") else [("default", None)]
     cache = kv_cache_bytes(model, *batches[0], bos=data.bos_idx, steps=config.tokens)
@@ -114,12 +121,36 @@ def decode_table(setup: TranslationSetup, config: DecodeBenchConfig, results: li
     of the same model, and the cache size."""
     rows = []
     for r in results:
-        base = next((b for b in results if b["mode"] == "uncached" and b.get("num_kv_heads") == r.get("num_kv_heads")), None)
+        base = next(
+            (b for b in results if b["mode"] == "uncached" and b.get("num_kv_heads") == r.get("num_kv_heads")), None
+        )
         low, high = r["sentences_per_second_quartiles"]
         speedup = f"{r['sentences_per_second'] / base['sentences_per_second']:.2f}x" if base else "-"
         cache = r.get("kv_cache_bytes_per_sentence")
-        rows.append([setup.model, r["mode"], r.get("num_kv_heads") or "-", config.sentences, config.tokens, config.beam_size,
-                     f"{r['sentences_per_second']:.1f} [{low:.1f}-{high:.1f}]", f"{r['tokens_per_second']:.0f}", speedup,
-                     "-" if cache is None else f"{cache / 1024:.1f}"])
-    headers = ["model", "mode", "kv heads", "sentences", "tokens", "beam", "sentences/s [quartiles]", "tokens/s", "vs uncached", "cache KiB/sentence"]
+        rows.append(
+            [
+                setup.model,
+                r["mode"],
+                r.get("num_kv_heads") or "-",
+                config.sentences,
+                config.tokens,
+                config.beam_size,
+                f"{r['sentences_per_second']:.1f} [{low:.1f}-{high:.1f}]",
+                f"{r['tokens_per_second']:.0f}",
+                speedup,
+                "-" if cache is None else f"{cache / 1024:.1f}",
+            ]
+        )
+    headers = [
+        "model",
+        "mode",
+        "kv heads",
+        "sentences",
+        "tokens",
+        "beam",
+        "sentences/s [quartiles]",
+        "tokens/s",
+        "vs uncached",
+        "cache KiB/sentence",
+    ]
     return markdown_table(headers, rows)

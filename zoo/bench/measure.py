@@ -90,7 +90,9 @@ def time_call(
         TooSlow: a call (warm-up or timed) took longer than ``time_limit`` seconds.
     """
     timer = Timer(
-        stmt="fn()", setup="reset()" if reset is not None else "pass", globals={"fn": fn, "reset": reset},
+        stmt="fn()",
+        setup="reset()" if reset is not None else "pass",
+        globals={"fn": fn, "reset": reset},
         num_threads=torch.get_num_threads(),  # Timer's default is one thread; keep the benchmark's
     )
     samples = []
@@ -116,7 +118,9 @@ def peak_memory(fn: Callable[[], object], *, device: torch.device, reset: Callab
         return torch.cuda.max_memory_allocated(device) - before
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns())
+    events = sorted(
+        (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns()
+    )
     held = peak = 0
     for event in events:
         held += event.nbytes()  # positive: allocated, negative: released

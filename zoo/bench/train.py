@@ -42,7 +42,9 @@ class StepClock(L.Callback):
         self.tokens: list[int] = []
         self.padding: list[float] = []
 
-    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         synchronize(self.device)
         self.ends.append(time.perf_counter())
         self.tokens.append(int(batch["tgt_lens"].sum()))
@@ -52,7 +54,9 @@ class StepClock(L.Callback):
 def run_train_bench(setup: TranslationSetup, config: TrainBenchConfig, device: torch.device) -> dict[str, Any]:
     """Train ``warmup + steps`` steps and summarize the last ``steps``."""
     if config.warmup < 1 or config.steps < 1:
-        raise ValueError("bench train needs at least one warm-up step (the first measured step starts where it ends) and one step.")
+        raise ValueError(
+            "bench train needs at least one warm-up step (the first measured step starts where it ends) and one step."
+        )
     task, data = build(setup)
     clock = StepClock(device)
     trainer = L.Trainer(
@@ -79,8 +83,26 @@ def run_train_bench(setup: TranslationSetup, config: TrainBenchConfig, device: t
 def train_table(setup: TranslationSetup, result: dict[str, Any]) -> str:
     rate = result["step_tokens_per_second"]
     return markdown_table(
-        ["model", "attention", "batch", "steps", "target tokens/s", "per step: median [quartiles]", "step ms", "padding"],
-        [[setup.model, setup.attention or "(model default)", result["batch"], result["steps"], f"{result['tokens_per_second']:.0f}",
-          f"{rate['median']:.0f} [{rate['q1']:.0f}-{rate['q3']:.0f}]", f"{result['step_time_ms']['median']:.1f}",
-          f"{result['padding_fraction']:.3f}"]],
+        [
+            "model",
+            "attention",
+            "batch",
+            "steps",
+            "target tokens/s",
+            "per step: median [quartiles]",
+            "step ms",
+            "padding",
+        ],
+        [
+            [
+                setup.model,
+                setup.attention or "(model default)",
+                result["batch"],
+                result["steps"],
+                f"{result['tokens_per_second']:.0f}",
+                f"{rate['median']:.0f} [{rate['q1']:.0f}-{rate['q3']:.0f}]",
+                f"{result['step_time_ms']['median']:.1f}",
+                f"{result['padding_fraction']:.3f}",
+            ]
+        ],
     )

@@ -35,8 +35,13 @@ class TranslationSetup:
 def cli_arguments(setup: TranslationSetup) -> list[str]:
     """The ``python -m zoo`` flags that build ``setup``'s model and data."""
     args = ["--model", setup.model, "--model.heatmap_examples", "0", "--trainer.logger", "false"]
-    for flag, value in (("--data.path", setup.data_path), ("--data.batch_size", setup.batch), ("--data.vocab_size", setup.vocab_size),
-                        ("--data.limit_train", setup.limit_train), ("--model.attention", setup.attention)):
+    for flag, value in (
+        ("--data.path", setup.data_path),
+        ("--data.batch_size", setup.batch),
+        ("--data.vocab_size", setup.vocab_size),
+        ("--data.limit_train", setup.limit_train),
+        ("--model.attention", setup.attention),
+    ):
         if value is not None:
             args += [flag, str(value)]
     for name, value in setup.model_kwargs.items():
@@ -53,7 +58,9 @@ def build(setup: TranslationSetup, checkpoint: str | None = None) -> tuple[Trans
     task_class = MODEL_REGISTRY.get(setup.model)
     if not issubclass(task_class, TranslationTask):
         translation = [e.name for e in MODEL_REGISTRY.entries() if issubclass(e.obj, TranslationTask)]
-        raise ConfigurationError(f"Model {setup.model!r} is not a translation model; these are: {', '.join(translation)}.")
+        raise ConfigurationError(
+            f"Model {setup.model!r} is not a translation model; these are: {', '.join(translation)}."
+        )
     from zoo.cli import ZooCLI  # the CLI imports every part of the zoo; the benchmarks only when they run
 
     cli = ZooCLI(args=cli_arguments(setup), run=False)

@@ -27,7 +27,10 @@ __all__ = ["main", "parser"]
 def parser() -> argparse.ArgumentParser:
     """compare's own options; everything else is a ``fit`` argument."""
     root = argparse.ArgumentParser(
-        prog="python -m zoo compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+        prog="python -m zoo compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     root.add_argument(
         "--grid", action="append", default=[], metavar="KEY=V1,V2",
@@ -37,13 +40,29 @@ def parser() -> argparse.ArgumentParser:
         "--seeds", type=int, default=1,
         help="runs per combination, seeds 0..N-1 (--seed_everything, and --data.seed where the data has one)",
     )  # fmt: skip
-    root.add_argument("--budget", default=None, help="training length of each run: 500steps, 2epochs, 90s, 5min, 1.5h (default: the config's)")
+    root.add_argument(
+        "--budget",
+        default=None,
+        help="training length of each run: 500steps, 2epochs, 90s, 5min, 1.5h (default: the config's)",
+    )
     root.add_argument("--parallel", type=int, default=1, help="runs at once; the cores are split between them")
-    root.add_argument("--out", type=Path, default=Path("runs/compare"), help="records, runs and report (reuse to resume)")
-    root.add_argument("--baseline", default=None, help="the combination paired differences are taken against (default: the first)")
-    root.add_argument("--evaluate", choices=("test", "validate"), default="test", help="what runs on each fit's last checkpoint")
-    root.add_argument("--metric", default=None, help="the metric listed first and plotted (default: the one the model's checkpoints monitor)")
-    root.add_argument("--calibration_steps", type=int, default=20, help="steps of the fit that measures step time for a time budget")
+    root.add_argument(
+        "--out", type=Path, default=Path("runs/compare"), help="records, runs and report (reuse to resume)"
+    )
+    root.add_argument(
+        "--baseline", default=None, help="the combination paired differences are taken against (default: the first)"
+    )
+    root.add_argument(
+        "--evaluate", choices=("test", "validate"), default="test", help="what runs on each fit's last checkpoint"
+    )
+    root.add_argument(
+        "--metric",
+        default=None,
+        help="the metric listed first and plotted (default: the one the model's checkpoints monitor)",
+    )
+    root.add_argument(
+        "--calibration_steps", type=int, default=20, help="steps of the fit that measures step time for a time budget"
+    )
     return root
 
 
@@ -55,10 +74,18 @@ def main(args: list[str]) -> None:
     baseline = options.baseline or names[0]
     if baseline not in names:
         close = difflib.get_close_matches(baseline, names, n=3, cutoff=0.0)
-        raise ConfigurationError(f"--baseline {baseline!r} is not a combination of the grid; did you mean {', '.join(close)}?")
+        raise ConfigurationError(
+            f"--baseline {baseline!r} is not a combination of the grid; did you mean {', '.join(close)}?"
+        )
     config = CompareConfig(
-        base=base, axes=axes, seeds=options.seeds, budget=parse_budget(options.budget) if options.budget else None,
-        out=options.out, parallel=options.parallel, evaluate=options.evaluate, calibration_steps=options.calibration_steps,
+        base=base,
+        axes=axes,
+        seeds=options.seeds,
+        budget=parse_budget(options.budget) if options.budget else None,
+        out=options.out,
+        parallel=options.parallel,
+        evaluate=options.evaluate,
+        calibration_steps=options.calibration_steps,
     )
     comparison = Comparison(config)
     records = comparison.run()

@@ -46,5 +46,7 @@ def last_metrics(metrics_csv: Path, prefix: str) -> dict[str, float]:
     values: dict[str, float] = {}
     with metrics_csv.open(newline="", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
-            values |= {key: float(value) for key, value in row.items() if key.startswith(prefix) and value not in ("", None)}
+            values |= {
+                key: float(value) for key, value in row.items() if key.startswith(prefix) and value not in ("", None)
+            }
     return values

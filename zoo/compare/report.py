@@ -12,7 +12,12 @@ from zoo.compare.stats import CONFIDENCE, Summary, paired_differences, summarize
 
 __all__ = ["format_summary", "metric_names", "plot_metric_vs_time", "write_report"]
 
-_COST = (("fit_seconds", "fit s"), ("seconds_per_step", "s/step"), ("samples_per_second", "samples/s"), ("peak_rss_mib", "peak RSS MiB"))
+_COST = (
+    ("fit_seconds", "fit s"),
+    ("seconds_per_step", "s/step"),
+    ("samples_per_second", "samples/s"),
+    ("peak_rss_mib", "peak RSS MiB"),
+)
 
 
 def metric_names(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -43,7 +48,12 @@ def _values(group: Sequence[dict[str, Any]], field: str, metric: bool = True) ->
 
 
 def write_report(
-    records: Sequence[dict[str, Any]], out: Path, order: Sequence[str], baseline: str, header: str, metric: str | None = None
+    records: Sequence[dict[str, Any]],
+    out: Path,
+    order: Sequence[str],
+    baseline: str,
+    header: str,
+    metric: str | None = None,
 ) -> Path:
     """Write ``<out>/report.md`` and, beside it, ``plot.png`` of ``metric`` (default: the first); return the report's path.
 
@@ -59,12 +69,20 @@ def write_report(
     rows = []
     for name, group in groups.items():
         cells = [format_summary(summarize(list(v.values()))) if (v := _values(group, m)) else "-" for m in metrics]
-        costs = [f"{summarize(list(v.values())).mean:.3g}" if (v := _values(group, f, metric=False)) else "-" for f, _ in _COST]
+        costs = [
+            f"{summarize(list(v.values())).mean:.3g}" if (v := _values(group, f, metric=False)) else "-"
+            for f, _ in _COST
+        ]
         rows.append([f"`{name}`", len(group), *cells, *costs])
     lines = [
-        "# Comparison", "", header, "",
-        f"Each cell: mean ± sample sd [{level} confidence interval, Student's t] over seeds. Cost columns are means.", "",
-        markdown_table(["combination", "seeds", *metrics, *(label for _, label in _COST)], rows), "",
+        "# Comparison",
+        "",
+        header,
+        "",
+        f"Each cell: mean ± sample sd [{level} confidence interval, Student's t] over seeds. Cost columns are means.",
+        "",
+        markdown_table(["combination", "seeds", *metrics, *(label for _, label in _COST)], rows),
+        "",
     ]
     if baseline in groups and len(groups) > 1:
         base = groups[baseline]
@@ -76,13 +94,19 @@ def write_report(
             cells = [format_summary(paired_differences(_values(group, m), _values(base, m))) for m in metrics]
             diff_rows.append([f"`{name}`", shared, *cells])
         lines += [
-            f"## Paired differences against `{baseline}`", "",
-            f"Combination minus baseline, seed by seed on the seeds both have: mean ± sd [{level} interval].", "",
-            markdown_table(["combination", "shared seeds", *(f"Δ {m}" for m in metrics)], diff_rows), "",
+            f"## Paired differences against `{baseline}`",
+            "",
+            f"Combination minus baseline, seed by seed on the seeds both have: mean ± sd [{level} interval].",
+            "",
+            markdown_table(["combination", "shared seeds", *(f"Δ {m}" for m in metrics)], diff_rows),
+            "",
         ]
     report = out / "report.md"
     if metrics:
-        lines += [f"![metric against training time]({plot_metric_vs_time(groups, metrics[0], out / 'plot.png').name})", ""]
+        lines += [
+            f"![metric against training time]({plot_metric_vs_time(groups, metrics[0], out / 'plot.png').name})",
+            "",
+        ]
     report.write_text("\n".join(lines), encoding="utf-8")
     return report
 

@@ -74,7 +74,9 @@ class CompareConfig:
         if self.parallel < 1:
             raise ConfigurationError(f"--parallel must be at least 1, got {self.parallel}.")
         if self.calibration_steps < 5:
-            raise ConfigurationError(f"--calibration_steps must be at least 5 (the first steps are warm-up), got {self.calibration_steps}.")
+            raise ConfigurationError(
+                f"--calibration_steps must be at least 5 (the first steps are warm-up), got {self.calibration_steps}."
+            )
         if self.evaluate not in STAGE_PREFIX:
             raise ConfigurationError(f"--evaluate must be one of {sorted(STAGE_PREFIX)}, got {self.evaluate!r}.")
         if self.base[:1] and not self.base[0].startswith("-"):
@@ -159,7 +161,9 @@ class Comparison:
     def run_dir(self, combination: Combination, seed: int) -> Path:
         return self.config.out / "runs" / combination.name / f"seed{seed}"
 
-    def _command(self, stage: str, combination: Combination, seed: int, extra: list[str], run_dir: Path | None = None) -> list[str]:
+    def _command(
+        self, stage: str, combination: Combination, seed: int, extra: list[str], run_dir: Path | None = None
+    ) -> list[str]:
         run_dir = run_dir or self.run_dir(combination, seed)
         seeds = [f"--seed_everything={seed}", *([f"--data.seed={seed}"] if self.data_has_seed else [])]
         logger = [
@@ -194,7 +198,9 @@ class Comparison:
         file = self.config.out / "calibration.json"
         measured: dict[str, float] = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
         missing = [c for c in self.combinations if c.name not in measured]
-        for combination, seconds in zip(missing, _run_all(self._calibrate, [(c,) for c in missing], self.config.parallel)):
+        for combination, seconds in zip(
+            missing, _run_all(self._calibrate, [(c,) for c in missing], self.config.parallel)
+        ):
             measured[combination.name] = seconds
         atomic_write_text(file, json.dumps(measured, indent=2, sort_keys=True) + "\n")
         return {c.name: budget.flags(measured[c.name]) for c in self.combinations}
@@ -209,7 +215,9 @@ class Comparison:
         self._child(command, run_dir / "fit.log", f"{combination.name} (calibration)")
         timing = read_timing(run_dir / "fit")
         if "wall_seconds_per_step" not in timing:
-            raise ConfigurationError(f"The calibration of {combination.name} measured no step (see {run_dir / 'fit.log'}).")
+            raise ConfigurationError(
+                f"The calibration of {combination.name} measured no step (see {run_dir / 'fit.log'})."
+            )
         return float(timing["wall_seconds_per_step"])
 
     # -- one run -------------------------------------------------------------------------------
@@ -223,27 +231,30 @@ class Comparison:
         eval_command = self._command(stage, combination, seed, [f"--ckpt_path={checkpoint}"])
         evaluation = self._child(eval_command, run_dir / f"{stage}.log", key)
         timing = read_timing(run_dir / "fit")
-        append_record(self.records_file, {
-            "run": key,
-            "combination": combination.name,
-            "overrides": combination.overrides,
-            "seed": seed,
-            "command": _shown(fit_command),
-            "eval_command": _shown(eval_command),
-            "run_dir": str(run_dir),
-            "budget": self.config.budget.text if self.config.budget else None,
-            "fit_seconds": round(fit.seconds, 3),
-            "eval_seconds": round(evaluation.seconds, 3),
-            "steps": timing.get("steps"),
-            "seconds_per_step": timing.get("seconds_per_step"),
-            "samples_per_second": timing.get("samples_per_second"),
-            "peak_rss_mib": round(fit.peak_rss_mib, 1),
-            "metrics": last_metrics(run_dir / stage / "metrics.csv", STAGE_PREFIX[stage]),
-            "threads": self.threads,
-            "torch": torch.__version__,
-            "machine": platform.machine(),
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        })
+        append_record(
+            self.records_file,
+            {
+                "run": key,
+                "combination": combination.name,
+                "overrides": combination.overrides,
+                "seed": seed,
+                "command": _shown(fit_command),
+                "eval_command": _shown(eval_command),
+                "run_dir": str(run_dir),
+                "budget": self.config.budget.text if self.config.budget else None,
+                "fit_seconds": round(fit.seconds, 3),
+                "eval_seconds": round(evaluation.seconds, 3),
+                "steps": timing.get("steps"),
+                "seconds_per_step": timing.get("seconds_per_step"),
+                "samples_per_second": timing.get("samples_per_second"),
+                "peak_rss_mib": round(fit.peak_rss_mib, 1),
+                "metrics": last_metrics(run_dir / stage / "metrics.csv", STAGE_PREFIX[stage]),
+                "threads": self.threads,
+                "torch": torch.__version__,
+                "machine": platform.machine(),
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        )
 
 
 def _shown(command: list[str]) -> str:

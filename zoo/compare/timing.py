@@ -39,7 +39,9 @@ class StepTimer(L.Callback):
         self._starts: list[float] = []
         self._sizes: list[int] = []
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._starts.append(time.perf_counter())
         self._sizes.append(extract_batch_size(batch))
 
@@ -47,7 +49,7 @@ class StepTimer(L.Callback):
         self._starts.append(time.perf_counter())
         intervals = [b - a for a, b in zip(self._starts, self._starts[1:])]
         if len(intervals) > self.skip:
-            intervals = intervals[self.skip:]
+            intervals = intervals[self.skip :]
         if not trainer.is_global_zero or not intervals:
             return
         step = statistics.median(intervals)

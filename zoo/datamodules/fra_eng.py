@@ -59,7 +59,15 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from zoo.datamodules.base import CorpusDataModule, check_minimums, existing_path
 from zoo.datamodules.download import download, sha1_of
-from zoo.datamodules.fra_eng_corpus import EXPECTED, EvalItem, FraEngSplits, ParsedPairs, read_pairs, split_of, split_pairs
+from zoo.datamodules.fra_eng_corpus import (
+    EXPECTED,
+    EvalItem,
+    FraEngSplits,
+    ParsedPairs,
+    read_pairs,
+    split_of,
+    split_pairs,
+)
 from zoo.datamodules.registry import register_datamodule
 from zoo.errors import DataError
 from zoo.text.codecs import TranslationCodec
@@ -148,7 +156,11 @@ class FraEngDataModule(CorpusDataModule):
         self.max_train_length = max_length if max_train_length is None else max_train_length
         self.eval_sources_longer_than = eval_sources_longer_than
         self.path = existing_path(
-            path, directory=False, what="The fra_eng data file", expected=EXPECTED, otherwise="leave --data.path unset to download it"
+            path,
+            directory=False,
+            what="The fra_eng data file",
+            expected=EXPECTED,
+            otherwise="leave --data.path unset to download it",
         )
         self.requested_vocab_size = vocab_size
         self.collator = TranslationCollator()

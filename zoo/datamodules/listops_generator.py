@@ -35,7 +35,9 @@ class Operation:
 Expression = int | Operation
 
 
-def random_expression(rng: random.Random, max_depth: int = 10, max_args: int = 10, depth: int = 1) -> tuple[Expression, int]:
+def random_expression(
+    rng: random.Random, max_depth: int = 10, max_args: int = 10, depth: int = 1
+) -> tuple[Expression, int]:
     """A random expression and its length in tokens, drawn as the benchmark's ``generate_tree``."""
     if depth < max_depth and rng.random() <= OPERATION_PROBABILITY:
         arguments, length = [], 2
@@ -68,8 +70,15 @@ def to_text(expression: Expression) -> str:
     return " ".join((expression.operator, *(to_text(argument) for argument in expression.arguments), CLOSE))
 
 
-def generate(count: int, rng: random.Random, min_length: int, max_length: int, max_depth: int = 10, max_args: int = 10,
-             exclude: set[str] | None = None) -> list[tuple[str, int]]:
+def generate(
+    count: int,
+    rng: random.Random,
+    min_length: int,
+    max_length: int,
+    max_depth: int = 10,
+    max_args: int = 10,
+    exclude: set[str] | None = None,
+) -> list[tuple[str, int]]:
     """``count`` distinct ``(text, value)`` examples with ``min_length < length < max_length``.
 
     ``exclude`` holds texts already drawn (for other splits); it is updated with the new ones.

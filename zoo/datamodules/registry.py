@@ -18,7 +18,9 @@ DATAMODULE_REGISTRY: Registry[type[L.LightningDataModule]] = Registry(
 )
 
 
-def register_datamodule(name: str | None = None, *, aliases: tuple[str, ...] = (), override: bool = False) -> Callable[[T], T]:
+def register_datamodule(
+    name: str | None = None, *, aliases: tuple[str, ...] = (), override: bool = False
+) -> Callable[[T], T]:
     """Class decorator registering a LightningDataModule under a name."""
     return DATAMODULE_REGISTRY.register(name, aliases=aliases, override=override)  # type: ignore[return-value]
 

@@ -90,7 +90,9 @@ class SyntheticRegressionDataModule(L.LightningDataModule):
         """Mini-batches shuffled by ``seed`` and the epoch (resumable), or the whole split as one batch."""
         dataset = self.splits["train"]
         sampler = EpochShuffleSampler(len(dataset), self.seed, shuffle=self.batch_size is not None)
-        return ResumableDataLoader(dataset, batch_size=self._batch_size("train"), sampler=sampler, **self._loader_kwargs())
+        return ResumableDataLoader(
+            dataset, batch_size=self._batch_size("train"), sampler=sampler, **self._loader_kwargs()
+        )
 
     def val_dataloader(self) -> DataLoader:
         return evaluation_loader(self.splits["val"], self._batch_size("val"), self.trainer, **self._loader_kwargs())

@@ -236,7 +236,10 @@ class TextClassificationDataModule(CorpusDataModule):
             )
         data = data.select_columns([self.text_column, self.label_column])
         texts = data.data.column(self.text_column)
-        if texts.null_count or data.features[self.text_column] not in (datasets.Value("string"), datasets.Value("large_string")):
+        if texts.null_count or data.features[self.text_column] not in (
+            datasets.Value("string"),
+            datasets.Value("large_string"),
+        ):
             raise DataError(
                 f"The {split!r} split of {self._source_name} has rows whose {self.text_column!r} is not text "
                 f"({texts.null_count} missing, type {data.features[self.text_column]}); drop or fix them."

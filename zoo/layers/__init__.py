@@ -11,4 +11,10 @@ __all__ = [
     "AddNorm",
     "DecoderBlock",
     "KeyValue",
-    "EncoderBlock", "PositionWiseFFN", "PositionalEncoding", "ScaledEmbedding", "scaled_embedding", "sinusoidal_table"]
+    "EncoderBlock",
+    "PositionWiseFFN",
+    "PositionalEncoding",
+    "ScaledEmbedding",
+    "scaled_embedding",
+    "sinusoidal_table",
+]

@@ -64,12 +64,21 @@ class DecoderBlock(nn.Module):
         if cross_attention is None:
             cross_attention, cross_attention_kwargs = attention, attention_kwargs
         self.self_attention = SelfAttention(
-            d_model, num_heads, attention=attention, attention_kwargs=attention_kwargs, dropout=dropout,
-            num_kv_heads=num_kv_heads, position=position,
+            d_model,
+            num_heads,
+            attention=attention,
+            attention_kwargs=attention_kwargs,
+            dropout=dropout,
+            num_kv_heads=num_kv_heads,
+            position=position,
         )
         self.cross_attention = CrossAttention(
-            d_model, num_heads, attention=cross_attention, attention_kwargs=cross_attention_kwargs,
-            dropout=dropout, num_kv_heads=num_kv_heads,
+            d_model,
+            num_heads,
+            attention=cross_attention,
+            attention_kwargs=cross_attention_kwargs,
+            dropout=dropout,
+            num_kv_heads=num_kv_heads,
         )
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
         self.add_norm1, self.add_norm2, self.add_norm3 = (AddNorm(d_model, dropout, norm_first) for _ in range(3))

@@ -47,17 +47,29 @@ class EncoderBlock(nn.Module):
     ) -> None:
         super().__init__()
         self.attention = SelfAttention(
-            d_model, num_heads, attention=attention, attention_kwargs=attention_kwargs, dropout=dropout,
-            num_kv_heads=num_kv_heads, position=position,
+            d_model,
+            num_heads,
+            attention=attention,
+            attention_kwargs=attention_kwargs,
+            dropout=dropout,
+            num_kv_heads=num_kv_heads,
+            position=position,
         )
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
         self.add_norm1 = AddNorm(d_model, dropout, norm_first)
         self.add_norm2 = AddNorm(d_model, dropout, norm_first)
 
     def forward(
-        self, x: Tensor, valid_lens: Tensor | None = None, *, attn_mask: Tensor | None = None, need_weights: bool = False
+        self,
+        x: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(B, L, d_model)``. Returns the new ``x`` and, if asked, ``(B, H, L, L)`` weights."""
-        attended, weights = self.attention(self.add_norm1.pre(x), valid_lens, attn_mask=attn_mask, need_weights=need_weights)
+        attended, weights = self.attention(
+            self.add_norm1.pre(x), valid_lens, attn_mask=attn_mask, need_weights=need_weights
+        )
         x = self.add_norm1(x, attended)
         return self.add_norm2(x, self.ffn(self.add_norm2.pre(x))), weights

@@ -34,7 +34,14 @@ class EncoderDecoder(Protocol):
 
 @torch.no_grad()
 def greedy_decode(
-    model: EncoderDecoder, src: Tensor, src_lens: Tensor, *, bos: int, eos: int, max_len: int, forbid: Sequence[int] = ()
+    model: EncoderDecoder,
+    src: Tensor,
+    src_lens: Tensor,
+    *,
+    bos: int,
+    eos: int,
+    max_len: int,
+    forbid: Sequence[int] = (),
 ) -> list[list[int]]:
     """Pick the most likely token at every step, up to ``max_len`` tokens or ``<eos>``.
 

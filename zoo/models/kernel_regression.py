@@ -29,9 +29,13 @@ class KernelRegression(nn.Module):
             the attention is frozen, which gives the non-parametric estimator.
     """
 
-    def __init__(self, attention: str = "gaussian_kernel", attention_kwargs: dict[str, Any] | None = None, learnable: bool = True) -> None:
+    def __init__(
+        self, attention: str = "gaussian_kernel", attention_kwargs: dict[str, Any] | None = None, learnable: bool = True
+    ) -> None:
         super().__init__()
-        cls = require_attention(attention, padding=True, weights=True, role="kernel regression (leave-one-out needs masks)")
+        cls = require_attention(
+            attention, padding=True, weights=True, role="kernel regression (leave-one-out needs masks)"
+        )
         kwargs = dict(attention_kwargs or {})
         if "learnable" in inspect.signature(cls).parameters:
             kwargs.setdefault("learnable", learnable)
@@ -48,7 +52,9 @@ class KernelRegression(nn.Module):
     def remember(self, inputs: Tensor, targets: Tensor) -> None:
         """Store the training points attended over (1-D inputs and targets of equal length)."""
         if inputs.dim() != 1 or inputs.shape != targets.shape or inputs.numel() == 0:
-            raise ValueError(f"remember() takes two non-empty 1-D tensors of equal length; got {tuple(inputs.shape)} and {tuple(targets.shape)}.")
+            raise ValueError(
+                f"remember() takes two non-empty 1-D tensors of equal length; got {tuple(inputs.shape)} and {tuple(targets.shape)}."
+            )
         self.memory_inputs = inputs.detach().clone().float()
         self.memory_targets = targets.detach().clone().float()
 

@@ -74,10 +74,19 @@ class SentimentClassifier(nn.Module):
             raise ValueError(f"pooling must be 'mean', 'max' or 'mean_max', got {pooling!r}.")
         self.pooling = pooling
         self.embedding = scaled_embedding(vocab_size, d_model, padding_idx)
-        self.position = create_position(position, d_model=d_model, num_heads=num_heads, max_len=max_len, **(position_kwargs or {}))
+        self.position = create_position(
+            position, d_model=d_model, num_heads=num_heads, max_len=max_len, **(position_kwargs or {})
+        )
         self.blocks = nn.ModuleList(
             EncoderBlock(
-                d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first, num_kv_heads,
+                d_model,
+                num_heads,
+                ffn_hidden,
+                dropout,
+                attention,
+                attention_kwargs,
+                norm_first,
+                num_kv_heads,
                 position=self.position.for_attention,
             )
             for _ in range(num_layers)

@@ -68,14 +68,24 @@ class Seq2SeqAttention(nn.Module):
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, weights=True, cross=True, role="the GRU decoder (Bahdanau)")
-        for label, size in (("vocab_size", vocab_size), ("embed_dim", embed_dim), ("hidden_size", hidden_size), ("num_layers", num_layers)):
+        for label, size in (
+            ("vocab_size", vocab_size),
+            ("embed_dim", embed_dim),
+            ("hidden_size", hidden_size),
+            ("num_layers", num_layers),
+        ):
             if not isinstance(size, int) or size <= 0:
                 raise ValueError(f"Seq2SeqAttention: {label} must be a positive integer, got {size!r}.")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"Seq2SeqAttention: dropout must be in [0, 1), got {dropout}.")
         if not 0 <= padding_idx < vocab_size:
             raise ValueError(f"padding_idx {padding_idx} is outside the vocabulary of {vocab_size} tokens.")
-        self.vocab_size, self.hidden_size, self.num_layers, self.padding_idx = vocab_size, hidden_size, num_layers, padding_idx
+        self.vocab_size, self.hidden_size, self.num_layers, self.padding_idx = (
+            vocab_size,
+            hidden_size,
+            num_layers,
+            padding_idx,
+        )
         rnn_dropout = dropout if num_layers > 1 else 0.0
 
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=padding_idx)
@@ -96,7 +106,9 @@ class Seq2SeqAttention(nn.Module):
 
     # ------------------------------------------------------------------ teacher forcing
 
-    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, *, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, *, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         """Teacher-forced logits for every target position.
 
         Args:
@@ -172,7 +184,9 @@ class Seq2SeqAttention(nn.Module):
         """
         memory, memory_mask, hidden = state["memory"], state["memory_mask"], state["hidden"]
         query = hidden[-1].unsqueeze(1)  # (B, 1, H): the decoder state before this step
-        context, weights = self.attention(query, memory, memory, attn_mask=memory_mask, need_weights=need_weights)  # (B, 1, H)
+        context, weights = self.attention(
+            query, memory, memory, attn_mask=memory_mask, need_weights=need_weights
+        )  # (B, 1, H)
         output, hidden = self.decoder(torch.cat([embedded, context], dim=-1), hidden)  # (B, 1, H), (num_layers, B, H)
         return output, {"memory": memory, "memory_mask": memory_mask, "hidden": hidden}, weights
 
@@ -187,7 +201,9 @@ class Seq2SeqAttention(nn.Module):
 
     def _check_tokens(self, tokens: Tensor, label: str, shape: str) -> None:
         if not isinstance(tokens, Tensor):
-            raise TypeError(f"Seq2SeqAttention: {label} must be a tensor of token ids {shape}, got {type(tokens).__name__}.")
+            raise TypeError(
+                f"Seq2SeqAttention: {label} must be a tensor of token ids {shape}, got {type(tokens).__name__}."
+            )
         if tokens.dim() != 2:
             raise ValueError(f"Seq2SeqAttention: {label} must have shape {shape}; got {tuple(tokens.shape)}.")
         if tokens.is_floating_point() or tokens.dtype == torch.bool:
@@ -199,7 +215,9 @@ class Seq2SeqAttention(nn.Module):
         batch, length = src.shape
         if not isinstance(src_lens, Tensor) or tuple(src_lens.shape) != (batch,):
             shape = tuple(src_lens.shape) if isinstance(src_lens, Tensor) else type(src_lens).__name__
-            raise ValueError(f"Seq2SeqAttention: src_lens must have shape (batch,) = ({batch},), one length per source; got {shape}.")
+            raise ValueError(
+                f"Seq2SeqAttention: src_lens must have shape (batch,) = ({batch},), one length per source; got {shape}."
+            )
         if src_lens.is_floating_point() or src_lens.dtype == torch.bool:
             raise ValueError(f"Seq2SeqAttention: src_lens must be an integer tensor, got dtype {src_lens.dtype}.")
         if batch and (int(src_lens.min()) < 1 or int(src_lens.max()) > length):

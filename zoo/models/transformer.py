@@ -36,9 +36,15 @@ def choose_cross_attention(
     one sequence). Keyword arguments carry over only when the name does.
     """
     if cross_attention is None:
-        cross_attention = attention if require_attention(attention).supports_cross_attention else DEFAULT_CROSS_ATTENTION
+        cross_attention = (
+            attention if require_attention(attention).supports_cross_attention else DEFAULT_CROSS_ATTENTION
+        )
         if cross_attention != attention:
-            log.info("%r attends within one sequence only; the decoder's cross-attention uses %r.", attention, cross_attention)
+            log.info(
+                "%r attends within one sequence only; the decoder's cross-attention uses %r.",
+                attention,
+                cross_attention,
+            )
     if cross_attention_kwargs is None and cross_attention == attention:
         cross_attention_kwargs = attention_kwargs
     require_attention(cross_attention, padding=True, cross=True, role="the Transformer's cross-attention")
@@ -168,7 +174,9 @@ class Transformer(nn.Module):
 
     def _check(self, src: Tensor, src_lens: Tensor) -> None:
         if src.dim() != 2 or src_lens.shape != src.shape[:1]:
-            raise ValueError(f"Expected src (B, Ls) and src_lens (B,); got {tuple(src.shape)} and {tuple(src_lens.shape)}.")
+            raise ValueError(
+                f"Expected src (B, Ls) and src_lens (B,); got {tuple(src.shape)} and {tuple(src_lens.shape)}."
+            )
 
     def encode_memory(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
         """Encoder output ``(B, Ls, D)`` and the source padding mask ``(B, 1, 1, Ls)``."""
@@ -179,7 +187,9 @@ class Transformer(nn.Module):
             x, _ = block(x, attn_mask=mask)
         return self.encoder_norm(x), mask
 
-    def _decode(self, tokens: Tensor, state: TransformerState, *, offset: int, need_weights: bool = False) -> tuple[Tensor, list[KeyValue], Tensor | None]:
+    def _decode(
+        self, tokens: Tensor, state: TransformerState, *, offset: int, need_weights: bool = False
+    ) -> tuple[Tensor, list[KeyValue], Tensor | None]:
         """Run the decoder over ``tokens`` ``(B, t)`` placed after ``offset`` cached positions."""
         x = self.embedding_dropout(self.decoder_position.embed(self.embedding(tokens), offset=offset))
         new_kv, weights = [], None
@@ -189,7 +199,9 @@ class Transformer(nn.Module):
             new_kv.append(kv)
         return self._logits(self.decoder_norm(x)), new_kv, weights
 
-    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, *, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, *, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         """Teacher forcing: logits ``(B, Lt, V)`` for every target position, and if asked the
         last decoder block's cross-attention weights ``(B, H, Lt, Ls)``."""
         if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:

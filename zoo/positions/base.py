@@ -48,7 +48,6 @@ PositionKind = Literal["absolute", "rotary", "bias"]
 SchemeT = TypeVar("SchemeT", bound=type["PositionScheme"])
 
 
-
 class PositionScheme(nn.Module):
     """Base class of positional schemes; subclasses set :attr:`kind` and implement ``forward``."""
 
@@ -106,7 +105,13 @@ def create_position(
     """
     cls = POSITION_REGISTRY.get(name)
     params = inspect.signature(cls).parameters
-    sizes = {"d_model": d_model, "num_heads": num_heads, "head_dim": d_model // num_heads, "causal": causal, "max_len": max_len}
+    sizes = {
+        "d_model": d_model,
+        "num_heads": num_heads,
+        "head_dim": d_model // num_heads,
+        "causal": causal,
+        "max_len": max_len,
+    }
     for key, value in sizes.items():
         if key in params and key not in kwargs:
             kwargs[key] = value
@@ -126,7 +131,9 @@ def require_position(position: str, attention: str, *, role: str = "this archite
     if _takes(variant, scheme.kind):
         return scheme
     flag = POSITION_CAPABILITY[scheme.kind]
-    variants = [e.name for e in ATTENTION_REGISTRY.entries() if issubclass(e.obj, Attention) and _takes(e.obj, scheme.kind)]
+    variants = [
+        e.name for e in ATTENTION_REGISTRY.entries() if issubclass(e.obj, Attention) and _takes(e.obj, scheme.kind)
+    ]
     schemes = [e.name for e in POSITION_REGISTRY.entries() if _takes(variant, e.obj.kind)]
     what = "rotated queries and keys" if scheme.kind == "rotary" else "a bias added to its scores"
     raise IncompatibleAttentionError(

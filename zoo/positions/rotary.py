@@ -35,7 +35,9 @@ class RotaryEmbedding(PositionScheme):
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()
         if head_dim % 2:
-            raise ValueError(f"rope rotates pairs of features, so the head size must be even; got {head_dim}. Change d_model or num_heads.")
+            raise ValueError(
+                f"rope rotates pairs of features, so the head size must be even; got {head_dim}. Change d_model or num_heads."
+            )
         self.head_dim, self.base = head_dim, base
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
@@ -44,7 +46,9 @@ class RotaryEmbedding(PositionScheme):
             raise ValueError(f"RotaryEmbedding expects vectors of size {self.head_dim}; got shape {tuple(x.shape)}.")
         # computed in float32 on each call, never stored: a buffer would follow model.half() and
         # lose the precision that angles at large positions need
-        inverse_frequency = self.base ** (-torch.arange(0, self.head_dim, 2, device=x.device, dtype=torch.float32) / self.head_dim)
+        inverse_frequency = self.base ** (
+            -torch.arange(0, self.head_dim, 2, device=x.device, dtype=torch.float32) / self.head_dim
+        )
         angles = positions.to(torch.float32).unsqueeze(-1) * inverse_frequency  # (..., L, d/2)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         first, second = x.chunk(2, dim=-1)

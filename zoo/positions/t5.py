@@ -50,7 +50,14 @@ class T5RelativeBias(PositionScheme):
 
     kind = "bias"
 
-    def __init__(self, num_heads: int, causal: bool = False, num_buckets: int = 32, max_distance: int = 128, init_std: float = 0.02) -> None:
+    def __init__(
+        self,
+        num_heads: int,
+        causal: bool = False,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        init_std: float = 0.02,
+    ) -> None:
         super().__init__()
         if num_buckets < 4 or max_distance <= num_buckets // 2:
             raise ValueError(
@@ -63,8 +70,10 @@ class T5RelativeBias(PositionScheme):
     def forward(self, query_positions: Tensor, key_positions: Tensor) -> Tensor:
         """Integer positions that broadcast together to ``S``; returns ``(num_heads, *S)``."""
         bucket = t5_bucket(
-            key_positions - query_positions, bidirectional=not self.causal,
-            num_buckets=self.num_buckets, max_distance=self.max_distance,
+            key_positions - query_positions,
+            bidirectional=not self.causal,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
         )
         return self.bias[:, bucket]
 

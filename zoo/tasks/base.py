@@ -12,9 +12,9 @@ import lightning as L
 import torch
 from torch import nn
 
-from zoo.tasks.registry import MODEL_REGISTRY
 from zoo.provenance import RECORD_KEY, run_record
 from zoo.registry import check_kwargs
+from zoo.tasks.registry import MODEL_REGISTRY
 from zoo.text.codecs import Codec
 
 __all__ = ["Codec", "ZooTask"]
@@ -54,7 +54,9 @@ class ZooTask(L.LightningModule):
         self._model_compiled = False
         self.codec: Codec | None = None
 
-    def save_model_hyperparameters(self, architecture: Callable[..., nn.Module], model_kwargs: Mapping[str, Any]) -> None:
+    def save_model_hyperparameters(
+        self, architecture: Callable[..., nn.Module], model_kwargs: Mapping[str, Any]
+    ) -> None:
         """Add every hyperparameter of ``architecture`` that the task does not hold itself to
         ``self.hparams``, its defaults included, so that a checkpoint rebuilds the same model
         even after a default changes.

@@ -39,7 +39,9 @@ class CorpusBLEU(Metric):
     def __init__(self, tokenize: str = "13a", lowercase: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self.bleu = BLEU(tokenize=tokenize, lowercase=lowercase)
-        self.add_state("stats", default=torch.zeros(2 + 2 * self.bleu.max_ngram_order, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state(
+            "stats", default=torch.zeros(2 + 2 * self.bleu.max_ngram_order, dtype=torch.float64), dist_reduce_fx="sum"
+        )
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
         if len(hypotheses) != len(references):

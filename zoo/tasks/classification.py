@@ -10,10 +10,10 @@ import torchmetrics
 from torch import Tensor
 
 from zoo.models import SentimentClassifier
-from zoo.tasks.registry import register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure
 from zoo.tasks.optim import adamw_with_warmup, fused_allowed
+from zoo.tasks.registry import register_model
 from zoo.text.codecs import ClassificationCodec
 
 __all__ = ["Sentiment"]
@@ -61,11 +61,15 @@ class Sentiment(ZooTask):
         super().__init__(torch_compile)
         self.save_hyperparameters()
         self.save_model_hyperparameters(SentimentClassifier, model_kwargs)
-        self.model = SentimentClassifier(vocab_size=vocab_size, num_classes=num_classes, padding_idx=padding_idx, **model_kwargs)
+        self.model = SentimentClassifier(
+            vocab_size=vocab_size, num_classes=num_classes, padding_idx=padding_idx, **model_kwargs
+        )
         self.metrics = torch.nn.ModuleDict()
         for stage in ("val", "test"):
             self.metrics[f"{stage}_acc"] = torchmetrics.Accuracy(task="multiclass", num_classes=num_classes)
-            self.metrics[f"{stage}_f1"] = torchmetrics.F1Score(task="multiclass", num_classes=num_classes, average="macro")
+            self.metrics[f"{stage}_f1"] = torchmetrics.F1Score(
+                task="multiclass", num_classes=num_classes, average="macro"
+            )
             self.metrics[f"{stage}_loss"] = torchmetrics.MeanMetric()
         self._heatmap_batch: dict[str, Tensor] | None = None
 
@@ -131,8 +135,11 @@ class Sentiment(ZooTask):
 
     def configure_optimizers(self) -> dict[str, Any]:
         return adamw_with_warmup(
-            self.model, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
-            warmup_steps=self.hparams.warmup_steps, total_steps=self.trainer.estimated_stepping_batches,
+            self.model,
+            lr=self.hparams.lr,
+            weight_decay=self.hparams.weight_decay,
+            warmup_steps=self.hparams.warmup_steps,
+            total_steps=self.trainer.estimated_stepping_batches,
             fused=fused_allowed(self.trainer),
         )
 

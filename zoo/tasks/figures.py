@@ -64,7 +64,9 @@ def attention_heatmaps(
     return fig
 
 
-def regression_plot(inputs: Tensor, predictions: Tensor, truth: Tensor, train_inputs: Tensor, train_targets: Tensor) -> Figure:
+def regression_plot(
+    inputs: Tensor, predictions: Tensor, truth: Tensor, train_inputs: Tensor, train_targets: Tensor
+) -> Figure:
     """Truth and prediction curves over the query inputs, with the training points.
 
     Tensors go to float32 first: under ``bf16-mixed`` the predictions are bfloat16, which NumPy

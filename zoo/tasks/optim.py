@@ -57,7 +57,9 @@ def adamw_with_warmup(
     fused = fused and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in decay + no_decay)
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr, betas=betas, fused=fused or None,
+        lr=lr,
+        betas=betas,
+        fused=fused or None,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: warmup_cosine(step, warmup_steps=warmup_steps, total_steps=total_steps)

@@ -19,7 +19,9 @@ T = TypeVar("T")
 MODEL_REGISTRY: Registry[type] = Registry("model", entry_point_group="zoo.models")
 
 
-def register_model(name: str | None = None, *, aliases: tuple[str, ...] = (), override: bool = False) -> Callable[[T], T]:
+def register_model(
+    name: str | None = None, *, aliases: tuple[str, ...] = (), override: bool = False
+) -> Callable[[T], T]:
     """Class decorator registering a task LightningModule under a model name."""
     return MODEL_REGISTRY.register(name, aliases=aliases, override=override)  # type: ignore[return-value]
 

@@ -12,9 +12,9 @@ from torch import Tensor
 from zoo.distributed import gather_objects
 from zoo.errors import ConfigurationError, DataError
 from zoo.models import KernelRegression
-from zoo.tasks.registry import register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure, regression_plot
+from zoo.tasks.registry import register_model
 
 __all__ = ["NadarayaWatson"]
 
@@ -109,8 +109,15 @@ class NadarayaWatson(ZooTask):
         order = inputs.argsort()
         inputs, predictions, truth, weights = inputs[order], predictions[order], truth[order], weights[order]
         model = self.model
-        publish_figure(self, regression_plot(inputs, predictions, truth, model.memory_inputs, model.memory_targets), f"{stage}_fit")
-        heatmap = attention_heatmaps(weights, x_title="Sorted training inputs", y_title=f"Sorted {stage} inputs", titles=[model.attention.__class__.__name__])
+        publish_figure(
+            self, regression_plot(inputs, predictions, truth, model.memory_inputs, model.memory_targets), f"{stage}_fit"
+        )
+        heatmap = attention_heatmaps(
+            weights,
+            x_title="Sorted training inputs",
+            y_title=f"Sorted {stage} inputs",
+            titles=[model.attention.__class__.__name__],
+        )
         publish_figure(self, heatmap, f"{stage}_attention")
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:

@@ -20,7 +20,6 @@ from torch import Tensor, nn
 
 from zoo.errors import ConfigurationError
 from zoo.models.decoding import beam_search, greedy_decode
-from zoo.tasks.registry import register_model
 from zoo.models.seq2seq import Seq2SeqAttention
 from zoo.models.transformer import Transformer
 from zoo.positions import LearnedPositions
@@ -28,6 +27,7 @@ from zoo.tasks.base import ZooTask
 from zoo.tasks.bleu import CorpusBLEU
 from zoo.tasks.figures import attention_heatmaps, publish_figure
 from zoo.tasks.optim import adamw_with_warmup, fused_allowed
+from zoo.tasks.registry import register_model
 from zoo.text.codecs import TranslationCodec
 
 __all__ = ["Seq2SeqTranslator", "TransformerTranslator", "TranslationTask"]
@@ -91,7 +91,10 @@ class TranslationTask(ZooTask):
     def _loss(self, batch: dict[str, Any]) -> Tensor:
         logits, _ = self.model(batch["src"], batch["src_lens"], batch["tgt_in"])
         return nn.functional.cross_entropy(
-            logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=self.padding_idx, label_smoothing=self.label_smoothing
+            logits.flatten(0, 1),
+            batch["tgt_out"].flatten(),
+            ignore_index=self.padding_idx,
+            label_smoothing=self.label_smoothing,
         )
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
@@ -115,8 +118,11 @@ class TranslationTask(ZooTask):
 
     def configure_optimizers(self) -> dict[str, Any]:
         return adamw_with_warmup(
-            self.model, lr=self.lr, weight_decay=self.weight_decay,
-            warmup_steps=self.warmup_steps, total_steps=self.trainer.estimated_stepping_batches,
+            self.model,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            warmup_steps=self.warmup_steps,
+            total_steps=self.trainer.estimated_stepping_batches,
             fused=fused_allowed(self.trainer),
         )
 
@@ -127,7 +133,12 @@ class TranslationTask(ZooTask):
 
     def translate_ids(self, src: Tensor, src_lens: Tensor, *, beam_size: int = 1) -> list[list[int]]:
         """Output token ids per source: greedy for ``beam_size=1``, else beam search."""
-        limits = {"bos": self.bos_idx, "eos": self.eos_idx, "max_len": self._decode_limit(src_lens), "forbid": (self.padding_idx, self.bos_idx)}
+        limits = {
+            "bos": self.bos_idx,
+            "eos": self.eos_idx,
+            "max_len": self._decode_limit(src_lens),
+            "forbid": (self.padding_idx, self.bos_idx),
+        }
         with self.inference():
             if beam_size == 1:
                 return greedy_decode(self.model, src, src_lens, **limits)
@@ -192,7 +203,8 @@ class TranslationTask(ZooTask):
                 weights[0, :, 1:, :] if weights.shape[2] > 1 else weights[0],
                 x_labels=codec.id_to_token(src[i, : src_lens[i]].tolist()),
                 y_labels=codec.id_to_token(output) if output else None,
-                x_title="Source tokens", y_title="Output tokens",
+                x_title="Source tokens",
+                y_title="Output tokens",
             )
             publish_figure(self, figure, f"cross_attention_example{i}")
 
@@ -206,7 +218,9 @@ class TranslationTask(ZooTask):
         codec = self.require_codec()
         batch = codec.batch(inputs)
         with self.inference():
-            ids = self.translate_ids(batch["src"].to(self.device), batch["src_lens"].to(self.device), beam_size=self.beam_size)
+            ids = self.translate_ids(
+                batch["src"].to(self.device), batch["src_lens"].to(self.device), beam_size=self.beam_size
+            )
         return [{"source": source, "translation": codec.decode(row)} for source, row in zip(batch["sources"], ids)]
 
 
@@ -259,9 +273,17 @@ class TransformerTranslator(TranslationTask):
         **model_kwargs: Any,
     ) -> None:
         super().__init__(
-            padding_idx=padding_idx, bos_idx=bos_idx, eos_idx=eos_idx, lr=lr, weight_decay=weight_decay,
-            warmup_steps=warmup_steps, label_smoothing=label_smoothing, beam_size=beam_size,
-            length_penalty=length_penalty, max_decode_len=max_decode_len, heatmap_examples=heatmap_examples,
+            padding_idx=padding_idx,
+            bos_idx=bos_idx,
+            eos_idx=eos_idx,
+            lr=lr,
+            weight_decay=weight_decay,
+            warmup_steps=warmup_steps,
+            label_smoothing=label_smoothing,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_decode_len=max_decode_len,
+            heatmap_examples=heatmap_examples,
             torch_compile=torch_compile,
         )
         self.save_hyperparameters()
@@ -307,9 +329,17 @@ class Seq2SeqTranslator(TranslationTask):
         **model_kwargs: Any,
     ) -> None:
         super().__init__(
-            padding_idx=padding_idx, bos_idx=bos_idx, eos_idx=eos_idx, lr=lr, weight_decay=weight_decay,
-            warmup_steps=warmup_steps, label_smoothing=label_smoothing, beam_size=beam_size,
-            length_penalty=length_penalty, max_decode_len=max_decode_len, heatmap_examples=heatmap_examples,
+            padding_idx=padding_idx,
+            bos_idx=bos_idx,
+            eos_idx=eos_idx,
+            lr=lr,
+            weight_decay=weight_decay,
+            warmup_steps=warmup_steps,
+            label_smoothing=label_smoothing,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_decode_len=max_decode_len,
+            heatmap_examples=heatmap_examples,
             torch_compile=torch_compile,
         )
         self.save_hyperparameters()
