@@ -87,8 +87,15 @@ def test_grid_refuses_a_repeated_axis() -> None:
 
 
 def test_budgets_become_trainer_flags() -> None:
-    assert parse_budget("500steps").flags() == ["--trainer.max_steps", "500", "--trainer.max_epochs", "-1"]
-    assert parse_budget("2epochs").flags() == ["--trainer.max_epochs", "2", "--trainer.max_steps", "-1"]
+    no_time_limit = ["--trainer.max_time", "null"]  # a config's max_time must not cut a step budget
+    assert parse_budget("500steps").flags() == [
+        "--trainer.max_steps",
+        "500",
+        "--trainer.max_epochs",
+        "-1",
+        *no_time_limit,
+    ]
+    assert parse_budget("2epochs").flags() == ["--trainer.max_epochs", "2", "--trainer.max_steps", "-1", *no_time_limit]
     # the translation recipe by hand: 10 minutes at 0.34 s/step -> 1764 steps, 10 minutes hard stop
     assert parse_budget("10min").flags(0.34) == [
         "--trainer.max_steps",

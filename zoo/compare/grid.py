@@ -81,13 +81,29 @@ class Budget:
     def flags(self, seconds_per_step: float | None = None) -> list[str]:
         """The trainer flags of this budget; a time budget needs the measured seconds per step.
 
-        A time budget sets ``max_steps`` to the steps that fit in it (so a schedule that spans
-        ``max_steps`` ends with the budget) and ``max_time`` as a hard stop (validation counts there).
+        A step or epoch budget is exact: it clears any ``max_time`` a config sets, so a run on a
+        slow or busy machine still trains as long as the others. A time budget sets ``max_steps``
+        to the steps that fit in it (so a schedule that spans ``max_steps`` ends with the budget)
+        and ``max_time`` as a hard stop (validation counts there).
         """
         if self.kind == "steps":
-            return ["--trainer.max_steps", str(int(self.amount)), "--trainer.max_epochs", "-1"]
+            return [
+                "--trainer.max_steps",
+                str(int(self.amount)),
+                "--trainer.max_epochs",
+                "-1",
+                "--trainer.max_time",
+                "null",
+            ]
         if self.kind == "epochs":
-            return ["--trainer.max_epochs", str(int(self.amount)), "--trainer.max_steps", "-1"]
+            return [
+                "--trainer.max_epochs",
+                str(int(self.amount)),
+                "--trainer.max_steps",
+                "-1",
+                "--trainer.max_time",
+                "null",
+            ]
         if seconds_per_step is None:
             raise ValueError("a time budget needs the measured seconds per step.")
         steps = max(1, int(self.amount / seconds_per_step))
