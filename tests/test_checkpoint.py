@@ -18,13 +18,14 @@ import yaml
 
 import zoo
 from tests.helpers import SHARED_DATA
+from tests.helpers.cli import QUIET
+from tests.helpers.training import quiet_trainer
 from zoo.cli import main
 from zoo.datamodules import FraEngDataModule, SST2DataModule, SyntheticRegressionDataModule
 from zoo.errors import CheckpointError
 from zoo.provenance import package_versions
 from zoo.tasks import NadarayaWatson, Sentiment, Seq2SeqTranslator, TransformerTranslator
 
-QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 INPUTS: dict[str, list[Any]] = {
     "nadaraya_watson": [0.5, 2.0, 4.5],
     "sentiment": ["a gripping, beautiful film", "dull and far too long", "unknownword"],
@@ -34,16 +35,7 @@ INPUTS: dict[str, list[Any]] = {
 
 
 def _fit(task: L.LightningModule, data: L.LightningDataModule, root: Path, name: str) -> Path:
-    trainer = L.Trainer(
-        max_steps=3,
-        limit_val_batches=1,
-        num_sanity_val_steps=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
-    )
+    trainer = quiet_trainer(root, max_steps=3, limit_val_batches=1, num_sanity_val_steps=0)
     trainer.fit(task, datamodule=data)
     path = root / f"{name}.ckpt"
     trainer.save_checkpoint(path)

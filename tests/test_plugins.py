@@ -20,13 +20,13 @@ import pytest
 
 import zoo
 from tests.helpers import write_distribution
+from tests.helpers.cli import QUIET, SMALL, flags
 from zoo.cli import main
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import PluginImportError
 from zoo.plugins import ENV_VAR, pop_import_flags
 from zoo.tasks import MODEL_REGISTRY
 
-QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 REGISTRIES = (zoo.ATTENTION_REGISTRY, MODEL_REGISTRY, DATAMODULE_REGISTRY)
 
 ATTENTION_SOURCE = '''
@@ -129,43 +129,12 @@ def installed(tmp_path: Path) -> object:
 
 
 def _fra_eng(shared_data: Path) -> list[str]:
-    return [
-        "--data.path",
-        str(shared_data / "fra-eng.zip"),
-        "--data.limit_train",
-        "500",
-        "--data.vocab_size",
-        "300",
-        "--model.d_model",
-        "32",
-        "--model.num_heads",
-        "2",
-        "--model.ffn_hidden",
-        "64",
-        "--model.num_encoder_layers",
-        "1",
-        "--model.num_decoder_layers",
-        "1",
-        "--model.heatmap_examples",
-        "0",
-    ]
+    data = flags("data", path=shared_data / "fra-eng.zip", limit_train=500, vocab_size=300)
+    return [*data, *SMALL["transformer"], *flags("model", heatmap_examples=0)]
 
 
 def _sst2(shared_data: Path) -> list[str]:
-    return [
-        "--data.path",
-        str(shared_data / "sst2"),
-        "--data.limit_train",
-        "500",
-        "--model.d_model",
-        "32",
-        "--model.num_heads",
-        "2",
-        "--model.num_layers",
-        "1",
-        "--model.ffn_hidden",
-        "64",
-    ]
+    return [*flags("data", path=shared_data / "sst2", limit_train=500), *SMALL["sentiment"]]
 
 
 # -- installed distributions: entry points ------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +20,20 @@ from zoo.bench.report import growth_exponent, markdown_table
 from zoo.cli import main
 
 SMALL_TRANSLATOR = json.dumps({"d_model": 32, "ffn_hidden": 32, "num_heads": 2})
+#: one unwarmed repeat of a tiny case, memory not measured: the runs that check which cases ran
+ONE_QUICK_REPEAT = ["--batch", "1", "--d-model", "8", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory"]
+
+
+def _bench(*args: str) -> dict:
+    """``python -m zoo bench ARGS`` in this process; the JSON it wrote to ``--out``."""
+    main(["bench", *args])
+    return json.loads(Path(args[args.index("--out") + 1]).read_text())
+
+
+@pytest.fixture
+def fra_eng_slice(shared_data) -> list[str]:
+    """The data flags of ``bench train`` and ``bench decode``: 1,000 fra-eng pairs, 600 words."""
+    return ["--data-path", str(shared_data / "fra-eng.zip"), "--limit-train", "1000", "--vocab-size", "600"]
 
 
 def test_growth_exponent_recovers_power_laws() -> None:
@@ -58,31 +73,12 @@ def test_markdown_table_lines_up() -> None:
 
 
 def test_bench_attention_on_a_tiny_grid(in_tmp, capsys) -> None:
-    main(
-        [
-            "bench",
-            "attention",
-            "--lengths",
-            "16",
-            "32",
-            "--batch",
-            "2",
-            "--d-model",
-            "16",
-            "--heads",
-            "2",
-            "--warmup",
-            "1",
-            "--repeats",
-            "3",
-            "--out",
-            "attention.json",
-            "--plot",
-            "attention.png",
-        ]
+    payload = _bench(
+        "attention",
+        *["--lengths", "16", "32", "--batch", "2", "--d-model", "16", "--heads", "2"],
+        *["--warmup", "1", "--repeats", "3", "--out", "attention.json", "--plot", "attention.png"],
     )
     out = capsys.readouterr().out
-    payload = json.loads((in_tmp / "attention.json").read_text())
     names = [case["name"] for case in payload["cases"]]
     assert names[:4] == ["floor", "explicit", "torch_mha", "multi_head"]
     assert set(scoring_names()) | {"additive_broadcast"} <= set(names)
@@ -102,35 +98,11 @@ def test_bench_attention_on_a_tiny_grid(in_tmp, capsys) -> None:
 
 
 def test_bench_attention_causal_subset_and_bad_cases(in_tmp, capsys) -> None:
-    main(
-        [
-            "bench",
-            "attention",
-            "--causal",
-            "--cases",
-            "multi_head",
-            "linea*",
-            "loc*",
-            "--lengths",
-            "24",
-            "--batch",
-            "1",
-            "--d-model",
-            "8",
-            "--heads",
-            "2",
-            "--warmup",
-            "0",
-            "--repeats",
-            "1",
-            "--no-memory",
-            "--out",
-            "c.json",
-            "--plot",
-            "c.png",
-        ]
+    payload = _bench(
+        "attention",
+        *["--causal", "--cases", "multi_head", "linea*", "loc*", "--lengths", "24", *ONE_QUICK_REPEAT],
+        *["--out", "c.json", "--plot", "c.png"],
     )
-    payload = json.loads((in_tmp / "c.json").read_text())
     assert [c["name"] for c in payload["cases"]] == ["multi_head", "linear", "local"]
     assert payload["config"]["causal"] is True
     assert all(c["growth_exponent"] is None and "peak_memory_mib" not in c["results"][0] for c in payload["cases"])
@@ -140,63 +112,22 @@ def test_bench_attention_causal_subset_and_bad_cases(in_tmp, capsys) -> None:
 
 
 def test_bench_attention_causal_leaves_out_variants_that_are_not_causal(in_tmp, capsys) -> None:
-    main(
-        [
-            "bench",
-            "attention",
-            "--causal",
-            "--cases",
-            "lin*",
-            "bigbird",
-            "--lengths",
-            "24",
-            "--batch",
-            "1",
-            "--d-model",
-            "8",
-            "--heads",
-            "2",
-            "--warmup",
-            "0",
-            "--repeats",
-            "1",
-            "--no-memory",
-            "--out",
-            "c.json",
-            "--plot",
-            "c.png",
-        ]
+    payload = _bench(
+        "attention",
+        *["--causal", "--cases", "lin*", "bigbird", "--lengths", "24", *ONE_QUICK_REPEAT],
+        *["--out", "c.json", "--plot", "c.png"],
     )
-    payload = json.loads((in_tmp / "c.json").read_text())
     assert [c["name"] for c in payload["cases"]] == ["linear"]  # linformer and bigbird declare supports_causal=False
     err = capsys.readouterr().err
     assert "linformer: left out (declares supports_causal=False)" in err and "bigbird: left out" in err
 
 
-def test_bench_train_on_a_few_steps(shared_data, in_tmp, capsys) -> None:
-    main(
-        [
-            "bench",
-            "train",
-            "--data-path",
-            str(shared_data / "fra-eng.zip"),
-            "--limit-train",
-            "1000",
-            "--vocab-size",
-            "600",
-            "--batch",
-            "16",
-            "--steps",
-            "3",
-            "--warmup",
-            "2",
-            "--model-kwargs",
-            SMALL_TRANSLATOR,
-            "--out",
-            "train.json",
-        ]
+def test_bench_train_on_a_few_steps(fra_eng_slice, in_tmp, capsys) -> None:
+    payload = _bench(
+        "train",
+        *fra_eng_slice,
+        *["--batch", "16", "--steps", "3", "--warmup", "2", "--model-kwargs", SMALL_TRANSLATOR, "--out", "train.json"],
     )
-    payload = json.loads((in_tmp / "train.json").read_text())
     result = payload["result"]
     assert result["steps"] == 3 and result["tokens_per_second"] > 0 and result["step_time_ms"]["median"] > 0
     assert 0 <= result["padding_fraction"] < 1 and result["target_tokens_per_batch"] > 16
@@ -205,41 +136,17 @@ def test_bench_train_on_a_few_steps(shared_data, in_tmp, capsys) -> None:
 
 
 @pytest.mark.parametrize(("model", "modes"), [("transformer", ["cached", "uncached"]), ("seq2seq", ["default"])])
-def test_bench_decode_forces_the_length(shared_data, in_tmp, capsys, model: str, modes: list[str]) -> None:
+def test_bench_decode_forces_the_length(fra_eng_slice, in_tmp, capsys, model: str, modes: list[str]) -> None:
     kwargs = (
         SMALL_TRANSLATOR
         if model == "transformer"
         else json.dumps({"embed_dim": 16, "hidden_size": 16, "num_layers": 1})
     )
-    main(
-        [
-            "bench",
-            "decode",
-            "--model",
-            model,
-            "--data-path",
-            str(shared_data / "fra-eng.zip"),
-            "--limit-train",
-            "1000",
-            "--vocab-size",
-            "600",
-            "--sentences",
-            "6",
-            "--batch",
-            "4",
-            "--tokens",
-            "5",
-            "--warmup",
-            "0",
-            "--repeats",
-            "2",
-            "--model-kwargs",
-            kwargs,
-            "--out",
-            "decode.json",
-        ]
-    )
-    results = json.loads((in_tmp / "decode.json").read_text())["results"]
+    results = _bench(
+        "decode",
+        *["--model", model, *fra_eng_slice, "--sentences", "6", "--batch", "4", "--tokens", "5"],
+        *["--warmup", "0", "--repeats", "2", "--model-kwargs", kwargs, "--out", "decode.json"],
+    )["results"]
     assert [r["mode"] for r in results] == modes
     for r in results:
         low, high = r["sentences_per_second_quartiles"]
@@ -259,72 +166,22 @@ def test_bench_attention_causal_without_padding_measures_the_is_causal_floor(in_
         return kernel(*args, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
-    main(
-        [
-            "bench",
-            "attention",
-            "--causal",
-            "--no-padding",
-            "--cases",
-            "floor",
-            "multi_head",
-            "--lengths",
-            "16",
-            "--batch",
-            "1",
-            "--d-model",
-            "8",
-            "--heads",
-            "2",
-            "--warmup",
-            "0",
-            "--repeats",
-            "1",
-            "--no-memory",
-            "--out",
-            "f.json",
-            "--plot",
-            "f.png",
-        ]
+    payload = _bench(
+        "attention",
+        *["--causal", "--no-padding", "--cases", "floor", "multi_head", "--lengths", "16", *ONE_QUICK_REPEAT],
+        *["--out", "f.json", "--plot", "f.png"],
     )
-    payload = json.loads((in_tmp / "f.json").read_text())
     assert payload["config"]["padding"] is False and [c["name"] for c in payload["cases"]] == ["floor", "multi_head"]
     assert calls and set(calls) == {(True, True)}
 
 
-def test_bench_decode_compares_key_value_head_counts(shared_data, in_tmp, capsys) -> None:
+def test_bench_decode_compares_key_value_head_counts(fra_eng_slice, in_tmp, capsys) -> None:
     kwargs = json.dumps({"d_model": 32, "ffn_hidden": 32, "num_heads": 4})
-    main(
-        [
-            "bench",
-            "decode",
-            "--data-path",
-            str(shared_data / "fra-eng.zip"),
-            "--limit-train",
-            "1000",
-            "--vocab-size",
-            "600",
-            "--sentences",
-            "4",
-            "--batch",
-            "4",
-            "--tokens",
-            "5",
-            "--warmup",
-            "0",
-            "--repeats",
-            "1",
-            "--num-kv-heads",
-            "1",
-            "2",
-            "4",
-            "--model-kwargs",
-            kwargs,
-            "--out",
-            "decode.json",
-        ]
-    )
-    results = json.loads((in_tmp / "decode.json").read_text())["results"]
+    results = _bench(
+        "decode",
+        *[*fra_eng_slice, "--sentences", "4", "--batch", "4", "--tokens", "5", "--warmup", "0", "--repeats", "1"],
+        *["--num-kv-heads", "1", "2", "4", "--model-kwargs", kwargs, "--out", "decode.json"],
+    )["results"]
     cached = {r["num_kv_heads"]: r["kv_cache_bytes_per_sentence"] for r in results if r["mode"] == "cached"}
     assert set(cached) == {1, 2, 4}
     assert cached[4] == 2 * cached[2] == 4 * cached[1] > 0  # the cache shrinks by num_heads / num_kv_heads

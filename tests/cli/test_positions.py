@@ -4,33 +4,19 @@ non-default scheme, and one clear line for a bad name or a scheme the attention 
 from __future__ import annotations
 
 import pytest
-import yaml
 
+from tests.helpers.cli import QUIET, SMALL, flags, hparams, tiny_fit
 from zoo.cli import main
 
-QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
-TINY_TRANSFORMER = [
-    "--model.d_model",
-    "32",
-    "--model.num_heads",
-    "2",
-    "--model.num_encoder_layers",
-    "1",
-    "--model.num_decoder_layers",
-    "1",
-    "--model.ffn_hidden",
-    "64",
-    "--model.heatmap_examples",
-    "0",
-]
+TINY_TRANSFORMER = [*SMALL["transformer"], *flags("model", heatmap_examples=0)]
 
 
 def _transformer_data(shared_data) -> list[str]:
-    return ["--data.path", str(shared_data / "fra-eng.zip"), "--data.limit_train", "500", "--data.vocab_size", "300"]
+    return flags("data", path=shared_data / "fra-eng.zip", limit_train=500, vocab_size=300)
 
 
 def _sentiment_data(shared_data) -> list[str]:
-    return ["--data.path", str(shared_data / "sst2"), "--data.limit_train", "300"]
+    return flags("data", path=shared_data / "sst2", limit_train=300)
 
 
 def test_transformer_fits_with_rope(shared_data, in_tmp) -> None:
@@ -51,30 +37,14 @@ def test_transformer_fits_with_rope(shared_data, in_tmp) -> None:
 
 
 def test_sentiment_records_the_scheme_it_was_built_with(shared_data, in_tmp) -> None:
-    main(
-        [
-            "fit",
-            "--model",
-            "sentiment",
-            *_sentiment_data(shared_data),
-            "--model.d_model",
-            "32",
-            "--model.position",
-            "t5",
-            "--model.position_kwargs",
-            '{"num_buckets": 8, "max_distance": 16}',
-            "--trainer.max_steps",
-            "2",
-            "--trainer.limit_val_batches",
-            "1",
-            "--model.heatmap_examples",
-            "0",
-            *QUIET,
-        ]
+    run = tiny_fit(
+        "sentiment",
+        *_sentiment_data(shared_data),
+        *flags("model", position="t5", position_kwargs={"num_buckets": 8, "max_distance": 16}, heatmap_examples=0),
+        *flags("trainer", max_steps=2, limit_val_batches=1),
     )
-    run = max((in_tmp / "runs" / "sentiment").glob("version_*"))
-    hparams = yaml.safe_load((run / "hparams.yaml").read_text())
-    assert hparams["position"] == "t5" and hparams["position_kwargs"] == {"num_buckets": 8, "max_distance": 16}
+    recorded = hparams(run)
+    assert recorded["position"] == "t5" and recorded["position_kwargs"] == {"num_buckets": 8, "max_distance": 16}
 
 
 @pytest.mark.parametrize(

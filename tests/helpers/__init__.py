@@ -2,7 +2,10 @@
 records losses, and a fake installed distribution for the plugin tests.
 
 Fixtures stay in the ``conftest.py`` files; this package holds what tests import by name
-(``from tests.helpers import LossRecorder``), so that test files may live at any depth.
+(``from tests.helpers import LossRecorder``), so that test files may live at any depth. Its
+modules: ``cli`` (quiet flags, a small version of each model, :func:`~tests.helpers.cli.tiny_fit`),
+``training`` (small tasks and short in-process fits), ``models`` (small seeded architectures for
+exactness tests) and ``steplog`` (a callback that logs each step's loss to a file).
 """
 
 from __future__ import annotations

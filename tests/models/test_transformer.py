@@ -7,41 +7,25 @@ import pytest
 import torch
 
 import zoo
+from tests.helpers.models import SMALL_VOCAB, small_transformer
 from zoo.models.decoding import beam_search, greedy_decode
 from zoo.models.transformer import Transformer
 
 PAD, BOS, EOS = 0, 2, 3
-VOCAB = 17
 ATTENTIONS = [("dot_product", None), ("local", {"window": 2}), ("linear", {"chunk_size": 2}), ("additive", None)]
 IDS = ["dot_product", "local", "linear", "additive"]
 
 
 def _model(attention: str, attention_kwargs: dict | None, norm_first: bool = False, **kwargs) -> Transformer:
-    torch.manual_seed(0)
-    return (
-        Transformer(
-            VOCAB,
-            d_model=16,
-            num_heads=2,
-            num_encoder_layers=2,
-            num_decoder_layers=2,
-            ffn_hidden=32,
-            dropout=0.1,
-            attention=attention,
-            attention_kwargs=attention_kwargs,
-            norm_first=norm_first,
-            padding_idx=PAD,
-            **kwargs,
-        )
-        .double()
-        .eval()
+    return small_transformer(
+        attention=attention, attention_kwargs=attention_kwargs, norm_first=norm_first, padding_idx=PAD, **kwargs
     )
 
 
 def _source() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     src_lens = torch.tensor([7, 4, 1])
-    src = torch.randint(4, VOCAB, (3, 7), generator=g).masked_fill(torch.arange(7) >= src_lens[:, None], PAD)
+    src = torch.randint(4, SMALL_VOCAB, (3, 7), generator=g).masked_fill(torch.arange(7) >= src_lens[:, None], PAD)
     return src, src_lens
 
 
@@ -52,7 +36,7 @@ def test_decode_steps_with_and_without_cache_equal_teacher_forcing(
 ) -> None:
     model = _model(attention, kwargs, norm_first)
     src, src_lens = _source()
-    tgt_in = torch.cat([torch.full((3, 1), BOS), torch.randint(4, VOCAB, (3, 5))], dim=1)
+    tgt_in = torch.cat([torch.full((3, 1), BOS), torch.randint(4, SMALL_VOCAB, (3, 5))], dim=1)
     teacher_forced, _ = model(src, src_lens, tgt_in)
     for use_cache in (True, False):
         model.use_cache = use_cache

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import zoo
+from tests.helpers.models import small_transformer
 from zoo.attention import IncompatibleAttentionError
 from zoo.models import SentimentClassifier
 from zoo.models.transformer import Transformer
@@ -77,24 +78,8 @@ def test_local_adds_the_bias_at_its_block_positions(cls: type, causal: bool) -> 
 def _transformer(
     position: str, attention: str = "dot_product", attention_kwargs: dict | None = None, **kwargs
 ) -> Transformer:
-    torch.manual_seed(0)
-    model = (
-        Transformer(
-            17,
-            d_model=16,
-            num_heads=2,
-            num_encoder_layers=2,
-            num_decoder_layers=2,
-            ffn_hidden=32,
-            dropout=0.1,
-            attention=attention,
-            attention_kwargs=attention_kwargs,
-            position=position,
-            max_len=32,
-            **kwargs,
-        )
-        .double()
-        .eval()
+    model = small_transformer(
+        attention=attention, attention_kwargs=attention_kwargs, position=position, max_len=32, **kwargs
     )
     for scheme in (model.encoder_position, model.decoder_position):
         if isinstance(scheme, T5RelativeBias):

@@ -2,51 +2,16 @@
 
 from __future__ import annotations
 
-import lightning as L
 import pytest
 import torch
 import yaml
 
 import zoo
-from tests.helpers import PROJECT_ROOT, LossRecorder
+from tests.helpers import PROJECT_ROOT
+from tests.helpers.cli import QUIET, flags, hparams, tiny_fit, trainer_budget
+from tests.helpers.training import mean, train_sentiment
 from zoo.cli import main
 from zoo.datamodules import SST2DataModule
-from zoo.tasks import Sentiment
-
-QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
-
-
-def _train(data: SST2DataModule, tmp_path, max_steps: int, **model_kwargs) -> tuple[list[float], dict[str, float]]:
-    L.seed_everything(0)
-    task = Sentiment(
-        vocab_size=data.vocab_size,
-        padding_idx=data.padding_idx,
-        num_classes=data.num_classes,
-        d_model=64,
-        num_heads=4,
-        num_layers=1,
-        ffn_hidden=128,
-        warmup_steps=20,
-        heatmap_examples=0,
-        **model_kwargs,
-    )
-    recorder = LossRecorder()
-    trainer = L.Trainer(
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[recorder],
-        default_root_dir=tmp_path,
-        num_sanity_val_steps=0,
-    )
-    trainer.fit(task, datamodule=data)
-    return recorder.losses, trainer.validate(task, datamodule=data, verbose=False)[0]
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 @pytest.fixture
@@ -55,8 +20,8 @@ def sst2_slice(shared_data, in_tmp) -> SST2DataModule:
 
 
 def test_short_sst2_run_lowers_the_loss_and_beats_chance(sst2_slice, tmp_path) -> None:
-    losses, metrics = _train(sst2_slice, tmp_path, max_steps=250)
-    assert _mean(losses[-30:]) < _mean(losses[:30]) - 0.1
+    losses, metrics = train_sentiment(sst2_slice, tmp_path, max_steps=250)
+    assert mean(losses[-30:]) < mean(losses[:30]) - 0.1
     assert metrics["val/acc"] > 0.62  # chance on the balanced validation split is about 0.51
     assert 0.0 < metrics["val/f1"] <= 1.0
 
@@ -76,31 +41,16 @@ class CosineAttention(zoo.Attention):
 
 @pytest.mark.parametrize("attention", ["additive", "test_cosine"])
 def test_other_scoring_attentions_train(sst2_slice, tmp_path, attention) -> None:
-    losses, metrics = _train(sst2_slice, tmp_path, max_steps=200, attention=attention)
-    assert _mean(losses[-30:]) < _mean(losses[:30]) - 0.05
+    losses, metrics = train_sentiment(sst2_slice, tmp_path, max_steps=200, attention=attention)
+    assert mean(losses[-30:]) < mean(losses[:30]) - 0.05
     assert metrics["val/acc"] > 0.58
 
 
 def test_cli_fit_predict_and_print_config_round_trip(shared_data, in_tmp, capsys) -> None:
-    data = ["--data.path", str(shared_data / "sst2"), "--data.limit_train", "2000"]
-    main(
-        [
-            "fit",
-            "--model",
-            "sentiment",
-            *data,
-            "--trainer.max_epochs",
-            "1",
-            "--trainer.limit_train_batches",
-            "10",
-            "--trainer.limit_val_batches",
-            "2",
-            *QUIET,
-        ]
-    )
-    run = sorted((in_tmp / "runs" / "sentiment").glob("version_*"))[-1]
-    hparams = yaml.safe_load((run / "hparams.yaml").read_text())
-    assert hparams["vocab_size"] > 1000 and hparams["padding_idx"] == 0  # linked from the data module
+    data = flags("data", path=shared_data / "sst2", limit_train=2000)
+    run = tiny_fit("sentiment", *data, *trainer_budget(10, 2), small=False)
+    recorded = hparams(run)
+    assert recorded["vocab_size"] > 1000 and recorded["padding_idx"] == 0  # linked from the data module
     assert (run / "images" / "attention_example0.png").is_file()
     capsys.readouterr()
 
@@ -142,10 +92,7 @@ def test_cli_bad_input_is_one_clear_message(shared_data, in_tmp, capsys, extra, 
         "predict" if "predict_texts" in extra[0] else "fit",
         "--model",
         "sentiment",
-        "--data.path",
-        str(shared_data / "sst2"),
-        "--data.limit_train",
-        "500",
+        *flags("data", path=shared_data / "sst2", limit_train=500),
         *extra,
         *QUIET,
     ]
@@ -160,25 +107,14 @@ def test_cli_bad_input_is_one_clear_message(shared_data, in_tmp, capsys, extra, 
 def test_recipe_configs_reach_the_model(shared_data, in_tmp, config, corpus) -> None:
     """Every model setting of a recipe YAML is what the trained model was built with."""
     path = PROJECT_ROOT / "configs" / config
-    main(
-        [
-            "fit",
-            "--model",
-            "sentiment",
-            "--config",
-            str(path),
-            "--data.path",
-            str(shared_data / corpus),
-            "--data.limit_train",
-            "300",
-            "--trainer.max_steps",
-            "2",
-            "--trainer.limit_val_batches",
-            "1",
-            *QUIET,
-        ]
+    run = tiny_fit(
+        "sentiment",
+        "--config",
+        str(path),
+        *flags("data", path=shared_data / corpus, limit_train=300),
+        *flags("trainer", max_steps=2, limit_val_batches=1),
+        small=False,
     )
-    run = sorted((in_tmp / "runs" / "sentiment").glob("version_*"))[-1]
-    hparams = yaml.safe_load((run / "hparams.yaml").read_text())
+    recorded = hparams(run)
     recipe = yaml.safe_load(path.read_text())["model"]["init_args"]
-    assert {key: hparams[key] for key in recipe} == recipe
+    assert {key: recorded[key] for key in recipe} == recipe

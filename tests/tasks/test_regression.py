@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import lightning as L
 import torch
 
+from tests.helpers.training import quiet_trainer
 from zoo.datamodules import SyntheticRegressionDataModule
 from zoo.models import KernelRegression
 from zoo.tasks import NadarayaWatson
 
 
 def _test_mse(task: NadarayaWatson, epochs: int, tmp_path) -> float:
-    trainer = L.Trainer(
-        max_epochs=epochs,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = quiet_trainer(tmp_path, max_epochs=epochs)
     data = SyntheticRegressionDataModule(seed=0)
     trainer.fit(task, datamodule=data)
     return trainer.test(task, datamodule=data, verbose=False)[0]["test/mse"]

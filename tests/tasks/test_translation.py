@@ -9,43 +9,16 @@ import pytest
 import sacrebleu
 import torch
 
-from tests.helpers import LossRecorder
+from tests.helpers.cli import QUIET, SMALL, flags, latest_run, trainer_budget
+from tests.helpers.training import mean, quiet_trainer, small_translator, train_translator
 from zoo.cli import main
 from zoo.datamodules import FraEngDataModule
-from zoo.tasks import Seq2SeqTranslator, TransformerTranslator
 from zoo.tasks.bleu import CorpusBLEU, reference_streams
-
-QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 
 
 @pytest.fixture
 def fra_eng(shared_data, in_tmp) -> FraEngDataModule:
     return FraEngDataModule(path=str(shared_data / "fra-eng.zip"), batch_size=64, vocab_size=1000, limit_train=4000)
-
-
-def _task(kind: str, data: FraEngDataModule, **kwargs):
-    links = {
-        "vocab_size": data.vocab_size,
-        "padding_idx": data.padding_idx,
-        "bos_idx": data.bos_idx,
-        "eos_idx": data.eos_idx,
-    }
-    if kind == "transformer":
-        return TransformerTranslator(
-            **links,
-            d_model=64,
-            num_heads=4,
-            num_encoder_layers=1,
-            num_decoder_layers=1,
-            ffn_hidden=128,
-            warmup_steps=20,
-            lr=2e-3,
-            heatmap_examples=0,
-            **kwargs,
-        )
-    return Seq2SeqTranslator(
-        **links, embed_dim=64, hidden_size=64, num_layers=1, warmup_steps=20, lr=3e-3, heatmap_examples=0, **kwargs
-    )
 
 
 @pytest.mark.parametrize(
@@ -56,27 +29,15 @@ def test_short_run_lowers_the_loss(shared_data, in_tmp, kind, attention) -> None
     """On 256 real pairs, 300 steps take the loss far below the unigram level (about 5.5
     nats here): the model must use the source, not only token frequencies."""
     data = FraEngDataModule(path=str(shared_data / "fra-eng.zip"), batch_size=32, vocab_size=1000, limit_train=256)
-    L.seed_everything(0)
-    recorder = LossRecorder()
-    trainer = L.Trainer(
-        max_steps=300,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[recorder],
-        default_root_dir=in_tmp,
-        limit_val_batches=0,
-    )
-    trainer.fit(_task(kind, data, attention=attention, label_smoothing=0.0), datamodule=data)
-    first, last = sum(recorder.losses[:8]) / 8, sum(recorder.losses[-8:]) / 8
+    losses = train_translator(kind, data, in_tmp, max_steps=300, attention=attention, label_smoothing=0.0)
+    first, last = mean(losses[:8]), mean(losses[-8:])
     assert last < 0.5 * first and last < 4.0
 
 
 @pytest.mark.parametrize("kind", ["transformer", "seq2seq"])
 def test_greedy_equals_beam_size_one(fra_eng, kind) -> None:
     torch.manual_seed(1)
-    task = _task(kind, fra_eng).eval()
+    task = small_translator(kind, fra_eng).eval()
     fra_eng.setup("validate")
     batch = next(iter(fra_eng.val_dataloader()))
     greedy = task.translate_ids(batch["src"], batch["src_lens"], beam_size=1)
@@ -126,40 +87,13 @@ def test_task_bleu_equals_sacrebleu_and_ignores_order(shared_data, in_tmp) -> No
 
 @pytest.mark.parametrize("model", ["transformer", "seq2seq"])
 def test_cli_print_config_fit_test_predict(shared_data, in_tmp, capsys, model) -> None:
-    data = ["--data.path", str(shared_data / "fra-eng.zip"), "--data.limit_train", "2000", "--data.vocab_size", "600"]
-    small = (
-        [
-            "--model.d_model",
-            "32",
-            "--model.ffn_hidden",
-            "64",
-            "--model.num_encoder_layers",
-            "1",
-            "--model.num_decoder_layers",
-            "1",
-        ]
-        if model == "transformer"
-        else ["--model.embed_dim", "32", "--model.hidden_size", "32", "--model.num_layers", "1"]
-    )
+    data = flags("data", path=shared_data / "fra-eng.zip", limit_train=2000, vocab_size=600)
     with pytest.raises(SystemExit):
-        main(["fit", "--model", model, *data, *small, "--print_config"])
+        main(["fit", "--model", model, *data, *SMALL[model], "--print_config"])
     config = in_tmp / "config.yaml"
     config.write_text(capsys.readouterr().out)
-    main(
-        [
-            "fit",
-            "--config",
-            str(config),
-            "--trainer.max_epochs",
-            "1",
-            "--trainer.limit_train_batches",
-            "5",
-            "--trainer.limit_val_batches",
-            "2",
-            *QUIET,
-        ]
-    )
-    run = sorted((in_tmp / "runs" / model).glob("version_*"))[-1]
+    main(["fit", "--config", str(config), *trainer_budget(5, 2), *QUIET])
+    run = latest_run(model)
     assert (run / "images" / "cross_attention_example0.png").is_file()
     ckpt = str(run / "checkpoints" / "last.ckpt")
     main(["test", "--config", str(config), "--ckpt_path", ckpt, "--trainer.limit_test_batches", "2", *QUIET])
@@ -193,18 +127,9 @@ def test_cli_refuses_empty_or_too_long_sentences(shared_data, in_tmp, capsys, te
                 "predict",
                 "--model",
                 "transformer",
-                "--data.path",
-                str(shared_data / "fra-eng.zip"),
-                "--data.limit_train",
-                "1000",
-                "--data.vocab_size",
-                "600",
-                "--model.d_model",
-                "32",
-                "--model.ffn_hidden",
-                "64",
-                "--data.predict_texts",
-                texts,
+                *flags("data", path=shared_data / "fra-eng.zip", limit_train=1000, vocab_size=600),
+                *SMALL["transformer"],
+                *flags("data", predict_texts=texts),
                 *QUIET,
             ]
         )
@@ -216,7 +141,7 @@ def test_cli_refuses_empty_or_too_long_sentences(shared_data, in_tmp, capsys, te
 def test_training_step_never_waits_for_the_device_and_throughput_is_logged(fra_eng, in_tmp, monkeypatch) -> None:
     """Reading a tensor's value on the host (``int``, ``float``, ``.item()``, ``.tolist()``)
     inside ``training_step`` would stall a GPU every step; ThroughputMonitor measures instead."""
-    task = _task("transformer", fra_eng)
+    task = small_translator("transformer", fra_eng)
     monkeypatch.setattr(type(task), "throughput_window", 2)
     step = task.training_step
 
@@ -231,15 +156,7 @@ def test_training_step_never_waits_for_the_device_and_throughput_is_logged(fra_e
 
     task.training_step = strict_step
     logger = L.pytorch.loggers.CSVLogger(in_tmp, name="run")
-    trainer = L.Trainer(
-        max_steps=4,
-        logger=logger,
-        log_every_n_steps=1,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
+    trainer = quiet_trainer(in_tmp, max_steps=4, logger=logger, log_every_n_steps=1, limit_val_batches=0)
     trainer.fit(task, datamodule=fra_eng)
     import csv
 
