@@ -1,4 +1,5 @@
-"""The sentiment model on real SST-2: it learns, any registered scoring trains, the CLI works."""
+"""The classifier and its sentiment configuration on real SST-2: it learns, any registered scoring
+trains, the CLI works, ``--model classifier`` names its data and pools a classification token."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import zoo
 from tests.helpers import PROJECT_ROOT, LossRecorder
 from zoo.cli import main
 from zoo.datamodules import SST2DataModule
-from zoo.tasks import Sentiment
+from zoo.tasks import Classifier, Sentiment
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 
@@ -182,3 +183,49 @@ def test_recipe_configs_reach_the_model(shared_data, in_tmp, config, corpus) -> 
     hparams = yaml.safe_load((run / "hparams.yaml").read_text())
     recipe = yaml.safe_load(path.read_text())["model"]["init_args"]
     assert {key: hparams[key] for key in recipe} == recipe
+
+
+def test_cli_fits_the_classifier_with_a_classification_token(shared_data, in_tmp, capsys) -> None:
+    """``classifier`` is the general model: it takes the data it is given (here SST-2), pools a
+    classification token, and draws its attention with the token labelled."""
+    main(
+        [
+            "fit",
+            "--model",
+            "classifier",
+            "--data",
+            "sst2",
+            "--data.path",
+            str(shared_data / "sst2"),
+            "--data.limit_train",
+            "300",
+            "--model.pooling",
+            "cls",
+            "--model.d_model",
+            "32",
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.limit_train_batches",
+            "3",
+            "--trainer.limit_val_batches",
+            "1",
+            *QUIET,
+        ]
+    )
+    run = sorted((in_tmp / "runs" / "classifier").glob("version_*"))[-1]
+    hparams = yaml.safe_load((run / "hparams.yaml").read_text())
+    assert hparams["pooling"] == "cls" and hparams["vocab_size"] > 100  # linked from the data module
+    assert (run / "images" / "attention_example0.png").is_file()
+    task = zoo.load_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert type(task) is Classifier and task.model.cls_token is not None
+    assert task.predict(["a gripping, beautiful film"])[0]["label"] in ("negative", "positive")
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "classifier", "--trainer.fast_dev_run", "true", *QUIET])
+    assert exit_info.value.code == 2 and "data" in capsys.readouterr().err
+
+
+def test_sentiment_is_the_classifier_with_sst2_by_default() -> None:
+    assert issubclass(Sentiment, Classifier) and Sentiment.default_datamodule == "sst2"
+    assert Classifier.default_datamodule is None
+    assert zoo.tasks.MODEL_REGISTRY.get("sentiment_classifier") is Sentiment
