@@ -166,6 +166,20 @@ def test_checkpoint_without_a_zoo_record_is_found_by_its_cli_class_path(trained,
     assert loaded.predict([1.0]) == trained["nadaraya_watson"][0].predict([1.0])
 
 
+def test_a_sentiment_checkpoint_still_loads_as_sentiment(trained, tmp_path) -> None:
+    """``sentiment`` is now the classifier in its sentiment configuration; checkpoints named by its
+    record or by its LightningCLI class path load as that model, not as ``classifier``."""
+    task, path = trained["sentiment"]
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["zoo"]["model"] == "sentiment"
+    del checkpoint["zoo"]["model"]
+    checkpoint["hyper_parameters"]["_class_path"] = "zoo.tasks.classification.Sentiment"
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    loaded = zoo.load_checkpoint(tmp_path / "old.ckpt")
+    assert type(loaded) is Sentiment
+    assert loaded.predict(INPUTS["sentiment"]) == task.predict(INPUTS["sentiment"])
+
+
 # -- bad checkpoints --------------------------------------------------------------------------------
 
 

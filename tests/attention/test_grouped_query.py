@@ -7,7 +7,7 @@ import torch
 
 import zoo
 from zoo.attention.multi_head import HeadedAttention
-from zoo.models.sentiment import SentimentClassifier
+from zoo.models import SequenceClassifier
 from zoo.models.transformer import Transformer
 
 
@@ -95,7 +95,7 @@ def test_decoder_cache_shrinks_and_cached_decoding_matches_teacher_forcing(num_k
 
 
 def test_sentiment_classifier_takes_grouped_heads() -> None:
-    model = SentimentClassifier(vocab_size=30, d_model=16, num_heads=4, num_kv_heads=1)
+    model = SequenceClassifier(vocab_size=30, d_model=16, num_heads=4, num_kv_heads=1)
     assert model.blocks[0].attention.k_proj.out_features == 4
     logits, _ = model(torch.randint(1, 30, (2, 5)), torch.tensor([5, 3]))
     assert logits.shape == (2, 2) and torch.isfinite(logits).all()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+import lightning as L
 import pytest
 import yaml
 
@@ -17,10 +18,17 @@ DEFAULTS = [path for path in CONFIGS if path.stem in MODEL_REGISTRY]
 OVERLAYS = [path for path in CONFIGS if path.stem not in MODEL_REGISTRY]
 
 
-def _model_name(config: dict, path: Path) -> str:
+def _stack(path: Path) -> list[Path]:
+    """The configs a run of ``path`` loads after the model's default, in order: an overlay named
+    ``<overlay>_<suffix>`` (the CPU-sized ``classifier_listops_cpu``) goes on ``<overlay>``."""
+    parent = CONFIG_DIR / f"{path.stem.rsplit('_', 1)[0]}.yaml"
+    return [*_stack(parent), path] if parent != path and parent in OVERLAYS else [path]
+
+
+def _model_name(path: Path) -> str:
     if path.stem in MODEL_REGISTRY:
         return path.stem
-    class_path = config["model"]["class_path"]
+    class_path = yaml.safe_load(_stack(path)[0].read_text())["model"]["class_path"]
     return next(e.name for e in MODEL_REGISTRY.entries() if f"{e.obj.__module__}.{e.obj.__qualname__}" == class_path)
 
 
@@ -41,17 +49,20 @@ def _code_defaults(task: type) -> dict:
 def test_there_is_a_default_config_per_model_and_overlays_exist() -> None:
     assert {path.stem for path in DEFAULTS} == set(MODEL_REGISTRY.list())
     assert {path.stem for path in OVERLAYS} == {
+        "classifier_listops",
+        "classifier_listops_cpu",
+        "classifier_lra_text",
+        "classifier_lra_text_cpu",
         "sentiment_imdb",
-        "sentiment_listops",
         "sentiment_local",
-        "sentiment_lra_text",
     }
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda path: path.stem)
 def test_every_value_a_shipped_config_sets_is_the_one_a_run_uses(path, capsys, in_tmp) -> None:
     config = yaml.safe_load(path.read_text())
-    resolved = _resolved(capsys, "--model", _model_name(config, path), "--config", str(path))
+    stack = [arg for layer in _stack(path) for arg in ("--config", str(layer))]
+    resolved = _resolved(capsys, "--model", _model_name(path), *stack)
     for section in ("model", "data"):
         for key, value in (config.get(section) or {}).get("init_args", {}).items():
             assert resolved[section]["init_args"][key] == value, (section, key)
@@ -67,14 +78,22 @@ def test_default_configs_leave_the_model_to_its_code_defaults(path) -> None:
 
 @pytest.mark.parametrize("path", OVERLAYS, ids=lambda path: path.stem)
 def test_overlays_set_only_what_differs_from_the_defaults(path) -> None:
-    config = yaml.safe_load(path.read_text())
-    name = _model_name(config, path)
+    """Each overlay's model and trainer settings differ from what the configs beneath it (the
+    model's default config, and the overlay it goes on, if any) and the code (the task's and the
+    Trainer's defaults) already give."""
+    name = _model_name(path)
     defaults = _code_defaults(MODEL_REGISTRY.get(name))
+    trainer = {arg: p.default for arg, p in inspect.signature(L.Trainer).parameters.items()}
+    trainer |= yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())["trainer"]
+    for layer in _stack(path)[:-1]:
+        beneath = yaml.safe_load(layer.read_text())
+        defaults |= beneath["model"]["init_args"]
+        trainer |= beneath.get("trainer") or {}
+    config = yaml.safe_load(path.read_text())
     for key, value in config["model"]["init_args"].items():
         assert key in defaults and defaults[key] != value, key
-    base = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
     for key, value in (config.get("trainer") or {}).items():
-        assert base["trainer"].get(key) != value, key
+        assert trainer[key] != value, key
 
 
 def test_the_transformer_defaults_are_the_readme_recipe(capsys, in_tmp) -> None:

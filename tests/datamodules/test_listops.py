@@ -17,7 +17,7 @@ from zoo.datamodules import ListOpsDataModule
 from zoo.datamodules.listops import SPLIT_FILES, read_tsv, write_tsv
 from zoo.datamodules.listops_generator import generate
 from zoo.errors import DataError
-from zoo.tasks import Sentiment
+from zoo.tasks import Classifier
 from zoo.text.listops import VOCABULARY, encode
 
 SMALL = {"min_length": 10, "max_length": 80}
@@ -121,7 +121,7 @@ def test_data_module_generates_once_and_refuses_other_settings(tmp_path: Path) -
         ListOpsDataModule(min_length=500, max_length=502)
 
 
-def test_cli_fits_the_sentiment_model_on_tiny_listops(tmp_path: Path) -> None:
+def test_cli_fits_the_classifier_on_tiny_listops_with_its_configs(tmp_path: Path) -> None:
     data = tmp_path / "listops"
     command = [
         sys.executable,
@@ -129,9 +129,11 @@ def test_cli_fits_the_sentiment_model_on_tiny_listops(tmp_path: Path) -> None:
         "zoo",
         "fit",
         "--model",
-        "sentiment",
+        "classifier",
         "--config",
-        "configs/sentiment_listops.yaml",
+        "configs/classifier_listops.yaml",
+        "--config",
+        "configs/classifier_listops_cpu.yaml",
         f"--data.path={data}",
         "--data.num_train=64",
         "--data.num_val=16",
@@ -169,7 +171,7 @@ def test_limit_train_predict_inputs_and_the_length_limit(tmp_path: Path) -> None
     batch = next(iter(module.predict_dataloader()))
     assert batch["texts"] == ["[MAX 2 9 ]", "( [SM 5 ) 7 ]"] and batch["valid_lens"].tolist() == [4, 4]
     assert module.codec.decode(batch["tokens"][1]) == "[SM 5 7 ]"
-    task = Sentiment(
+    task = Classifier(
         vocab_size=module.vocab_size, num_classes=module.num_classes, d_model=8, num_heads=2, num_layers=1, ffn_hidden=8
     )
     task._trainer = SimpleNamespace(datamodule=module)

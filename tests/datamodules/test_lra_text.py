@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import PROJECT_ROOT
 from zoo.datamodules import LRATextDataModule
-from zoo.tasks import Sentiment
+from zoo.tasks import Classifier
 
 ROOT = PROJECT_ROOT
 
@@ -69,16 +69,17 @@ def test_cli_fits_on_bytes(corpus: Path, tmp_path: Path) -> None:
         "zoo",
         "fit",
         "--model",
-        "sentiment",
-        "--data",
-        "lra_text",
+        "classifier",
+        "--config",
+        "configs/classifier_lra_text.yaml",
+        "--config",
+        "configs/classifier_lra_text_cpu.yaml",
         f"--data.path={corpus}",
         "--data.max_length=64",
         "--model.d_model=16",
         "--model.num_heads=2",
         "--model.num_layers=1",
         "--model.ffn_hidden=32",
-        "--model.heatmap_examples=0",
         "--trainer.max_steps=2",
         "--trainer.limit_val_batches=1",
         f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
@@ -90,8 +91,8 @@ def test_cli_fits_on_bytes(corpus: Path, tmp_path: Path) -> None:
     }
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    config = (tmp_path / "runs" / "sentiment" / "version_0" / "config.yaml").read_text()
-    assert "max_length: 64" in config and "LRATextDataModule" in config
+    config = (tmp_path / "runs" / "classifier" / "version_0" / "config.yaml").read_text()
+    assert "max_length: 64" in config and "LRATextDataModule" in config and "pooling: cls" in config
 
 
 def test_predict_inputs_as_bytes_and_the_task_adopts_the_byte_codec(corpus: Path, tmp_path: Path) -> None:
@@ -101,7 +102,7 @@ def test_predict_inputs_as_bytes_and_the_task_adopts_the_byte_codec(corpus: Path
     batch = next(iter(module.predict_dataloader()))
     assert batch["texts"] == ["Déjà vu", "fine"] and batch["tokens"].shape == (2, 16)
     assert batch["valid_lens"].tolist() == [9, 4] and module.codec.decode(batch["tokens"][0]) == "Déjà vu"
-    task = Sentiment(vocab_size=module.vocab_size, d_model=8, num_heads=2, num_layers=1, ffn_hidden=8)
+    task = Classifier(vocab_size=module.vocab_size, d_model=8, num_heads=2, num_layers=1, ffn_hidden=8)
     task._trainer = SimpleNamespace(datamodule=module)
     task.setup("predict")
     assert task.codec is module.codec and task.codec.class_names == ["negative", "positive"]

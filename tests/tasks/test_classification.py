@@ -1,4 +1,5 @@
-"""The sentiment model on real SST-2: it learns, any registered scoring trains, the CLI works."""
+"""The classifier and its sentiment configuration on real SST-2: it learns, any registered scoring
+trains, the CLI works, ``--model classifier`` names its data and pools a classification token."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tests.helpers.cli import QUIET, flags, hparams, tiny_fit, trainer_budget
 from tests.helpers.training import mean, train_sentiment
 from zoo.cli import main
 from zoo.datamodules import SST2DataModule
+from zoo.tasks import Classifier, Sentiment
 
 
 @pytest.fixture
@@ -118,3 +120,33 @@ def test_recipe_configs_reach_the_model(shared_data, in_tmp, config, corpus) -> 
     recorded = hparams(run)
     recipe = yaml.safe_load(path.read_text())["model"]["init_args"]
     assert {key: recorded[key] for key in recipe} == recipe
+
+
+def test_cli_fits_the_classifier_with_a_classification_token(shared_data, in_tmp, capsys) -> None:
+    """``classifier`` is the general model: it takes the data it is given (here SST-2), pools a
+    classification token, and draws its attention with the token labelled."""
+    run = tiny_fit(
+        "classifier",
+        "--data",
+        "sst2",
+        *flags("data", path=shared_data / "sst2", limit_train=300),
+        *flags("model", pooling="cls", d_model=32),
+        *flags("trainer", max_epochs=1, limit_train_batches=3, limit_val_batches=1),
+        small=False,
+    )
+    recorded = hparams(run)
+    assert recorded["pooling"] == "cls" and recorded["vocab_size"] > 100  # linked from the data module
+    assert (run / "images" / "attention_example0.png").is_file()
+    task = zoo.load_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert type(task) is Classifier and task.model.cls_token is not None
+    assert task.predict(["a gripping, beautiful film"])[0]["label"] in ("negative", "positive")
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "classifier", "--trainer.fast_dev_run", "true", *QUIET])
+    assert exit_info.value.code == 2 and "data" in capsys.readouterr().err
+
+
+def test_sentiment_is_the_classifier_with_sst2_by_default() -> None:
+    assert issubclass(Sentiment, Classifier) and Sentiment.default_datamodule == "sst2"
+    assert Classifier.default_datamodule is None
+    assert zoo.tasks.MODEL_REGISTRY.get("sentiment_classifier") is Sentiment

@@ -71,8 +71,9 @@ def read_tsv(path: Path) -> list[tuple[str, int]]:
 class ListOpsDataModule(CorpusDataModule):
     """ListOps (Long Range Arena): classify a nested expression of 500 to 2,000 tokens by its value.
 
-    Train with the ``sentiment`` model (``vocab_size``, ``padding_idx`` and ``num_classes`` are
-    linked from here). Generating the default 100,000 examples takes minutes, once per settings.
+    Train with the ``classifier`` model (``configs/classifier_listops.yaml``; ``vocab_size``,
+    ``padding_idx`` and ``num_classes`` are linked from here). Generating the default 100,000
+    examples takes minutes, once per settings.
 
     Args:
         path: Directory of the TSV files; generated there when absent. Default: a directory per

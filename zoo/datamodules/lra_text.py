@@ -22,8 +22,9 @@ __all__ = ["LRATextDataModule"]
 class LRATextDataModule(IMDBDataModule):
     """IMDB as the Long Range Arena's byte-level Text task: 257 token ids (256 bytes and padding).
 
-    Train with the ``sentiment`` model (``vocab_size``, ``padding_idx`` and ``num_classes`` are
-    linked from here). No vocabulary is built, so ``max_vocab_size`` and ``min_freq`` are unused.
+    Train with the ``classifier`` model (``configs/classifier_lra_text.yaml``; ``vocab_size``,
+    ``padding_idx`` and ``num_classes`` are linked from here). No vocabulary is built, so
+    ``max_vocab_size`` and ``min_freq`` are unused.
 
     Args:
         max_length: Bytes per review: longer reviews are cut, shorter ones padded. 1,000 is the

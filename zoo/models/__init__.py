@@ -1,14 +1,15 @@
 """Architectures as plain ``nn.Module``s (no Lightning), each taking its attention by name."""
 
+from zoo.models.classifier import SentimentClassifier, SequenceClassifier
 from zoo.models.decoding import beam_search, greedy_decode
 from zoo.models.kernel_regression import KernelRegression
-from zoo.models.sentiment import SentimentClassifier
 from zoo.models.seq2seq import Seq2SeqAttention
 from zoo.models.transformer import Transformer
 
 __all__ = [
     "KernelRegression",
     "SentimentClassifier",
+    "SequenceClassifier",
     "Seq2SeqAttention",
     "Transformer",
     "beam_search",

@@ -2,12 +2,13 @@
 
 from zoo.tasks.registry import MODEL_REGISTRY, list_models, register_model
 from zoo.tasks.base import ZooTask
-from zoo.tasks.classification import Sentiment
+from zoo.tasks.classification import Classifier, Sentiment
 from zoo.tasks.regression import NadarayaWatson
 from zoo.tasks.translation import Seq2SeqTranslator, TransformerTranslator, TranslationTask
 
 __all__ = [
     "MODEL_REGISTRY",
+    "Classifier",
     "NadarayaWatson",
     "Sentiment",
     "Seq2SeqTranslator",

@@ -25,7 +25,8 @@ class ZooTask(L.LightningModule):
 
     Class attributes tell the CLI what it needs before parsing:
 
-    * ``default_datamodule``: registered data-module name used when none is given.
+    * ``default_datamodule``: registered data-module name used when none is given; ``None``:
+      the model has no data of its own, so ``--data`` or a config must name one.
     * ``data_links``: constructor arguments filled from data-module attributes of the same
       name at instantiation (vocabulary size, padding id, class count), so users never type them.
     * ``monitor``: the validation metric checkpoints track, and whether higher is better.
@@ -42,7 +43,7 @@ class ZooTask(L.LightningModule):
             without it, so a run may be resumed, tested or served either way.
     """
 
-    default_datamodule: ClassVar[str]
+    default_datamodule: ClassVar[str | None] = None
     data_links: ClassVar[tuple[str, ...]] = ()
     monitor: ClassVar[tuple[str, str]] = ("val/loss", "min")
     codec_class: ClassVar[type[Codec] | None] = None

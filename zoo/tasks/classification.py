@@ -1,4 +1,10 @@
-"""Text classification as a LightningModule: cross-entropy, accuracy and F1, attention heatmaps."""
+"""Sequence classification as a LightningModule: cross-entropy, accuracy and F1, attention heatmaps.
+
+``classifier`` is the general model (any data module that yields labelled token sequences:
+``listops``, ``lra_text``, ``sst2``, ``imdb``); ``sentiment`` is the same model in its sentiment
+configuration (SST-2 by default, ``configs/sentiment*.yaml``), kept as its own registered name so
+its runs, configs and checkpoints keep theirs.
+"""
 
 from __future__ import annotations
 
@@ -9,21 +15,26 @@ import torch
 import torchmetrics
 from torch import Tensor
 
-from zoo.models import SentimentClassifier
+from zoo.models import SequenceClassifier
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure
 from zoo.tasks.optim import adamw_with_warmup, fused_allowed
 from zoo.tasks.registry import register_model
 from zoo.text.codecs import ClassificationCodec
 
-__all__ = ["Sentiment"]
+__all__ = ["Classifier", "Sentiment"]
+
+#: How heatmaps label the classification token (``pooling="cls"``).
+CLS_LABEL = "[CLS]"
 
 
-@register_model("sentiment", aliases=("sentiment_classifier",))
-class Sentiment(ZooTask):
-    """Self-attention sentiment classifier (see :class:`zoo.models.SentimentClassifier`).
+@register_model("classifier", aliases=("sequence_classifier",))
+class Classifier(ZooTask):
+    """Self-attention sequence classifier (see :class:`zoo.models.SequenceClassifier`).
 
-    ``vocab_size``, ``padding_idx`` and ``num_classes`` come from the data module.
+    It has no data of its own: name one (``--data listops``) or a config that does
+    (``configs/classifier_listops.yaml``). ``vocab_size``, ``padding_idx`` and ``num_classes``
+    come from the data module.
 
     Args:
         vocab_size: Vocabulary size (from the data module).
@@ -36,11 +47,10 @@ class Sentiment(ZooTask):
         heatmap_examples: Validation examples whose attention is drawn after each validation.
         torch_compile: Compile the model with ``torch.compile`` (checkpoints unchanged).
         model_kwargs: The architecture's hyperparameters (``--model.d_model``,
-            ``--model.attention`` and so on), each documented, with its default, in
-            :class:`zoo.models.SentimentClassifier`.
+            ``--model.attention``, ``--model.pooling`` and so on), each documented, with its
+            default, in :class:`zoo.models.SequenceClassifier`.
     """
 
-    default_datamodule = "sst2"
     data_links = ("vocab_size", "padding_idx", "num_classes")
     monitor = ("val/acc", "max")
     codec_class = ClassificationCodec
@@ -60,8 +70,8 @@ class Sentiment(ZooTask):
     ) -> None:
         super().__init__(torch_compile)
         self.save_hyperparameters()
-        self.save_model_hyperparameters(SentimentClassifier, model_kwargs)
-        self.model = SentimentClassifier(
+        self.save_model_hyperparameters(SequenceClassifier, model_kwargs)
+        self.model = SequenceClassifier(
             vocab_size=vocab_size, num_classes=num_classes, padding_idx=padding_idx, **model_kwargs
         )
         self.metrics = torch.nn.ModuleDict()
@@ -112,11 +122,12 @@ class Sentiment(ZooTask):
         tokens, valid_lens = self._heatmap_batch["tokens"], self._heatmap_batch["valid_lens"]
         with self.inference():
             _, weights = self.model(tokens, valid_lens, need_weights=True)
+        prefix = [CLS_LABEL] * self.model.num_prefix_tokens
         for i in range(tokens.shape[0]):
-            length = int(valid_lens[i])
-            ids = tokens[i, :length].tolist()
-            labels = self.codec.id_to_token(ids) if self.codec is not None else [str(t) for t in ids]
-            figure = attention_heatmaps(weights[-1][i, :, :length, :length], x_labels=labels, y_labels=labels)
+            ids = tokens[i, : int(valid_lens[i])].tolist()
+            labels = prefix + (self.codec.id_to_token(ids) if self.codec is not None else [str(t) for t in ids])
+            size = len(labels)
+            figure = attention_heatmaps(weights[-1][i, :, :size, :size], x_labels=labels, y_labels=labels)
             publish_figure(self, figure, f"attention_example{i}")
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, Any]]:
@@ -142,6 +153,15 @@ class Sentiment(ZooTask):
             total_steps=self.trainer.estimated_stepping_batches,
             fused=fused_allowed(self.trainer),
         )
+
+
+@register_model("sentiment", aliases=("sentiment_classifier",))
+class Sentiment(Classifier):
+    """The classifier in its sentiment configuration: SST-2 when no data is named
+    (``configs/sentiment.yaml``; ``sentiment_imdb.yaml`` and ``sentiment_local.yaml`` overlay it).
+    Arguments and defaults are :class:`Classifier`'s."""
+
+    default_datamodule = "sst2"
 
 
 def _labelled(logits: Tensor, texts: Sequence[str], names: Sequence[str]) -> list[dict[str, Any]]:
