@@ -200,6 +200,29 @@ class Attention(_Capabilities, nn.Module):
         output = torch.matmul(self.dropout(weights), values)
         return AttentionOutput(output, weights if need_weights else None)
 
+    @staticmethod
+    def empty_output(queries: Tensor, keys: Tensor, values: Tensor, need_weights: bool) -> AttentionOutput | None:
+        """The answer when there is nothing to score (no queries or no keys): a zero output, as
+        for a fully masked row, and empty weights; None otherwise. For ``attend`` overrides
+        whose blockwise or kernelized paths cannot take empty sequences."""
+        if queries.shape[-2] and keys.shape[-2]:
+            return None
+        output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
+        return AttentionOutput(
+            output, values.new_zeros((*queries.shape[:-1], keys.shape[-2])) if need_weights else None
+        )
+
+    def check_one_sequence(self, queries: Tensor, keys: Tensor, is_causal: bool, what: str) -> None:
+        """Refuse a non-causal call over two sequences for a variant defined by positions within
+        one (``supports_cross_attention`` False); ``what`` names its rule ("window", "pattern")."""
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+        if not is_causal and num_queries != num_keys:
+            raise IncompatibleAttentionError(
+                f"{type(self).__name__}: a non-causal {what} needs queries and keys of one sequence; got "
+                f"{num_queries} queries and {num_keys} keys. Use it for self-attention (a causal call also takes "
+                f"fewer queries than keys, aligned bottom-right, as in cached decoding)."
+            )
+
     def _grouped(self, queries: Tensor, keys: Tensor, values: Tensor) -> bool:
         """Whether keys and values hold grouped heads this variant takes: fewer heads at axis -3,
         dividing the queries' heads, and the same batch otherwise."""

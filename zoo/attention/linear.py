@@ -82,10 +82,9 @@ class LinearAttention(Attention):
         need_weights: bool = False,
     ) -> AttentionOutput:
         """Linear time where the mask allows (see the module docstring), else the quadratic path."""
-        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-        if num_queries == 0 or num_keys == 0:  # nothing to attend over: zero output
-            output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
-            return AttentionOutput(output, values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None)
+        empty = self.empty_output(queries, keys, values, need_weights)
+        if empty is not None:
+            return empty
         if mask is not None:
             while mask.dim() < 2:
                 mask = mask.unsqueeze(0)
