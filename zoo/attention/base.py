@@ -166,16 +166,9 @@ class Attention(_Capabilities, nn.Module):
         return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, **extra)
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-        position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:  # fmt: skip
         """The computation on validated inputs: the hook a variant overrides.
 
         Args:
@@ -284,7 +277,12 @@ class Attention(_Capabilities, nn.Module):
             check_attn_mask(attn_mask, (*batch_shape, num_queries, num_keys), name)
         if valid_lens is not None:
             valid_lens = validate_valid_lens(valid_lens, batch_shape, num_queries, num_keys)
+        self.check_layout(queries, keys, is_causal)
         return valid_lens
+
+    def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
+        """A variant's own checks of the query and key layout, after the common ones of
+        :meth:`check_inputs` (none here); raise a one-line error naming the fix."""
 
 
 def position_bias_grid(position_bias: PositionBias, num_queries: int, num_keys: int, device: torch.device) -> Tensor:

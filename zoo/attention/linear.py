@@ -72,15 +72,9 @@ class LinearAttention(Attention):
         return feature_map(x.to(torch.promote_types(x.dtype, torch.float32)))
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False,
+    ) -> AttentionOutput:  # fmt: skip
         """Linear time where the mask allows (see the module docstring), else the quadratic path."""
         empty = self.empty_output(queries, keys, values, need_weights)
         if empty is not None:

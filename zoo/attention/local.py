@@ -96,19 +96,9 @@ class LocalAttention(Attention):
         # distances query - key from -(window // 2) (non-causal, ahead) to window - 1 (causal, behind)
         self.relative_bias = nn.Parameter(torch.zeros(num_heads, window // 2 + window)) if relative_bias else None
 
-    def check_inputs(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Tensor | None,
-        attn_mask: Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
-    ) -> Tensor | None:
-        """The base checks, plus: a non-causal window needs ``Lq == Lk``, and a bias learned for
-        several heads needs them at dimension -3."""
-        valid_lens = super().check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+    def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
+        """A non-causal window needs ``Lq == Lk``, and a bias learned for several heads needs them
+        at dimension -3."""
         self.check_one_sequence(queries, keys, is_causal, "window")
         heads = 0 if self.relative_bias is None else len(self.relative_bias)
         if heads > 1 and (queries.dim() < 3 or queries.shape[-3] != heads):
@@ -117,19 +107,11 @@ class LocalAttention(Attention):
                 f"them at dimension -3, as (batch, heads, length, d); got shape {tuple(queries.shape)}. "
                 "Use the layer's own head count, or num_heads=1 to share one bias across a batch."
             )
-        return valid_lens
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-        position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:  # fmt: skip
         """Blockwise attention within the window; ``mask`` and ``position_bias`` are read only at
         the scored pairs."""
         empty = self.empty_output(queries, keys, values, need_weights)

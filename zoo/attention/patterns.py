@@ -80,31 +80,14 @@ class SparsePatternAttention(Attention):
 
     # -- the computation -------------------------------------------------------------------------
 
-    def check_inputs(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Tensor | None,
-        attn_mask: Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
-    ) -> Tensor | None:
-        """The base checks, plus: a non-causal pattern needs queries and keys of one sequence."""
-        valid_lens = super().check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
+    def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
+        """A non-causal pattern needs queries and keys of one sequence."""
         self.check_one_sequence(queries, keys, is_causal, "pattern")
-        return valid_lens
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False,
+    ) -> AttentionOutput:  # fmt: skip
         """Blockwise attention over each block's candidate keys, then the dense global rows."""
         empty = self.empty_output(queries, keys, values, need_weights)
         if empty is not None:
