@@ -86,10 +86,13 @@ class TranslationTask(ZooTask):
     architecture: ClassVar[Callable[..., nn.Module]]
 
     def __init_subclass__(cls, warmup_steps: int | None = None, **kwargs: Any) -> None:
-        """``class T(TranslationTask, warmup_steps=N)``: the architecture's own warm-up default.
+        """``class T(TranslationTask, warmup_steps=N)``: an architecture whose warm-up default
+        differs from the shared one (the Transformer recipe's).
 
-        Each model keeps the constructor below, written once, with ``warmup_steps`` defaulting
-        to ``N`` in the signature that LightningCLI and ``--print_config`` read.
+        ``T`` gets the constructor below, the same code, with ``warmup_steps`` defaulting to
+        ``N`` in the signature LightningCLI and ``--print_config`` read. A subclass ``__init__``
+        forwarding ``**kwargs`` instead would hide the architecture's arguments from jsonargparse,
+        which follows ``self.architecture`` only in the class it resolves.
         """
         super().__init_subclass__(**kwargs)
         if warmup_steps is not None:
