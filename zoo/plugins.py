@@ -1,6 +1,6 @@
 """Plugins that are not installed: modules named with ``--import`` on the command line.
 
-Installed packages reach the registries through entry points (:mod:`zoo.registry`). A module
+Installed packages reach the registries through entry points (:mod:`zoo.entry_points`). A module
 that is not installed, such as a file being developed, can be named instead::
 
     python -m zoo fit --model transformer --import my_attention.py --model.attention cosine

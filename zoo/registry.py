@@ -7,14 +7,13 @@ with a warning: a taken name raises unless the same object is registered again o
 registered names.
 
 Installed packages register through Python entry points (``[project.entry-points."zoo.attention"]``
-and so on). Those are discovered lazily, on the first lookup or listing in each process, so
-worker processes of a multi-process run see the same plugins as the parent without relying on
-import side effects. A plugin that fails to import is reported once by name and skipped. A name
-claimed by two installed distributions is loaded from neither: picking one would depend on the
-order of ``sys.path``, so looking the name up raises :class:`DuplicateNameError` naming both,
-while every other name keeps working.
+and so on), discovered lazily by :mod:`zoo.entry_points` on the first lookup or listing in each
+process, so worker processes of a multi-process run see the same plugins as the parent without
+relying on import side effects. A name claimed by two installed distributions is loaded from
+neither, and looking it up raises :class:`DuplicateNameError` naming both.
 
-This module imports nothing else from the zoo but the error base, :class:`zoo.errors.ZooError`.
+This module imports nothing else from the zoo but the error base, :class:`zoo.errors.ZooError`,
+and the entry-point loader.
 """
 
 from __future__ import annotations
@@ -23,12 +22,11 @@ import difflib
 import fnmatch
 import inspect
 import re
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from importlib import metadata
 from typing import Any, Generic, TypeVar
 
+from zoo.entry_points import PluginLoadWarning, load_entry_points
 from zoo.errors import ZooError
 
 __all__ = [
@@ -68,10 +66,6 @@ class UnknownArgumentError(RegistryError, TypeError, ValueError):
     A ``TypeError`` like Python's own error for a bad keyword, and a ``ValueError`` for callers
     that treat all bad configuration alike.
     """
-
-
-class PluginLoadWarning(UserWarning):
-    """An entry-point plugin could not be loaded and was skipped."""
 
 
 @dataclass(frozen=True)
@@ -324,49 +318,20 @@ class Registry(Generic[T]):
     # -- plugins --------------------------------------------------------------------------
 
     def _load_plugins(self) -> None:
-        """Load entry points of this registry's group once per process."""
+        """Load entry points of this registry's group once per process (:mod:`zoo.entry_points`)."""
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        claims: dict[str, list[metadata.EntryPoint]] = {}
-        for ep in metadata.entry_points(group=self.entry_point_group or ""):
-            claims.setdefault(ep.name, []).append(ep)
-        for name, eps in claims.items():
-            if len({(_distribution(ep), ep.value) for ep in eps}) > 1:
-                self._record_conflict(name, eps)
-            else:
-                self._load_entry_point(eps[0])
+        load_entry_points(self)
 
-    def _load_entry_point(self, ep: metadata.EntryPoint) -> None:
-        """Import one entry point and register it under its name; report and skip a failure."""
-        dist = _distribution(ep)
-        try:
-            obj = ep.load()
-            existing = self._entries.get(ep.name)
-            if existing is not None and existing.obj is obj:  # the module registered itself on import
-                self._entries[ep.name] = replace(existing, source=dist)
-            else:
-                self.add(ep.name, obj, source=dist)
-        except Exception as exc:  # a broken plugin must not take the zoo down with it
-            self.failed_plugins[ep.name] = f"{type(exc).__name__}: {exc}"
-            warnings.warn(
-                f"Skipping {self.kind} plugin {ep.name!r} from {dist!r} "
-                f"(entry point {ep.value!r}): {type(exc).__name__}: {exc}",
-                PluginLoadWarning,
-                stacklevel=4,
-            )
-
-    def _record_conflict(self, name: str, eps: list[metadata.EntryPoint]) -> None:
-        """Refuse a name that several distributions claim, and say which ones."""
-        claimants = tuple(sorted({f"{_distribution(ep)} ({ep.value})" for ep in eps}))
-        self.conflicts[name] = claimants
-        self.failed_plugins[name] = f"DuplicateNameError: claimed by {' and '.join(claimants)}"
-        warnings.warn(
-            f"Skipping {self.kind} plugin {name!r}: it is claimed by {' and '.join(claimants)}; "
-            f"looking it up fails until only one of them is installed.",
-            PluginLoadWarning,
-            stacklevel=4,
-        )
+    def add_plugin(self, name: str, obj: T, *, source: str) -> None:
+        """Register an installed plugin's ``obj`` under its entry-point ``name``, credited to its
+        distribution ``source``; an object that registered itself there on import keeps its aliases."""
+        existing = self._entries.get(name)
+        if existing is not None and existing.obj is obj:
+            self._entries[name] = replace(existing, source=source)
+        else:
+            self.add(name, obj, source=source)
 
     def reload_plugins(self) -> None:
         """Discover entry points again (after installing a plugin in a running process)."""
@@ -399,11 +364,6 @@ def check_kwargs(factory: Callable[..., Any], kwargs: dict[str, Any], *, what: s
         raise UnknownArgumentError(
             f"{what} got unexpected keyword argument(s) {', '.join(parts)}. Accepted: {', '.join(accepted) or 'none'}."
         )
-
-
-def _distribution(ep: metadata.EntryPoint) -> str:
-    """The name of the distribution that declares ``ep`` (its module path if unknown)."""
-    return ep.dist.name if ep.dist is not None else ep.value.split(":")[0]
 
 
 def _snake_case(name: str) -> str:

@@ -166,16 +166,9 @@ class Attention(_Capabilities, nn.Module):
         return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, **extra)
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-        position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:  # fmt: skip
         """The computation on validated inputs: the hook a variant overrides.
 
         Args:
@@ -199,6 +192,29 @@ class Attention(_Capabilities, nn.Module):
         weights = masked_softmax(scores, mask=mask)
         output = torch.matmul(self.dropout(weights), values)
         return AttentionOutput(output, weights if need_weights else None)
+
+    @staticmethod
+    def empty_output(queries: Tensor, keys: Tensor, values: Tensor, need_weights: bool) -> AttentionOutput | None:
+        """The answer when there is nothing to score (no queries or no keys): a zero output, as
+        for a fully masked row, and empty weights; None otherwise. For ``attend`` overrides
+        whose blockwise or kernelized paths cannot take empty sequences."""
+        if queries.shape[-2] and keys.shape[-2]:
+            return None
+        output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
+        return AttentionOutput(
+            output, values.new_zeros((*queries.shape[:-1], keys.shape[-2])) if need_weights else None
+        )
+
+    def check_one_sequence(self, queries: Tensor, keys: Tensor, is_causal: bool, what: str) -> None:
+        """Refuse a non-causal call over two sequences for a variant defined by positions within
+        one (``supports_cross_attention`` False); ``what`` names its rule ("window", "pattern")."""
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+        if not is_causal and num_queries != num_keys:
+            raise IncompatibleAttentionError(
+                f"{type(self).__name__}: a non-causal {what} needs queries and keys of one sequence; got "
+                f"{num_queries} queries and {num_keys} keys. Use it for self-attention (a causal call also takes "
+                f"fewer queries than keys, aligned bottom-right, as in cached decoding)."
+            )
 
     def _grouped(self, queries: Tensor, keys: Tensor, values: Tensor) -> bool:
         """Whether keys and values hold grouped heads this variant takes: fewer heads at axis -3,
@@ -261,7 +277,12 @@ class Attention(_Capabilities, nn.Module):
             check_attn_mask(attn_mask, (*batch_shape, num_queries, num_keys), name)
         if valid_lens is not None:
             valid_lens = validate_valid_lens(valid_lens, batch_shape, num_queries, num_keys)
+        self.check_layout(queries, keys, is_causal)
         return valid_lens
+
+    def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
+        """A variant's own checks of the query and key layout, after the common ones of
+        :meth:`check_inputs` (none here); raise a one-line error naming the fix."""
 
 
 def position_bias_grid(position_bias: PositionBias, num_queries: int, num_keys: int, device: torch.device) -> Tensor:

@@ -80,15 +80,9 @@ class BigBirdAttention(SparsePatternAttention):
         return torch.matmul(queries, keys.transpose(-2, -1)) * scale
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False,
+    ) -> AttentionOutput:  # fmt: skip
         """The block-sparse pattern, or exact attention (said once) when the sequence is too short for it."""
         if math.ceil(keys.shape[-2] / self.block_size) < self.min_blocks():
             if not self._warned_exact:

@@ -51,16 +51,9 @@ class DotProductAttention(Attention):
         return torch.matmul(queries, keys.transpose(-2, -1)) * self._scale(queries)
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-        position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:  # fmt: skip
         """The explicit formulation when weights are asked for, else the fused kernel.
 
         Causality reaches the kernel as ``is_causal=True`` with no mask whenever that is exact

@@ -72,20 +72,13 @@ class LinearAttention(Attention):
         return feature_map(x.to(torch.promote_types(x.dtype, torch.float32)))
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False,
+    ) -> AttentionOutput:  # fmt: skip
         """Linear time where the mask allows (see the module docstring), else the quadratic path."""
-        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-        if num_queries == 0 or num_keys == 0:  # nothing to attend over: zero output
-            output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
-            return AttentionOutput(output, values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None)
+        empty = self.empty_output(queries, keys, values, need_weights)
+        if empty is not None:
+            return empty
         if mask is not None:
             while mask.dim() < 2:
                 mask = mask.unsqueeze(0)

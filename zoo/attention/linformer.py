@@ -59,15 +59,9 @@ class LinformerAttention(Attention):
         self.value_logits = nn.Parameter(torch.randn(k, max_len))  # F: softmax rows, k different poolings
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False,
+    ) -> AttentionOutput:  # fmt: skip
         """Project keys and values along the sequence, then attend over the ``k`` rows."""
         num_keys = keys.shape[-2]
         if num_keys > self.max_len:

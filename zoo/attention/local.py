@@ -50,7 +50,6 @@ from torch import Tensor, nn
 from zoo.attention.base import (
     Attention,
     AttentionOutput,
-    IncompatibleAttentionError,
     PositionBias,
 )
 from zoo.attention.blocks import rows_from
@@ -97,26 +96,10 @@ class LocalAttention(Attention):
         # distances query - key from -(window // 2) (non-causal, ahead) to window - 1 (causal, behind)
         self.relative_bias = nn.Parameter(torch.zeros(num_heads, window // 2 + window)) if relative_bias else None
 
-    def check_inputs(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Tensor | None,
-        attn_mask: Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
-    ) -> Tensor | None:
-        """The base checks, plus: a non-causal window needs ``Lq == Lk``, and a bias learned for
-        several heads needs them at dimension -3."""
-        valid_lens = super().check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
-        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-        if not is_causal and num_queries != num_keys:
-            raise IncompatibleAttentionError(
-                f"LocalAttention: a non-causal window needs queries and keys of one sequence; got "
-                f"{num_queries} queries and {num_keys} keys. Use it for self-attention (a causal window "
-                f"also takes fewer queries than keys, aligned bottom-right, as in cached decoding)."
-            )
+    def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
+        """A non-causal window needs ``Lq == Lk``, and a bias learned for several heads needs them
+        at dimension -3."""
+        self.check_one_sequence(queries, keys, is_causal, "window")
         heads = 0 if self.relative_bias is None else len(self.relative_bias)
         if heads > 1 and (queries.dim() < 3 or queries.shape[-3] != heads):
             raise ValueError(
@@ -124,26 +107,16 @@ class LocalAttention(Attention):
                 f"them at dimension -3, as (batch, heads, length, d); got shape {tuple(queries.shape)}. "
                 "Use the layer's own head count, or num_heads=1 to share one bias across a batch."
             )
-        return valid_lens
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-        position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:  # fmt: skip
         """Blockwise attention within the window; ``mask`` and ``position_bias`` are read only at
         the scored pairs."""
-        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-        if num_queries == 0 or num_keys == 0:  # nothing to score: zero output, as for a fully masked row
-            output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
-            weights = values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None
-            return AttentionOutput(output, weights)
+        empty = self.empty_output(queries, keys, values, need_weights)
+        if empty is not None:
+            return empty
         before, after = (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
         return self._attend_blocks(queries, keys, values, mask, before, after, need_weights, position_bias)
 

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.base import Attention, AttentionOutput
 from zoo.attention.blocks import rows_from
 from zoo.attention.masking import mask_at, masked_softmax
 
@@ -80,42 +80,19 @@ class SparsePatternAttention(Attention):
 
     # -- the computation -------------------------------------------------------------------------
 
-    def check_inputs(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Tensor | None,
-        attn_mask: Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
-    ) -> Tensor | None:
-        """The base checks, plus: a non-causal pattern needs queries and keys of one sequence."""
-        valid_lens = super().check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
-        if not is_causal and queries.shape[-2] != keys.shape[-2]:
-            name = type(self).__name__
-            raise IncompatibleAttentionError(
-                f"{name}: its pattern is defined by positions within one sequence; got {queries.shape[-2]} "
-                f"queries and {keys.shape[-2]} keys. Use it for self-attention (a causal call also takes "
-                f"fewer queries than keys, aligned bottom-right, as in cached decoding)."
-            )
-        return valid_lens
+    def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
+        """A non-causal pattern needs queries and keys of one sequence."""
+        self.check_one_sequence(queries, keys, is_causal, "pattern")
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False,
+    ) -> AttentionOutput:  # fmt: skip
         """Blockwise attention over each block's candidate keys, then the dense global rows."""
+        empty = self.empty_output(queries, keys, values, need_weights)
+        if empty is not None:
+            return empty
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-        if num_queries == 0 or num_keys == 0:  # nothing to score: zero output, as for a fully masked row
-            output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
-            return AttentionOutput(output, values.new_zeros((*queries.shape[:-1], num_keys)) if need_weights else None)
         offset = num_keys - num_queries  # key position of query 0 (bottom-right)
         block = self.block_size
         lead = offset % block  # query rows before query 0 that align blocks on key positions

@@ -130,15 +130,9 @@ class PerformerAttention(LinearAttention):
             )
 
     def attend(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        *,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False,
+    ) -> AttentionOutput:  # fmt: skip
         """Linear attention over the random features; counts training calls for the redraw first."""
         if self.training and self.redraw_interval is not None:
             self.calls += 1

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.multi_head import CrossAttention, SelfAttention
+from zoo.attention.multi_head import CrossAttention
 from zoo.layers.add_norm import AddNorm
+from zoo.layers.encoder_block import block_self_attention
 from zoo.layers.feed_forward import PositionWiseFFN
 
 if TYPE_CHECKING:
@@ -63,14 +64,8 @@ class DecoderBlock(nn.Module):
         super().__init__()
         if cross_attention is None:
             cross_attention, cross_attention_kwargs = attention, attention_kwargs
-        self.self_attention = SelfAttention(
-            d_model,
-            num_heads,
-            attention=attention,
-            attention_kwargs=attention_kwargs,
-            dropout=dropout,
-            num_kv_heads=num_kv_heads,
-            position=position,
+        self.self_attention = block_self_attention(
+            d_model, num_heads, dropout, attention, attention_kwargs, num_kv_heads, position
         )
         self.cross_attention = CrossAttention(
             d_model,

@@ -13,7 +13,28 @@ from zoo.layers.feed_forward import PositionWiseFFN
 if TYPE_CHECKING:
     from zoo.positions import PositionScheme
 
-__all__ = ["EncoderBlock"]
+__all__ = ["EncoderBlock", "block_self_attention"]
+
+
+def block_self_attention(
+    d_model: int,
+    num_heads: int,
+    dropout: float,
+    attention: str,
+    attention_kwargs: dict[str, Any] | None,
+    num_kv_heads: int | None,
+    position: PositionScheme | None,
+) -> SelfAttention:
+    """The self-attention sublayer of an encoder or decoder block, from the block's arguments."""
+    return SelfAttention(
+        d_model,
+        num_heads,
+        attention=attention,
+        attention_kwargs=attention_kwargs,
+        dropout=dropout,
+        num_kv_heads=num_kv_heads,
+        position=position,
+    )
 
 
 class EncoderBlock(nn.Module):
@@ -46,14 +67,8 @@ class EncoderBlock(nn.Module):
         position: PositionScheme | None = None,
     ) -> None:
         super().__init__()
-        self.attention = SelfAttention(
-            d_model,
-            num_heads,
-            attention=attention,
-            attention_kwargs=attention_kwargs,
-            dropout=dropout,
-            num_kv_heads=num_kv_heads,
-            position=position,
+        self.attention = block_self_attention(
+            d_model, num_heads, dropout, attention, attention_kwargs, num_kv_heads, position
         )
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
         self.add_norm1 = AddNorm(d_model, dropout, norm_first)

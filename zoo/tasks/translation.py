@@ -1,16 +1,17 @@
 """Translation as LightningModules: teacher-forced training, sacreBLEU, greedy and beam decoding.
 
 :class:`TranslationTask` holds what every translation model shares; the registered models
-``transformer`` and ``seq2seq`` are thin subclasses with typed constructors (LightningCLI reads
-their signatures). Validation decodes greedily; test reports beam search (``test/bleu``) and
+``transformer`` and ``seq2seq`` are thin subclasses that name their architecture and its
+warm-up default (LightningCLI reads the shared constructor's signature). Validation decodes greedily; test reports beam search (``test/bleu``) and
 greedy (``test/bleu_greedy``); predict translates with beam search. BLEU is corpus-level
 sacreBLEU on detokenized, cased text against every reference of each source.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import types
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import torch
 import torchmetrics
@@ -41,13 +42,33 @@ def _target_tokens(batch: dict[str, Any]) -> int:
     return int(batch["tgt_lens"].sum())  # after the step, once ThroughputMonitor has synchronised
 
 
+def _with_defaults(function: Callable[..., Any], owner: type, **defaults: Any) -> Callable[..., Any]:
+    """A copy of ``function`` (same code, so the same source for jsonargparse) whose positional
+    arguments named in ``defaults`` default to the given values, attributed to ``owner``."""
+    code = function.__code__
+    names = code.co_varnames[: code.co_argcount]
+    values = dict(zip(names[len(names) - len(function.__defaults__ or ()) :], function.__defaults__ or ()))
+    unknown = set(defaults) - set(values)
+    if unknown:
+        raise TypeError(f"{function.__qualname__} has no defaulted argument {sorted(unknown)}")
+    copy = types.FunctionType(code, function.__globals__, function.__name__, None, function.__closure__)
+    copy.__defaults__ = tuple((values | defaults).values())
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__annotations__ = dict(function.__annotations__)
+    copy.__doc__ = function.__doc__
+    copy.__module__ = owner.__module__
+    copy.__qualname__ = f"{owner.__qualname__}.{function.__name__}"
+    return copy
+
+
 class TranslationTask(ZooTask):
     """Shared training, evaluation and decoding of translation models.
 
     Text comes and goes through the codec (the data module's, or the checkpoint's):
-    ``decode(ids) -> str`` for BLEU and predictions, ``id_to_token`` for heatmaps. Subclasses set ``self.model`` to an
-    :class:`~zoo.models.decoding.EncoderDecoder` whose ``forward(src, src_lens, tgt_in,
-    need_weights=...)`` returns logits and cross-attention weights.
+    ``decode(ids) -> str`` for BLEU and predictions, ``id_to_token`` for heatmaps. Subclasses name
+    their :attr:`architecture`, an :class:`~zoo.models.decoding.EncoderDecoder` whose
+    ``forward(src, src_lens, tgt_in, need_weights=...)`` returns logits and cross-attention
+    weights; the constructor's other arguments are shared (see the subclasses' ``Args``).
     """
 
     default_datamodule = "fra_eng"
@@ -60,23 +81,44 @@ class TranslationTask(ZooTask):
     flops_per_batch: int | None = None
     model: nn.Module
 
+    #: The architecture, an :class:`~zoo.models.decoding.EncoderDecoder` class (a static
+    #: method, so that jsonargparse follows ``**model_kwargs`` into its signature).
+    architecture: ClassVar[Callable[..., nn.Module]]
+
+    def __init_subclass__(cls, warmup_steps: int | None = None, **kwargs: Any) -> None:
+        """``class T(TranslationTask, warmup_steps=N)``: an architecture whose warm-up default
+        differs from the shared one (the Transformer recipe's).
+
+        ``T`` gets the constructor below, the same code, with ``warmup_steps`` defaulting to
+        ``N`` in the signature LightningCLI and ``--print_config`` read. A subclass ``__init__``
+        forwarding ``**kwargs`` instead would hide the architecture's arguments from jsonargparse,
+        which follows ``self.architecture`` only in the class it resolves.
+        """
+        super().__init_subclass__(**kwargs)
+        if warmup_steps is not None:
+            cls.__init__ = _with_defaults(TranslationTask.__init__, cls, warmup_steps=warmup_steps)
+
     def __init__(
         self,
-        *,
-        padding_idx: int,
-        bos_idx: int,
-        eos_idx: int,
-        lr: float,
-        weight_decay: float,
-        warmup_steps: int,
-        label_smoothing: float,
-        beam_size: int,
-        length_penalty: float,
-        max_decode_len: int,
-        heatmap_examples: int,
+        vocab_size: int,
+        padding_idx: int = 0,
+        bos_idx: int = 2,
+        eos_idx: int = 3,
+        lr: float = 2e-3,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 400,
+        label_smoothing: float = 0.1,
+        beam_size: int = 4,
+        length_penalty: float = 0.6,
+        max_decode_len: int = 100,
+        heatmap_examples: int = 2,
         torch_compile: bool = False,
+        **model_kwargs: Any,
     ) -> None:
         super().__init__(torch_compile)
+        self.save_hyperparameters()
+        self.save_model_hyperparameters(self.architecture, model_kwargs)
+        self.model = self.architecture(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)
         self.padding_idx, self.bos_idx, self.eos_idx = padding_idx, bos_idx, eos_idx
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.label_smoothing, self.beam_size, self.alpha = label_smoothing, beam_size, length_penalty
@@ -254,41 +296,8 @@ class TransformerTranslator(TranslationTask):
     """
 
     __doc__ = (__doc__ or "") + _TASK_ARGS
-
-    def __init__(
-        self,
-        vocab_size: int,
-        padding_idx: int = 0,
-        bos_idx: int = 2,
-        eos_idx: int = 3,
-        lr: float = 2e-3,
-        weight_decay: float = 0.01,
-        warmup_steps: int = 400,
-        label_smoothing: float = 0.1,
-        beam_size: int = 4,
-        length_penalty: float = 0.6,
-        max_decode_len: int = 100,
-        heatmap_examples: int = 2,
-        torch_compile: bool = False,
-        **model_kwargs: Any,
-    ) -> None:
-        super().__init__(
-            padding_idx=padding_idx,
-            bos_idx=bos_idx,
-            eos_idx=eos_idx,
-            lr=lr,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            label_smoothing=label_smoothing,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_decode_len=max_decode_len,
-            heatmap_examples=heatmap_examples,
-            torch_compile=torch_compile,
-        )
-        self.save_hyperparameters()
-        self.save_model_hyperparameters(Transformer, model_kwargs)
-        self.model = Transformer(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)
+    architecture = staticmethod(Transformer)
+    model: Transformer
 
     def setup(self, stage: str) -> None:
         """Adopt the codec; refuse ``learned`` positions when evaluation reads sources longer than
@@ -306,42 +315,9 @@ class TransformerTranslator(TranslationTask):
 
 
 @register_model("seq2seq", aliases=("gru_seq2seq",))
-class Seq2SeqTranslator(TranslationTask):
+class Seq2SeqTranslator(TranslationTask, warmup_steps=500):
     """GRU encoder-decoder with Bahdanau attention (architecture: :class:`zoo.models.Seq2SeqAttention`)."""
 
     __doc__ = (__doc__ or "") + _TASK_ARGS
-
-    def __init__(
-        self,
-        vocab_size: int,
-        padding_idx: int = 0,
-        bos_idx: int = 2,
-        eos_idx: int = 3,
-        lr: float = 2e-3,
-        weight_decay: float = 0.01,
-        warmup_steps: int = 500,
-        label_smoothing: float = 0.1,
-        beam_size: int = 4,
-        length_penalty: float = 0.6,
-        max_decode_len: int = 100,
-        heatmap_examples: int = 2,
-        torch_compile: bool = False,
-        **model_kwargs: Any,
-    ) -> None:
-        super().__init__(
-            padding_idx=padding_idx,
-            bos_idx=bos_idx,
-            eos_idx=eos_idx,
-            lr=lr,
-            weight_decay=weight_decay,
-            warmup_steps=warmup_steps,
-            label_smoothing=label_smoothing,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_decode_len=max_decode_len,
-            heatmap_examples=heatmap_examples,
-            torch_compile=torch_compile,
-        )
-        self.save_hyperparameters()
-        self.save_model_hyperparameters(Seq2SeqAttention, model_kwargs)
-        self.model = Seq2SeqAttention(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)
+    architecture = staticmethod(Seq2SeqAttention)
+    model: Seq2SeqAttention

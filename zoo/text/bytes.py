@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
 from torch import Tensor
 from torch.nn.functional import pad
 
-from zoo.text.codecs import CODEC_VERSION, ClassificationCodec, check_texts, codec_fields
+from zoo.text.codecs import CODEC_VERSION, ClassificationCodec, codec_fields
 from zoo.text.collators import PadCollator
 
 __all__ = ["BYTE_OFFSET", "ByteCodec", "FixedLengthCollator", "PAD_ID", "VOCAB_SIZE"]
@@ -50,20 +49,9 @@ class ByteCodec(ClassificationCodec):
         """The ids of the first ``max_length`` bytes of each text."""
         return [[byte + BYTE_OFFSET for byte in text.encode("utf-8")[: self.max_length]] for text in texts]
 
-    def encode(self, text: str) -> Tensor:
-        """The ids of one text, as :meth:`encode_many` gives them."""
-        return torch.tensor(self.encode_many([text])[0], dtype=torch.long)
-
-    def batch(self, inputs: Sequence[str]) -> dict[str, Tensor]:
-        """Raw texts as one model-input batch, padded to ``max_length``.
-
-        Raises:
-            DataError: a text is empty or only whitespace.
-        """
-        check_texts(inputs, "texts")
-        return FixedLengthCollator(PAD_ID, self.max_length)(
-            [{"tokens": torch.tensor(ids)} for ids in self.encode_many(inputs)]
-        )
+    def collator(self) -> FixedLengthCollator:
+        """Batches are padded to ``max_length``, as the benchmark's inputs are."""
+        return FixedLengthCollator(PAD_ID, self.max_length)
 
     def id_to_token(self, ids: Sequence[int]) -> list[str]:
         """Each id as its character (bytes of multi-byte characters as ``\\xNN``), padding as ``<pad>``."""

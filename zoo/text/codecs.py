@@ -108,8 +108,26 @@ class ClassificationCodec:
         super().__init_subclass__(**kwargs)
         ClassificationCodec._kinds[cls.codec_kind] = cls
 
-    def batch(self, inputs: Sequence[str]) -> dict[str, Tensor]:
+    def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text (a codec that reads texts one at a time overrides :meth:`batch` instead)."""
         raise NotImplementedError
+
+    def encode(self, text: str) -> Tensor:
+        """Token ids of one text, as :meth:`encode_many` gives them."""
+        return torch.tensor(self.encode_many([text])[0], dtype=torch.long)
+
+    def collator(self) -> PadCollator:
+        """How :meth:`batch` pads encoded texts."""
+        return PadCollator(PAD_ID)
+
+    def batch(self, inputs: Sequence[str]) -> dict[str, Tensor]:
+        """Raw texts as one model-input batch: ``{"tokens", "valid_lens"}``, padded by :meth:`collator`.
+
+        Raises:
+            DataError: a text is empty or only whitespace.
+        """
+        check_texts(inputs, "texts")
+        return self.collator()([{"tokens": torch.tensor(ids)} for ids in self.encode_many(inputs)])
 
     def id_to_token(self, ids: Sequence[int]) -> list[str]:
         raise NotImplementedError
@@ -147,19 +165,6 @@ class TextClassificationCodec(ClassificationCodec):
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         """Word ids of each text, truncated to ``max_length``; ``[<unk>]`` where nothing is left."""
         return [ids or [UNK_ID] for ids in self.vocab.encode_texts(texts, self.max_length)]
-
-    def encode(self, text: str) -> Tensor:
-        """Word ids of one text, as :meth:`encode_many` gives them."""
-        return torch.tensor(self.encode_many([text])[0], dtype=torch.long)
-
-    def batch(self, inputs: Sequence[str]) -> dict[str, Tensor]:
-        """Raw texts as one model-input batch: ``{"tokens", "valid_lens"}``.
-
-        Raises:
-            DataError: a text is empty or only whitespace.
-        """
-        check_texts(inputs, "texts")
-        return PadCollator(PAD_ID)([{"tokens": torch.tensor(ids)} for ids in self.encode_many(inputs)])
 
     def id_to_token(self, ids: Sequence[int]) -> list[str]:
         """The words behind token ids, e.g. to label attention heatmaps."""
