@@ -1,15 +1,15 @@
 """Translation as LightningModules: teacher-forced training, sacreBLEU, greedy and beam decoding.
 
 :class:`TranslationTask` holds what every translation model shares; the registered models
-``transformer`` and ``seq2seq`` are thin subclasses that name their architecture and its
-warm-up default (LightningCLI reads the shared constructor's signature). Validation decodes greedily; test reports beam search (``test/bleu``) and
-greedy (``test/bleu_greedy``); predict translates with beam search. BLEU is corpus-level
+``transformer`` and ``seq2seq`` are thin subclasses that name their architecture (LightningCLI
+reads the shared constructor's signature and follows ``**model_kwargs`` into the architecture's).
+Validation decodes greedily; test reports beam search (``test/bleu``) and greedy
+(``test/bleu_greedy``); predict translates with beam search. BLEU is corpus-level
 sacreBLEU on detokenized, cased text against every reference of each source.
 """
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -42,25 +42,6 @@ def _target_tokens(batch: dict[str, Any]) -> int:
     return int(batch["tgt_lens"].sum())  # after the step, once ThroughputMonitor has synchronised
 
 
-def _with_defaults(function: Callable[..., Any], owner: type, **defaults: Any) -> Callable[..., Any]:
-    """A copy of ``function`` (same code, so the same source for jsonargparse) whose positional
-    arguments named in ``defaults`` default to the given values, attributed to ``owner``."""
-    code = function.__code__
-    names = code.co_varnames[: code.co_argcount]
-    values = dict(zip(names[len(names) - len(function.__defaults__ or ()) :], function.__defaults__ or ()))
-    unknown = set(defaults) - set(values)
-    if unknown:
-        raise TypeError(f"{function.__qualname__} has no defaulted argument {sorted(unknown)}")
-    copy = types.FunctionType(code, function.__globals__, function.__name__, None, function.__closure__)
-    copy.__defaults__ = tuple((values | defaults).values())
-    copy.__kwdefaults__ = function.__kwdefaults__
-    copy.__annotations__ = dict(function.__annotations__)
-    copy.__doc__ = function.__doc__
-    copy.__module__ = owner.__module__
-    copy.__qualname__ = f"{owner.__qualname__}.{function.__name__}"
-    return copy
-
-
 class TranslationTask(ZooTask):
     """Shared training, evaluation and decoding of translation models.
 
@@ -84,19 +65,6 @@ class TranslationTask(ZooTask):
     #: The architecture, an :class:`~zoo.models.decoding.EncoderDecoder` class (a static
     #: method, so that jsonargparse follows ``**model_kwargs`` into its signature).
     architecture: ClassVar[Callable[..., nn.Module]]
-
-    def __init_subclass__(cls, warmup_steps: int | None = None, **kwargs: Any) -> None:
-        """``class T(TranslationTask, warmup_steps=N)``: an architecture whose warm-up default
-        differs from the shared one (the Transformer recipe's).
-
-        ``T`` gets the constructor below, the same code, with ``warmup_steps`` defaulting to
-        ``N`` in the signature LightningCLI and ``--print_config`` read. A subclass ``__init__``
-        forwarding ``**kwargs`` instead would hide the architecture's arguments from jsonargparse,
-        which follows ``self.architecture`` only in the class it resolves.
-        """
-        super().__init_subclass__(**kwargs)
-        if warmup_steps is not None:
-            cls.__init__ = _with_defaults(TranslationTask.__init__, cls, warmup_steps=warmup_steps)
 
     def __init__(
         self,
@@ -315,7 +283,7 @@ class TransformerTranslator(TranslationTask):
 
 
 @register_model("seq2seq", aliases=("gru_seq2seq",))
-class Seq2SeqTranslator(TranslationTask, warmup_steps=500):
+class Seq2SeqTranslator(TranslationTask):
     """GRU encoder-decoder with Bahdanau attention (architecture: :class:`zoo.models.Seq2SeqAttention`)."""
 
     __doc__ = (__doc__ or "") + _TASK_ARGS
