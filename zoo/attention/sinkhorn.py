@@ -135,23 +135,12 @@ class SinkhornAttention(Attention):
             F.pad(x, (0, 0, 0, padded - length)).unflatten(-2, (num_blocks, block)) for x in (queries, keys, values)
         )
         sorting = self.log_sorting(q, k, visible).exp()  # (*, M, nb, nb)
-        if visible.shape[-3] > 1:  # one mask row per query: a group of one query each
-            own = torch.arange(padded, device=q.device) // block
-            rows, seen = sorting[..., torch.arange(padded, device=q.device), own, :], visible
-            own_seen, own_k, own_v = (
-                visible[..., torch.arange(padded, device=q.device), own, :],
-                k[..., own, :, :],
-                v[..., own, :, :],
-            )
-            group_q = q.flatten(-3, -2).unsqueeze(-2)  # (*, Lp, 1, d)
-        else:  # one mask for every query: a group per block
-            own = torch.arange(num_blocks, device=q.device)
-            rows, seen, own_seen, own_k, own_v, group_q = sorting[..., 0, :, :], visible, visible[..., 0, :, :], k, v, q
+        own, rows, own_seen, own_k, own_v, group_q = self._groups(sorting, visible, q, k, v)
         # slot s of a group's sorted block: the visible keys at offset s of every block c, weighted P[row, c]
-        mix = rows.unsqueeze(-1) * seen  # (*, G, nb, b)
+        mix = rows.unsqueeze(-1) * visible  # (*, G, nb, b)
         mix = mix / mix.sum(-2, keepdim=True).clamp_min(torch.finfo(mix.dtype).tiny)
         sorted_k, sorted_v = (torch.einsum("...gcs,...csd->...gsd", mix, x.to(mix.dtype)).to(x.dtype) for x in (k, v))
-        keep = torch.cat(torch.broadcast_tensors(own_seen, seen.any(-2)), -1).unsqueeze(-2)  # (*, G, 1, 2b)
+        keep = torch.cat(torch.broadcast_tensors(own_seen, visible.any(-2)), -1).unsqueeze(-2)  # (*, G, 1, 2b)
         group_k, group_v = (
             torch.cat(torch.broadcast_tensors(a, b), -2) for a, b in ((own_k, sorted_k), (own_v, sorted_v))
         )
@@ -166,6 +155,30 @@ class SinkhornAttention(Attention):
         dense = own_weights.unsqueeze(-2) * one_hot + sorted_weights.unsqueeze(-2) * mix.unsqueeze(-3).to(weights.dtype)
         dense = dense.flatten(-2).flatten(-3, -2)[..., :length, :length]  # (*, Lq, Lk)
         return AttentionOutput(output, dense)
+
+    @staticmethod
+    def _groups(
+        sorting: Tensor, visible: Tensor, q: Tensor, k: Tensor, v: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The queries that share one sorted block: a group per block when one mask serves every
+        query, else a group per query (its own mask row). Returns each group's block ``(G,)``, its
+        row of the sorting matrix ``(*, G, nb)`` (the visibility it reads is ``visible``'s row of the
+        group, or its only row), its own block's visibility ``(*, G, b)``, keys and values ``(*, G, b, d)``, and its queries
+        ``(*, G, nq, d)``."""
+        num_blocks, block = visible.shape[-2:]
+        if visible.shape[-3] == 1:
+            own = torch.arange(num_blocks, device=q.device)
+            return own, sorting[..., 0, :, :], visible[..., 0, :, :], k, v, q
+        positions = torch.arange(num_blocks * block, device=q.device)
+        own = positions // block
+        return (
+            own,
+            sorting[..., positions, own, :],
+            visible[..., positions, own, :],
+            k[..., own, :, :],
+            v[..., own, :, :],
+            q.flatten(-3, -2).unsqueeze(-2),
+        )
 
     def extra_repr(self) -> str:
         scale = f", scale={self.scale}" if self.scale is not None else ""

@@ -21,7 +21,9 @@ What it keeps: padding masks and causality act on the logits (masked keys get ze
 runs in encoders and decoders; a positional bias (``alibi``, ``t5``) is added to the logits. A
 rotary scheme is refused (there is no dot product for it to rotate). The logits are indexed by
 positions within one sequence, so it takes self-attention only (``supports_cross_attention =
-False``): a causal call may take fewer queries than keys, as in cached decoding.
+False``): a causal call may take fewer queries than keys, as in cached decoding. Inside a
+multi-head layer nothing reads the key projection (nor, with ``random``, the query projection):
+they get no gradient, so a multi-process DDP run needs ``find_unused_parameters=True``.
 
 Cost: ``O(L^2)`` time and memory per head like dot-product attention (the ``(Lq, Lk)`` weights are
 formed); ``random`` saves the ``O(L^2 d)`` products and holds ``max_len^2`` parameters per head,
@@ -54,7 +56,8 @@ class SynthesizerAttention(Attention):
     See the module docstring for what it approximates and what it costs.
 
     Args:
-        query_size: Feature size ``d`` of the queries (a layer passes its head size).
+        query_size: Feature size ``d`` of the queries, the MLP's input in ``dense`` mode (a layer
+            passes its head size).
         max_len: Longest sequence the logits cover; longer inputs are refused.
         mode: ``"random"`` (learned position-to-position logits) or ``"dense"`` (an MLP of each query).
         fixed: With ``mode="random"``, draw the logits once and never train them.
