@@ -27,6 +27,8 @@ from zoo.attention.linformer import LinformerAttention  # noqa: E402
 from zoo.attention.longformer import LongformerAttention  # noqa: E402
 from zoo.attention.bigbird import BigBirdAttention  # noqa: E402
 from zoo.attention.sparse import FixedSparseAttention  # noqa: E402
+from zoo.attention.synthesizer import SynthesizerAttention  # noqa: E402
+from zoo.attention.sinkhorn import SinkhornAttention  # noqa: E402
 from zoo.attention.multi_head import CrossAttention, HeadedAttention, MultiHeadAttention, SelfAttention  # noqa: E402
 
 __all__ = [
@@ -50,6 +52,8 @@ __all__ = [
     "MultiHeadAttention",
     "PerformerAttention",
     "SelfAttention",
+    "SinkhornAttention",
+    "SynthesizerAttention",
     "causal_mask",
     "create_attention",
     "create_scoring_attention",
