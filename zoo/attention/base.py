@@ -161,6 +161,8 @@ class Attention(_Capabilities, nn.Module):
             attn_mask=attn_mask,
             device=queries.device,
         )
+        if not (queries.shape[-2] and keys.shape[-2]):  # nothing to score: no variant's attend() sees it
+            return self.empty_output(queries, keys, values, need_weights)
         # passed only when given: a plugin's attend() written before positions keeps working
         extra = {} if position_bias is None else {"position_bias": position_bias}
         return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, **extra)
@@ -194,12 +196,10 @@ class Attention(_Capabilities, nn.Module):
         return AttentionOutput(output, weights if need_weights else None)
 
     @staticmethod
-    def empty_output(queries: Tensor, keys: Tensor, values: Tensor, need_weights: bool) -> AttentionOutput | None:
+    def empty_output(queries: Tensor, keys: Tensor, values: Tensor, need_weights: bool) -> AttentionOutput:
         """The answer when there is nothing to score (no queries or no keys): a zero output, as
-        for a fully masked row, and empty weights; None otherwise. For ``attend`` overrides
-        whose blockwise or kernelized paths cannot take empty sequences."""
-        if queries.shape[-2] and keys.shape[-2]:
-            return None
+        for a fully masked row, and empty weights. ``forward`` returns it before ``attend``, so
+        blockwise and kernelized ``attend`` overrides never see an empty sequence."""
         output = values.new_zeros((*queries.shape[:-1], values.shape[-1]))
         return AttentionOutput(
             output, values.new_zeros((*queries.shape[:-1], keys.shape[-2])) if need_weights else None

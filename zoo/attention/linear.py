@@ -76,9 +76,6 @@ class LinearAttention(Attention):
         *, is_causal: bool = False, need_weights: bool = False,
     ) -> AttentionOutput:  # fmt: skip
         """Linear time where the mask allows (see the module docstring), else the quadratic path."""
-        empty = self.empty_output(queries, keys, values, need_weights)
-        if empty is not None:
-            return empty
         if mask is not None:
             while mask.dim() < 2:
                 mask = mask.unsqueeze(0)

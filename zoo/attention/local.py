@@ -114,9 +114,6 @@ class LocalAttention(Attention):
     ) -> AttentionOutput:  # fmt: skip
         """Blockwise attention within the window; ``mask`` and ``position_bias`` are read only at
         the scored pairs."""
-        empty = self.empty_output(queries, keys, values, need_weights)
-        if empty is not None:
-            return empty
         before, after = (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
         return self._attend_blocks(queries, keys, values, mask, before, after, need_weights, position_bias)
 

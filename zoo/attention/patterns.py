@@ -89,9 +89,6 @@ class SparsePatternAttention(Attention):
         *, is_causal: bool = False, need_weights: bool = False,
     ) -> AttentionOutput:  # fmt: skip
         """Blockwise attention over each block's candidate keys, then the dense global rows."""
-        empty = self.empty_output(queries, keys, values, need_weights)
-        if empty is not None:
-            return empty
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         offset = num_keys - num_queries  # key position of query 0 (bottom-right)
         block = self.block_size

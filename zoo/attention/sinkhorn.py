@@ -124,9 +124,6 @@ class SinkhornAttention(Attention):
         *, is_causal: bool = False, need_weights: bool = False,
     ) -> AttentionOutput:  # fmt: skip
         """Sort the blocks, then attend from each query over its own and its sorted block."""
-        empty = self.empty_output(queries, keys, values, need_weights)
-        if empty is not None:
-            return empty
         length, block = keys.shape[-2], self.block_size
         visible = self.visible(mask, length, queries.device)  # (*, M, nb, b)
         num_blocks = visible.shape[-2]
