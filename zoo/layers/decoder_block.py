@@ -34,7 +34,8 @@ class DecoderBlock(nn.Module):
         d_model: Feature size.
         num_heads: Attention (query) heads, self and cross.
         ffn_hidden: Inner size of the FFN.
-        dropout: Dropout on attention weights, sublayer outputs and inside the FFN.
+        dropout: Dropout on sublayer outputs and inside the FFN, and on the attention weights
+            unless ``attention_dropout`` is given.
         attention: Registered per-head scoring attention name (must support causal masking).
         attention_kwargs: Extra keyword arguments for it.
         norm_first: Pre-LN instead of post-LN.
@@ -45,6 +46,7 @@ class DecoderBlock(nn.Module):
             shrinks by ``num_heads / num_kv_heads``); ``None``: ``num_heads``.
         position: A rotary or bias scheme for the self-attention (causal; shared across the
             stack), or None. Cross-attention never gets positions.
+        attention_dropout: Dropout on both attentions' weights alone; ``None``: ``dropout``.
     """
 
     def __init__(
@@ -60,19 +62,22 @@ class DecoderBlock(nn.Module):
         cross_attention_kwargs: dict[str, Any] | None = None,
         num_kv_heads: int | None = None,
         position: PositionScheme | None = None,
+        attention_dropout: float | None = None,
     ) -> None:
         super().__init__()
         if cross_attention is None:
             cross_attention, cross_attention_kwargs = attention, attention_kwargs
+        if attention_dropout is None:
+            attention_dropout = dropout
         self.self_attention = block_self_attention(
-            d_model, num_heads, dropout, attention, attention_kwargs, num_kv_heads, position
+            d_model, num_heads, attention_dropout, attention, attention_kwargs, num_kv_heads, position
         )
         self.cross_attention = CrossAttention(
             d_model,
             num_heads,
             attention=cross_attention,
             attention_kwargs=cross_attention_kwargs,
-            dropout=dropout,
+            dropout=attention_dropout,
             num_kv_heads=num_kv_heads,
         )
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)

@@ -64,6 +64,8 @@ class SequenceClassifier(nn.Module):
         position: Registered positional scheme (``zoo list``).
         position_kwargs: Extra keyword arguments for it.
         num_kv_heads: Key/value heads per block (grouped-query attention); ``None``: ``num_heads``.
+        attention_dropout: Dropout on the attention weights alone; ``None``: ``dropout``. On CPU a
+            nonzero value takes SDPA off its fused kernel (the Long Range Arena CPU overlays set 0).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class SequenceClassifier(nn.Module):
         position: str = "sinusoidal",
         position_kwargs: dict[str, Any] | None = None,
         num_kv_heads: int | None = None,
+        attention_dropout: float | None = None,
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, role="the sequence classifier (padding masks)")
@@ -109,6 +112,7 @@ class SequenceClassifier(nn.Module):
                 norm_first,
                 num_kv_heads,
                 position=self.position.for_attention,
+                attention_dropout=attention_dropout,
             )
             for _ in range(num_layers)
         )

@@ -120,6 +120,7 @@ class Transformer(nn.Module):
         position: Registered positional scheme (``zoo list``): ``sinusoidal``, ``learned``,
             ``none``, ``rope``, ``alibi``, ``t5``, or a plugin's.
         position_kwargs: Extra keyword arguments for it.
+        attention_dropout: Dropout on the attention weights alone; ``None``: ``dropout``.
     """
 
     def __init__(
@@ -143,6 +144,7 @@ class Transformer(nn.Module):
         num_kv_heads: int | None = None,
         position: str = "sinusoidal",
         position_kwargs: dict[str, Any] | None = None,
+        attention_dropout: float | None = None,
     ) -> None:
         super().__init__()
         require_attention(attention, padding=True, causal=True, role="the Transformer (padding and causal masks)")
@@ -155,12 +157,13 @@ class Transformer(nn.Module):
         self.encoder_position = create_position(position, causal=False, **sizes)
         self.decoder_position = create_position(position, causal=True, **sizes)
         block_args = (d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
+        shared = {"num_kv_heads": num_kv_heads, "attention_dropout": attention_dropout}
         self.encoder_blocks = nn.ModuleList(
-            EncoderBlock(*block_args, num_kv_heads=num_kv_heads, position=self.encoder_position.for_attention)
+            EncoderBlock(*block_args, position=self.encoder_position.for_attention, **shared)
             for _ in range(num_encoder_layers)
         )
         self.decoder_blocks = nn.ModuleList(
-            DecoderBlock(*block_args, *cross, num_kv_heads=num_kv_heads, position=self.decoder_position.for_attention)
+            DecoderBlock(*block_args, *cross, position=self.decoder_position.for_attention, **shared)
             for _ in range(num_decoder_layers)
         )
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
