@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from zoo.attention.factory import scoring_names
-from zoo.bench.measure import Summary, peak_memory
+from zoo.bench.measure import Summary, TooSlow, peak_memory, time_round_robin
 from zoo.bench.report import growth_exponent, markdown_table
 from zoo.cli import main
 
@@ -54,6 +54,28 @@ def test_summary_gives_median_quartiles_and_extremes() -> None:
         5,
     )
     assert Summary.of([2.0]).scaled(1e3)["median"] == 2000.0
+
+
+def test_round_robin_interleaves_calls_and_drops_only_the_one_that_fails() -> None:
+    calls: list[str] = []
+
+    def call(name: str, fail_at: int | None = None):
+        def fn() -> None:
+            calls.append(name)
+            if fail_at is not None and calls.count(name) == fail_at:
+                raise MemoryError("out of memory")
+
+        return fn, None
+
+    results = time_round_robin({"a": call("a"), "b": call("b", fail_at=2), "c": call("c")}, warmup=1, repeats=3)
+    assert calls == ["a", "b", "c", "a", "b", "c", "a", "c", "a", "c"]
+    assert isinstance(results["b"], MemoryError)
+    assert results["a"].repeats == results["c"].repeats == 3
+
+
+def test_round_robin_stops_a_call_over_the_time_limit() -> None:
+    results = time_round_robin({"slow": (lambda: sum(range(10**6)), None)}, warmup=0, repeats=2, time_limit=1e-9)
+    assert isinstance(results["slow"], TooSlow)
 
 
 def test_cpu_peak_memory_counts_the_tensors_a_call_holds() -> None:

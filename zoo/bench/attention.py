@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from zoo.attention import MultiHeadAttention, create_scoring_attention, get_attention
 from zoo.attention.factory import scoring_names
 from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
-from zoo.bench.measure import TooSlow, peak_memory, time_call
+from zoo.bench.measure import TooSlow, peak_memory, time_round_robin
 from zoo.bench.report import growth_exponent, markdown_table
 
 __all__ = ["AttentionBenchConfig", "Case", "Workload", "attention_cases", "run_attention_bench"]
@@ -217,22 +217,58 @@ def _is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
 
 
-def _measure(case: Case, config: AttentionBenchConfig, length: int, device: torch.device) -> dict[str, Any]:
-    """One case at one length: ``{"length", "status", "time_ms", "peak_memory_mib"}``."""
-    workload = case.build(config, length, device)
-    timing = time_call(
-        workload.step, warmup=config.warmup, repeats=config.repeats, reset=workload.reset, time_limit=config.time_limit
+def _failure(error: BaseException) -> str:
+    """The status of a case that failed or was too slow at one length."""
+    if isinstance(error, TooSlow):
+        return f"too slow: {error}"
+    return "out of memory" if _is_out_of_memory(error) else f"failed: {type(error).__name__}: {error}"
+
+
+def _measure_length(
+    cases: list[Case], config: AttentionBenchConfig, length: int, device: torch.device
+) -> dict[str, dict[str, Any]]:
+    """Every case at one length, timed round-robin: ``{name: {"length", "status", "time_ms",
+    "peak_memory_mib"}}``. A case that fails here is reported, and the others still run."""
+    results: dict[str, dict[str, Any]] = {}
+    workloads: dict[str, Workload] = {}
+    for case in cases:
+        try:
+            workloads[case.name] = case.build(config, length, device)
+        except Exception as error:
+            results[case.name] = {"length": length, "status": _failure(error)}
+    timings = time_round_robin(
+        {name: (w.step, w.reset) for name, w in workloads.items()},
+        warmup=config.warmup,
+        repeats=config.repeats,
+        time_limit=config.time_limit,
     )
-    result: dict[str, Any] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
-    if config.memory:
-        result["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
-    return result
+    for name, timing in timings.items():
+        if isinstance(timing, Exception):
+            results[name] = {"length": length, "status": _failure(timing)}
+            continue
+        results[name] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
+        if config.memory:
+            workload = workloads[name]
+            try:
+                results[name]["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
+            except Exception as error:
+                results[name] = {"length": length, "status": _failure(error)}
+    del workloads
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return results
 
 
 def run_attention_bench(
     config: AttentionBenchConfig, device: torch.device, patterns: list[str]
 ) -> list[dict[str, Any]]:
-    """Measure every case whose name matches one of ``patterns``; one record per case."""
+    """Measure every case whose name matches one of ``patterns``; one record per case.
+
+    At each length the cases are timed round-robin (one call of each in turn), so their ratios
+    are measured side by side. A case that fails or is too slow at one length is skipped at the
+    longer ones.
+    """
     cases = [c for c in attention_cases() if any(fnmatchcase(c.name, p) for p in patterns)]
     if not cases:
         names = ", ".join(c.name for c in attention_cases())
@@ -246,31 +282,30 @@ def run_attention_bench(
         for case in (c for c in cases if c not in causal):
             print(f"  {case.name}: left out (declares supports_causal=False)", file=sys.stderr, flush=True)
         cases = causal
+    results: dict[str, list[dict[str, Any]]] = {case.name: [] for case in cases}
+    stopped: dict[str, str] = {}
+    for length in config.lengths:
+        for name, reason in stopped.items():
+            results[name].append({"length": length, "status": f"skipped: {reason}"})
+        measured = _measure_length([c for c in cases if c.name not in stopped], config, length, device)
+        for case in cases:
+            if case.name not in measured:
+                continue
+            result = measured[case.name]
+            results[case.name].append(result)
+            if result["status"] != "ok":
+                stopped[case.name] = f"{result['status'].split(':')[0]} at length {length}"
+            print(f"  {case.name} L={length}: {_cell(result)}", file=sys.stderr, flush=True)
     records = []
     for case in cases:
-        results, stop = [], None
-        for length in config.lengths:
-            if stop is not None:
-                results.append({"length": length, "status": f"skipped: {stop}"})
-                continue
-            try:
-                results.append(_measure(case, config, length, device))
-            except TooSlow as error:
-                results.append({"length": length, "status": f"too slow: {error}"})
-                stop = f"too slow at length {length}"
-            except Exception as error:  # a case that fails is reported, and the others still run
-                status = "out of memory" if _is_out_of_memory(error) else f"failed: {type(error).__name__}: {error}"
-                results.append({"length": length, "status": status})
-                stop = f"{status.split(':')[0]} at length {length}"
-            finally:
-                gc.collect()
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            print(f"  {case.name} L={length}: {_cell(results[-1])}", file=sys.stderr, flush=True)
-        ok = [r for r in results if r["status"] == "ok"]
+        ok = [r for r in results[case.name] if r["status"] == "ok"]
         exponent = growth_exponent([r["length"] for r in ok], [r["time_ms"]["median"] for r in ok])
         records.append(
-            {**{k: v for k, v in asdict(case).items() if k != "build"}, "growth_exponent": exponent, "results": results}
+            {
+                **{k: v for k, v in asdict(case).items() if k != "build"},
+                "growth_exponent": exponent,
+                "results": results[case.name],
+            }
         )
     return records
 

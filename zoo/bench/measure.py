@@ -1,9 +1,13 @@
 """How the benchmarks time and measure: warm-up, repeats, median and spread, peak memory.
 
-Time is wall-clock around one call, after ``warmup`` untimed calls, taken by
-:class:`torch.utils.benchmark.Timer`, which synchronizes CUDA before and after (asynchronous
-kernels are counted in the call that launched them) and runs the untimed ``reset`` as its setup.
-Each call is one sample, so the spread and a time limit per call stay visible.
+Time is wall-clock around one call, after ``warmup`` untimed calls, with CUDA synchronized
+before and after (asynchronous kernels are counted in the call that launched them) and an
+untimed ``reset`` before it. (:class:`torch.utils.benchmark.Timer` is not used: its ``timeit``
+runs two untimed calls before every sample, which triples the time of a long benchmark.)
+Each call is one sample, so the spread and a time limit per call stay visible. Several
+calls compared with each other are timed round-robin (:func:`time_round_robin`): one sample of
+each in turn, so a change in the machine's state (another process, the allocator's fresh pages)
+falls on all of them alike instead of on whichever ran at the time.
 
 Peak memory is the most memory PyTorch's allocator held *above its level before the call*,
 during one call:
@@ -20,14 +24,14 @@ during one call:
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-from torch.utils.benchmark import Timer
 
-__all__ = ["Summary", "TooSlow", "peak_memory", "resolve_device", "synchronize", "time_call"]
+__all__ = ["Summary", "TooSlow", "peak_memory", "resolve_device", "synchronize", "time_call", "time_round_robin"]
 
 
 class TooSlow(RuntimeError):
@@ -89,20 +93,55 @@ def time_call(
     Raises:
         TooSlow: a call (warm-up or timed) took longer than ``time_limit`` seconds.
     """
-    timer = Timer(
-        stmt="fn()",
-        setup="reset()" if reset is not None else "pass",
-        globals={"fn": fn, "reset": reset},
-        num_threads=torch.get_num_threads(),  # Timer's default is one thread; keep the benchmark's
-    )
-    samples = []
+    result = time_round_robin({"fn": (fn, reset)}, warmup=warmup, repeats=repeats, time_limit=time_limit)["fn"]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def time_round_robin(
+    calls: dict[str, tuple[Callable[[], object], Callable[[], None] | None]],
+    *,
+    warmup: int,
+    repeats: int,
+    time_limit: float | None = None,
+) -> dict[str, Summary | Exception]:
+    """Time each of ``calls`` (``name: (fn, reset)``) ``repeats`` times after ``warmup`` untimed
+    rounds, one call of each in turn per round; ``reset`` runs untimed before each call.
+
+    A call that raises, or takes longer than ``time_limit`` seconds (:class:`TooSlow`), drops out
+    of the later rounds; its entry is that exception, and the others go on.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    failed: dict[str, Exception] = {}
     for index in range(warmup + repeats):
-        elapsed = timer.timeit(1).times[0]
-        if time_limit is not None and elapsed > time_limit:
-            raise TooSlow(f"one call took {elapsed:.1f} s, over the limit of {time_limit:g} s")
-        if index >= warmup:
-            samples.append(elapsed)
-    return Summary.of(samples)
+        for name, (fn, reset) in calls.items():
+            if name in failed:
+                continue
+            try:
+                elapsed = _one_call(fn, reset)
+            except Exception as error:  # reported as this call's result; the others still run
+                failed[name] = error
+                continue
+            if time_limit is not None and elapsed > time_limit:
+                failed[name] = TooSlow(f"one call took {elapsed:.1f} s, over the limit of {time_limit:g} s")
+            elif index >= warmup:
+                samples[name].append(elapsed)
+    return {name: failed.get(name) or Summary.of(samples[name]) for name in calls}
+
+
+def _one_call(fn: Callable[[], object], reset: Callable[[], None] | None) -> float:
+    """Seconds ``fn()`` takes, CUDA synchronized around it, after an untimed ``reset()``."""
+    if reset is not None:
+        reset()
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
 
 
 def peak_memory(fn: Callable[[], object], *, device: torch.device, reset: Callable[[], None] | None = None) -> int:
