@@ -8,13 +8,15 @@ Which keys ``j`` a query at position ``p`` sees:
 
 The computation is blockwise, so time and memory grow as ``O(L * window)``, never as ``L x L``:
 queries are cut into blocks of ``block_size``; the keys one block can reach (``block_size`` plus
-the window's width minus one) are cut out of the zero-padded keys as ``unfold`` views; each block
-attends over only those, masked to the exact window, in
-:class:`~zoo.attention.window_kernel.WindowAttention`, which keeps one log-sum-exp per query for
-the backward pass and recomputes the block scores there (with dropout, in the fused
-:func:`~torch.nn.functional.scaled_dot_product_attention`; in an explicit softmax when weights
-are asked for). When the window spans nearly the whole sequence, one block costs less and is
-used instead. Padding masks are read at the scored (query, key) pairs only
+the window's width minus one) are cut out of the zero-padded keys as ``unfold`` views; the blocks
+then form one batch of small attention problems, each masked to the exact window, for the fused
+:func:`~torch.nn.functional.scaled_dot_product_attention` (an explicit softmax when weights are
+asked for). On CPU its flash kernel keeps one log-sum-exp per query and recomputes the block
+scores in backward, so nothing of size ``O(L * span)`` is kept: forward and backward took half
+the time of a hand-written recomputing kernel here and grew linearly to 16k tokens
+(``benchmarks/RESULTS.md``). A learned bias (``relative_bias``, ``t5``) needs its gradient, which
+sends SDPA to its math path; that path still beat the hand-written kernel by 1.8x at 16k. When
+the window spans nearly the whole sequence, one block costs less and is used instead. Padding masks are read at the scored (query, key) pairs only
 (:func:`~zoo.attention.masking.mask_at`); a caller's own ``(Lq, Lk)`` mask is read the same way,
 though building it cost the caller ``O(L^2)``.
 
@@ -44,7 +46,6 @@ import math
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.base import (
@@ -52,10 +53,9 @@ from zoo.attention.base import (
     AttentionOutput,
     PositionBias,
 )
-from zoo.attention.blocks import rows_from
+from zoo.attention.blocks import block_attention, rows_from
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import mask_at, masked_softmax
-from zoo.attention.window_kernel import window_attention
 
 __all__ = ["LocalAttention"]
 
@@ -159,18 +159,13 @@ class LocalAttention(Attention):
         if position_bias is not None:  # (heads, nb, block, span): at the block's scored pairs only
             scheme_bias = position_bias(query_index + offset, key_pos).to(queries.dtype)
             bias = scheme_bias if bias is None else bias + scheme_bias
-        dropout = self.dropout.p if self.training else 0.0
-        if not need_weights and dropout == 0.0:  # scores recomputed in backward: nothing O(L * span) kept
-            output = window_attention(padded_q, padded_k, padded_v, keep, bias, block=block, span=span, scale=scale)
-            return AttentionOutput(output[..., :num_queries, :], None)
         q = padded_q.unflatten(-2, (num_blocks, block))  # (*batch, nb, block, d)
-        k = padded_k.unfold(-2, span, block)  # (*batch, nb, d, span)
+        k = padded_k.unfold(-2, span, block)  # (*batch, nb, d, span): views, no copy
         v = padded_v.unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
-        if not need_weights:  # with dropout: the blocks are ordinary attention problems for the fused kernel
+        if not need_weights:  # the blocks are ordinary attention problems for the fused kernel
             attn_mask = keep if bias is None else torch.where(keep, bias, float("-inf"))
-            heads = F.scaled_dot_product_attention(
-                q, k.transpose(-2, -1), v, attn_mask=attn_mask, dropout_p=dropout, scale=scale
-            )
+            dropout = self.dropout.p if self.training else 0.0
+            heads = block_attention(q, k.transpose(-2, -1), v, attn_mask, dropout_p=dropout, scale=scale)
             return AttentionOutput(heads.flatten(-3, -2)[..., :num_queries, :], None)
         scores = torch.matmul(q, k) * scale
         weights = masked_softmax(scores if bias is None else scores + bias, mask=keep)  # (*batch, nb, block, span)

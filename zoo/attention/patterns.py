@@ -29,11 +29,10 @@ import math
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput
-from zoo.attention.blocks import rows_from
+from zoo.attention.blocks import block_attention, rows_from
 from zoo.attention.masking import mask_at, masked_softmax
 
 __all__ = ["SparsePatternAttention"]
@@ -121,7 +120,7 @@ class SparsePatternAttention(Attention):
             dense = dense.flatten(-3, -2)[..., lead : lead + num_queries, :]
         else:
             dropout = self.dropout.p if self.training else 0.0
-            output = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout, scale=scale)
+            output = block_attention(q, k, v, keep, dropout_p=dropout, scale=scale)
             dense = None
         output = output.flatten(-3, -2)[..., lead : lead + num_queries, :]
         rows = self.global_queries(num_keys, device)
