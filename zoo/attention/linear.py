@@ -14,7 +14,9 @@ linearly with the sequence length (``O(L d dv)``), where a score matrix costs ``
   ``phi(K)^T V``, ``O(L / chunk_size * d * dv)`` memory) and adds its own keys through a small
   ``(chunk_size, chunk_size)`` lower-triangular product. Alignment is bottom-right, so a decoder
   step over cached keys (``Lq = 1``) sees them all.
-* Padding: a masked key gets ``phi(k) = 0``, which takes it out of both sums. A mask that
+* The normaliser comes out of the same products: the values get a column of ones, so
+  ``sum_j phi(k_j) [v_j, 1]^T`` holds both sums, read once.
+* Padding: a masked key gets the row ``[v, 1] = 0``, which takes it out of both sums. A mask that
   differs per query (``valid_lens`` of shape ``(*batch, Lq)``, an ``attn_mask`` with a query
   axis) has no such form: those calls, and calls with ``need_weights=True``, run the quadratic
   formulation ``masked_softmax(log(phi(Q) phi(K)^T))``, which has the same weights.
@@ -83,18 +85,17 @@ class LinearAttention(Attention):
             return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
 
         phi_q, phi_k = self.features(queries, is_query=True), self.features(keys, is_query=False)
-        v = values.to(phi_k.dtype)
+        # a column of ones beside the values: the products that sum phi(k) v^T then also sum phi(k)
+        v = F.pad(values.to(phi_k.dtype), (0, 1), value=1.0)
         if mask is not None:
-            phi_k = phi_k * mask[..., 0, :, None]  # (*batch, Lk, 1): masked keys drop out of the sums
-        output = self._causal(phi_q, phi_k, v) if is_causal else self._global(phi_q, phi_k, v)
-        return AttentionOutput(output.to(values.dtype), None)
+            v = v * mask[..., 0, :, None]  # (*batch, Lk, 1): masked keys drop out of both sums
+        summed = self._causal(phi_q, phi_k, v) if is_causal else self._global(phi_q, phi_k, v)
+        return AttentionOutput(_normalize(summed[..., :-1], summed[..., -1:]).to(values.dtype), None)
 
     @staticmethod
     def _global(phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:
-        """Every query over every (unmasked) key: two sums over the keys."""
-        kv = torch.matmul(phi_k.transpose(-2, -1), v)  # (*batch, d, dv)
-        normalizer = phi_k.sum(-2).unsqueeze(-1)  # (*batch, d, 1)
-        return _normalize(torch.matmul(phi_q, kv), torch.matmul(phi_q, normalizer))
+        """Every query over every (unmasked) key: one sum over the keys."""
+        return torch.matmul(phi_q, torch.matmul(phi_k.transpose(-2, -1), v))
 
     def _causal(self, phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:
         """Query ``i`` over the keys up to its position ``i + Lk - Lq``: chunked prefix sums."""
@@ -106,17 +107,14 @@ class LinearAttention(Attention):
         # keys before the first query's position: seen by every query
         earlier = max(offset, 0)
         kv_start = torch.matmul(phi_k[..., :earlier, :].transpose(-2, -1), v[..., :earlier, :])  # (*batch, d, dv)
-        z_start = phi_k[..., :earlier, :].sum(-2)  # (*batch, d)
         # the keys at the queries' positions, cut into chunks aligned with the query chunks
         q_chunks = rows_from(phi_q, 0, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, d)
         k_chunks = rows_from(phi_k, offset, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, d)
         v_chunks = rows_from(v, offset, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, dv)
         kv_before = kv_start.unsqueeze(-3) + _sums_before(torch.matmul(k_chunks.transpose(-2, -1), v_chunks), dim=-3)
-        z_before = z_start.unsqueeze(-2) + _sums_before(k_chunks.sum(-2), dim=-2)  # (*batch, nc, d)
         within = torch.matmul(q_chunks, k_chunks.transpose(-2, -1)).tril()  # (*batch, nc, C, C): keys up to the query
-        numerator = torch.matmul(q_chunks, kv_before) + torch.matmul(within, v_chunks)
-        denominator = torch.matmul(q_chunks, z_before.unsqueeze(-1)) + within.sum(-1, keepdim=True)
-        return _normalize(numerator, denominator).flatten(-3, -2)[..., :num_queries, :]
+        summed = torch.matmul(q_chunks, kv_before) + torch.matmul(within, v_chunks)
+        return summed.flatten(-3, -2)[..., :num_queries, :]
 
     def extra_repr(self) -> str:
         return f"chunk_size={self.chunk_size}"

@@ -116,9 +116,10 @@ class PerformerAttention(LinearAttention):
         compute = torch.promote_types(x.dtype, torch.float32)
         x = x.to(compute) * x.shape[-1] ** -0.25
         exponent = torch.matmul(x, self.projection.to(compute).T)  # (*batch, L, m): w . x
+        # in place: the (L, m) products are the largest tensors here, and one of them is enough
         if is_query:  # -|q|^2 / 2 and the shift are per-query constants: they cancel in the ratio
-            return torch.exp(exponent - exponent.amax(-1, keepdim=True).detach())
-        return torch.exp(exponent - x.square().sum(-1, keepdim=True) / 2) / math.sqrt(self.num_features)
+            return exponent.sub_(exponent.detach().amax(-1, keepdim=True)).exp_()
+        return exponent.sub_(x.square().sum(-1, keepdim=True) / 2 + math.log(self.num_features) / 2).exp_()
 
     def check_dims(self, query_dim: int, key_dim: int, value_dim: int) -> None:
         """Queries and keys must have the size the random features were drawn for."""
