@@ -1,4 +1,4 @@
-"""``synthesizer`` and ``sinkhorn`` train in ``sentiment`` from the CLI on the real SST-2 data, and
+"""``synthesizer``, ``sinkhorn`` and ``reformer`` train in ``sentiment`` from the CLI on the real SST-2 data, and
 draw their attention heatmaps; a decoder refuses ``sinkhorn``, which is not causal."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ VARIANTS = {
     "synthesizer": {"max_len": 256},
     "synthesizer-dense": {"max_len": 256, "mode": "dense"},
     "sinkhorn": {"block_size": 4, "sinkhorn_iters": 4},
+    "reformer": {"bucket_size": 4},
 }
 
 

@@ -29,6 +29,7 @@ from zoo.attention.bigbird import BigBirdAttention  # noqa: E402
 from zoo.attention.sparse import FixedSparseAttention  # noqa: E402
 from zoo.attention.synthesizer import SynthesizerAttention  # noqa: E402
 from zoo.attention.sinkhorn import SinkhornAttention  # noqa: E402
+from zoo.attention.reformer import ReformerAttention  # noqa: E402
 from zoo.attention.multi_head import CrossAttention, HeadedAttention, MultiHeadAttention, SelfAttention  # noqa: E402
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "LongformerAttention",
     "MultiHeadAttention",
     "PerformerAttention",
+    "ReformerAttention",
     "SelfAttention",
     "SinkhornAttention",
     "SynthesizerAttention",
