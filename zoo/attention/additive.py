@@ -101,14 +101,9 @@ class AdditiveAttention(Attention):
     ) -> None:
         super().__init__(dropout)
         num_hiddens = num_hiddens or key_size
-        for label, size in (
-            ("query_size", query_size),
-            ("key_size", key_size),
-            ("num_hiddens", num_hiddens),
-            ("chunk_bytes", chunk_bytes),
-        ):
-            if not isinstance(size, int) or size <= 0:
-                raise ValueError(f"AdditiveAttention: {label} must be a positive integer, got {size!r}.")
+        self.require_positive(
+            query_size=query_size, key_size=key_size, num_hiddens=num_hiddens, chunk_bytes=chunk_bytes
+        )
         self.query_size, self.key_size, self.chunk_bytes = query_size, key_size, chunk_bytes
         self.query_proj = nn.Linear(query_size, num_hiddens, bias=False)
         self.key_proj = nn.Linear(key_size, num_hiddens, bias=False)

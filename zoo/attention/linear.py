@@ -58,8 +58,7 @@ class LinearAttention(Attention):
 
     def __init__(self, chunk_size: int = 64) -> None:
         super().__init__(0.0)
-        if not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"LinearAttention: chunk_size must be a positive integer, got {chunk_size!r}.")
+        self.require_positive(chunk_size=chunk_size)
         self.chunk_size = chunk_size
 
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:

@@ -51,9 +51,7 @@ class LinformerAttention(Attention):
 
     def __init__(self, max_len: int = 16384, k: int = 64, dropout: float = 0.0, scale: float | None = None) -> None:
         super().__init__(dropout)
-        for label, value in (("max_len", max_len), ("k", k)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"LinformerAttention: {label} must be a positive integer, got {value!r}.")
+        self.require_positive(max_len=max_len, k=k)
         self.max_len, self.k, self.scale = max_len, k, scale
         self.key_projection = nn.Parameter(torch.randn(k, max_len) / math.sqrt(k))  # E
         self.value_logits = nn.Parameter(torch.randn(k, max_len))  # F: softmax rows, k different poolings

@@ -89,9 +89,7 @@ class LocalAttention(Attention):
         num_heads: int = 1,
     ) -> None:
         super().__init__(dropout)
-        for label, value in (("window", window), ("block_size", block_size), ("num_heads", num_heads)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"LocalAttention: {label} must be a positive integer, got {value!r}.")
+        self.require_positive(window=window, block_size=block_size, num_heads=num_heads)
         self.window, self.block_size, self.scale = window, block_size, scale
         # distances query - key from -(window // 2) (non-causal, ahead) to window - 1 (causal, behind)
         self.relative_bias = nn.Parameter(torch.zeros(num_heads, window // 2 + window)) if relative_bias else None

@@ -51,8 +51,7 @@ class LongformerAttention(SparsePatternAttention):
         dropout: float = 0.0,
         scale: float | None = None,
     ) -> None:
-        if not isinstance(window, int) or window < 1:
-            raise ValueError(f"LongformerAttention: window must be a positive integer, got {window!r}.")
+        self.require_positive(window=window)
         super().__init__(block_size or max(1, window // 2), dropout, scale)
         positions = range(global_tokens) if isinstance(global_tokens, int) else global_tokens
         if (isinstance(global_tokens, int) and global_tokens < 0) or any(

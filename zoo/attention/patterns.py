@@ -53,8 +53,7 @@ class SparsePatternAttention(Attention):
 
     def __init__(self, block_size: int, dropout: float = 0.0, scale: float | None = None) -> None:
         super().__init__(dropout)
-        if not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"{type(self).__name__}: block_size must be a positive integer, got {block_size!r}.")
+        self.require_positive(block_size=block_size)
         self.block_size, self.scale = block_size, scale
 
     # -- what a pattern states -------------------------------------------------------------------

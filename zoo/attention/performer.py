@@ -88,13 +88,7 @@ class PerformerAttention(LinearAttention):
         super().__init__(chunk_size)
         if num_features is None:
             num_features = max(query_size, round(query_size * math.log(query_size)))
-        for label, value in (
-            ("query_size", query_size),
-            ("num_features", num_features),
-            ("redraw_interval", redraw_interval),
-        ):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"PerformerAttention: {label} must be a positive integer, got {value!r}.")
+        self.require_positive(query_size=query_size, num_features=num_features, redraw_interval=redraw_interval)
         self.query_size = self.key_size = query_size
         self.num_features, self.redraw_interval = num_features, redraw_interval
         self.seed = int(torch.randint(2**31 - 1, ())) if seed is None else seed

@@ -94,9 +94,7 @@ class ReformerAttention(Attention):
         scale: float | None = None,
     ) -> None:
         super().__init__(dropout)
-        for label, value in (("bucket_size", bucket_size), ("num_hashes", num_hashes), ("num_buckets", num_buckets)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"ReformerAttention: {label} must be a positive integer, got {value!r}.")
+        self.require_positive(bucket_size=bucket_size, num_hashes=num_hashes, num_buckets=num_buckets)
         if num_buckets is not None and num_buckets % 2:
             raise ValueError(
                 f"ReformerAttention: num_buckets must be even (rotations and their negatives), got {num_buckets}."

@@ -78,9 +78,7 @@ class SinkhornAttention(Attention):
         scale: float | None = None,
     ) -> None:
         super().__init__(dropout)
-        for label, value in (("block_size", block_size), ("sinkhorn_iters", sinkhorn_iters)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"SinkhornAttention: {label} must be a positive integer, got {value!r}.")
+        self.require_positive(block_size=block_size, sinkhorn_iters=sinkhorn_iters)
         if not temperature > 0:
             raise ValueError(f"SinkhornAttention: temperature must be positive, got {temperature!r}.")
         self.block_size, self.sinkhorn_iters, self.temperature, self.scale = (

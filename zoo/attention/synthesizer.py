@@ -79,9 +79,7 @@ class SynthesizerAttention(Attention):
         dropout: float = 0.0,
     ) -> None:
         super().__init__(dropout)
-        for label, value in (("query_size", query_size), ("max_len", max_len), ("num_heads", num_heads)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"SynthesizerAttention: {label} must be a positive integer, got {value!r}.")
+        self.require_positive(query_size=query_size, max_len=max_len, num_heads=num_heads)
         if mode not in MODES:
             close = difflib.get_close_matches(str(mode), MODES, n=1)
             hint = f"Did you mean {close[0]!r}? " if close else ""
