@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.profiler import profile
 
+from zoo.attention import create_scoring_attention
 from zoo.attention.blocks import block_attention
 
 
@@ -34,4 +35,23 @@ def test_a_mask_shared_by_the_blocks_reaches_the_fused_cpu_kernel() -> None:
     mask = torch.rand(4, 32, 64) > 0.5
     with profile() as trace:
         block_attention(q, k, v, mask).sum().backward()
+    assert any("flash_attention" in event.key for event in trace.key_averages())
+
+
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [
+        ("local", {"window": 16}),
+        ("longformer", {"window": 16}),
+        ("sparse", {"block_size": 16}),
+        ("bigbird", {"block_size": 8, "num_random_blocks": 1}),
+    ],
+)
+def test_blockwise_variants_reach_the_fused_cpu_kernel(name: str, kwargs: dict) -> None:
+    """Each blockwise variant, padding mask and all, runs its blocks through the flash kernel."""
+    attention = create_scoring_attention(name, head_dim=16, num_heads=2, **kwargs)
+    q, k, v = (torch.randn(2, 2, 128, 16, requires_grad=True) for _ in range(3))
+    padding = (torch.arange(128) < torch.tensor([128, 90])[:, None])[:, None, None, :]  # as a layer passes it
+    with profile() as trace:
+        attention(q, k, v, attn_mask=padding).output.sum().backward()
     assert any("flash_attention" in event.key for event in trace.key_averages())
