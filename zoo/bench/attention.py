@@ -21,7 +21,6 @@ one length is skipped at the longer ones.
 
 from __future__ import annotations
 
-import gc
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -34,12 +33,10 @@ from torch import Tensor, nn
 from zoo.attention import MultiHeadAttention, create_scoring_attention, get_attention
 from zoo.attention.factory import scoring_names
 from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
-from zoo.bench.measure import TooSlow, peak_memory, time_round_robin
 from zoo.bench.report import growth_exponent, markdown_table
+from zoo.bench.sweep import SweepSettings, Workload, sweep_lengths, time_cell
 
-__all__ = ["AttentionBenchConfig", "Case", "Workload", "attention_cases", "run_attention_bench"]
-
-MIB = 2**20
+__all__ = ["AttentionBenchConfig", "Case", "attention_cases", "run_attention_bench"]
 
 
 @dataclass(frozen=True)
@@ -62,22 +59,20 @@ class AttentionBenchConfig:
     def head_dim(self) -> int:
         return self.d_model // self.heads
 
+    @property
+    def settings(self) -> SweepSettings:
+        return SweepSettings(self.lengths, self.warmup, self.repeats, self.time_limit, self.memory)
 
-@dataclass
-class Workload:
-    """One case at one length: a forward pass to differentiate, and the tensors whose
-    gradients are cleared between calls (inputs and parameters)."""
 
-    forward: Callable[[], Tensor]
-    leaves: list[Tensor]
+def _differentiated(forward: Callable[[], Tensor], leaves: list[Tensor]) -> Workload:
+    """Forward and backward of ``forward``; the gradients of ``leaves`` (inputs and parameters)
+    are cleared between calls."""
 
-    def step(self) -> None:
-        """Forward and backward."""
-        self.forward().sum().backward()
-
-    def reset(self) -> None:
-        for tensor in self.leaves:
+    def reset() -> None:
+        for tensor in leaves:
             tensor.grad = None
+
+    return Workload(lambda: forward().sum().backward(), reset)
 
 
 @dataclass(frozen=True)
@@ -118,7 +113,7 @@ def _layer_workload(
         x = torch.randn(config.batch, length, config.d_model, generator=generator).to(device).requires_grad_()
         valid_lens = _valid_lens(config, length, generator)
         valid_lens = None if valid_lens is None else valid_lens.to(device)
-        return Workload(lambda: call(module, x, valid_lens, config.causal), [x, *module.parameters()])
+        return _differentiated(lambda: call(module, x, valid_lens, config.causal), [x, *module.parameters()])
 
     return build
 
@@ -143,7 +138,7 @@ def _scoring_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module
             forward = lambda: module(q, k, v, mask, config.causal)  # noqa: E731
         else:
             forward = lambda: module(q, k, v, attn_mask=mask, is_causal=config.causal).output  # noqa: E731
-        return Workload(forward, [q, k, v, *module.parameters()])
+        return _differentiated(forward, [q, k, v, *module.parameters()])
 
     return build
 
@@ -213,53 +208,6 @@ def attention_cases() -> list[Case]:
 # -- running ----------------------------------------------------------------------------------------
 
 
-def _is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
-
-
-def _failure(error: BaseException) -> str:
-    """The status of a case that failed or was too slow at one length."""
-    if isinstance(error, TooSlow):
-        return f"too slow: {error}"
-    return "out of memory" if _is_out_of_memory(error) else f"failed: {type(error).__name__}: {error}"
-
-
-def _measure_length(
-    cases: list[Case], config: AttentionBenchConfig, length: int, device: torch.device
-) -> dict[str, dict[str, Any]]:
-    """Every case at one length, timed round-robin: ``{name: {"length", "status", "time_ms",
-    "peak_memory_mib"}}``. A case that fails here is reported, and the others still run."""
-    results: dict[str, dict[str, Any]] = {}
-    workloads: dict[str, Workload] = {}
-    for case in cases:
-        try:
-            workloads[case.name] = case.build(config, length, device)
-        except Exception as error:
-            results[case.name] = {"length": length, "status": _failure(error)}
-    timings = time_round_robin(
-        {name: (w.step, w.reset) for name, w in workloads.items()},
-        warmup=config.warmup,
-        repeats=config.repeats,
-        time_limit=config.time_limit,
-    )
-    for name, timing in timings.items():
-        if isinstance(timing, Exception):
-            results[name] = {"length": length, "status": _failure(timing)}
-            continue
-        results[name] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
-        if config.memory:
-            workload = workloads[name]
-            try:
-                results[name]["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
-            except Exception as error:
-                results[name] = {"length": length, "status": _failure(error)}
-    del workloads
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return results
-
-
 def run_attention_bench(
     config: AttentionBenchConfig, device: torch.device, patterns: list[str]
 ) -> list[dict[str, Any]]:
@@ -282,20 +230,8 @@ def run_attention_bench(
         for case in (c for c in cases if c not in causal):
             print(f"  {case.name}: left out (declares supports_causal=False)", file=sys.stderr, flush=True)
         cases = causal
-    results: dict[str, list[dict[str, Any]]] = {case.name: [] for case in cases}
-    stopped: dict[str, str] = {}
-    for length in config.lengths:
-        for name, reason in stopped.items():
-            results[name].append({"length": length, "status": f"skipped: {reason}"})
-        measured = _measure_length([c for c in cases if c.name not in stopped], config, length, device)
-        for case in cases:
-            if case.name not in measured:
-                continue
-            result = measured[case.name]
-            results[case.name].append(result)
-            if result["status"] != "ok":
-                stopped[case.name] = f"{result['status'].split(':')[0]} at length {length}"
-            print(f"  {case.name} L={length}: {_cell(result)}", file=sys.stderr, flush=True)
+    builders = {case.name: (lambda length, case=case: case.build(config, length, device)) for case in cases}
+    results = sweep_lengths(builders, config.settings, device)
     records = []
     for case in cases:
         ok = [r for r in results[case.name] if r["status"] == "ok"]
@@ -311,13 +247,6 @@ def run_attention_bench(
 
 
 # -- reporting -------------------------------------------------------------------------------------
-
-
-def _cell(result: dict[str, Any]) -> str:
-    if result["status"] != "ok":
-        return result["status"].split(":")[0]
-    t = result["time_ms"]
-    return f"{t['median']:.3g} ms [{t['q1']:.3g}-{t['q3']:.3g}]"
 
 
 def _ratio(result: dict[str, Any], base: dict[str, Any] | None, key: str, field_name: str | None) -> float | None:
@@ -338,7 +267,7 @@ def attention_tables(records: list[dict[str, Any]], lengths: list[int]) -> str:
         [
             r["name"],
             r["kind"],
-            *(_cell(at(r, n)) for n in lengths),
+            *(time_cell(at(r, n)) for n in lengths),
             "-" if r["growth_exponent"] is None else f"{r['growth_exponent']:.2f}",
         ]
         for r in records

@@ -1,4 +1,4 @@
-"""``python -m zoo bench {attention,train,decode}``: arguments, and where the results go."""
+"""``python -m zoo bench {attention,classify,train,decode}``: arguments, and where the results go."""
 
 from __future__ import annotations
 
@@ -12,7 +12,15 @@ from typing import Any
 
 import torch
 
+from zoo.attention import get_attention
 from zoo.bench.attention import AttentionBenchConfig, attention_cases, attention_tables, run_attention_bench
+from zoo.bench.classify import (
+    LRA_ATTENTIONS,
+    TEXT_CPU_CONFIGS,
+    ClassifyBenchConfig,
+    classify_tables,
+    run_classify_bench,
+)
 from zoo.bench.decode import DecodeBenchConfig, decode_table, run_decode_bench
 from zoo.bench.measure import resolve_device
 from zoo.bench.report import environment, plot_growth, write_json
@@ -46,7 +54,7 @@ def _translation(sub: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The ``bench`` argument parser and its three subcommands."""
+    """The ``bench`` argument parser and its four subcommands."""
     root = argparse.ArgumentParser(prog="python -m zoo bench", description=__doc__)
     subs = root.add_subparsers(dest="benchmark", required=True)
 
@@ -73,6 +81,32 @@ def parser() -> argparse.ArgumentParser:
         "--plot", type=Path, default=DEFAULT_DIR / "attention.png", help="log-log plot of time against length"
     )
     _common(attention, "attention")
+
+    classify = subs.add_parser(
+        "classify", help="the classifier's training steps per second and peak memory per attention over lengths"
+    )
+    classify.add_argument(
+        "--lengths", type=int, nargs="+", default=[1000, 2000, 3000, 4000], help="--data.max_length values"
+    )
+    classify.add_argument("--attentions", nargs="+", default=list(LRA_ATTENTIONS), help="registered scoring attentions")
+    classify.add_argument(
+        "--config", dest="configs", action="append", default=None,
+        help="a fit config file (repeatable; default: the LRA Text task at the CPU size)",
+    )  # fmt: skip
+    classify.add_argument(
+        "--attention-kwargs", type=json.loads, default={},
+        help="JSON of extra arguments per attention (default: synthesizer's max_len, the longest length + 1)",
+    )  # fmt: skip
+    classify.add_argument("--batch", type=int, default=None, help="sequences per step (default: the config's)")
+    classify.add_argument("--baseline", default="dot_product", help="the attention the ratios are taken against")
+    classify.add_argument("--warmup", type=int, default=1)
+    classify.add_argument("--repeats", type=int, default=5)
+    classify.add_argument(
+        "--time-limit", type=float, default=120.0, help="seconds per step before longer lengths are skipped"
+    )
+    classify.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    classify.add_argument("--seed", type=int, default=0)
+    _common(classify, "classify")
 
     train = subs.add_parser("train", help="training tokens per second through the Lightning trainer")
     _translation(train)
@@ -120,6 +154,9 @@ def main(argv: list[str]) -> dict[str, Any]:
         if not any(fnmatchcase(name, pattern) for name in names for pattern in args.cases):
             argument_parser.error(f"no case matches --cases {' '.join(args.cases)}; the cases are: {', '.join(names)}.")
     try:
+        if args.benchmark == "classify":
+            for name in args.attentions:
+                get_attention(name)  # an unknown name: one line naming the closest
         return _run(args, argv)
     except ZooError as error:  # a bad name or setting: one line, like argparse's errors
         argument_parser.error(str(error))
@@ -152,6 +189,17 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             + ("" if config.padding else ", no padding")
         )
         print(f"\nplot: {plot_growth(series, args.plot, title)}")
+    elif args.benchmark == "classify":
+        # synthesizer's logits cover a fixed length: by default the longest one and a classification token
+        attention_kwargs = {"synthesizer": {"max_len": max(args.lengths) + 1}} | args.attention_kwargs
+        config = ClassifyBenchConfig(
+            lengths=args.lengths, attentions=args.attentions, configs=args.configs or TEXT_CPU_CONFIGS,
+            attention_kwargs=attention_kwargs, batch=args.batch, baseline=args.baseline, warmup=args.warmup,
+            repeats=args.repeats, time_limit=args.time_limit, memory=not args.no_memory, seed=args.seed,
+        )  # fmt: skip
+        records = run_classify_bench(config, device)
+        payload |= {"config": vars(config), "cases": records}
+        print(classify_tables(records, config))
     elif args.benchmark == "train":
         setup, config = (
             _translation_setup(args),

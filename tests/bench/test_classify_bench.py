@@ -1,0 +1,61 @@
+"""``python -m zoo bench classify``: the classifier's training step per attention over lengths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from zoo.bench.classify import TEXT_CPU_CONFIGS, ClassifyBenchConfig, TrainingStep
+from zoo.cli import main
+
+TINY = ["--batch", "2", "--warmup", "1", "--repeats", "2"]
+
+
+def test_bench_classify_on_a_tiny_grid(in_tmp, capsys) -> None:
+    main(["bench", "classify", "--lengths", "32", "64", "--attentions", "dot_product", "local", "synthesizer",
+          *TINY, "--out", "classify.json"])  # fmt: skip
+    payload = json.loads(Path("classify.json").read_text())
+    out = capsys.readouterr().out
+    assert [c["name"] for c in payload["cases"]] == ["dot_product", "local", "synthesizer"]
+    # synthesizer ran at 64 because its max_len defaults to the longest length and the [CLS] token
+    assert payload["config"]["attention_kwargs"] == {"synthesizer": {"max_len": 65}}
+    assert payload["config"]["configs"] == list(TEXT_CPU_CONFIGS)
+    for case in payload["cases"]:
+        assert [r["length"] for r in case["results"]] == [32, 64]
+        for result in case["results"]:
+            assert result["status"] == "ok", (case["name"], result)
+            t = result["time_ms"]
+            assert 0 < t["min"] <= t["median"] <= t["max"] and t["repeats"] == 2
+            assert result["peak_memory_mib"] > 0
+    assert "Training steps per second (speed-up over dot_product)" in out
+    baseline_rows = [line for line in out.splitlines() if line.startswith("| dot_product")]
+    assert len(baseline_rows) == 2 and all(row.count("(1.00x)") == 2 for row in baseline_rows)  # speed, memory
+
+
+def test_a_timed_call_is_one_training_step_of_the_configured_recipe() -> None:
+    step = TrainingStep.build(ClassifyBenchConfig(lengths=[48], batch=4), "local", 48, torch.device("cpu"))
+    task = step.task
+    assert task.hparams.d_model == 64 and task.hparams.num_layers == 2  # the Text task's CPU overlay
+    assert task.hparams.attention == "local" and step.tokens.shape == (4, 48) and step.clip == 1.0
+    assert all((step.tokens[i, int(n) :] == task.hparams.padding_idx).all() for i, n in enumerate(step.valid_lens))
+    before = [p.detach().clone() for p in task.parameters()]
+    workload = step.workload
+    workload.reset()
+    workload.step()
+    assert all(p.grad is not None for p in task.parameters())
+    assert all(not torch.equal(a, p) for a, p in zip(before, task.parameters()))  # the optimizer stepped
+    workload.reset()
+    assert all(p.grad is None for p in task.parameters())
+
+
+def test_bench_classify_refuses_unknown_names_in_one_line(in_tmp, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "classify", "--attentions", "dot_prodct", "--out", "x.json"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2 and "Did you mean 'dot_product'" in err
+    with pytest.raises(SystemExit):
+        main(["bench", "classify", "--attentions", "local", "--lengths", "16", *TINY, "--out", "x.json"])
+    assert "baseline 'dot_product' is not among" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+"""Named workloads measured over sequence lengths, side by side.
+
+``bench attention`` (one attention module, forward and backward) and ``bench classify`` (a whole
+classifier's training step) measure the same way: at each length every case is built, timed
+round-robin with the others (:func:`~zoo.bench.measure.time_round_robin`, so their ratios are
+measured under the same machine state) and, if asked, its peak memory is taken in one more,
+untimed call. A case that fails, runs out of memory or takes longer than the time limit at one
+length is reported so and skipped at the longer ones; the others go on.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from zoo.bench.measure import TooSlow, peak_memory, time_round_robin
+
+__all__ = ["SweepSettings", "Workload", "failure_status", "sweep_lengths", "time_cell"]
+
+MIB = 2**20
+
+
+@dataclass
+class Workload:
+    """One case at one length: the call that is timed, and what runs untimed before each call
+    (clearing gradients, say)."""
+
+    step: Callable[[], object]
+    reset: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """How each case is measured at each length."""
+
+    lengths: list[int]
+    warmup: int = 2
+    repeats: int = 10
+    time_limit: float = 60.0
+    memory: bool = True
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
+
+
+def failure_status(error: BaseException) -> str:
+    """The status of a case that failed or was too slow at one length."""
+    if isinstance(error, TooSlow):
+        return f"too slow: {error}"
+    return "out of memory" if _is_out_of_memory(error) else f"failed: {type(error).__name__}: {error}"
+
+
+def _measure_length(
+    builders: dict[str, Callable[[int], Workload]], settings: SweepSettings, length: int, device: torch.device
+) -> dict[str, dict[str, Any]]:
+    """Every case at one length: ``{name: {"length", "status", "time_ms", "peak_memory_mib"}}``."""
+    results: dict[str, dict[str, Any]] = {}
+    workloads: dict[str, Workload] = {}
+    for name, build in builders.items():
+        try:
+            workloads[name] = build(length)
+        except Exception as error:
+            results[name] = {"length": length, "status": failure_status(error)}
+    timings = time_round_robin(
+        {name: (w.step, w.reset) for name, w in workloads.items()},
+        warmup=settings.warmup,
+        repeats=settings.repeats,
+        time_limit=settings.time_limit,
+    )
+    for name, timing in timings.items():
+        if isinstance(timing, Exception):
+            results[name] = {"length": length, "status": failure_status(timing)}
+            continue
+        results[name] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
+        if settings.memory:
+            workload = workloads[name]
+            try:
+                results[name]["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
+            except Exception as error:
+                results[name] = {"length": length, "status": failure_status(error)}
+    del workloads
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return results
+
+
+def sweep_lengths(
+    builders: dict[str, Callable[[int], Workload]], settings: SweepSettings, device: torch.device
+) -> dict[str, list[dict[str, Any]]]:
+    """Measure every case (``name: build(length) -> Workload``) at every length, in order:
+    ``{name: [result per length]}``, each result as :func:`_measure_length` gives it, or
+    ``{"length", "status": "skipped: ..."}`` after the case failed at a shorter length. Progress
+    goes to standard error, a line per case and length."""
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in builders}
+    stopped: dict[str, str] = {}
+    for length in settings.lengths:
+        for name, reason in stopped.items():
+            results[name].append({"length": length, "status": f"skipped: {reason}"})
+        running = {name: build for name, build in builders.items() if name not in stopped}
+        for name, result in _measure_length(running, settings, length, device).items():
+            results[name].append(result)
+            if result["status"] != "ok":
+                stopped[name] = f"{result['status'].split(':')[0]} at length {length}"
+            print(f"  {name} L={length}: {time_cell(result)}", file=sys.stderr, flush=True)
+    return results
+
+
+def time_cell(result: dict[str, Any]) -> str:
+    """``median ms [quartiles]``, or the status of a case that did not run."""
+    if result["status"] != "ok":
+        return result["status"].split(":")[0]
+    t = result["time_ms"]
+    return f"{t['median']:.3g} ms [{t['q1']:.3g}-{t['q3']:.3g}]"
