@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from zoo.attention import get_attention
 from zoo.bench.classify import TEXT_CPU_CONFIGS, ClassifyBenchConfig, TrainingStep
 from zoo.cli import main
 
@@ -20,8 +21,6 @@ def test_bench_classify_on_a_tiny_grid(in_tmp, capsys) -> None:
     payload = json.loads(Path("classify.json").read_text())
     out = capsys.readouterr().out
     assert [c["name"] for c in payload["cases"]] == ["dot_product", "local", "synthesizer"]
-    # synthesizer ran at 64 because its max_len defaults to the longest length and the [CLS] token
-    assert payload["config"]["attention_kwargs"] == {"synthesizer": {"max_len": 65}}
     assert payload["config"]["configs"] == list(TEXT_CPU_CONFIGS)
     for case in payload["cases"]:
         assert [r["length"] for r in case["results"]] == [32, 64]
@@ -49,6 +48,15 @@ def test_a_timed_call_is_one_training_step_of_the_configured_recipe() -> None:
     assert all(not torch.equal(a, p) for a, p in zip(before, task.parameters()))  # the optimizer stepped
     workload.reset()
     assert all(p.grad is None for p in task.parameters())
+
+
+@pytest.mark.parametrize("name", ["synthesizer", "linformer"])
+def test_a_fixed_length_attention_is_built_for_the_length_it_runs_at(name: str) -> None:
+    config = ClassifyBenchConfig(lengths=[40], batch=2, attention_kwargs={"linformer": {"k": 8}})
+    task = TrainingStep.build(config, name, 40, torch.device("cpu")).task
+    built = [m for m in task.modules() if isinstance(m, get_attention(name))]
+    assert built and all(m.max_len == 41 for m in built)  # 40 tokens and the classification token
+    assert name != "linformer" or all(m.k == 8 for m in built)  # given kwargs are kept
 
 
 def test_bench_classify_refuses_unknown_names_in_one_line(in_tmp, capsys) -> None:

@@ -19,6 +19,7 @@ paper's Table 2 gives them.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from zoo.attention import get_attention
 from zoo.bench.report import growth_exponent, markdown_table
 from zoo.bench.sweep import SweepSettings, Workload, sweep_lengths
 from zoo.errors import ConfigurationError
@@ -54,9 +56,11 @@ TEXT_CPU_CONFIGS = tuple(
 class ClassifyBenchConfig:
     """What ``bench classify`` builds and measures.
 
-    ``attention_kwargs`` maps an attention's name to its extra arguments (``synthesizer`` needs
-    a ``max_len`` covering the longest length plus the classification token); ``batch`` ``None``
-    keeps the data module's batch size."""
+    ``attention_kwargs`` maps an attention's name to its extra arguments. An attention built for
+    a fixed length (a ``max_len`` argument: ``synthesizer``'s logits, ``linformer``'s
+    projections) is built for each length measured, the classification token included, unless
+    ``attention_kwargs`` sets it: its parameters, and their optimizer step, then grow with the
+    length as the benchmark's models do. ``batch`` ``None`` keeps the data module's batch size."""
 
     lengths: list[int]
     attentions: Sequence[str] = LRA_ATTENTIONS
@@ -81,8 +85,11 @@ class ClassifyBenchConfig:
             args += ["--config", path]
         args += ["--model.attention", attention, "--data.max_length", str(length)]
         args += ["--model.heatmap_examples", "0", "--trainer.logger", "false"]
-        if attention in self.attention_kwargs:
-            args += ["--model.attention_kwargs", json.dumps(self.attention_kwargs[attention])]
+        kwargs = dict(self.attention_kwargs.get(attention, {}))
+        if "max_len" in inspect.signature(get_attention(attention)).parameters:
+            kwargs.setdefault("max_len", length + 1)  # built for the length it runs at, [CLS] included
+        if kwargs:
+            args += ["--model.attention_kwargs", json.dumps(kwargs)]
         if self.batch is not None:
             args += ["--data.batch_size", str(self.batch)]
         return args

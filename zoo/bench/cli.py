@@ -95,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     classify.add_argument(
         "--attention-kwargs", type=json.loads, default={},
-        help="JSON of extra arguments per attention (default: synthesizer's max_len, the longest length + 1)",
+        help='JSON of extra arguments per attention: {"linformer": {"k": 128}}',
     )  # fmt: skip
     classify.add_argument("--batch", type=int, default=None, help="sequences per step (default: the config's)")
     classify.add_argument("--baseline", default="dot_product", help="the attention the ratios are taken against")
@@ -190,11 +190,9 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         )
         print(f"\nplot: {plot_growth(series, args.plot, title)}")
     elif args.benchmark == "classify":
-        # synthesizer's logits cover a fixed length: by default the longest one and a classification token
-        attention_kwargs = {"synthesizer": {"max_len": max(args.lengths) + 1}} | args.attention_kwargs
         config = ClassifyBenchConfig(
             lengths=args.lengths, attentions=args.attentions, configs=args.configs or TEXT_CPU_CONFIGS,
-            attention_kwargs=attention_kwargs, batch=args.batch, baseline=args.baseline, warmup=args.warmup,
+            attention_kwargs=args.attention_kwargs, batch=args.batch, baseline=args.baseline, warmup=args.warmup,
             repeats=args.repeats, time_limit=args.time_limit, memory=not args.no_memory, seed=args.seed,
         )  # fmt: skip
         records = run_classify_bench(config, device)
