@@ -179,6 +179,20 @@ def test_resume_refuses_records_of_another_command(tmp_path: Path, fake_child: F
         Comparison(CompareConfig(base=["--model", "nadaraya_watson", "--model.lr=1"], out=tmp_path)).run()
 
 
+def test_resume_refuses_records_whose_config_file_changed(tmp_path: Path, fake_child: FakeChild) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model:\n  init_args:\n    warmup_steps: 20\n")
+    config = CompareConfig(base=["--model", "nadaraya_watson", "--config", str(recipe)], out=tmp_path / "out")
+    Comparison(config).run()
+    assert json.loads((tmp_path / "out" / "records.jsonl").read_text())["config_digests"].keys() == {str(recipe)}
+    fake_child.commands.clear()
+    Comparison(config).run()  # unchanged: nothing to run
+    assert fake_child.commands == []
+    recipe.write_text("model:\n  init_args:\n    warmup_steps: 150\n")  # same command, another recipe
+    with pytest.raises(ConfigurationError, match=f"{recipe} changed since .* recorded run base/seed0"):
+        Comparison(config).run()
+
+
 def test_a_failed_run_stops_the_comparison_with_its_last_line(tmp_path: Path, fake_child: FakeChild) -> None:
     fake_child.fail_on = "--model.attention=nope"
     config = CompareConfig(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_record", "last_metrics", "load_records"]
+__all__ = ["append_record", "config_digests", "last_metrics", "load_records"]
 
 _LOCK = threading.Lock()
 
@@ -50,3 +51,12 @@ def last_metrics(metrics_csv: Path, prefix: str) -> dict[str, float]:
                 key: float(value) for key, value in row.items() if key.startswith(prefix) and value not in ("", None)
             }
     return values
+
+
+def config_digests(command: list[str]) -> dict[str, str]:
+    """SHA-256 of each ``--config`` file a command reads, by the path it names. The command line
+    alone does not pin a run: a config file edited between two runs of the same command trains
+    another recipe, which a resumed comparison must not mix with the runs already recorded."""
+    paths = [value for flag, value in zip(command, command[1:]) if flag == "--config"]
+    paths += [arg.split("=", 1)[1] for arg in command if arg.startswith("--config=")]
+    return {path: hashlib.sha256(Path(path).read_bytes()).hexdigest() for path in paths if Path(path).is_file()}

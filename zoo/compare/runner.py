@@ -29,7 +29,7 @@ import yaml
 
 from zoo.compare.grid import Budget, Combination, combinations
 from zoo.compare.process import ChildResult, run_child, zoo_command
-from zoo.compare.records import append_record, last_metrics, load_records
+from zoo.compare.records import append_record, config_digests, last_metrics, load_records
 from zoo.compare.timing import read_timing
 from zoo.errors import ConfigurationError
 from zoo.tasks import MODEL_REGISTRY
@@ -152,6 +152,11 @@ class Comparison:
                         f"{self.records_file} holds run {key} of another command ({done[key]['command']}): "
                         f"give another --out, or delete that directory to start over."
                     )
+                elif changed := _changed_configs(done[key], command):
+                    raise ConfigurationError(
+                        f"{', '.join(changed)} changed since {self.records_file} recorded run {key}: restore "
+                        f"it, or give another --out (or delete that directory) to start over."
+                    )
         _run_all(self._run_one, pending, config.parallel)
         keys = {f"{c.name}/seed{s}" for c in self.combinations for s in range(config.seeds)}
         return [record for record in load_records(self.records_file) if record["run"] in keys]
@@ -239,6 +244,7 @@ class Comparison:
                 "overrides": combination.overrides,
                 "seed": seed,
                 "command": _shown(fit_command),
+                "config_digests": config_digests(fit_command),
                 "eval_command": _shown(eval_command),
                 "run_dir": str(run_dir),
                 "budget": self.config.budget.text if self.config.budget else None,
@@ -255,6 +261,16 @@ class Comparison:
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             },
         )
+
+
+def _changed_configs(record: dict[str, Any], command: list[str]) -> list[str]:
+    """The config files ``command`` reads whose contents differ from when ``record`` ran (records
+    written before digests were kept are taken as they are)."""
+    recorded = record.get("config_digests")
+    if recorded is None:
+        return []
+    now = config_digests(command)
+    return sorted(path for path in recorded.keys() | now.keys() if recorded.get(path) != now.get(path))
 
 
 def _shown(command: list[str]) -> str:
