@@ -208,3 +208,25 @@ def test_bench_decode_compares_key_value_head_counts(fra_eng_slice, in_tmp, caps
     assert set(cached) == {1, 2, 4}
     assert cached[4] == 2 * cached[2] == 4 * cached[1] > 0  # the cache shrinks by num_heads / num_kv_heads
     assert "cache KiB/sentence" in capsys.readouterr().out
+
+
+def test_bench_keeps_the_lengths_measured_before_it_is_killed(in_tmp, monkeypatch) -> None:
+    """The out-of-memory killer gives no exception to catch: each length is saved as it ends."""
+    from zoo.bench import sweep
+
+    measure = sweep._measure_length
+
+    def killed_at_32(builders, settings, length, device):
+        if length == 32:
+            raise KeyboardInterrupt  # stands in for the process ending here
+        return measure(builders, settings, length, device)
+
+    monkeypatch.setattr(sweep, "_measure_length", killed_at_32)
+    with pytest.raises(KeyboardInterrupt):
+        main(["bench", "attention", "--cases", "dot_product", "local", "--lengths", "16", "32", *ONE_QUICK_REPEAT,
+              "--out", "partial.json", "--plot", "p.png"])  # fmt: skip
+    saved = json.loads(Path("partial.json").read_text())
+    assert saved["partial"] is True and saved["benchmark"] == "attention"
+    for name in ("dot_product", "local"):
+        assert [r["length"] for r in saved["results_so_far"][name]] == [16]
+        assert saved["results_so_far"][name][0]["status"] == "ok"

@@ -34,7 +34,7 @@ from zoo.attention import MultiHeadAttention, create_scoring_attention, get_atte
 from zoo.attention.factory import scoring_names
 from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
 from zoo.bench.report import growth_exponent, markdown_table
-from zoo.bench.sweep import SweepSettings, Workload, sweep_lengths, time_cell
+from zoo.bench.sweep import OnLength, SweepSettings, Workload, sweep_lengths, time_cell
 
 __all__ = ["AttentionBenchConfig", "Case", "attention_cases", "run_attention_bench"]
 
@@ -209,7 +209,7 @@ def attention_cases() -> list[Case]:
 
 
 def run_attention_bench(
-    config: AttentionBenchConfig, device: torch.device, patterns: list[str]
+    config: AttentionBenchConfig, device: torch.device, patterns: list[str], on_length: OnLength | None = None
 ) -> list[dict[str, Any]]:
     """Measure every case whose name matches one of ``patterns``; one record per case.
 
@@ -231,7 +231,7 @@ def run_attention_bench(
             print(f"  {case.name}: left out (declares supports_causal=False)", file=sys.stderr, flush=True)
         cases = causal
     builders = {case.name: (lambda length, case=case: case.build(config, length, device)) for case in cases}
-    results = sweep_lengths(builders, config.settings, device)
+    results = sweep_lengths(builders, config.settings, device, on_length)
     records = []
     for case in cases:
         ok = [r for r in results[case.name] if r["status"] == "ok"]

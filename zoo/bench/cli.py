@@ -167,12 +167,17 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     payload: dict[str, Any] = {"benchmark": args.benchmark, "environment": environment(device, ["bench", *argv])}
+
+    def save_partial(results: dict[str, list[dict[str, Any]]]) -> None:
+        """The lengths measured so far, replaced by the whole payload at the end."""
+        write_json(args.out, payload | {"partial": True, "results_so_far": results})
+
     if args.benchmark == "attention":
         config = AttentionBenchConfig(
             lengths=args.lengths, batch=args.batch, d_model=args.d_model, heads=args.heads, causal=args.causal, padding=not args.no_padding,
             warmup=args.warmup, repeats=args.repeats, time_limit=args.time_limit, memory=not args.no_memory, seed=args.seed,
         )  # fmt: skip
-        records = run_attention_bench(config, device, args.cases)
+        records = run_attention_bench(config, device, args.cases, save_partial)
         payload |= {"config": {**vars(config), "cases": args.cases}, "cases": records}
         print(attention_tables(records, config.lengths))
         series = {}
@@ -195,7 +200,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             attention_kwargs=args.attention_kwargs, batch=args.batch, baseline=args.baseline, warmup=args.warmup,
             repeats=args.repeats, time_limit=args.time_limit, memory=not args.no_memory, seed=args.seed,
         )  # fmt: skip
-        records = run_classify_bench(config, device)
+        records = run_classify_bench(config, device, save_partial)
         payload |= {"config": vars(config), "cases": records}
         print(classify_tables(records, config))
     elif args.benchmark == "train":

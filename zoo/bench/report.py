@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import zoo
+from zoo.text.files import atomic_write_text
 
 __all__ = ["environment", "growth_exponent", "markdown_table", "plot_growth", "write_json"]
 
@@ -101,10 +102,10 @@ def environment(device: torch.device, argv: Sequence[str]) -> dict[str, Any]:
 
 
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` as indented JSON, creating the parent directory."""
+    """Write ``payload`` as indented JSON, atomically, creating the parent directory."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
     return path
 
 

@@ -20,9 +20,11 @@ import torch
 
 from zoo.bench.measure import TooSlow, peak_memory, time_round_robin
 
-__all__ = ["SweepSettings", "Workload", "failure_status", "sweep_lengths", "time_cell"]
+__all__ = ["OnLength", "SweepSettings", "Workload", "failure_status", "sweep_lengths", "time_cell"]
 
 MIB = 2**20
+#: Receives the results so far after each length (``{name: [result per length]}``).
+OnLength = Callable[[dict[str, list[dict[str, Any]]]], None]
 
 
 @dataclass
@@ -92,12 +94,17 @@ def _measure_length(
 
 
 def sweep_lengths(
-    builders: dict[str, Callable[[int], Workload]], settings: SweepSettings, device: torch.device
+    builders: dict[str, Callable[[int], Workload]],
+    settings: SweepSettings,
+    device: torch.device,
+    on_length: OnLength | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Measure every case (``name: build(length) -> Workload``) at every length, in order:
     ``{name: [result per length]}``, each result as :func:`_measure_length` gives it, or
     ``{"length", "status": "skipped: ..."}`` after the case failed at a shorter length. Progress
-    goes to standard error, a line per case and length."""
+    goes to standard error, a line per case and length, and ``on_length`` receives the results so
+    far after each length (to save them: the operating system's out-of-memory killer ends a
+    process without an exception to catch)."""
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in builders}
     stopped: dict[str, str] = {}
     for length in settings.lengths:
@@ -109,6 +116,8 @@ def sweep_lengths(
             if result["status"] != "ok":
                 stopped[name] = f"{result['status'].split(':')[0]} at length {length}"
             print(f"  {name} L={length}: {time_cell(result)}", file=sys.stderr, flush=True)
+        if on_length is not None:
+            on_length(results)
     return results
 
 
