@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from zoo.attention import get_attention
 from zoo.bench.report import growth_exponent, markdown_table
-from zoo.bench.sweep import SweepSettings, Workload, sweep_lengths
+from zoo.bench.sweep import OnLength, SweepSettings, Workload, sweep_lengths
 from zoo.errors import ConfigurationError
 from zoo.tasks import Classifier
 from zoo.tasks.optim import adamw_with_warmup
@@ -144,7 +144,9 @@ class TrainingStep:
         return Workload(self, self.reset)
 
 
-def run_classify_bench(config: ClassifyBenchConfig, device: torch.device) -> list[dict[str, Any]]:
+def run_classify_bench(
+    config: ClassifyBenchConfig, device: torch.device, on_length: OnLength | None = None
+) -> list[dict[str, Any]]:
     """Every attention at every length, round-robin at each length; one record per attention:
     ``{"name", "growth_exponent", "results": [per length]}``."""
     if config.baseline not in config.attentions:
@@ -156,7 +158,7 @@ def run_classify_bench(config: ClassifyBenchConfig, device: torch.device) -> lis
         name: (lambda length, name=name: TrainingStep.build(config, name, length, device).workload)
         for name in config.attentions
     }
-    results = sweep_lengths(builders, config.settings, device)
+    results = sweep_lengths(builders, config.settings, device, on_length)
     records = []
     for name in config.attentions:
         ok = [r for r in results[name] if r["status"] == "ok"]
@@ -184,9 +186,10 @@ def classify_tables(records: list[dict[str, Any]], config: ClassifyBenchConfig) 
         if "peak_memory_mib" not in result:
             return result["status"].split(":")[0] if result["status"] != "ok" else "-"
         value = result["peak_memory_mib"]
+        shown = f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
         if "peak_memory_mib" not in reference:
-            return f"{value:.3g}"
-        return f"{value:.3g} ({value / reference['peak_memory_mib']:.2f}x)"
+            return shown
+        return f"{shown} ({value / reference['peak_memory_mib']:.2f}x)"
 
     headers = [f"L={n}" for n in config.lengths]
     speed_rows = [
