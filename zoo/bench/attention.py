@@ -40,28 +40,19 @@ __all__ = ["AttentionBenchConfig", "Case", "attention_cases", "run_attention_ben
 
 
 @dataclass(frozen=True)
-class AttentionBenchConfig:
-    """What ``bench attention`` measures, and how often."""
+class AttentionBenchConfig(SweepSettings):
+    """What ``bench attention`` measures (and, from :class:`SweepSettings`, how often)."""
 
-    lengths: list[int]
     batch: int = 32
     d_model: int = 256
     heads: int = 8
     causal: bool = False
     padding: bool = True
-    warmup: int = 2
-    repeats: int = 10
-    time_limit: float = 60.0
-    memory: bool = True
     seed: int = 0
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
-
-    @property
-    def settings(self) -> SweepSettings:
-        return SweepSettings(self.lengths, self.warmup, self.repeats, self.time_limit, self.memory)
 
 
 def _differentiated(forward: Callable[[], Tensor], leaves: list[Tensor]) -> Workload:
@@ -231,7 +222,7 @@ def run_attention_bench(
             print(f"  {case.name}: left out (declares supports_causal=False)", file=sys.stderr, flush=True)
         cases = causal
     builders = {case.name: (lambda length, case=case: case.build(config, length, device)) for case in cases}
-    results = sweep_lengths(builders, config.settings, device, on_length)
+    results = sweep_lengths(builders, config, device, on_length)
     records = []
     for case in cases:
         ok = [r for r in results[case.name] if r["status"] == "ok"]

@@ -53,8 +53,8 @@ TEXT_CPU_CONFIGS = tuple(
 
 
 @dataclass(frozen=True)
-class ClassifyBenchConfig:
-    """What ``bench classify`` builds and measures.
+class ClassifyBenchConfig(SweepSettings):
+    """What ``bench classify`` builds and measures (and, from :class:`SweepSettings`, how often).
 
     ``attention_kwargs`` maps an attention's name to its extra arguments. An attention built for
     a fixed length (a ``max_len`` argument: ``synthesizer``'s logits, ``linformer``'s
@@ -62,21 +62,15 @@ class ClassifyBenchConfig:
     ``attention_kwargs`` sets it: its parameters, and their optimizer step, then grow with the
     length as the benchmark's models do. ``batch`` ``None`` keeps the data module's batch size."""
 
-    lengths: list[int]
+    warmup: int = 1  # a training step at 4k takes seconds: fewer calls than bench attention's
+    repeats: int = 5
+    time_limit: float = 120.0
     attentions: Sequence[str] = LRA_ATTENTIONS
     configs: Sequence[str] = TEXT_CPU_CONFIGS
     attention_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     batch: int | None = None
     baseline: str = "dot_product"
-    warmup: int = 1
-    repeats: int = 5
-    time_limit: float = 120.0
-    memory: bool = True
     seed: int = 0
-
-    @property
-    def settings(self) -> SweepSettings:
-        return SweepSettings(self.lengths, self.warmup, self.repeats, self.time_limit, self.memory)
 
     def cli_arguments(self, attention: str, length: int) -> list[str]:
         """The ``python -m zoo fit`` flags that build ``attention``'s classifier at ``length``."""
@@ -158,7 +152,7 @@ def run_classify_bench(
         name: (lambda length, name=name: TrainingStep.build(config, name, length, device).workload)
         for name in config.attentions
     }
-    results = sweep_lengths(builders, config.settings, device, on_length)
+    results = sweep_lengths(builders, config, device, on_length)
     records = []
     for name in config.attentions:
         ok = [r for r in results[name] if r["status"] == "ok"]

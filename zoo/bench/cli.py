@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from zoo.bench.classify import (
 from zoo.bench.decode import DecodeBenchConfig, decode_table, run_decode_bench
 from zoo.bench.measure import resolve_device
 from zoo.bench.report import environment, plot_growth, write_json
+from zoo.bench.sweep import SweepSettings
 from zoo.bench.train import TrainBenchConfig, run_train_bench, train_table
 from zoo.bench.translation import TranslationSetup
 from zoo.errors import ZooError
@@ -53,6 +54,26 @@ def _translation(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--compile", action="store_true", help="torch.compile the model (--model.torch_compile)")
 
 
+def _sweep(sub: argparse.ArgumentParser, config: type[SweepSettings]) -> None:
+    """How often a sweep over lengths measures, with ``config``'s defaults (written there once)."""
+    default = {f.name: f.default for f in fields(config)}
+    sub.add_argument(
+        "--warmup",
+        type=int,
+        default=default["warmup"],
+        help="untimed calls before the timed ones (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--repeats", type=int, default=default["repeats"], help="timed calls per case and length (default: %(default)s)"
+    )
+    sub.add_argument(
+        "--time-limit", type=float, default=default["time_limit"],
+        help="seconds per call before longer lengths are skipped (default: %(default)s)",
+    )  # fmt: skip
+    sub.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    sub.add_argument("--seed", type=int, default=default["seed"], help="seeds the inputs and the weights")
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``bench`` argument parser and its four subcommands."""
     root = argparse.ArgumentParser(prog="python -m zoo bench", description=__doc__)
@@ -70,13 +91,7 @@ def parser() -> argparse.ArgumentParser:
         help="no padding mask (causal: the floor is 4 nn.Linear + SDPA(is_causal=True))",
     )
     attention.add_argument("--cases", nargs="+", default=["*"], help="case names or wildcards (default: all)")
-    attention.add_argument("--warmup", type=int, default=2)
-    attention.add_argument("--repeats", type=int, default=10)
-    attention.add_argument(
-        "--time-limit", type=float, default=60.0, help="seconds per call before longer lengths are skipped"
-    )
-    attention.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
-    attention.add_argument("--seed", type=int, default=0)
+    _sweep(attention, AttentionBenchConfig)
     attention.add_argument(
         "--plot", type=Path, default=DEFAULT_DIR / "attention.png", help="log-log plot of time against length"
     )
@@ -99,13 +114,7 @@ def parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     classify.add_argument("--batch", type=int, default=None, help="sequences per step (default: the config's)")
     classify.add_argument("--baseline", default="dot_product", help="the attention the ratios are taken against")
-    classify.add_argument("--warmup", type=int, default=1)
-    classify.add_argument("--repeats", type=int, default=5)
-    classify.add_argument(
-        "--time-limit", type=float, default=120.0, help="seconds per step before longer lengths are skipped"
-    )
-    classify.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
-    classify.add_argument("--seed", type=int, default=0)
+    _sweep(classify, ClassifyBenchConfig)
     _common(classify, "classify")
 
     train = subs.add_parser("train", help="training tokens per second through the Lightning trainer")

@@ -38,7 +38,7 @@ class Workload:
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """How each case is measured at each length."""
+    """How each case is measured at each length (each benchmark's config extends it)."""
 
     lengths: list[int]
     warmup: int = 2
