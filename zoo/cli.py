@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,7 @@ from zoo.attention import ATTENTION_REGISTRY
 from zoo.checkpoint import verify_checkpoint
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import ConfigurationError, ZooError
+from zoo.flags import flag_values
 from zoo.loggers import SaveConfigToRun, apply_logger_defaults, claim_run_directory
 from zoo.plugins import import_plugins, pop_import_flags
 from zoo.positions import POSITION_REGISTRY
@@ -71,23 +71,13 @@ def _class_path(obj: type) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-def _flag_values(args: list[str], *flags: str) -> Iterator[tuple[int, str, bool]]:
-    """``(index, value, joined)`` for each ``FLAG VALUE`` or ``FLAG=VALUE`` in ``args``."""
-    for i, arg in enumerate(args):
-        for flag in flags:
-            if arg == flag and i + 1 < len(args):
-                yield i + 1, args[i + 1], False
-            elif arg.startswith(flag + "="):
-                yield i, arg.split("=", 1)[1], True
-
-
 def _rewrite_choice(args: list[str], flag: str, registry: Registry[Any]) -> tuple[list[str], str | None]:
     """Replace a registered name given to ``flag`` by its class path.
 
     Returns the new arguments and the chosen value (a class path, a class name, or None).
     """
     out, chosen = list(args), None
-    for index, value, joined in _flag_values(args, flag):
+    for index, value, joined in flag_values(args, flag):
         if not value.startswith(("{", "[")) and "." not in value and not value[:1].isupper():
             value = _class_path(registry.get(value))  # raises UnknownNameError with suggestions
         out[index] = f"{flag}={value}" if joined else value
@@ -98,7 +88,7 @@ def _rewrite_choice(args: list[str], flag: str, registry: Registry[Any]) -> tupl
 def _model_from_configs(args: list[str]) -> str | None:
     """The model class path or name named by ``--config`` files, if any (the last one wins)."""
     chosen = None
-    for _, path, _ in _flag_values(args, "--config", "-c"):
+    for _, path, _ in flag_values(args, "--config", "-c"):
         if not os.path.isfile(path):
             continue
         with open(path, encoding="utf-8") as handle:
@@ -130,7 +120,7 @@ class ZooCLI(LightningCLI):
         args, model_value = _rewrite_choice(args, "--model", MODEL_REGISTRY)
         args, _ = _rewrite_choice(args, "--data", DATAMODULE_REGISTRY)
         self.task_class = _resolve_task(model_value or _model_from_configs(args))
-        for _, ckpt_path, _ in _flag_values(args, "--ckpt_path"):
+        for _, ckpt_path, _ in flag_values(args, "--ckpt_path"):
             if ckpt_path.split(":", 1)[0] not in LIGHTNING_CHECKPOINT_NAMES:
                 verify_checkpoint(ckpt_path, MODEL_REGISTRY.name_of(self.task_class) if self.task_class else None)
         parser_kwargs: dict[str, Any] = {}

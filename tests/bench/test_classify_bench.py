@@ -32,6 +32,11 @@ def test_bench_classify_on_a_tiny_grid(in_tmp, capsys) -> None:
     assert "Training steps per second (speed-up over dot_product)" in out
     baseline_rows = [line for line in out.splitlines() if line.startswith("| dot_product")]
     assert len(baseline_rows) == 2 and all(row.count("(1.00x)") == 2 for row in baseline_rows)  # speed, memory
+    # a case's cells are its steps/s and its speed-up, from the medians in the JSON
+    result = {c["name"]: c["results"] for c in payload["cases"]}
+    local, dense = result["local"][1]["time_ms"]["median"], result["dot_product"][1]["time_ms"]["median"]
+    speed_row = next(line for line in out.splitlines() if line.startswith("| local"))
+    assert f"{1e3 / local:.3g} ({dense / local:.2f}x)" in speed_row.split("|")[3]
 
 
 def test_a_timed_call_is_one_training_step_of_the_configured_recipe() -> None:

@@ -33,8 +33,8 @@ from torch import Tensor, nn
 from zoo.attention import MultiHeadAttention, create_scoring_attention, get_attention
 from zoo.attention.factory import scoring_names
 from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
-from zoo.bench.report import growth_exponent, markdown_table
-from zoo.bench.sweep import OnLength, SweepSettings, Workload, sweep_lengths, time_cell
+from zoo.bench.report import markdown_table
+from zoo.bench.sweep import OnLength, SweepSettings, Workload, growth, sweep_lengths, time_cell
 
 __all__ = ["AttentionBenchConfig", "Case", "attention_cases", "run_attention_bench"]
 
@@ -225,12 +225,10 @@ def run_attention_bench(
     results = sweep_lengths(builders, config, device, on_length)
     records = []
     for case in cases:
-        ok = [r for r in results[case.name] if r["status"] == "ok"]
-        exponent = growth_exponent([r["length"] for r in ok], [r["time_ms"]["median"] for r in ok])
         records.append(
             {
                 **{k: v for k, v in asdict(case).items() if k != "build"},
-                "growth_exponent": exponent,
+                "growth_exponent": growth(results[case.name]),
                 "results": results[case.name],
             }
         )

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from zoo.attention import get_attention
-from zoo.bench.report import growth_exponent, markdown_table
-from zoo.bench.sweep import OnLength, SweepSettings, Workload, sweep_lengths
+from zoo.bench.report import markdown_table
+from zoo.bench.sweep import OnLength, SweepSettings, Workload, growth, sweep_lengths
 from zoo.errors import ConfigurationError
 from zoo.tasks import Classifier
 from zoo.tasks.optim import adamw_with_warmup
@@ -155,9 +155,7 @@ def run_classify_bench(
     results = sweep_lengths(builders, config, device, on_length)
     records = []
     for name in config.attentions:
-        ok = [r for r in results[name] if r["status"] == "ok"]
-        exponent = growth_exponent([r["length"] for r in ok], [r["time_ms"]["median"] for r in ok])
-        records.append({"name": name, "growth_exponent": exponent, "results": results[name]})
+        records.append({"name": name, "growth_exponent": growth(results[name]), "results": results[name]})
     return records
 
 

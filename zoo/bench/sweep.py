@@ -19,8 +19,9 @@ from typing import Any
 import torch
 
 from zoo.bench.measure import TooSlow, peak_memory, time_round_robin
+from zoo.bench.report import growth_exponent
 
-__all__ = ["OnLength", "SweepSettings", "Workload", "failure_status", "sweep_lengths", "time_cell"]
+__all__ = ["OnLength", "SweepSettings", "Workload", "growth", "sweep_lengths", "time_cell"]
 
 MIB = 2**20
 #: Receives the results so far after each length (``{name: [result per length]}``).
@@ -51,7 +52,7 @@ def _is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
 
 
-def failure_status(error: BaseException) -> str:
+def _failure_status(error: BaseException) -> str:
     """The status of a case that failed or was too slow at one length."""
     if isinstance(error, TooSlow):
         return f"too slow: {error}"
@@ -68,7 +69,7 @@ def _measure_length(
         try:
             workloads[name] = build(length)
         except Exception as error:
-            results[name] = {"length": length, "status": failure_status(error)}
+            results[name] = {"length": length, "status": _failure_status(error)}
     timings = time_round_robin(
         {name: (w.step, w.reset) for name, w in workloads.items()},
         warmup=settings.warmup,
@@ -77,7 +78,7 @@ def _measure_length(
     )
     for name, timing in timings.items():
         if isinstance(timing, Exception):
-            results[name] = {"length": length, "status": failure_status(timing)}
+            results[name] = {"length": length, "status": _failure_status(timing)}
             continue
         results[name] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
         if settings.memory:
@@ -85,7 +86,7 @@ def _measure_length(
             try:
                 results[name]["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
             except Exception as error:
-                results[name] = {"length": length, "status": failure_status(error)}
+                results[name] = {"length": length, "status": _failure_status(error)}
     del workloads
     gc.collect()
     if device.type == "cuda":
@@ -119,6 +120,12 @@ def sweep_lengths(
         if on_length is not None:
             on_length(results)
     return results
+
+
+def growth(results: list[dict[str, Any]]) -> float | None:
+    """One case's growth exponent over the lengths it ran at (see :func:`growth_exponent`)."""
+    ok = [r for r in results if r["status"] == "ok"]
+    return growth_exponent([r["length"] for r in ok], [r["time_ms"]["median"] for r in ok])
 
 
 def time_cell(result: dict[str, Any]) -> str:

@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from zoo.flags import flag_values
+
 __all__ = ["append_record", "config_digests", "last_metrics", "load_records"]
 
 _LOCK = threading.Lock()
@@ -57,6 +59,5 @@ def config_digests(command: list[str]) -> dict[str, str]:
     """SHA-256 of each ``--config`` file a command reads, by the path it names. The command line
     alone does not pin a run: a config file edited between two runs of the same command trains
     another recipe, which a resumed comparison must not mix with the runs already recorded."""
-    paths = [value for flag, value in zip(command, command[1:]) if flag == "--config"]
-    paths += [arg.split("=", 1)[1] for arg in command if arg.startswith("--config=")]
+    paths = [value for _, value, _ in flag_values(command, "--config", "-c")]
     return {path: hashlib.sha256(Path(path).read_bytes()).hexdigest() for path in paths if Path(path).is_file()}
