@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -257,6 +258,7 @@ def test_compare_end_to_end_on_a_tiny_grid(
     for record in records:
         assert Path(record["run_dir"], "fit", "checkpoints", "last.ckpt").is_file()
         assert record["steps"] == 5 and record["peak_rss_mib"] > 50 and record["samples_per_second"] > 0
+        assert record["parallel"] == 2 and record["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
         assert set(record["metrics"]) == {"test/mse", "test/mse_truth"}
     mse = {r["run"]: r["metrics"]["test/mse"] for r in records}
     for seed in (0, 1):  # the learned kernel beats average pooling even after five steps
@@ -301,6 +303,29 @@ def test_report_table_and_paired_differences_by_hand(tmp_path: Path) -> None:
     # b - a on seeds 0-4: 0.5, 0.5, 0.5, 0, 1 -> mean 0.5, sd sqrt(0.125) = 0.354, half-width 2.7764 * 0.3536 / sqrt(5) = 0.439
     assert "| `b`         | 5            | 0.5 ± 0.35 [0.06101, 0.939]" in report
     assert (tmp_path / "plot.png").is_file()
+    assert "different conditions" not in report
+
+
+def test_report_says_when_runs_were_timed_under_different_conditions(tmp_path: Path) -> None:
+    from zoo.compare.report import write_report
+
+    def record(seed: int, parallel: int | None, threads: int) -> dict:
+        timing = {"parallel": parallel} if parallel else {}  # records from before runs at once were kept
+        return {
+            "combination": "a",
+            "seed": seed,
+            "metrics": {"val/acc": 0.5},
+            "fit_seconds": 9.0,
+            "threads": threads,
+            **timing,
+        }
+
+    records = [record(0, None, 2), record(1, 2, 1), record(2, 2, 1)]
+    report = write_report(records, tmp_path, ["a"], "a", "header").read_text()
+    assert (
+        "different conditions (1 run(s) (runs at once not recorded), 2 thread(s) each; "
+        "2 run(s) with 2 at once, 1 thread(s) each): the cost columns mix them." in report
+    )
 
 
 def test_unknown_baseline_suggests_the_combinations(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@ against a baseline on shared seeds, cost (time, throughput, memory), and a plot.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,19 @@ def _values(group: Sequence[dict[str, Any]], field: str, metric: bool = True) ->
     return {r["seed"]: float(source(r)) for r in group if source(r) is not None}
 
 
+def _conditions_note(records: Sequence[dict[str, Any]]) -> list[str]:
+    """A line saying so when the runs were timed under different conditions (runs at once, threads
+    each), as a comparison resumed with another ``--parallel`` has: its cost columns mix them."""
+    counts = Counter((r.get("parallel"), r.get("threads")) for r in records)
+    if len(counts) < 2:
+        return []
+    described = [
+        f"{n} run(s) {'with ' + str(p) + ' at once' if p else '(runs at once not recorded)'}, {t} thread(s) each"
+        for (p, t), n in sorted(counts.items(), key=lambda item: (item[0][0] or 0, item[0][1] or 0))
+    ]
+    return [f"The runs were timed under different conditions ({'; '.join(described)}): the cost columns mix them.", ""]
+
+
 def write_report(
     records: Sequence[dict[str, Any]],
     out: Path,
@@ -83,6 +97,7 @@ def write_report(
         "",
         markdown_table(["combination", "seeds", *metrics, *(label for _, label in _COST)], rows),
         "",
+        *_conditions_note(records),
     ]
     if baseline in groups and len(groups) > 1:
         base = groups[baseline]

@@ -255,6 +255,7 @@ class Comparison:
                 "samples_per_second": timing.get("samples_per_second"),
                 "peak_rss_mib": round(fit.peak_rss_mib, 1),
                 "metrics": last_metrics(run_dir / stage / "metrics.csv", STAGE_PREFIX[stage]),
+                "parallel": self.config.parallel,
                 "threads": self.threads,
                 "torch": torch.__version__,
                 "machine": platform.machine(),
