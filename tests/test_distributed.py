@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from tests.helpers import PROJECT_ROOT
 from tests.helpers.steplog import read_losses
@@ -179,6 +180,20 @@ def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared
     assert two["val/loss"] == pytest.approx(one["val/loss"], rel=1e-6)  # float sums, in another order
     if model == "transformer":
         assert one["val/bleu"] > 0  # a real comparison, not of two zeros
+
+
+def test_two_process_fit_over_an_attention_that_reads_no_keys_needs_no_unused_parameter_search(
+    shared_data, in_tmp
+) -> None:
+    """The random ``synthesizer`` reads neither queries nor keys. Its layers build neither
+    projection, so plain ``ddp`` (no ``find_unused_parameters``) trains it. A parameter without a
+    gradient would stop the second step with DDP's unfinished-reduction error."""
+    small, _ = MODELS["sentiment"]
+    args = ["--model", "sentiment", "--data.path", str(shared_data / "sst2"), *small, *QUIET]
+    args += ["--model.attention", "synthesizer", "--trainer.max_steps", "3", "--trainer.limit_val_batches", "2"]
+    run_zoo("fit", *args, *TWO_PROCESSES, cwd=in_tmp)
+    (checkpoint,) = in_tmp.glob("runs/sentiment/*/checkpoints/last.ckpt")
+    assert torch.load(checkpoint, map_location="cpu", weights_only=False)["global_step"] == 3
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import torch
 import zoo
 from zoo.attention import IncompatibleAttentionError, require_attention
 from zoo.attention.sinkhorn import log_sinkhorn
-from zoo.testing import AttentionContractError, check_attention
+from zoo.testing import check_attention
 
 ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16", "bfloat16", "gradients")
 NOT_CAUSAL = tuple(check for check in ALL_CHECKS if check != "causal")
@@ -137,11 +137,18 @@ def test_synthesizer_refusals_name_the_fix() -> None:
         check_attention("synthesizer", position="rope")
 
 
-def test_a_layer_over_the_random_synthesizer_leaves_its_query_and_key_projections_unused() -> None:
-    """Documented: nothing reads q_proj (random) or k_proj (both modes), so multi-process DDP needs
-    ``find_unused_parameters``; everything else of the contract holds in the layer."""
-    with pytest.raises(AttentionContractError, match="'q_proj.weight' gets no gradient"):
-        check_attention("self", attention="synthesizer", dtypes=())
+@pytest.mark.parametrize("mode", ["random", "dense"])
+def test_a_layer_over_the_synthesizer_builds_only_the_projections_it_reads(mode: str) -> None:
+    """No key projection (nor, for ``random``, a query projection): the layer keeps the whole
+    contract, every parameter getting a gradient."""
+    kwargs = {"mode": mode, "max_len": 8}
+    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, attention="synthesizer", attention_kwargs=kwargs)
+    assert layer.k_proj is None and (layer.q_proj is None) == (mode == "random")
+    assert check_attention("self", attention="synthesizer", attention_kwargs={"mode": mode}).passed == ALL_CHECKS
+    with pytest.raises(ValueError, match="'synthesizer' reads no queries or no keys"):
+        zoo.create_attention("multi_head", embed_dim=16, num_heads=2, attention="synthesizer").load_from_torch(
+            torch.nn.MultiheadAttention(16, 2, batch_first=True)
+        )
 
 
 # -- sinkhorn ----------------------------------------------------------------------------------

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+import zoo
 from zoo.attention import IncompatibleAttentionError, create_scoring_attention
 from zoo.attention.reformer import SELF_SCORE, ReformerAttention
 from zoo.models import Transformer
-from zoo.testing import AttentionContractError, check_attention
+from zoo.testing import check_attention
 
 from .test_lra_attention import NOT_CAUSAL, _check_against, _visible
 
@@ -87,12 +88,13 @@ def test_reformer_keeps_the_contract(kwargs: dict) -> None:
     assert check_attention("reformer", **kwargs).passed == NOT_CAUSAL
 
 
-def test_a_layer_over_reformer_passes_every_check_before_the_unused_key_projection() -> None:
-    """In a layer, padding and masks hold while the content of every position moves the hashing
-    (the gradient check runs last); documented: nothing reads k_proj (shared-QK), so
-    multi-process DDP needs ``find_unused_parameters``."""
-    with pytest.raises(AttentionContractError, match="'k_proj.weight' gets no gradient"):
-        check_attention("self", attention="reformer", attention_kwargs={"bucket_size": 2}, dtypes=())
+def test_a_layer_over_reformer_has_no_key_projection_and_keeps_the_contract() -> None:
+    """Shared-QK: nothing would read a key projection, so the layer has none; padding and masks
+    hold while the content of every position moves the hashing, and every parameter gets a gradient."""
+    kwargs = {"bucket_size": 2}
+    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, attention="reformer", attention_kwargs=kwargs)
+    assert layer.k_proj is None and layer.q_proj is not None
+    assert check_attention("self", attention="reformer", attention_kwargs=kwargs).passed == NOT_CAUSAL
 
 
 def test_reformer_refusals_name_the_fix() -> None:

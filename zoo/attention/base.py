@@ -101,6 +101,12 @@ class Attention(_Capabilities, nn.Module):
     #: takes keys and values with fewer heads (axis -3) than the queries, each shared by a group
     #: of query heads (grouped-query attention); a layer repeats them for a variant without it
     supports_grouped_kv: ClassVar[bool] = False
+    #: reads the content of the queries; a multi-head layer builds no query projection for a
+    #: variant that reads only their shape (an instance may set it, as ``synthesizer`` does by mode)
+    reads_queries: bool = True
+    #: reads the content of the keys; a multi-head layer builds no key projection for a variant
+    #: that does not (shared-QK ``reformer``, ``synthesizer``) and hands it the values in their place
+    reads_keys: bool = True
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """A subclass that replaces the score path (``attend`` or ``forward``) and does not say

@@ -110,8 +110,12 @@ class HeadedAttention(AttentionLayer):
             setattr(self, flag, getattr(self.score_attention, flag))
         self.position = self._check_position(position)
         kv_dim = num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias)
+        # No projection the per-head attention never reads: every parameter then gets a gradient,
+        # so multi-process DDP needs no find_unused_parameters (Hugging Face's shared-QK Reformer
+        # layer likewise has only a query-key and a value projection).
+        reads = self.score_attention
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias) if reads.reads_queries else None
+        self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias) if reads.reads_keys else None
         self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
@@ -215,7 +219,10 @@ class HeadedAttention(AttentionLayer):
         rotary scheme the keys are rotated at positions ``offset ..`` (``offset``: how many
         positions the cache already holds).
         """
-        return self._rotate(self._split_heads(self.k_proj(keys)), offset), self._split_heads(self.v_proj(values))
+        v = self._split_heads(self.v_proj(values))
+        if self.k_proj is None:  # an attention that reads no keys gets the values in their place: same shape
+            return v, v
+        return self._rotate(self._split_heads(self.k_proj(keys)), offset), v
 
     def attend_projected(
         self,
@@ -234,7 +241,8 @@ class HeadedAttention(AttentionLayer):
         so a single new query (``Lq = 1``) sees every cached position. So do positions: query
         ``i`` sits at ``Lk - Lq + i``.
         """
-        q = self._rotate(self._split_heads(self.q_proj(queries)), k.shape[-2] - queries.shape[1])
+        projected = queries if self.q_proj is None else self.q_proj(queries)  # unread: only its shape counts
+        q = self._rotate(self._split_heads(projected), k.shape[-2] - queries.shape[1])
         if self.num_kv_heads != self.num_heads and not self.score_attention.supports_grouped_kv:
             groups = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
@@ -289,6 +297,11 @@ class MultiHeadAttention(HeadedAttention):
         if self.num_kv_heads != self.num_heads:
             raise ValueError(
                 "load_from_torch: torch.nn.MultiheadAttention has no grouped key/value heads; use num_kv_heads=None."
+            )
+        if self.q_proj is None or self.k_proj is None:
+            raise ValueError(
+                f"load_from_torch: {self.attention_name!r} reads no queries or no keys, so this layer lacks their "
+                "projection; load into a layer over an attention that reads both, such as 'dot_product'."
             )
         if module._qkv_same_embed_dim:
             weights = module.in_proj_weight.chunk(3)

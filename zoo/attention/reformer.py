@@ -16,8 +16,8 @@ log-sum-exp per query, and the rounds are combined by the softmax of those: atte
 rounds' candidates together, a key found in several rounds counted once per round (the paper's
 estimator, without its correction for such repeats).
 
-What it drops. The keys given to it: the layer's key projection goes unused (it gets no
-gradient, so multi-process DDP needs ``find_unused_parameters=True``). Keys that share no
+What it drops. The keys given to it (``reads_keys = False``: a multi-head layer over it builds
+no key projection). Keys that share no
 bucket-chunk with a query get no weight however high their score would be. Hashing is by
 position within one sequence and needs every query's position, so the variant is non-causal
 self-attention only (no cached decoding, no cross-attention). Unlike the paper, which draws new
@@ -83,6 +83,7 @@ class ReformerAttention(Attention):
     supports_cross_attention: ClassVar[bool] = False
     supports_position_bias: ClassVar[bool] = False
     supports_rotary: ClassVar[bool] = False
+    reads_keys = False  # shared-QK: the queries are the keys
 
     def __init__(
         self,

@@ -21,9 +21,9 @@ What it keeps: padding masks and causality act on the logits (masked keys get ze
 runs in encoders and decoders; a positional bias (``alibi``, ``t5``) is added to the logits. A
 rotary scheme is refused (there is no dot product for it to rotate). The logits are indexed by
 positions within one sequence, so it takes self-attention only (``supports_cross_attention =
-False``): a causal call may take fewer queries than keys, as in cached decoding. Inside a
-multi-head layer nothing reads the key projection (nor, with ``random``, the query projection):
-they get no gradient, so a multi-process DDP run needs ``find_unused_parameters=True``.
+False``): a causal call may take fewer queries than keys, as in cached decoding. It declares
+``reads_keys = False`` (and, with ``random``, ``reads_queries = False``), so a multi-head layer
+over it builds no key (nor query) projection that would go without a gradient.
 
 Cost: ``O(L^2)`` time and memory per head like dot-product attention (the ``(Lq, Lk)`` weights are
 formed); ``random`` saves the ``O(L^2 d)`` products and holds ``max_len^2`` parameters per head,
@@ -93,6 +93,7 @@ class SynthesizerAttention(Attention):
             fixed,
             num_heads,
         )
+        self.reads_keys, self.reads_queries = False, mode == "dense"
         if mode == "random":
             logits = torch.randn(num_heads, max_len, max_len)
             if fixed:
