@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 import torch
 
 from zoo.attention import get_attention
+from zoo.bench.build import build_from_cli
 from zoo.bench.classify import TEXT_CPU_CONFIGS, ClassifyBenchConfig, TrainingStep
 from zoo.cli import main
 
@@ -53,6 +55,16 @@ def test_a_timed_call_is_one_training_step_of_the_configured_recipe() -> None:
     assert all(not torch.equal(a, p) for a, p in zip(before, task.parameters()))  # the optimizer stepped
     workload.reset()
     assert all(p.grad is None for p in task.parameters())
+
+
+def test_a_build_holds_back_lightnings_start_up_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """One model per case: Lightning's seed, accelerator and tip lines would come between the timings."""
+    args = ClassifyBenchConfig(lengths=[32]).cli_arguments("dot_product", 32)
+    levels = [logging.getLogger(name).level for name in ("lightning.pytorch", "lightning.fabric")]
+    with caplog.at_level(logging.INFO):
+        assert build_from_cli(args).model.hparams.attention == "dot_product"
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("lightning")]
+    assert [logging.getLogger(name).level for name in ("lightning.pytorch", "lightning.fabric")] == levels
 
 
 @pytest.mark.parametrize("name", ["synthesizer", "linformer"])

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.attention import get_attention
+from zoo.bench.build import build_from_cli
 from zoo.bench.report import markdown_table
 from zoo.bench.sweep import OnLength, SweepSettings, Workload, growth, sweep_lengths
 from zoo.errors import ConfigurationError
@@ -104,10 +105,8 @@ class TrainingStep:
     @classmethod
     def build(cls, config: ClassifyBenchConfig, attention: str, length: int, device: torch.device) -> TrainingStep:
         """``attention``'s classifier as ``zoo fit`` builds it from ``config``'s files, and a batch."""
-        from zoo.cli import ZooCLI  # the CLI imports every part of the zoo; the benchmarks only when they run
-
         torch.manual_seed(config.seed)
-        cli = ZooCLI(args=config.cli_arguments(attention, length), run=False)
+        cli = build_from_cli(config.cli_arguments(attention, length))
         task, hparams = cli.model.to(device), cli.model.hparams
         optimizer = adamw_with_warmup(
             task.model, lr=hparams.lr, weight_decay=hparams.weight_decay, warmup_steps=hparams.warmup_steps,

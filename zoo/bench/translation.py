@@ -1,6 +1,6 @@
 """The fra-eng data and the translation model that ``bench train`` and ``bench decode`` measure.
 
-Both are built through the CLI (``ZooCLI(args=..., run=False)``), so a benchmark measures what
+Both are built through the CLI (:func:`~zoo.bench.build.build_from_cli`), so a benchmark measures what
 ``python -m zoo fit --model NAME`` trains: the model's code defaults and its default config's
 data settings, with the benchmark's flags on top. There is no separate recipe to keep in step.
 """
@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from zoo.bench.build import build_from_cli
 from zoo.datamodules import FraEngDataModule
 from zoo.errors import ConfigurationError
 from zoo.tasks import MODEL_REGISTRY, TranslationTask
@@ -61,9 +62,7 @@ def build(setup: TranslationSetup, checkpoint: str | None = None) -> tuple[Trans
         raise ConfigurationError(
             f"Model {setup.model!r} is not a translation model; these are: {', '.join(translation)}."
         )
-    from zoo.cli import ZooCLI  # the CLI imports every part of the zoo; the benchmarks only when they run
-
-    cli = ZooCLI(args=cli_arguments(setup), run=False)
+    cli = build_from_cli(cli_arguments(setup))
     task = cli.model
     if checkpoint is not None:
         task = task_class.load_from_checkpoint(checkpoint, map_location="cpu", torch_compile=setup.torch_compile)
