@@ -53,6 +53,7 @@ def test_a_timed_call_is_one_training_step_of_the_configured_recipe() -> None:
     workload.step()
     assert all(p.grad is not None for p in task.parameters())
     assert all(not torch.equal(a, p) for a, p in zip(before, task.parameters()))  # the optimizer stepped
+    assert step.scheduler.last_epoch == 1  # and the learning-rate schedule with it
     workload.reset()
     assert all(p.grad is None for p in task.parameters())
 

@@ -6,7 +6,7 @@ builds it from the given config files (by default the Text task's at the CPU siz
 ``--model.attention NAME`` and ``--data.max_length L``, so the benchmark measures the recipe the
 study trains, not a separate one. One timed call is one training step on a batch of the data
 module's size: forward, cross-entropy, backward, gradient clipping where the trainer's config
-clips, and the recipe's AdamW step. The batch is random tokens padded to ``L``, each sequence
+clips, and the recipe's AdamW and learning-rate schedule steps. The batch is random tokens padded to ``L``, each sequence
 keeping a random length between half and all of ``L`` (the Text task pads every review to the
 same length, so the shapes are the task's; the data itself is not read). The steps go through
 the model directly rather than the Lightning trainer so that every attention is timed
@@ -97,6 +97,7 @@ class TrainingStep:
 
     task: Classifier
     optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
     tokens: torch.Tensor
     valid_lens: torch.Tensor
     labels: torch.Tensor
@@ -108,10 +109,10 @@ class TrainingStep:
         torch.manual_seed(config.seed)
         cli = build_from_cli(config.cli_arguments(attention, length))
         task, hparams = cli.model.to(device), cli.model.hparams
-        optimizer = adamw_with_warmup(
+        recipe = adamw_with_warmup(
             task.model, lr=hparams.lr, weight_decay=hparams.weight_decay, warmup_steps=hparams.warmup_steps,
             total_steps=cli.trainer.max_steps, fused=True,
-        )["optimizer"]  # fmt: skip
+        )  # fmt: skip
         generator = torch.Generator().manual_seed(config.seed * 100_003 + length)
         batch = cli.datamodule.batch_size
         valid_lens = torch.randint(max(length // 2, 1), length + 1, (batch,), generator=generator)
@@ -120,14 +121,16 @@ class TrainingStep:
         labels = torch.randint(0, hparams.num_classes, (batch,), generator=generator)
         task.train()
         return cls(
-            task, optimizer, tokens.to(device), valid_lens.to(device), labels.to(device), cli.trainer.gradient_clip_val
-        )
+            task, recipe["optimizer"], recipe["lr_scheduler"]["scheduler"], tokens.to(device), valid_lens.to(device),
+            labels.to(device), cli.trainer.gradient_clip_val,
+        )  # fmt: skip
 
     def __call__(self) -> None:
         F.cross_entropy(self.task(self.tokens, self.valid_lens), self.labels).backward()
         if self.clip:
             torch.nn.utils.clip_grad_norm_(self.task.parameters(), self.clip)
         self.optimizer.step()
+        self.scheduler.step()
 
     def reset(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
