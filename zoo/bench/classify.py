@@ -6,11 +6,12 @@ builds it from the given config files (by default the Text task's at the CPU siz
 ``--model.attention NAME`` and ``--data.max_length L``, so the benchmark measures the recipe the
 study trains, not a separate one. One timed call is one training step on a batch of the data
 module's size: forward, cross-entropy, backward, gradient clipping where the trainer's config
-clips, and the recipe's AdamW and learning-rate schedule steps. The batch is random tokens padded to ``L``, each sequence
-keeping a random length between half and all of ``L`` (the Text task pads every review to the
-same length, so the shapes are the task's; the data itself is not read). The steps go through
-the model directly rather than the Lightning trainer so that every attention is timed
-round-robin with the others at each length; the trainer's own bookkeeping is not in the time.
+clips, and the recipe's AdamW and learning-rate schedule steps. The batch is random tokens padded
+to ``L``, each sequence keeping a random length between half and all of ``L`` (the Text task
+pads every review to the same length, so the shapes are the task's; the data itself is not
+read). The steps go through the model directly rather than the Lightning trainer so that every
+attention is timed round-robin with the others at each length; the trainer's own bookkeeping is
+not in the time.
 
 The report gives steps per second and peak memory at each length, both also relative to the
 baseline (``dot_product``): speed-ups above 1 are faster, memory ratios below 1 smaller, as the
