@@ -323,8 +323,8 @@ def test_report_says_when_runs_were_timed_under_different_conditions(tmp_path: P
     records = [record(0, None, 2), record(1, 2, 1), record(2, 2, 1)]
     report = write_report(records, tmp_path, ["a"], "a", "header").read_text()
     assert (
-        "different conditions (1 run(s) (runs at once not recorded), 2 thread(s) each; "
-        "2 run(s) with 2 at once, 1 thread(s) each): the cost columns mix them." in report
+        "different conditions (1 with 2 threads each, how many at once not recorded; "
+        "2 with 1 thread each, 2 at once): the cost columns mix them." in report
     )
 
 

@@ -55,7 +55,7 @@ def _conditions_note(records: Sequence[dict[str, Any]]) -> list[str]:
     if len(counts) < 2:
         return []
     described = [
-        f"{n} run(s) {'with ' + str(p) + ' at once' if p else '(runs at once not recorded)'}, {t} thread(s) each"
+        f"{n} with {t} thread{'s' * (t != 1)} each, {f'{p} at once' if p else 'how many at once not recorded'}"
         for (p, t), n in sorted(counts.items(), key=lambda item: (item[0][0] or 0, item[0][1] or 0))
     ]
     return [f"The runs were timed under different conditions ({'; '.join(described)}): the cost columns mix them.", ""]
