@@ -16,13 +16,12 @@ log-sum-exp per query, and the rounds are combined by the softmax of those: atte
 rounds' candidates together, a key found in several rounds counted once per round (the paper's
 estimator, without its correction for such repeats).
 
-What it drops. The keys given to it (``reads_keys = False``: a multi-head layer over it builds
-no key projection). Keys that share no
-bucket-chunk with a query get no weight however high their score would be. Hashing is by
-position within one sequence and needs every query's position, so the variant is non-causal
-self-attention only (no cached decoding, no cross-attention). Unlike the paper, which draws new
-rotations at every call, the rotations come from ``seed`` (and the number of buckets), so the
-same input hashes the same way in training and at evaluation.
+What it drops. The keys given to it (``reads_keys = False``: a multi-head layer over it builds no
+key projection). Keys that share no bucket-chunk with a query get no weight however high their
+score would be. Hashing is by position within one sequence and needs every query's position, so
+the variant is non-causal self-attention only (no cached decoding, no cross-attention). Unlike the
+paper, which draws new rotations at every call, the rotations come from ``seed`` (and the number
+of buckets), so the same input hashes the same way in training and at evaluation.
 
 Cost. ``O(L * num_hashes * bucket_size * d)`` time and memory (sorting adds ``O(L log L)``).
 With ``need_weights=True`` the weights are scattered into a dense ``(L, L)`` tensor (for heatmaps).

@@ -68,6 +68,7 @@ class SynthesizerAttention(Attention):
     requires_equal_qk_dims: ClassVar[bool] = False
     supports_cross_attention: ClassVar[bool] = False
     supports_rotary: ClassVar[bool] = False
+    reads_keys = False  # which key a query weighs follows from positions alone
 
     def __init__(
         self,
@@ -93,7 +94,7 @@ class SynthesizerAttention(Attention):
             fixed,
             num_heads,
         )
-        self.reads_keys, self.reads_queries = False, mode == "dense"
+        self.reads_queries = mode == "dense"
         if mode == "random":
             logits = torch.randn(num_heads, max_len, max_len)
             if fixed:

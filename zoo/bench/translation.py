@@ -1,8 +1,9 @@
 """The fra-eng data and the translation model that ``bench train`` and ``bench decode`` measure.
 
-Both are built through the CLI (:func:`~zoo.bench.build.build_from_cli`), so a benchmark measures what
-``python -m zoo fit --model NAME`` trains: the model's code defaults and its default config's
-data settings, with the benchmark's flags on top. There is no separate recipe to keep in step.
+Both are built through the CLI (:func:`~zoo.bench.build.build_from_cli`), so a benchmark
+measures what ``python -m zoo fit --model NAME`` trains: the model's code defaults and its
+default config's data settings, with the benchmark's flags on top. There is no separate recipe
+to keep in step.
 """
 
 from __future__ import annotations
