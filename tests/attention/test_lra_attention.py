@@ -114,6 +114,63 @@ def test_synthesizer_keeps_the_contract(kwargs: dict) -> None:
     assert report.skipped == {"two_sequences": "declares supports_cross_attention=False (and refuses it)"}
 
 
+def _random_synthesizer_case(g: torch.Generator) -> tuple:
+    """A 3-head ``random`` synthesizer, inputs of 4 sequences with their own key padding."""
+    attention = zoo.create_attention("synthesizer", query_size=4, max_len=12, num_heads=3).double()
+    q, v = (
+        torch.randn(4, 3, 10, 4, generator=g, dtype=torch.float64),
+        torch.randn(4, 3, 10, 5, generator=g, dtype=torch.float64),
+    )
+    return attention, q, v, torch.tensor([10, 7, 3, 0]).unsqueeze(1).expand(4, 3)
+
+
+def test_random_synthesizer_forms_its_weights_once_per_head_not_per_sequence(monkeypatch) -> None:
+    """The logits are the same for every input, so a batch of key-padded sequences shares one
+    ``(Lq, Lk)`` softmax per head; the answer and the gradients are those of the softmax per sequence."""
+    import zoo.attention.synthesizer as synthesizer
+
+    attention, q, v, lengths = _random_synthesizer_case(torch.Generator().manual_seed(0))
+    shapes = []
+    spy = synthesizer.masked_softmax
+    monkeypatch.setattr(
+        synthesizer, "masked_softmax", lambda scores, **kw: shapes.append(scores.shape) or spy(scores, **kw)
+    )
+    for causal in (False, True):
+        v.grad = attention.logits.grad = None
+        v.requires_grad_(True)
+        shared = attention(q, q, v, lengths, is_causal=causal).output
+        (shared * torch.linspace(-1, 1, 5, dtype=torch.float64)).sum().backward()
+        grads = v.grad, attention.logits.grad
+        v.grad = attention.logits.grad = None
+        per_sequence, _ = attention(q, q, v, lengths, is_causal=causal, need_weights=True)
+        (per_sequence * torch.linspace(-1, 1, 5, dtype=torch.float64)).sum().backward()
+        torch.testing.assert_close(shared, per_sequence)
+        torch.testing.assert_close(grads, (v.grad, attention.logits.grad))
+        assert (shared[3] == 0).all()  # no key to attend to: zero, as everywhere in the zoo
+    assert shapes == [(3, 10, 10)] * 2
+
+
+def test_random_synthesizer_shares_its_weights_with_a_position_bias_and_a_mask_for_every_sequence() -> None:
+    attention, q, v, _ = _random_synthesizer_case(torch.Generator().manual_seed(1))
+    bias = zoo.create_position("t5", d_model=12, num_heads=3).double()
+    mask = torch.rand(10, 10, generator=torch.Generator().manual_seed(2)) > 0.3
+    with torch.no_grad():
+        for kwargs in ({"position_bias": bias}, {"attn_mask": mask}, {"attn_mask": mask[0]}):
+            shared = attention(q, q, v, **kwargs).output
+            torch.testing.assert_close(shared, attention(q, q, v, **kwargs, need_weights=True).output)
+
+
+def test_random_synthesizer_forms_weights_per_sequence_where_a_shared_softmax_would_underflow() -> None:
+    """A kept key whose logit is far under a padded key's gets a share of the full softmax below
+    float32's range; the synthesizer then takes the softmax per sequence, and stays exact."""
+    attention = zoo.create_attention("synthesizer", max_len=6)
+    with torch.no_grad():
+        attention.logits[..., 0] = 200.0  # key 0 dominates every row, and is padding below
+    x, mask = torch.randn(1, 6, 3), torch.tensor([False, True, True, True, True, True])
+    expected = torch.softmax(attention.logits[0, :, 1:], -1) @ x[0, 1:]
+    torch.testing.assert_close(attention(x, x, x, attn_mask=mask).output[0], expected)
+
+
 def test_fixed_random_synthesizer_trains_nothing_and_is_saved() -> None:
     fixed = zoo.create_attention("synthesizer", max_len=8, fixed=True)
     assert not list(fixed.parameters()) and fixed.state_dict()["logits"].shape == (1, 8, 8)

@@ -25,10 +25,17 @@ False``): a causal call may take fewer queries than keys, as in cached decoding.
 ``reads_keys = False`` (and, with ``random``, ``reads_queries = False``), so a multi-head layer
 over it builds no key (nor query) projection that would go without a gradient.
 
-Cost: ``O(L^2)`` time and memory per head like dot-product attention (the ``(Lq, Lk)`` weights are
-formed); ``random`` saves the ``O(L^2 d)`` products and holds ``max_len^2`` parameters per head,
-``dense`` holds ``d (d + max_len)`` per head and costs ``O(L d max_len)``. Inputs longer than
-``max_len`` are refused.
+Cost: ``O(L^2)`` time per head like dot-product attention. ``dense`` forms the ``(Lq, Lk)``
+weights of every sequence, holds ``d (d + max_len)`` parameters per head and costs
+``O(L d max_len)`` more. ``random`` holds ``max_len^2`` parameters per head, and since its logits
+are the same for every input it forms its weights once per head, not once per sequence: with a
+padding mask (a key mask, the same for every query) the softmax over the kept keys is
+``P (m * V) / (P m)`` for the full softmax ``P`` and the mask ``m``, one ``(Lq, Lk)`` matrix per head
+applied to every sequence's values, so a batch of ``B`` costs ``O(H L^2)`` memory rather than
+``O(B H L^2)``. The weights are formed per sequence, as ``dense`` does, when they are asked for
+(``need_weights``), under attention dropout in training, for a mask that differs per query and
+sequence, or when a row's logits spread over more than ``MAX_SHARED_SPREAD`` (a kept key's share
+of ``P`` could then fall below float32's range). Inputs longer than ``max_len`` are refused.
 """
 
 from __future__ import annotations
@@ -41,12 +48,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention
+from zoo.attention.base import Attention, AttentionOutput, PositionBias, position_bias_grid
 from zoo.attention.factory import register_attention
+from zoo.attention.masking import causal_mask, masked_softmax
 
 __all__ = ["SynthesizerAttention"]
 
 MODES = ("dense", "random")
+#: widest spread of one row's logits (max - min) for which the shared weights are used: a kept
+#: key's share of the full softmax is then at least exp(-60) / Lk, well inside float32
+MAX_SHARED_SPREAD = 60.0
 
 
 @register_attention("synthesizer")
@@ -68,6 +79,7 @@ class SynthesizerAttention(Attention):
     requires_equal_qk_dims: ClassVar[bool] = False
     supports_cross_attention: ClassVar[bool] = False
     supports_rotary: ClassVar[bool] = False
+    supports_position_bias: ClassVar[bool] = True  # attend() adds it to the logits, shared or not
     reads_keys = False  # which key a query weighs follows from positions alone
 
     def __init__(
@@ -140,11 +152,61 @@ class SynthesizerAttention(Attention):
             hidden = F.relu(torch.matmul(queries, self.hidden_weight) + self.hidden_bias)
             logits = torch.matmul(hidden, self.logit_weight[..., :num_keys]) + self.logit_bias[..., :num_keys]
             return logits.to(queries.dtype)
-        first = num_keys - num_queries  # position of query 0; below 0 only when causal, rows then fully masked
+        return self.random_logits(num_queries, num_keys).to(queries.dtype).expand(*queries.shape[:-1], num_keys)
+
+    def attend(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:  # fmt: skip
+        """The shared weights of ``random`` where they apply (see the module docstring), else the
+        base class's softmax over each sequence's logits."""
+        if mask is not None and mask.dim() < 2:  # a key mask (Lk,)
+            mask = mask.unsqueeze(0)
+        per_sequence_mask = mask is not None and mask.shape[-2] > 1 and any(n > 1 for n in mask.shape[:-2])
+        if self.mode == "dense" or need_weights or per_sequence_mask or (self.training and self.dropout.p > 0):
+            return super().attend(
+                queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
+            )
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+        logits = self.random_logits(num_queries, num_keys).to(queries.dtype)  # (heads, Lq, Lk)
+        if position_bias is not None:
+            logits = logits + position_bias_grid(position_bias, num_queries, num_keys, queries.device).to(logits.dtype)
+        if float((logits.amax(-1) - logits.amin(-1)).max().detach()) > MAX_SHARED_SPREAD:
+            return super().attend(queries, keys, values, mask, is_causal=is_causal, position_bias=position_bias)
+        static = causal_mask(num_queries, num_keys, queries.device) if is_causal else None
+        if mask is not None and mask.shape[-2] > 1:  # one (Lq, Lk) mask for every sequence
+            shared_mask = mask.reshape(mask.shape[-2:])
+            static, mask = (shared_mask if static is None else static & shared_mask), None
+        shared = masked_softmax(logits, mask=static).to(values.dtype)  # (heads or 1, Lq, Lk)
+        if mask is None:
+            return AttentionOutput(_apply_per_head(shared, values), None)
+        keep = mask.transpose(-1, -2).to(values.dtype)  # (..., Lk, 1): a key mask, one for every query
+        kept = values * keep
+        mixed = _apply_per_head(shared, torch.cat([kept, keep.expand(*kept.shape[:-1], 1)], -1))
+        numerator, total = mixed[..., :-1], mixed[..., -1:]  # P (m * V) and P m
+        return AttentionOutput(numerator / total.masked_fill(total == 0, 1.0), None)
+
+    def random_logits(self, num_queries: int, num_keys: int) -> Tensor:
+        """``random``'s logits ``(num_heads, Lq, Lk)``: rows ``Lk - Lq`` to ``Lk`` of the learned
+        matrix; rows before the first (a causal call with more queries than keys) are zeros, and
+        fully masked by causality."""
+        first = num_keys - num_queries
         logits = self.logits[:, max(first, 0) : num_keys, :num_keys]
-        logits = F.pad(logits, (0, 0, max(-first, 0), 0)).to(queries.dtype)
-        return logits.expand(*queries.shape[:-1], num_keys)
+        return F.pad(logits, (0, 0, max(-first, 0), 0))
 
     def extra_repr(self) -> str:
         fixed = ", fixed=True" if self.fixed else ""
         return f"mode={self.mode!r}, max_len={self.max_len}, query_size={self.query_size}, num_heads={self.num_heads}{fixed}"
+
+
+def _apply_per_head(weights: Tensor, inputs: Tensor) -> Tensor:
+    """``weights @ inputs`` for weights ``(heads, Lq, Lk)`` shared by every sequence (``heads`` at
+    dimension -3 of ``inputs`` ``(*batch, Lk, e)``, or 1): one product per head over every
+    sequence's columns at once. ``torch.matmul``'s broadcasting would copy the weights per sequence,
+    the ``(B, H, Lq, Lk)`` tensor this path exists to avoid."""
+    heads, num_queries = weights.shape[:2]
+    inputs = inputs.movedim(-3, 0) if heads > 1 else inputs.unsqueeze(0)  # (heads, *rest, Lk, e)
+    rest, width = inputs.shape[1:-2], inputs.shape[-1]
+    columns = inputs.movedim(-2, 1).reshape(heads, inputs.shape[-2], -1)  # (heads, Lk, rest * e)
+    output = torch.bmm(weights, columns).reshape(heads, num_queries, *rest, width).movedim(1, -2)
+    return output.movedim(0, -3) if heads > 1 else output.squeeze(0)
