@@ -160,6 +160,14 @@ def test_random_synthesizer_shares_its_weights_with_a_position_bias_and_a_mask_f
             torch.testing.assert_close(shared, attention(q, q, v, **kwargs, need_weights=True).output)
 
 
+def test_random_synthesizer_drops_weights_per_sequence_under_attention_dropout() -> None:
+    """Dropout acts on each sequence's own weights, which the shared softmax never forms."""
+    attention = zoo.create_attention("synthesizer", max_len=8, dropout=0.5)
+    x = torch.randn(2, 8, 4)
+    trained = attention.train()(x, x, x).output
+    assert not torch.allclose(trained, attention.eval()(x, x, x).output)
+
+
 def test_random_synthesizer_forms_weights_per_sequence_where_a_shared_softmax_would_underflow() -> None:
     """A kept key whose logit is far under a padded key's gets a share of the full softmax below
     float32's range; the synthesizer then takes the softmax per sequence, and stays exact."""
