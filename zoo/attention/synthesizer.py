@@ -201,12 +201,9 @@ class SynthesizerAttention(Attention):
 
 def _apply_per_head(weights: Tensor, inputs: Tensor) -> Tensor:
     """``weights @ inputs`` for weights ``(heads, Lq, Lk)`` shared by every sequence (``heads`` at
-    dimension -3 of ``inputs`` ``(*batch, Lk, e)``, or 1): one product per head over every
-    sequence's columns at once. ``torch.matmul``'s broadcasting would copy the weights per sequence,
-    the ``(B, H, Lq, Lk)`` tensor this path exists to avoid."""
-    heads, num_queries = weights.shape[:2]
-    inputs = inputs.movedim(-3, 0) if heads > 1 else inputs.unsqueeze(0)  # (heads, *rest, Lk, e)
-    rest, width = inputs.shape[1:-2], inputs.shape[-1]
-    columns = inputs.movedim(-2, 1).reshape(heads, inputs.shape[-2], -1)  # (heads, Lk, rest * e)
-    output = torch.bmm(weights, columns).reshape(heads, num_queries, *rest, width).movedim(1, -2)
-    return output.movedim(0, -3) if heads > 1 else output.squeeze(0)
+    dimension -3 of ``inputs`` ``(*batch, Lk, e)``, or 1). ``einsum`` makes it one product per head
+    over every sequence's columns; ``torch.matmul``'s broadcasting would copy the weights per
+    sequence, the ``(B, H, Lq, Lk)`` tensor this path exists to avoid."""
+    if weights.shape[0] == 1:
+        return torch.einsum("qk,...kd->...qd", weights[0], inputs)
+    return torch.einsum("hqk,...hkd->...hqd", weights, inputs)
