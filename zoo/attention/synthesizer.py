@@ -160,7 +160,7 @@ class SynthesizerAttention(Attention):
     ) -> AttentionOutput:  # fmt: skip
         """The shared weights of ``random`` where they apply (see the module docstring), else the
         base class's softmax over each sequence's logits."""
-        if mask is not None and mask.dim() < 2:  # a key mask (Lk,)
+        while mask is not None and mask.dim() < 2:  # a key mask (Lk,), or one flag
             mask = mask.unsqueeze(0)
         per_sequence_mask = mask is not None and mask.shape[-2] > 1 and any(n > 1 for n in mask.shape[:-2])
         if self.mode == "dense" or need_weights or per_sequence_mask or (self.training and self.dropout.p > 0):
