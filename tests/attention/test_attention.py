@@ -252,6 +252,34 @@ def test_average_ignores_queries_and_keys() -> None:
     torch.testing.assert_close(out[1], values[1].mean(0).expand(4, 3))
 
 
+@pytest.mark.parametrize(
+    ("lq", "kwargs"),
+    [
+        (6, {}),
+        (6, {"valid_lens": torch.tensor([[6, 6], [3, 3], [0, 0]])}),
+        (6, {"attn_mask": torch.tensor(True)}),
+        (6, {"is_causal": True, "valid_lens": torch.tensor([[6, 6], [4, 4], [0, 0]])}),
+        (2, {"is_causal": True}),
+    ],
+)
+def test_average_is_a_running_masked_mean_without_weights(monkeypatch, lq: int, kwargs: dict) -> None:
+    """Under a key mask or causality, average pooling never forms ``(Lq, Lk)`` weights, and
+    its answer and gradients are those of the softmax over equal scores."""
+    import zoo.attention.base as base
+
+    attention = zoo.create_attention("average")
+    q, k = torch.randn(3, 2, lq, 4, dtype=torch.float64), torch.randn(3, 2, 6, 4, dtype=torch.float64)
+    v = torch.randn(3, 2, 6, 5, dtype=torch.float64, requires_grad=True)
+    weighting = torch.linspace(-1, 1, 5, dtype=torch.float64)
+    reference, _ = attention(q, k, v, **kwargs, need_weights=True)
+    (expected_grad,) = torch.autograd.grad((reference * weighting).sum(), v)
+    spy = base.masked_softmax
+    monkeypatch.setattr(base, "masked_softmax", lambda *a, **kw: pytest.fail("formed weights") or spy(*a, **kw))
+    output = attention(q, k, v, **kwargs).output
+    torch.testing.assert_close(output, reference)
+    torch.testing.assert_close(torch.autograd.grad((output * weighting).sum(), v)[0], expected_grad)
+
+
 def test_batch_of_any_rank_for_scoring() -> None:
     attention = build_scoring("dot_product")
     q, k, v = torch.randn(2, 3, 4, 4), torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 2)

@@ -1,11 +1,21 @@
-"""Average pooling: every valid key gets the same weight, whatever the query."""
+"""Average pooling: every valid key gets the same weight, whatever the query.
+
+Its weights are those of a softmax over equal scores, so the base class's score path computes it
+exactly, at the cost of ``(Lq, Lk)`` weights per sequence. Under a key mask (padding, the same for
+every query) or causality it is a masked mean of the values, or a running one, which ``attend``
+takes in ``O(L d)`` time and memory: the mean over the kept keys, or the cumulative sums of the kept
+values and of the mask read at each query's last visible key. The score path stays for
+``need_weights``, attention dropout in training, a positional bias, and masks that differ per query.
+"""
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from zoo.attention.base import Attention
+from zoo.attention.base import Attention, AttentionOutput, PositionBias
 from zoo.attention.factory import register_attention
 
 __all__ = ["AveragePooling"]
@@ -19,7 +29,34 @@ class AveragePooling(Attention):
     """
 
     requires_equal_qk_dims = False
+    supports_position_bias: ClassVar[bool] = True  # through the score path, where it shapes the weights
 
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         shape = (*queries.shape[:-1], keys.shape[-2])
         return torch.zeros(shape, dtype=queries.dtype, device=queries.device)
+
+    def attend(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:  # fmt: skip
+        """The (running) masked mean of the values where it applies (see the module docstring)."""
+        per_query_mask = mask is not None and mask.dim() >= 2 and mask.shape[-2] > 1
+        if need_weights or position_bias is not None or per_query_mask or (self.training and self.dropout.p > 0):
+            return super().attend(
+                queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
+            )
+        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+        dtype = torch.promote_types(values.dtype, torch.float32)  # sums in float32 at least
+        keep = torch.ones(num_keys, 1, dtype=dtype, device=values.device)
+        if mask is not None:  # (..., 1, Lk) or (Lk,): one key mask for every query, as a column
+            keep = (mask.transpose(-1, -2) if mask.dim() >= 2 else mask.reshape(-1, 1)).to(dtype)
+        kept = values.to(dtype) * keep
+        count = keep.expand(*kept.shape[:-1], 1)
+        if is_causal:  # query i sees keys up to i + Lk - Lq: running sums read there
+            last = torch.arange(num_queries, device=values.device) + (num_keys - num_queries)
+            seen = last >= 0
+            total, count = (t.cumsum(-2)[..., last.clamp_min(0), :] * seen[:, None] for t in (kept, count))
+        else:
+            total, count = kept.sum(-2, keepdim=True), count.sum(-2, keepdim=True)
+        output = total / count.clamp_min(1.0)  # a row with no key to see stays zero
+        return AttentionOutput(output.expand(*output.shape[:-2], num_queries, values.shape[-1]).to(values.dtype), None)
