@@ -150,14 +150,23 @@ def test_random_synthesizer_forms_its_weights_once_per_head_not_per_sequence(mon
     assert shapes == [(3, 10, 10)] * 2
 
 
-def test_random_synthesizer_shares_its_weights_with_a_position_bias_and_a_mask_for_every_sequence() -> None:
+def test_random_synthesizer_shares_its_weights_with_a_position_bias_and_a_mask_for_every_sequence(
+    monkeypatch,
+) -> None:
+    """A bias and a mask the same for every sequence fold into the shared softmax: the per-sequence
+    one (the base class's) never runs, and the answer is its answer."""
+    import zoo.attention.base as base
+
     attention, q, v, _ = _random_synthesizer_case(torch.Generator().manual_seed(1))
     bias = zoo.create_position("t5", d_model=12, num_heads=3).double()
     mask = torch.rand(10, 10, generator=torch.Generator().manual_seed(2)) > 0.3
     with torch.no_grad():
         for kwargs in ({"position_bias": bias}, {"attn_mask": mask}, {"attn_mask": mask[0]}):
-            shared = attention(q, q, v, **kwargs).output
-            torch.testing.assert_close(shared, attention(q, q, v, **kwargs, need_weights=True).output)
+            expected = attention(q, q, v, **kwargs, need_weights=True).output
+            with monkeypatch.context() as patch:
+                patch.setattr(base, "masked_softmax", lambda *a, **kw: pytest.fail("formed per-sequence weights"))
+                shared = attention(q, q, v, **kwargs).output
+            torch.testing.assert_close(shared, expected)
 
 
 def test_random_synthesizer_drops_weights_per_sequence_under_attention_dropout() -> None:

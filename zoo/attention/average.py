@@ -17,6 +17,7 @@ from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput, PositionBias
 from zoo.attention.factory import register_attention
+from zoo.attention.masking import key_column
 
 __all__ = ["AveragePooling"]
 
@@ -40,16 +41,14 @@ class AveragePooling(Attention):
         *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
     ) -> AttentionOutput:  # fmt: skip
         """The (running) masked mean of the values where it applies (see the module docstring)."""
-        per_query_mask = mask is not None and mask.dim() >= 2 and mask.shape[-2] > 1
-        if need_weights or position_bias is not None or per_query_mask or (self.training and self.dropout.p > 0):
+        keep = None if mask is None else key_column(mask)  # (..., Lk, 1)
+        if need_weights or position_bias is not None or (mask is not None and keep is None) or self.active_dropout:
             return super().attend(
                 queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
             )
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         dtype = torch.promote_types(values.dtype, torch.float32)  # sums in float32 at least
-        keep = torch.ones(num_keys, 1, dtype=dtype, device=values.device)
-        if mask is not None:  # (..., 1, Lk) or (Lk,): one key mask for every query, as a column
-            keep = (mask.transpose(-1, -2) if mask.dim() >= 2 else mask.reshape(-1, 1)).to(dtype)
+        keep = torch.ones(num_keys, 1, dtype=dtype, device=values.device) if keep is None else keep.to(dtype)
         kept = values.to(dtype) * keep
         count = keep.expand(*kept.shape[:-1], 1)
         if is_causal:  # query i sees keys up to i + Lk - Lq: running sums read there

@@ -122,6 +122,12 @@ class Attention(_Capabilities, nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
         self.dropout = nn.Dropout(dropout)
 
+    @property
+    def active_dropout(self) -> float:
+        """The dropout probability on the weights now: ``dropout.p`` in training, else 0 (what a
+        fused kernel's ``dropout_p`` takes, and what a path that never forms weights must check)."""
+        return self.dropout.p if self.training else 0.0
+
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         """Unnormalized scores ``(*batch, Lq, Lk)``; higher means more attention."""
         raise NotImplementedError(f"{type(self).__name__} must implement score(queries, keys), or override attend().")

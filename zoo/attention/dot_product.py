@@ -84,7 +84,7 @@ class DotProductAttention(Attention):
             keys,
             values,
             attn_mask=mask,
-            dropout_p=self.dropout.p if self.training else 0.0,
+            dropout_p=self.active_dropout,
             is_causal=fused_causal,
             scale=self._scale(queries),
             enable_gqa=grouped,

@@ -162,8 +162,7 @@ class LocalAttention(Attention):
         v = padded_v.unfold(-2, span, block).transpose(-2, -1)  # (*batch, nb, span, dv)
         if not need_weights:  # the blocks are ordinary attention problems for the fused kernel
             attn_mask = keep if bias is None else torch.where(keep, bias, float("-inf"))
-            dropout = self.dropout.p if self.training else 0.0
-            heads = block_attention(q, k.transpose(-2, -1), v, attn_mask, dropout_p=dropout, scale=scale)
+            heads = block_attention(q, k.transpose(-2, -1), v, attn_mask, dropout_p=self.active_dropout, scale=scale)
             return AttentionOutput(heads.flatten(-3, -2)[..., :num_queries, :], None)
         scores = torch.matmul(q, k) * scale
         weights = masked_softmax(scores if bias is None else scores + bias, mask=keep)  # (*batch, nb, block, span)

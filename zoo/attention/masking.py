@@ -19,6 +19,7 @@ from torch import Tensor
 
 __all__ = [
     "causal_mask",
+    "key_column",
     "lengths_to_mask",
     "mask_at",
     "masked_softmax",
@@ -92,6 +93,15 @@ def merge_masks(
     if attn_mask is not None:
         mask = attn_mask if mask is None else mask & attn_mask
     return with_causal(mask, num_queries, num_keys, device) if is_causal else mask
+
+
+def key_column(mask: Tensor) -> Tensor | None:
+    """``mask`` as a column ``(..., Lk, 1)`` when it is the same for every query (a padding mask
+    ``(..., 1, Lk)``, a ``(Lk,)`` one, or one flag), else None: for variants that weigh the keys of
+    a sequence without forming its ``(Lq, Lk)`` weights (``average``, random ``synthesizer``)."""
+    if mask.dim() < 2:
+        return mask.reshape(-1, 1)
+    return mask.transpose(-1, -2) if mask.shape[-2] == 1 else None
 
 
 def with_causal(mask: Tensor | None, num_queries: int, num_keys: int, device: torch.device | None = None) -> Tensor:

@@ -118,8 +118,7 @@ class SparsePatternAttention(Attention):
             )
             dense = dense.flatten(-3, -2)[..., lead : lead + num_queries, :]
         else:
-            dropout = self.dropout.p if self.training else 0.0
-            output = block_attention(q, k, v, keep, dropout_p=dropout, scale=scale)
+            output = block_attention(q, k, v, keep, dropout_p=self.active_dropout, scale=scale)
             dense = None
         output = output.flatten(-3, -2)[..., lead : lead + num_queries, :]
         rows = self.global_queries(num_keys, device)

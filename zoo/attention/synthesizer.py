@@ -50,7 +50,7 @@ from torch import Tensor, nn
 
 from zoo.attention.base import Attention, AttentionOutput, PositionBias, position_bias_grid
 from zoo.attention.factory import register_attention
-from zoo.attention.masking import causal_mask, masked_softmax
+from zoo.attention.masking import causal_mask, key_column, masked_softmax
 
 __all__ = ["SynthesizerAttention"]
 
@@ -160,10 +160,9 @@ class SynthesizerAttention(Attention):
     ) -> AttentionOutput:  # fmt: skip
         """The shared weights of ``random`` where they apply (see the module docstring), else the
         base class's softmax over each sequence's logits."""
-        while mask is not None and mask.dim() < 2:  # a key mask (Lk,), or one flag
-            mask = mask.unsqueeze(0)
-        per_sequence_mask = mask is not None and mask.shape[-2] > 1 and any(n > 1 for n in mask.shape[:-2])
-        if self.mode == "dense" or need_weights or per_sequence_mask or (self.training and self.dropout.p > 0):
+        keep = None if mask is None else key_column(mask)  # (..., Lk, 1) for a key mask
+        per_sequence_mask = mask is not None and keep is None and any(n > 1 for n in mask.shape[:-2])
+        if self.mode == "dense" or need_weights or per_sequence_mask or self.active_dropout:
             return super().attend(
                 queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
             )
@@ -171,16 +170,17 @@ class SynthesizerAttention(Attention):
         logits = self.random_logits(num_queries, num_keys).to(queries.dtype)  # (heads, Lq, Lk)
         if position_bias is not None:
             logits = logits + position_bias_grid(position_bias, num_queries, num_keys, queries.device).to(logits.dtype)
-        if float((logits.amax(-1) - logits.amin(-1)).max().detach()) > MAX_SHARED_SPREAD:
+        spread = logits.detach().amax(-1) - logits.detach().amin(-1)
+        if float(spread.max()) > MAX_SHARED_SPREAD:
             return super().attend(queries, keys, values, mask, is_causal=is_causal, position_bias=position_bias)
         static = causal_mask(num_queries, num_keys, queries.device) if is_causal else None
-        if mask is not None and mask.shape[-2] > 1:  # one (Lq, Lk) mask for every sequence
+        if mask is not None and keep is None:  # one (Lq, Lk) mask for every sequence
             shared_mask = mask.reshape(mask.shape[-2:])
-            static, mask = (shared_mask if static is None else static & shared_mask), None
+            static = shared_mask if static is None else static & shared_mask
         shared = masked_softmax(logits, mask=static).to(values.dtype)  # (heads or 1, Lq, Lk)
-        if mask is None:
+        if keep is None:
             return AttentionOutput(_apply_per_head(shared, values), None)
-        keep = mask.transpose(-1, -2).to(values.dtype)  # (..., Lk, 1): a key mask, one for every query
+        keep = keep.to(values.dtype)
         kept = values * keep
         mixed = _apply_per_head(shared, torch.cat([kept, keep.expand(*kept.shape[:-1], 1)], -1))
         numerator, total = mixed[..., :-1], mixed[..., -1:]  # P (m * V) and P m
