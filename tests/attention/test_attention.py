@@ -243,6 +243,37 @@ def test_gaussian_kernel_is_nadaraya_watson_regression() -> None:
     torch.testing.assert_close(out.output.reshape(-1), expected)
 
 
+@pytest.mark.parametrize("case", [*MASK_CASES, "causal", "causal_fewer_queries", "position_bias"])
+def test_gaussian_kernel_runs_in_the_fused_kernel_without_weights(monkeypatch, case: str) -> None:
+    """Without weights, the Gaussian kernel never forms its ``(Lq, Lk)`` scores (the augmented
+    dot product goes to the fused kernel), and its output and the gradients of queries, keys,
+    values and a learned bandwidth are those of the explicit scores, whatever the mask."""
+    batch, lq, lk = 3, 5 if case != "causal_fewer_queries" else 2, 5
+    attention = zoo.create_attention("gaussian_kernel", bandwidth=BANDWIDTH, learnable=True).double()
+    inputs = [torch.randn(batch, 2, n, 4, dtype=torch.float64, requires_grad=True) for n in (lq, lk)]
+    inputs.append(torch.randn(batch, 2, lk, 3, dtype=torch.float64, requires_grad=True))
+    if case.startswith("causal"):
+        kwargs: dict = {"is_causal": True}
+    elif case == "position_bias":
+        kwargs = {"position_bias": zoo.create_position("alibi", d_model=8, num_heads=2).double()}
+    else:
+        kwargs = make_masks(case, batch, lq, lk)
+        for key in ("valid_lens", "attn_mask"):  # one mask for both heads
+            if key in kwargs:
+                kwargs[key] = kwargs[key][:, None].expand(batch, 2, *kwargs[key].shape[1:])
+    weighting = torch.linspace(-1, 1, 3, dtype=torch.float64)
+    parameters = [*inputs, attention.inverse_bandwidth]
+
+    def output_and_grads(need_weights: bool) -> tuple[Tensor, ...]:
+        output = attention(*inputs, **kwargs, need_weights=need_weights).output
+        return (output, *torch.autograd.grad((output * weighting).sum(), parameters))
+
+    expected = output_and_grads(need_weights=True)
+    monkeypatch.setattr(type(attention), "score", lambda *a: pytest.fail("formed (Lq, Lk) scores"))
+    for ours, reference in zip(output_and_grads(need_weights=False), expected, strict=True):
+        torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-12)
+
+
 def test_average_ignores_queries_and_keys() -> None:
     values = torch.randn(2, 5, 3)
     out = zoo.create_attention("average")(
@@ -789,7 +820,7 @@ def test_require_attention_lists_compatible_names(no_causal: str) -> None:
 
 
 def test_capability_flags_of_built_ins() -> None:
-    assert zoo.DotProductAttention.has_fused_path
+    assert zoo.DotProductAttention.has_fused_path and zoo.GaussianKernelAttention.has_fused_path
     assert not zoo.AdditiveAttention.has_fused_path
     for name in SCORING + LAYERS:
         cls = zoo.get_attention(name)

@@ -18,7 +18,7 @@ from zoo.attention.base import (
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import with_causal
 
-__all__ = ["DotProductAttention"]
+__all__ = ["DotProductAttention", "fused_attention"]
 
 
 @register_attention("dot_product", aliases=("scaled_dot_product",))
@@ -56,11 +56,6 @@ class DotProductAttention(Attention):
     ) -> AttentionOutput:  # fmt: skip
         """The explicit formulation when weights are asked for, else the fused kernel.
 
-        Causality reaches the kernel as ``is_causal=True`` with no mask whenever that is exact
-        (no padding or user mask, no positional bias, ``Lq == Lk``: the kernel aligns top-left,
-        the zoo bottom-right, and the two agree there); a single query over cached keys sees
-        them all and needs none; in every other case causality is merged into the boolean mask.
-        A positional bias then becomes the float mask: the bias, ``-inf`` where that hides a key.
         Grouped key/value heads (fewer at axis -3 than the queries) go to the kernel as they are
         (``enable_gqa``), and are repeated for the explicit formulation.
         """
@@ -72,24 +67,43 @@ class DotProductAttention(Attention):
             return super().attend(
                 queries, keys, values, mask, is_causal=is_causal, need_weights=True, position_bias=position_bias
             )
-        num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-        fused_causal = is_causal and mask is None and position_bias is None and num_queries == num_keys
-        if is_causal and not fused_causal and num_queries > 1:
-            mask = with_causal(mask, num_queries, num_keys, queries.device)
-        if position_bias is not None:
-            bias = position_bias_grid(position_bias, num_queries, num_keys, queries.device).to(queries.dtype)
-            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-        output = F.scaled_dot_product_attention(
-            queries,
-            keys,
-            values,
-            attn_mask=mask,
-            dropout_p=self.active_dropout,
-            is_causal=fused_causal,
-            scale=self._scale(queries),
-            enable_gqa=grouped,
-        )
+        output = fused_attention(
+            queries, keys, values, mask, is_causal=is_causal, position_bias=position_bias,
+            dropout_p=self.active_dropout, scale=self._scale(queries), enable_gqa=grouped,
+        )  # fmt: skip
         return AttentionOutput(output, None)
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}" if self.scale is not None else ""
+
+
+def fused_attention(
+    queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+    *, is_causal: bool, position_bias: PositionBias | None, dropout_p: float, scale: float, enable_gqa: bool = False,
+) -> Tensor:  # fmt: skip
+    """``softmax(q k^T * scale + bias) v`` under the zoo's masking rules, in the fused kernel.
+
+    Causality reaches :func:`torch.nn.functional.scaled_dot_product_attention` as
+    ``is_causal=True`` with no mask whenever that is exact (no padding or user mask, no positional
+    bias, ``Lq == Lk``: the kernel aligns top-left, the zoo bottom-right, and the two agree
+    there); a single query over cached keys sees them all and needs none; in every other case
+    causality is merged into the boolean mask. A positional bias then becomes the float mask: the
+    bias, ``-inf`` where that hides a key. ``mask`` is :meth:`Attention.attend`'s.
+    """
+    num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+    fused_causal = is_causal and mask is None and position_bias is None and num_queries == num_keys
+    if is_causal and not fused_causal and num_queries > 1:
+        mask = with_causal(mask, num_queries, num_keys, queries.device)
+    if position_bias is not None:
+        bias = position_bias_grid(position_bias, num_queries, num_keys, queries.device).to(queries.dtype)
+        mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+    return F.scaled_dot_product_attention(
+        queries,
+        keys,
+        values,
+        attn_mask=mask,
+        dropout_p=dropout_p,
+        is_causal=fused_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )

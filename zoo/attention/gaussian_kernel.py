@@ -1,11 +1,21 @@
-"""Gaussian-kernel attention: the Nadaraya-Watson estimator written as attention pooling."""
+"""Gaussian-kernel attention: the Nadaraya-Watson estimator written as attention pooling.
+
+A query's weights are a softmax over keys of ``-(w^2 / 2) |q - k|^2 = w^2 q.k - (w^2 / 2) |k|^2
+- (w^2 / 2) |q|^2``. The last term is the same for every key of a query, so the softmax drops it,
+and what remains is a dot product of ``q' = [w^2 q, 1]`` with ``k' = [k, -(w^2 / 2) |k|^2]``: the
+fused kernel of scaled dot-product attention at scale 1, one more feature per head, at the cost of
+``dot_product`` and without ``(Lq, Lk)`` scores in memory when no weights are asked for.
+"""
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention
+from zoo.attention.base import Attention, AttentionOutput, PositionBias
+from zoo.attention.dot_product import fused_attention
 from zoo.attention.factory import register_attention
 
 __all__ = ["GaussianKernelAttention"]
@@ -23,6 +33,9 @@ class GaussianKernelAttention(Attention):
         learnable: Learn the bandwidth instead of fixing it.
         dropout: Dropout on the attention weights during training.
     """
+
+    has_fused_path: ClassVar[bool] = True
+    supports_position_bias: ClassVar[bool] = True
 
     def __init__(self, bandwidth: float = 1.0, learnable: bool = False, dropout: float = 0.0) -> None:
         super().__init__(dropout)
@@ -47,6 +60,25 @@ class GaussianKernelAttention(Attention):
             - 2 * torch.matmul(queries, keys.transpose(-2, -1))
         ).clamp_min(0)
         return -0.5 * self.inverse_bandwidth.to(sq_dist.dtype).pow(2) * sq_dist
+
+    def attend(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:  # fmt: skip
+        """The explicit scores when weights are asked for, else the fused kernel on the augmented
+        features of the module docstring (exact: the dropped term is constant along each row)."""
+        if need_weights:
+            return super().attend(
+                queries, keys, values, mask, is_causal=is_causal, need_weights=True, position_bias=position_bias
+            )
+        half_sq_width = 0.5 * self.inverse_bandwidth.to(queries.dtype).pow(2)
+        augmented_queries = torch.cat([2 * half_sq_width * queries, queries.new_ones(*queries.shape[:-1], 1)], -1)
+        augmented_keys = torch.cat([keys, -half_sq_width * keys.pow(2).sum(-1, keepdim=True)], -1)
+        output = fused_attention(
+            augmented_queries, augmented_keys, values, mask, is_causal=is_causal, position_bias=position_bias,
+            dropout_p=self.active_dropout, scale=1.0,
+        )  # fmt: skip
+        return AttentionOutput(output, None)
 
     def extra_repr(self) -> str:
         learnable = isinstance(self.inverse_bandwidth, nn.Parameter)
