@@ -30,7 +30,8 @@ from zoo.attention.sparse import FixedSparseAttention  # noqa: E402
 from zoo.attention.synthesizer import SynthesizerAttention  # noqa: E402
 from zoo.attention.sinkhorn import SinkhornAttention  # noqa: E402
 from zoo.attention.reformer import ReformerAttention  # noqa: E402
-from zoo.attention.multi_head import CrossAttention, HeadedAttention, MultiHeadAttention, SelfAttention  # noqa: E402
+from zoo.attention.headed import HeadedAttention  # noqa: E402
+from zoo.attention.multi_head import CrossAttention, MultiHeadAttention, SelfAttention  # noqa: E402
 
 __all__ = [
     "ATTENTION_REGISTRY",

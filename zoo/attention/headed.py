@@ -1,0 +1,253 @@
+"""The shared machinery of multi-head attention layers: project, split into heads, run a
+registered scoring attention per head, merge.
+
+:class:`HeadedAttention` holds what every multi-head layer shares (projections, head splitting,
+mask handling, grouped key/value heads, positions); the registered layers built on it are in
+:mod:`zoo.attention.multi_head`.
+
+Grouped-query attention (Ainslie et al., 2023): with ``num_kv_heads < num_heads`` the keys and
+values have fewer heads than the queries, each shared by ``num_heads // num_kv_heads`` query
+heads (``num_kv_heads=1`` is multi-query attention). A scoring attention that declares
+``supports_grouped_kv`` gets the ``(B, num_kv_heads, Lk, d)`` keys and values as they are
+(``dot_product`` hands them to the fused kernel with ``enable_gqa=True``); any other gets them
+repeated along the head axis. Decoder caches hold the unexpanded tensors, so they shrink by
+``num_heads / num_kv_heads``.
+
+Positions: a self-attention layer may take a rotary or bias :class:`~zoo.positions.PositionScheme`
+(``position=``), usually shared by every layer of a stack; cross-attention never gets one. Keys
+are rotated at their positions when projected (:meth:`HeadedAttention.project_kv`, ``offset`` =
+positions already cached), so a cache holds them rotated; queries sit at ``Lk - Lq + i``,
+aligned bottom-right like causal masks. A bias scheme is handed to the scoring attention, which
+adds it to its scores.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from zoo.attention.base import (
+    POSITION_CAPABILITY,
+    AttentionLayer,
+    AttentionOutput,
+    IncompatibleAttentionError,
+    check_attn_mask,
+)
+from zoo.attention.factory import ATTENTION_REGISTRY, create_scoring_attention
+from zoo.attention.masking import merge_masks, validate_valid_lens
+
+if TYPE_CHECKING:
+    from zoo.positions import PositionScheme
+
+__all__ = ["HeadedAttention"]
+
+
+class HeadedAttention(AttentionLayer):
+    """Shared machinery of multi-head layers.
+
+    Args:
+        embed_dim: Query feature size, and the size of the output.
+        num_heads: Number of heads; must divide ``embed_dim``.
+        kdim: Key feature size (defaults to ``embed_dim``).
+        vdim: Value feature size (defaults to ``embed_dim``).
+        attention: Registered name of the scoring attention each head runs.
+        attention_kwargs: Extra keyword arguments for the scoring attention.
+        dropout: Dropout on the attention weights during training.
+        bias: Whether the projections have biases.
+        num_kv_heads: Key/value heads (grouped-query attention); must divide ``num_heads``;
+            ``None`` means ``num_heads`` (standard multi-head attention), 1 multi-query.
+        position: A rotary or bias positional scheme for self-attention (see the module
+            docstring), or None. Absolute schemes act on embeddings, in the model.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        attention: str = "dot_product",
+        attention_kwargs: dict[str, Any] | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+        position: PositionScheme | None = None,
+    ) -> None:
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim and num_heads must be positive; got {embed_dim} and {num_heads}.")
+        if embed_dim % num_heads:
+            divisors = [h for h in range(1, embed_dim + 1) if embed_dim % h == 0 and h <= 64]
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}); "
+                f"head counts that divide it: {divisors}."
+            )
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if not isinstance(num_kv_heads, int) or num_kv_heads <= 0 or num_heads % num_kv_heads:
+            divisors = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
+            raise ValueError(
+                f"num_kv_heads must be a positive divisor of num_heads ({num_heads}); got {num_kv_heads!r}. "
+                f"Choose one of {divisors} (1 is multi-query attention, {num_heads} standard multi-head)."
+            )
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.num_kv_heads = num_kv_heads
+        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
+        self.attention_name = attention
+        self.score_attention = create_scoring_attention(
+            attention, head_dim=self.head_dim, num_heads=num_heads, dropout=dropout, **(attention_kwargs or {})
+        )
+        # A layer can do what its per-head attention can: these instance flags shadow the
+        # class's, so check_attention and callers see, say, that a linformer layer is not causal.
+        for flag in ("supports_padding_mask", "supports_causal", "supports_weights"):
+            setattr(self, flag, getattr(self.score_attention, flag))
+        self.position = self._check_position(position)
+        kv_dim = num_kv_heads * self.head_dim
+        # No projection the per-head attention never reads: every parameter then gets a gradient,
+        # so multi-process DDP needs no find_unused_parameters (Hugging Face's shared-QK Reformer
+        # layer likewise has only a query-key and a value projection).
+        reads = self.score_attention
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias) if reads.reads_queries else None
+        self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias) if reads.reads_keys else None
+        self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def _check_position(self, position: PositionScheme | None) -> PositionScheme | None:
+        """``position`` if the per-head attention can take its kind; else a clear refusal."""
+        if position is None:
+            return None
+        flag = POSITION_CAPABILITY.get(position.kind)
+        if flag is None:
+            raise ValueError(
+                f"{type(self).__name__}: {type(position).__name__} is an absolute scheme: it acts on the "
+                "embeddings, so apply it in the model; a layer takes rotary and bias schemes only."
+            )
+        if not getattr(self.score_attention, flag):
+            compatible = [e.name for e in ATTENTION_REGISTRY.entries() if getattr(e.obj, flag, False)]
+            raise IncompatibleAttentionError(
+                f"{type(self).__name__}: attention {self.attention_name!r} cannot take the {position.kind} scheme "
+                f"{type(position).__name__} ({flag} is False). Compatible registered names: {', '.join(compatible)}."
+            )
+        return position
+
+    def _rotate(self, x: Tensor, first: int) -> Tensor:
+        """Heads ``(B, heads, L, d)`` rotated at positions ``first .. first + L - 1`` (if rotary)."""
+        if self.position is None or self.position.kind != "rotary":
+            return x
+        return self.position(x, torch.arange(first, first + x.shape[-2], device=x.device))
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        # (B, L, heads * d) -> (B, heads, L, d)
+        return x.unflatten(-1, (-1, self.head_dim)).transpose(1, 2)
+
+    def _check(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
+        name = type(self).__name__
+        for label, tensor, size in (
+            ("queries", queries, self.embed_dim),
+            ("keys", keys, self.kdim),
+            ("values", values, self.vdim),
+        ):
+            if not isinstance(tensor, Tensor) or tensor.dim() != 3:
+                shape = tuple(tensor.shape) if isinstance(tensor, Tensor) else type(tensor).__name__
+                raise ValueError(f"{name}: {label} must have shape (batch, length, {size}); got {shape}.")
+            if tensor.shape[-1] != size:
+                raise ValueError(
+                    f"{name}: {label} must have {size} features; got {tensor.shape[-1]} (shape {tuple(tensor.shape)})."
+                )
+        if not queries.shape[0] == keys.shape[0] == values.shape[0]:
+            raise ValueError(
+                f"{name}: batch sizes differ: queries {queries.shape[0]}, keys {keys.shape[0]}, values {values.shape[0]}."
+            )
+        if keys.shape[1] != values.shape[1]:
+            raise ValueError(
+                f"{name}: keys and values must have the same length; got {keys.shape[1]} and {values.shape[1]}."
+            )
+
+    def _layer_mask(
+        self, queries: Tensor, keys: Tensor, valid_lens: Tensor | None, attn_mask: Tensor | None
+    ) -> Tensor | None:
+        """One boolean mask for all heads: broadcastable to ``(B, H, Lq, Lk)``."""
+        batch, num_queries, num_keys = queries.shape[0], queries.shape[1], keys.shape[1]
+        per_head = attn_mask is not None and attn_mask.dim() == 4
+        if attn_mask is not None:
+            target = (batch, self.num_heads, num_queries, num_keys) if per_head else (batch, num_queries, num_keys)
+            check_attn_mask(attn_mask, target, type(self).__name__)
+        if valid_lens is not None:
+            valid_lens = validate_valid_lens(valid_lens, queries.shape[:1], num_queries, num_keys)
+        mask = merge_masks(
+            queries.shape[:1],
+            num_queries,
+            num_keys,
+            valid_lens=valid_lens,
+            attn_mask=None if per_head else attn_mask,
+            device=queries.device,
+        )
+        if mask is not None:
+            mask = mask.unsqueeze(-3)  # a head axis
+        if per_head:
+            mask = attn_mask if mask is None else mask & attn_mask
+        return mask
+
+    def attend_heads(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> AttentionOutput:
+        """Project, attend per head, merge heads and project back."""
+        self._check(queries, keys, values)
+        mask = self._layer_mask(queries, keys, valid_lens, attn_mask)
+        k, v = self.project_kv(keys, values)
+        return self.attend_projected(queries, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
+
+    def project_kv(self, keys: Tensor, values: Tensor, *, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """Keys and values projected and split into heads: two ``(B, num_kv_heads, Lk, d)`` tensors.
+
+        Decoders cache these: the projections of earlier positions never change, so each step
+        projects only its new position (and cross-attention projects the memory once). With a
+        rotary scheme the keys are rotated at positions ``offset ..`` (``offset``: how many
+        positions the cache already holds).
+        """
+        v = self._split_heads(self.v_proj(values))
+        if self.k_proj is None:  # an attention that reads no keys gets the values in their place: same shape
+            return v, v
+        return self._rotate(self._split_heads(self.k_proj(keys)), offset), v
+
+    def attend_projected(
+        self,
+        queries: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """Attend from ``queries`` ``(B, Lq, embed_dim)`` over already projected ``k``, ``v``.
+
+        ``k`` and ``v`` are ``(B, num_kv_heads, Lk, d)``, as :meth:`project_kv` returns them.
+        ``attn_mask`` must broadcast to ``(B, H, Lq, Lk)``; causal masks align bottom-right,
+        so a single new query (``Lq = 1``) sees every cached position. So do positions: query
+        ``i`` sits at ``Lk - Lq + i``.
+        """
+        projected = queries if self.q_proj is None else self.q_proj(queries)  # unread: only its shape counts
+        q = self._rotate(self._split_heads(projected), k.shape[-2] - queries.shape[1])
+        if self.num_kv_heads != self.num_heads and not self.score_attention.supports_grouped_kv:
+            groups = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        bias = {"position_bias": self.position} if self.position is not None and self.position.kind == "bias" else {}
+        heads, weights = self.score_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights, **bias
+        )
+        output = self.out_proj(heads.transpose(1, 2).flatten(-2))  # (B, H, Lq, d) -> (B, Lq, H * d)
+        return AttentionOutput(output, weights)
+
+    def extra_repr(self) -> str:
+        grouped = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}{grouped}, attention={self.attention_name!r}"
