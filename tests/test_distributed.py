@@ -182,15 +182,16 @@ def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared
         assert one["val/bleu"] > 0  # a real comparison, not of two zeros
 
 
+@pytest.mark.parametrize("attention", ["synthesizer", "average"])
 def test_two_process_fit_over_an_attention_that_reads_no_keys_needs_no_unused_parameter_search(
-    shared_data, in_tmp
+    shared_data, in_tmp, attention
 ) -> None:
-    """The random ``synthesizer`` reads neither queries nor keys. Its layers build neither
-    projection, so plain ``ddp`` (no ``find_unused_parameters``) trains it. A parameter without a
-    gradient would stop the second step with DDP's unfinished-reduction error."""
+    """The random ``synthesizer`` and ``average`` read neither queries nor keys. Their layers build
+    neither projection, so plain ``ddp`` (no ``find_unused_parameters``) trains them. A parameter
+    without a gradient would stop the second step with DDP's unfinished-reduction error."""
     small, _ = MODELS["sentiment"]
     args = ["--model", "sentiment", "--data.path", str(shared_data / "sst2"), *small, *QUIET]
-    args += ["--model.attention", "synthesizer", "--trainer.max_steps", "3", "--trainer.limit_val_batches", "2"]
+    args += ["--model.attention", attention, "--trainer.max_steps", "3", "--trainer.limit_val_batches", "2"]
     run_zoo("fit", *args, *TWO_PROCESSES, cwd=in_tmp)
     (checkpoint,) = in_tmp.glob("runs/sentiment/*/checkpoints/last.ckpt")
     assert torch.load(checkpoint, map_location="cpu", weights_only=False)["global_step"] == 3

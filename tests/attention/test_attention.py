@@ -311,6 +311,20 @@ def test_average_is_a_running_masked_mean_without_weights(monkeypatch, lq: int, 
     torch.testing.assert_close(torch.autograd.grad((output * weighting).sum(), v)[0], expected_grad)
 
 
+def test_a_layer_over_average_pooling_builds_only_the_projections_it_reads() -> None:
+    """Queries and keys are never read, so a layer over ``average`` has no projection for them:
+    each parameter it has gets a gradient (as plain DDP needs), and its output is the projected
+    mean of the projected values over each sequence's valid positions."""
+    layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention="average").double()
+    assert layer.q_proj is None and layer.k_proj is None
+    x, lens = torch.randn(2, 5, 8, dtype=torch.float64), torch.tensor([5, 2])
+    output = layer(x, lens).output
+    output.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())
+    means = torch.stack([layer.v_proj(x[n, : int(lens[n])]).mean(0) for n in range(2)])
+    torch.testing.assert_close(output, layer.out_proj(means)[:, None].expand(2, 5, 8))
+
+
 def test_batch_of_any_rank_for_scoring() -> None:
     attention = build_scoring("dot_product")
     q, k, v = torch.randn(2, 3, 4, 4), torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 2)
@@ -461,9 +475,12 @@ def test_layers_run_any_scoring_attention_per_head(score: str) -> None:
     def heads(x: Tensor) -> Tensor:
         return x.unflatten(-1, (2, 4)).transpose(1, 2)
 
+    def project(proj: nn.Module | None, x: Tensor) -> Tensor:  # a layer hands on what it does not read
+        return heads(x if proj is None else proj(x))
+
     mask = (torch.arange(5) < torch.tensor([5, 2])[:, None])[:, None, None, :]
     expected_heads, expected_weights = layer.score_attention(
-        heads(layer.q_proj(q)), heads(layer.k_proj(k)), heads(layer.v_proj(v)), attn_mask=mask, need_weights=True
+        project(layer.q_proj, q), project(layer.k_proj, k), project(layer.v_proj, v), attn_mask=mask, need_weights=True
     )
     torch.testing.assert_close(weights, expected_weights)
     torch.testing.assert_close(out, layer.out_proj(expected_heads.transpose(1, 2).flatten(-2)))

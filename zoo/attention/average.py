@@ -26,10 +26,13 @@ __all__ = ["AveragePooling"]
 class AveragePooling(Attention):
     """Uniform weights over the keys a query may see: the baseline of kernel regression.
 
-    It ignores queries and keys (all scores are equal), so masks alone shape the weights.
+    It ignores queries and keys (all scores are equal), so masks alone shape the weights, and a
+    multi-head layer over it builds no query or key projection (every parameter gets a gradient).
     """
 
     requires_equal_qk_dims = False
+    reads_queries = False
+    reads_keys = False
     supports_position_bias: ClassVar[bool] = True  # through the score path, where it shapes the weights
 
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
