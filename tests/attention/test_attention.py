@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import zoo
 from zoo.registry import UnknownNameError
@@ -246,8 +247,9 @@ def test_gaussian_kernel_is_nadaraya_watson_regression() -> None:
 @pytest.mark.parametrize("case", [*MASK_CASES, "causal", "causal_fewer_queries", "position_bias"])
 def test_gaussian_kernel_runs_in_the_fused_kernel_without_weights(monkeypatch, case: str) -> None:
     """Without weights, the Gaussian kernel never forms its ``(Lq, Lk)`` scores (the augmented
-    dot product goes to the fused kernel), and its output and the gradients of queries, keys,
-    values and a learned bandwidth are those of the explicit scores, whatever the mask."""
+    dot product goes to the fused kernel, not its math fallback, though the value width differs
+    from the augmented one), and its output and the gradients of queries, keys, values and a
+    learned bandwidth are those of the explicit scores, whatever the mask."""
     batch, lq, lk = 3, 5 if case != "causal_fewer_queries" else 2, 5
     attention = zoo.create_attention("gaussian_kernel", bandwidth=BANDWIDTH, learnable=True).double()
     inputs = [torch.randn(batch, 2, n, 4, dtype=torch.float64, requires_grad=True) for n in (lq, lk)]
@@ -270,7 +272,9 @@ def test_gaussian_kernel_runs_in_the_fused_kernel_without_weights(monkeypatch, c
 
     expected = output_and_grads(need_weights=True)
     monkeypatch.setattr(type(attention), "score", lambda *a: pytest.fail("formed (Lq, Lk) scores"))
-    for ours, reference in zip(output_and_grads(need_weights=False), expected, strict=True):
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        fused = output_and_grads(need_weights=False)
+    for ours, reference in zip(fused, expected, strict=True):
         torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-12)
 
 
@@ -347,6 +351,25 @@ def test_dot_product_fused_path_equals_explicit_path(case: str) -> None:
     fused = attention(q, k, v, need_weights=False, **masks)
     explicit = attention(q, k, v, need_weights=True, **masks)
     assert fused.weights is None and explicit.weights is not None
+    torch.testing.assert_close(fused.output, explicit.output, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["none", "valid_lens", "causal"])
+def test_dot_product_with_a_position_bias_runs_in_the_fused_kernel(case: str) -> None:
+    """A fixed ``(heads, Lq, Lk)`` bias (ALiBi's) reaches the fused kernel (not its math fallback,
+    which forms the scores) as a mask of the inputs' rank, and gives the explicit formulation's
+    output. (A learned bias, T5's, needs its gradient, which only the math form gives on CPU.)"""
+    batch, heads, length = 2, 2, 5
+    attention = build_scoring("dot_product", torch.float64)
+    q, k, v = (torch.randn(batch, heads, length, 4, dtype=torch.float64) for _ in range(3))
+    kwargs: dict = {"position_bias": zoo.create_position("alibi", d_model=8, num_heads=heads).double()}
+    if case == "causal":
+        kwargs["is_causal"] = True
+    elif case == "valid_lens":
+        kwargs["valid_lens"] = torch.tensor([5, 2])[:, None].expand(batch, heads)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        fused = attention(q, k, v, need_weights=False, **kwargs)
+    explicit = attention(q, k, v, need_weights=True, **kwargs)
     torch.testing.assert_close(fused.output, explicit.output, rtol=1e-12, atol=1e-12)
 
 

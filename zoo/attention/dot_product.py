@@ -88,7 +88,9 @@ def fused_attention(
     bias, ``Lq == Lk``: the kernel aligns top-left, the zoo bottom-right, and the two agree
     there); a single query over cached keys sees them all and needs none; in every other case
     causality is merged into the boolean mask. A positional bias then becomes the float mask: the
-    bias, ``-inf`` where that hides a key. ``mask`` is :meth:`Attention.attend`'s.
+    bias, ``-inf`` where that hides a key. ``mask`` is :meth:`Attention.attend`'s; it gets leading
+    unit axes up to the inputs' rank, since on CPU the fused kernel refuses a ``(heads, Lq, Lk)``
+    mask and the math fallback would hold the scores.
     """
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     fused_causal = is_causal and mask is None and position_bias is None and num_queries == num_keys
@@ -97,6 +99,8 @@ def fused_attention(
     if position_bias is not None:
         bias = position_bias_grid(position_bias, num_queries, num_keys, queries.device).to(queries.dtype)
         mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+    if mask is not None and mask.dim() < queries.dim():  # the fused kernels take a mask of the inputs' rank
+        mask = mask[(None,) * (queries.dim() - mask.dim())]
     return F.scaled_dot_product_attention(
         queries,
         keys,

@@ -4,7 +4,11 @@ A query's weights are a softmax over keys of ``-(w^2 / 2) |q - k|^2 = w^2 q.k - 
 - (w^2 / 2) |q|^2``. The last term is the same for every key of a query, so the softmax drops it,
 and what remains is a dot product of ``q' = [w^2 q, 1]`` with ``k' = [k, -(w^2 / 2) |k|^2]``: the
 fused kernel of scaled dot-product attention at scale 1, one more feature per head, at the cost of
-``dot_product`` and without ``(Lq, Lk)`` scores in memory when no weights are asked for.
+``dot_product`` and without ``(Lq, Lk)`` scores in memory when no weights are asked for. The
+kernel's fused forms take one head width for queries, keys and values (and, on CUDA, a multiple
+of 8), and any other shape falls back to the math form that holds the scores; so queries, keys
+and values are zero-padded to a common width (zeros add nothing to a dot product) and the
+output's padding is cut off.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.base import Attention, AttentionOutput, PositionBias
@@ -74,11 +79,17 @@ class GaussianKernelAttention(Attention):
         half_sq_width = 0.5 * self.inverse_bandwidth.to(queries.dtype).pow(2)
         augmented_queries = torch.cat([2 * half_sq_width * queries, queries.new_ones(*queries.shape[:-1], 1)], -1)
         augmented_keys = torch.cat([keys, -half_sq_width * keys.pow(2).sum(-1, keepdim=True)], -1)
+        value_width = values.shape[-1]
+        width = max(augmented_queries.shape[-1], value_width)
+        if queries.device.type == "cuda":
+            width = -(-width // 8) * 8
         output = fused_attention(
-            augmented_queries, augmented_keys, values, mask, is_causal=is_causal, position_bias=position_bias,
-            dropout_p=self.active_dropout, scale=1.0,
+            F.pad(augmented_queries, (0, width - augmented_queries.shape[-1])),
+            F.pad(augmented_keys, (0, width - augmented_keys.shape[-1])),
+            F.pad(values, (0, width - value_width)),
+            mask, is_causal=is_causal, position_bias=position_bias, dropout_p=self.active_dropout, scale=1.0,
         )  # fmt: skip
-        return AttentionOutput(output, None)
+        return AttentionOutput(output[..., :value_width], None)
 
     def extra_repr(self) -> str:
         learnable = isinstance(self.inverse_bandwidth, nn.Parameter)
