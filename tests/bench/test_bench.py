@@ -102,7 +102,7 @@ def test_bench_attention_on_a_tiny_grid(in_tmp, capsys) -> None:
     )
     out = capsys.readouterr().out
     names = [case["name"] for case in payload["cases"]]
-    assert names[:4] == ["floor", "explicit", "torch_mha", "multi_head"]
+    assert names[:5] == ["floor", "explicit", "torch_mha", "multi_head", "multi_head_alibi"]
     assert set(scoring_names()) | {"additive_broadcast"} <= set(names)
     for case in payload["cases"]:
         assert [r["length"] for r in case["results"]] == [16, 32]

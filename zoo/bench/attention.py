@@ -35,6 +35,7 @@ from zoo.attention.factory import scoring_names
 from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
 from zoo.bench.report import markdown_table
 from zoo.bench.sweep import OnLength, SweepSettings, Workload, growth, sweep_lengths, time_cell
+from zoo.positions.alibi import ALiBi
 
 __all__ = ["AttentionBenchConfig", "Case", "attention_cases", "run_attention_bench"]
 
@@ -169,6 +170,16 @@ def attention_cases() -> list[Case]:
             "floor",
             _layer_workload(
                 lambda c: MultiHeadAttention(c.d_model, c.heads),
+                lambda m, x, lens, causal: m(x, x, x, lens, is_causal=causal).output,
+            ),
+        ),
+        Case(
+            "multi_head_alibi",
+            "layer",
+            "zoo multi_head with an ALiBi bias (a float mask in the fused kernel)",
+            "multi_head",
+            _layer_workload(
+                lambda c: MultiHeadAttention(c.d_model, c.heads, position=ALiBi(c.heads, causal=c.causal)),
                 lambda m, x, lens, causal: m(x, x, x, lens, is_causal=causal).output,
             ),
         ),
