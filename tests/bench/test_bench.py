@@ -197,6 +197,31 @@ def test_bench_attention_causal_without_padding_measures_the_is_causal_floor(in_
     assert calls and set(calls) == {(True, True)}
 
 
+@pytest.mark.parametrize("padding", [[], ["--no-padding"]], ids=["padded", "unpadded"])
+def test_bench_attention_alibi_case_passes_its_bias_to_the_fused_kernel(in_tmp, monkeypatch, padding) -> None:
+    """``multi_head_alibi`` hands SDPA a float mask of the inputs' rank (the bias), and runs under
+    the flash backend alone: the case times the fused kernel with a bias, not the math fallback."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    masks, kernel = [], F.scaled_dot_product_attention
+
+    def spy(query, *args, **kwargs):
+        mask = kwargs.get("attn_mask")
+        masks.append(None if mask is None else (mask.dtype, mask.dim() == query.dim()))
+        return kernel(query, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        payload = _bench(
+            "attention",
+            *[*padding, "--cases", "multi_head_alibi", "--lengths", "16", *ONE_QUICK_REPEAT],
+            *["--out", "a.json", "--plot", "a.png"],
+        )
+    assert payload["cases"][0]["results"][0]["status"] == "ok"
+    assert masks and set(masks) == {(torch.float32, True)}
+
+
 def test_bench_decode_compares_key_value_head_counts(fra_eng_slice, in_tmp, capsys) -> None:
     kwargs = json.dumps({"d_model": 32, "ffn_hidden": 32, "num_heads": 4})
     results = _bench(

@@ -35,7 +35,7 @@ from zoo.attention.factory import scoring_names
 from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
 from zoo.bench.report import markdown_table
 from zoo.bench.sweep import OnLength, SweepSettings, Workload, growth, sweep_lengths, time_cell
-from zoo.positions.alibi import ALiBi
+from zoo.positions import ALiBi
 
 __all__ = ["AttentionBenchConfig", "Case", "attention_cases", "run_attention_bench"]
 
@@ -135,6 +135,11 @@ def _scoring_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module
     return build
 
 
+def _self_attend(layer: nn.Module, x: Tensor, valid_lens: Tensor | None, causal: bool) -> Tensor:
+    """A zoo layer's self-attention output."""
+    return layer(x, x, x, valid_lens, is_causal=causal).output
+
+
 def attention_cases() -> list[Case]:
     """Every case, references first, then the registered scoring attentions by name."""
     cases = [
@@ -168,10 +173,7 @@ def attention_cases() -> list[Case]:
             "layer",
             "zoo multi_head (dot_product per head)",
             "floor",
-            _layer_workload(
-                lambda c: MultiHeadAttention(c.d_model, c.heads),
-                lambda m, x, lens, causal: m(x, x, x, lens, is_causal=causal).output,
-            ),
+            _layer_workload(lambda c: MultiHeadAttention(c.d_model, c.heads), _self_attend),
         ),
         Case(
             "multi_head_alibi",
@@ -180,7 +182,7 @@ def attention_cases() -> list[Case]:
             "multi_head",
             _layer_workload(
                 lambda c: MultiHeadAttention(c.d_model, c.heads, position=ALiBi(c.heads, causal=c.causal)),
-                lambda m, x, lens, causal: m(x, x, x, lens, is_causal=causal).output,
+                _self_attend,
             ),
         ),
     ]
