@@ -209,10 +209,11 @@ def test_training_batches(dm: FraEngDataModule) -> None:
 
 
 def test_validation_batches_carry_sources_and_references(dm: FraEngDataModule) -> None:
-    batch = next(iter(dm.val_dataloader()))
+    loader = dm.val_dataloader()
+    batch = next(iter(loader))
     assert set(batch) == {"src", "src_lens", "tgt_in", "tgt_out", "tgt_lens", "sources", "references"}
     _check_rows(batch, dm.eos_idx, dm.bos_idx)
-    items = dm.splits.validation[: len(batch["sources"])]
+    items = [dm.splits.validation[i] for i in loader.sampler.indices[: len(batch["sources"])]]
     assert batch["sources"] == [item.source for item in items]
     assert batch["references"] == [item.references for item in items]
     for row, item in enumerate(items):

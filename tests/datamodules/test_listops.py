@@ -181,3 +181,15 @@ def test_limit_train_predict_inputs_and_the_length_limit(tmp_path: Path) -> None
         ListOpsDataModule(
             path=str(tmp_path), predict_texts=["[SM " + "1 " * 30 + "]"], min_length=10, max_length=20
         ).predict_dataloader()
+
+
+def test_evaluation_batches_expressions_of_similar_length(tmp_path: Path) -> None:
+    module = ListOpsDataModule(path=str(tmp_path), num_train=8, num_val=48, num_test=8, batch_size=8, **SMALL)
+    module.prepare_data()
+    module.setup("validate")
+    batches = list(module.val_dataloader())
+    padded = sum(batch["tokens"].numel() - int(batch["valid_lens"].sum()) for batch in batches)
+    lengths = [len(encode(text)) for text, _ in read_tsv(tmp_path / SPLIT_FILES["validation"])]
+    assert sorted(int(n) for batch in batches for n in batch["valid_lens"]) == sorted(lengths)  # every row once
+    in_file_order = sum(8 * max(lengths[i : i + 8]) - sum(lengths[i : i + 8]) for i in range(0, 48, 8))
+    assert padded * 4 < in_file_order

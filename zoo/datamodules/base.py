@@ -1,6 +1,6 @@
 """What the corpus data modules share: checked arguments, the cache, the stage-to-split table,
-the setup loop, the loaders (bucketed and resumable for training, whole batches per process for
-evaluation, pinned on a GPU) and the predict inputs.
+the setup loop, the loaders (bucketed by length; resumable for training, whole batches per process for
+evaluation; pinned on a GPU) and the predict inputs.
 
 A corpus module says only what is specific to it: how to read and split the corpus
 (:meth:`CorpusDataModule.build_split`), its collator, the length each training example is
@@ -126,8 +126,8 @@ class CorpusDataModule(L.LightningDataModule):
         """The encoded rows of ``split`` (one of :data:`SPLITS`)."""
         raise NotImplementedError
 
-    def sort_keys(self, train: Columns) -> np.ndarray:
-        """One number per training row; batches group rows with close numbers (little padding)."""
+    def sort_keys(self, rows: Columns) -> np.ndarray:
+        """One number per row of a split; batches group rows with close numbers (little padding)."""
         raise NotImplementedError
 
     def predict_dataset(self, inputs: list[Any]) -> Columns:
@@ -166,14 +166,13 @@ class CorpusDataModule(L.LightningDataModule):
         return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())
 
     def val_dataloader(self) -> DataLoader:
-        """Validation batches in order; under several processes, each gets whole batches (no repeats)."""
-        return evaluation_loader(
-            self._dataset("validation", "validate"), self.batch_size, self.trainer, **self._loader_kwargs()
-        )
+        """Validation batches of rows of similar length; under several processes, each gets whole
+        batches (no repeats)."""
+        return self._evaluation_loader(self._dataset("validation", "validate"))
 
     def test_dataloader(self) -> DataLoader:
-        """Test batches in order; under several processes, each gets whole batches (no repeats)."""
-        return evaluation_loader(self._dataset("test", "test"), self.batch_size, self.trainer, **self._loader_kwargs())
+        """Test batches of rows of similar length; under several processes, each gets whole batches (no repeats)."""
+        return self._evaluation_loader(self._dataset("test", "test"))
 
     def predict_dataloader(self) -> DataLoader:
         """Batches of ``predict_texts`` or the lines of ``predict_file``."""
@@ -186,6 +185,11 @@ class CorpusDataModule(L.LightningDataModule):
                 f"The {split} split of {self.name} is not set up: call setup({stage!r}) first (a Trainer does this itself)."
             )
         return self._datasets[split]
+
+    def _evaluation_loader(self, dataset: Columns) -> DataLoader:
+        return evaluation_loader(
+            dataset, self.batch_size, self.trainer, sort_keys=self.sort_keys(dataset), **self._loader_kwargs()
+        )
 
     def _loader_kwargs(self) -> dict[str, Any]:
         return {"collate_fn": self.collator, **loader_options(self.trainer, self.num_workers)}

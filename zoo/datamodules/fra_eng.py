@@ -263,10 +263,10 @@ class FraEngDataModule(CorpusDataModule):
         self._require_rows(split)
         return self._encode_train() if split == "train" else self._encode_eval(split)
 
-    def sort_keys(self, train: Columns) -> np.ndarray:
+    def sort_keys(self, rows: Columns) -> np.ndarray:
         # Sort by source length, then target length: about 7% padding on the full corpus, where
         # sorting by the sum of both lengths leaves 23% and random batches 62%.
-        src_lens, tgt_lens = train.src.lengths, train.tgt.lengths
+        src_lens, tgt_lens = rows.src.lengths, rows.tgt.lengths
         return src_lens * (int(tgt_lens.max()) + 1) + tgt_lens
 
     def predict_dataset(self, inputs: list[Any]) -> Columns:

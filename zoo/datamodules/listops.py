@@ -179,8 +179,8 @@ class ListOpsDataModule(CorpusDataModule):
             tokens=self._token_ids([text for text, _ in rows], str(path)), labels=[target for _, target in rows]
         )
 
-    def sort_keys(self, train: Columns) -> np.ndarray:
-        return train.tokens.lengths
+    def sort_keys(self, rows: Columns) -> np.ndarray:
+        return rows.tokens.lengths
 
     def predict_dataset(self, inputs: list[Any]) -> Columns:
         where = "predict_texts" if self.predict_file is None else f"the lines of {self.predict_file}"

@@ -12,7 +12,9 @@ padding), so summed metric states, and hence BLEU, accuracy and the rest, are ex
 one process. Processes may run one batch more than others, which evaluation allows: the tasks'
 metrics are torchmetrics objects synchronised once, at epoch end, and nothing communicates per
 evaluation step. Each process needs at least one batch, so a split with fewer batches than
-processes is cut into smaller ones.
+processes is cut into smaller ones. Given the rows' lengths, the pass batches rows of similar
+length (:func:`~zoo.datamodules.sampling.length_batches`), as training does: the metrics are sums
+over rows, so only the padding, and the time spent on it, changes.
 
 **Training must resume where it stopped.** :class:`ResumableDataLoader` implements the
 ``state_dict``/``load_state_dict`` pair that Lightning saves with a checkpoint, recording how
@@ -30,12 +32,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Sequence, Sized
 from typing import Any
 
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
+
+from zoo.datamodules.sampling import length_batches
 
 __all__ = ["GPU_WORKERS", "ResumableDataLoader", "WholeBatchSampler", "evaluation_loader", "loader_options"]
 
@@ -59,24 +63,18 @@ def loader_options(trainer: L.Trainer | None, num_workers: int | None) -> dict[s
 
 
 class WholeBatchSampler(DistributedSampler):
-    """The examples of batches ``rank, rank + W, ...`` of a sequential pass in batches of ``batch_size``.
+    """The rows of batches ``rank, rank + W, ...`` of ``batches`` (the single-process pass), in order.
 
     Cut into batches of ``batch_size`` again by the DataLoader, this process's share yields
-    exactly those batches: every share is made of whole batches, and the only short batch,
-    the last of the split, ends the share it belongs to. No example is repeated or dropped.
+    exactly those batches, provided only the last of ``batches`` is short: every share is made of
+    whole batches, and the short one ends the share it belongs to. No row is repeated or dropped.
     A ``DistributedSampler`` subclass, so that Lightning does not replace it.
     """
 
-    def __init__(self, dataset: Sized, batch_size: int, num_replicas: int, rank: int) -> None:
+    def __init__(self, dataset: Sized, batches: Sequence[Sequence[int]], num_replicas: int, rank: int) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)  # type: ignore[arg-type]
-        size = len(dataset)
-        self.batch_size = batch_size
-        self.indices = [
-            index
-            for batch in range(rank, math.ceil(size / batch_size), num_replicas)
-            for index in range(batch * batch_size, min(size, (batch + 1) * batch_size))
-        ]
-        self.num_samples, self.total_size = len(self.indices), size
+        self.indices = [index for batch in batches[rank::num_replicas] for index in batch]
+        self.num_samples, self.total_size = len(self.indices), len(dataset)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices)
@@ -85,24 +83,31 @@ class WholeBatchSampler(DistributedSampler):
         return self.num_samples
 
 
-def evaluation_loader(dataset: Dataset, batch_size: int, trainer: L.Trainer | None, **kwargs: Any) -> DataLoader:
-    """A sequential validation or test loader; under several processes, this process's whole batches.
+def evaluation_loader(
+    dataset: Dataset, batch_size: int, trainer: L.Trainer | None, sort_keys: Sequence[int] | None = None, **kwargs: Any
+) -> DataLoader:
+    """A validation or test loader: one pass over every row; under several processes, this process's whole batches.
 
-    ``trainer`` is the data module's (None outside a Trainer: one process). ``kwargs`` go to
-    the DataLoader (``collate_fn``, ``num_workers``, ...).
+    ``trainer`` is the data module's (None outside a Trainer: one process). With ``sort_keys``
+    (one number per row, e.g. its length) rows are batched with their neighbours in that order
+    (:func:`~zoo.datamodules.sampling.length_batches`); without, in dataset order. ``kwargs`` go
+    to the DataLoader (``collate_fn``, ``num_workers``, ...).
 
     Raises:
         ValueError: the split has fewer examples than there are processes.
     """
-    placement = trainer.distributed_sampler_kwargs if trainer is not None else None
-    if not placement or placement["num_replicas"] == 1:
-        return DataLoader(dataset, batch_size=batch_size, shuffle=False, **kwargs)
-    size, processes = len(dataset), placement["num_replicas"]  # type: ignore[arg-type]
+    size = len(dataset)  # type: ignore[arg-type]
+    placement = (trainer.distributed_sampler_kwargs if trainer is not None else None) or {"num_replicas": 1, "rank": 0}
+    processes = placement["num_replicas"]
     if size < processes:
         raise ValueError(f"An evaluation split of {size} examples cannot give each of {processes} processes one.")
     if math.ceil(size / batch_size) < processes:
         batch_size = size // processes  # at least one batch per process, or a process would wait forever
-    sampler = WholeBatchSampler(dataset, batch_size, num_replicas=processes, rank=placement["rank"])  # type: ignore[arg-type]
+    if sort_keys is None:
+        batches = [range(start, min(size, start + batch_size)) for start in range(0, size, batch_size)]
+    else:
+        batches = length_batches(sort_keys, batch_size)
+    sampler = WholeBatchSampler(dataset, batches, num_replicas=processes, rank=placement["rank"])  # type: ignore[arg-type]
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
 
 

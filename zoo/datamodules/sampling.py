@@ -1,9 +1,10 @@
-"""Batch samplers that keep batches nearly uniform in length, so little of each batch is padding.
+"""Batches nearly uniform in length, so little of each batch is padding: for training and for evaluation.
 
 Shared by every text data module: translation pairs sort by source then target length, texts to
-classify by their length. Both samplers are deterministic given ``(seed, epoch)``, so a resumed
-run sees the same batches as an uninterrupted one. They work on NumPy arrays on the host (sort
-keys are the lengths the data module stores at setup), never on tensors, so drawing a batch
+classify by their length. Training's samplers are deterministic given ``(seed, epoch)``, so a
+resumed run sees the same batches as an uninterrupted one; evaluation's batches
+(:func:`length_batches`) are the same on every pass. Everything works on NumPy arrays on the host
+(sort keys are the lengths the data module stores at setup), never on tensors, so drawing a batch
 never waits on a GPU.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from torch.utils.data import BatchSampler, Sampler
 
-__all__ = ["BucketBatchSampler", "EpochShuffleSampler"]
+__all__ = ["BucketBatchSampler", "EpochShuffleSampler", "length_batches"]
 
 
 class EpochShuffleSampler(Sampler[int]):
@@ -85,3 +86,20 @@ class BucketBatchSampler(BatchSampler):
         order = np.random.default_rng([self.seed, getattr(self.sampler, "epoch", 0), 1]).permutation(len(batches))
         for index in order:
             yield batches[index].tolist()
+
+
+def length_batches(sort_keys: Sequence[int], batch_size: int, seed: int = 0) -> list[list[int]]:
+    """All rows in batches of neighbours in ``sort_keys`` order, the batches in an order fixed by ``seed``.
+
+    Evaluation's pass: every row once, and each batch padded to about its own rows' length rather
+    than to the longest of ``batch_size`` rows in dataset order, which a quadratic attention pays
+    for squared. The batches are shuffled (not shortest first) so that the first few, which a
+    sanity check, ``limit_val_batches`` or the heatmap examples read, are a sample of every length.
+    The one short batch comes last, so that the rows of the batches, read in order and cut every
+    ``batch_size``, give back these batches.
+    """
+    order = np.argsort(np.asarray(sort_keys), kind="stable")
+    batches = [order[start : start + batch_size].tolist() for start in range(0, len(order), batch_size)]
+    full = len(order) // batch_size
+    shuffled = np.random.default_rng(seed).permutation(full)
+    return [batches[i] for i in shuffled] + batches[full:]

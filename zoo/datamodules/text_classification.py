@@ -182,8 +182,8 @@ class TextClassificationDataModule(CorpusDataModule):
         )
         return Columns(tokens=TokenIds(rows["ids"][:]), labels=rows[self.label_column][:])
 
-    def sort_keys(self, train: Columns) -> np.ndarray:
-        return train.tokens.lengths
+    def sort_keys(self, rows: Columns) -> np.ndarray:
+        return rows.tokens.lengths
 
     def predict_dataset(self, inputs: list[Any]) -> Columns:
         check_texts(inputs, "predict_texts" if self.predict_file is None else f"the lines of {self.predict_file}")
