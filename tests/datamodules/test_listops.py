@@ -11,6 +11,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
+from torch.utils.data import DataLoader
 
 from tests.helpers import PROJECT_ROOT
 from zoo.datamodules import ListOpsDataModule
@@ -187,9 +189,22 @@ def test_evaluation_batches_expressions_of_similar_length(tmp_path: Path) -> Non
     module = ListOpsDataModule(path=str(tmp_path), num_train=8, num_val=48, num_test=8, batch_size=8, **SMALL)
     module.prepare_data()
     module.setup("validate")
-    batches = list(module.val_dataloader())
+    loader = module.val_dataloader()
+    batches = list(loader)
     padded = sum(batch["tokens"].numel() - int(batch["valid_lens"].sum()) for batch in batches)
     lengths = [len(encode(text)) for text, _ in read_tsv(tmp_path / SPLIT_FILES["validation"])]
     assert sorted(int(n) for batch in batches for n in batch["valid_lens"]) == sorted(lengths)  # every row once
     in_file_order = sum(8 * max(lengths[i : i + 8]) - sum(lengths[i : i + 8]) for i in range(0, 48, 8))
     assert padded * 4 < in_file_order
+    # Each row's logits are those of the same row batched in file order: the metrics do not change.
+    torch.manual_seed(0)
+    task = Classifier(
+        vocab_size=module.vocab_size, num_classes=10, d_model=16, num_heads=2, num_layers=1, ffn_hidden=16
+    )
+    task.eval()
+    in_order = DataLoader(loader.dataset, batch_size=8, collate_fn=module.collator)
+    with torch.inference_mode():
+        by_length = torch.cat([task(batch["tokens"], batch["valid_lens"]) for batch in batches])
+        expected = torch.cat([task(batch["tokens"], batch["valid_lens"]) for batch in in_order])
+    assert not torch.allclose(by_length, expected, atol=1e-3)  # the order did change
+    torch.testing.assert_close(by_length, expected[loader.sampler.indices], rtol=1e-5, atol=1e-5)
