@@ -35,11 +35,9 @@ def padding(loader: Iterable[dict[str, Any]]) -> dict[str, float]:
     positions = valid = cells = 0
     for batch in loader:
         rows, length = batch["tokens"].shape
-        positions, valid, cells = (
-            positions + rows * length,
-            valid + int(batch["valid_lens"].sum()),
-            cells + rows * length**2,
-        )
+        positions += rows * length
+        valid += int(batch["valid_lens"].sum())
+        cells += rows * length**2
     return {"padded_share": 1 - valid / positions, "score_cells": float(cells)}
 
 
