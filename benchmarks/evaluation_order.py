@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -76,8 +75,7 @@ def main() -> None:
     payload = {"split": args.split, "rows": len(by_length.dataset), **results}
     print(json.dumps(payload, indent=2))
     if args.out:
-        info = environment(torch.device("cpu"), sys.argv[1:])
-        info["command"] = "python benchmarks/evaluation_order.py " + shlex.join(sys.argv[1:])
+        info = environment(torch.device("cpu"), sys.argv[1:], program="python benchmarks/evaluation_order.py")
         write_json(args.out, {"environment": info, **payload})
 
 

@@ -16,7 +16,7 @@ import torch
 
 from zoo.attention.factory import scoring_names
 from zoo.bench.measure import Summary, TooSlow, peak_memory, time_round_robin
-from zoo.bench.report import growth_exponent, markdown_table
+from zoo.bench.report import environment, growth_exponent, markdown_table
 from zoo.cli import main
 
 SMALL_TRANSLATOR = json.dumps({"d_model": 32, "ffn_hidden": 32, "num_heads": 2})
@@ -92,6 +92,15 @@ def test_markdown_table_lines_up() -> None:
     table = markdown_table(["a", "long header"], [[1, 2], ["wide cell", 3]])
     lines = table.splitlines()
     assert len({len(line) for line in lines}) == 1 and lines[1].startswith("|---")
+
+
+def test_environment_names_the_program_that_ran_the_arguments() -> None:
+    cpu = torch.device("cpu")
+    assert environment(cpu, ["bench", "attention", "--lengths", "16 32"])["command"] == (
+        "python -m zoo bench attention --lengths '16 32'"
+    )
+    script = environment(cpu, ["--split", "test"], program="python benchmarks/evaluation_order.py")
+    assert script["command"] == "python benchmarks/evaluation_order.py --split test"
 
 
 def test_bench_attention_on_a_tiny_grid(in_tmp, capsys) -> None:

@@ -78,10 +78,14 @@ def _version(package: str) -> str | None:
         return None
 
 
-def environment(device: torch.device, argv: Sequence[str]) -> dict[str, Any]:
-    """The machine, the versions and the command: what a result needs to be reproduced."""
+def environment(device: torch.device, argv: Sequence[str], program: str = "python -m zoo") -> dict[str, Any]:
+    """The machine, the versions and the command: what a result needs to be reproduced.
+
+    ``program`` is what ran ``argv``: the zoo's command line by default, a script's path for a
+    benchmark script.
+    """
     info: dict[str, Any] = {
-        "command": "python -m zoo " + shlex.join(argv),
+        "command": f"{program} {shlex.join(argv)}",
         "machine": platform.machine(),
         "cpu": _cpu_model(),
         "system": platform.platform(),
