@@ -20,7 +20,7 @@ import zoo
 from tests.helpers import SHARED_DATA
 from tests.helpers.cli import QUIET
 from tests.helpers.training import quiet_trainer
-from zoo.cli import main
+from zoo.commands import main
 from zoo.datamodules import FraEngDataModule, SST2DataModule, SyntheticRegressionDataModule
 from zoo.errors import CheckpointError
 from zoo.provenance import package_versions

@@ -21,7 +21,7 @@ import torch
 
 from tests.helpers import PROJECT_ROOT
 from tests.helpers.steplog import read_losses
-from zoo.cli import main
+from zoo.commands import main
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 TWO_PROCESSES = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"]

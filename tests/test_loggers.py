@@ -12,7 +12,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from wandb.proto import wandb_internal_pb2
 
-from zoo.cli import main
+from zoo.commands import main
 
 FIT = [
     "fit",

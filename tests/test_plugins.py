@@ -21,7 +21,7 @@ import pytest
 import zoo
 from tests.helpers import write_distribution
 from tests.helpers.cli import QUIET, SMALL, flags
-from zoo.cli import main
+from zoo.commands import main
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import PluginImportError
 from zoo.plugins import ENV_VAR, pop_import_flags

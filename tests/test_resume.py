@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.helpers.steplog import read_losses, read_validated
-from zoo.cli import main
+from zoo.commands import main
 from zoo.resume import Resumable
 
 

@@ -7,6 +7,7 @@ from zoo.attention import (
     Attention,
     AttentionLayer,
     AttentionOutput,
+    AttentionSpec,
     CrossAttention,
     DotProductAttention,
     GaussianKernelAttention,
@@ -35,10 +36,10 @@ from zoo.positions import (
     register_position,
 )
 from zoo.registry import DuplicateNameError, Registry, UnknownArgumentError, UnknownNameError
+from zoo.version import __version__
 from zoo import testing
 from zoo.testing import check_attention
 
-__version__ = "0.1.0"  # the only place: pyproject.toml reads it from here
 
 __all__ = [
     "ATTENTION_REGISTRY",
@@ -48,6 +49,7 @@ __all__ = [
     "Attention",
     "AttentionLayer",
     "AttentionOutput",
+    "AttentionSpec",
     "CrossAttention",
     "DotProductAttention",
     "DuplicateNameError",

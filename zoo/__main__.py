@@ -1,6 +1,6 @@
 """``python -m zoo``: see :mod:`zoo.cli`."""
 
-from zoo.cli import main
+from zoo.commands import main
 
 if __name__ == "__main__":
     main()

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-import zoo
+from zoo.version import __version__
 
 __all__ = ["RECORD_FORMAT", "RECORD_KEY", "package_versions", "run_record", "run_seed"]
 
@@ -34,7 +34,7 @@ def package_versions() -> dict[str, str | None]:
     versions: dict[str, str | None] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "attention-zoo": zoo.__version__,
+        "attention-zoo": __version__,
         "torch": str(torch.__version__),  # a TorchVersion, which weights_only loading refuses
         "cuda": torch.version.cuda,
     }

@@ -86,7 +86,7 @@ def test_chunk_bytes_must_be_positive() -> None:
 
 def test_gradients_reach_the_parameters_inside_a_layer() -> None:
     layer = zoo.create_attention(
-        "self", embed_dim=8, num_heads=2, attention="additive", attention_kwargs={"chunk_bytes": 64}
+        "self", embed_dim=8, num_heads=2, attention=zoo.AttentionSpec("additive", {"chunk_bytes": 64})
     ).double()
     params = {name: p.detach().clone().requires_grad_() for name, p in layer.named_parameters()}
     x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)

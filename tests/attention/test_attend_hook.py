@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.attention import Attention, AttentionOutput, DotProductAttention
-from zoo.attention import dot_product as dot_product_module
+from zoo.attention.kernels import sdpa as sdpa_module
 from zoo.attention.masking import causal_mask, masked_softmax
 from zoo.models.transformer import Transformer
 
@@ -43,7 +43,7 @@ def test_kernel_gets_the_causal_flag_and_no_mask_when_that_is_exact(monkeypatch:
         calls.append((kwargs["attn_mask"], kwargs["is_causal"]))
         return kernel(*args, **kwargs)
 
-    monkeypatch.setattr(dot_product_module.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(sdpa_module.F, "scaled_dot_product_attention", spy)
     attention, x = DotProductAttention(), torch.randn(2, 5, 4)
     attention(x, x, x, is_causal=True)  # square, no mask: the flag alone
     attention(x[:, -1:], x, x, is_causal=True)  # one cached query sees every key: nothing

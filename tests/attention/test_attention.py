@@ -181,7 +181,9 @@ def test_worked_example_dot_product(need_weights: bool) -> None:
 
 
 def test_worked_example_multi_head() -> None:
-    attention = zoo.create_attention("multi_head", embed_dim=100, num_heads=5, dropout=0.5).eval()
+    attention = zoo.create_attention(
+        "multi_head", embed_dim=100, num_heads=5, attention=zoo.AttentionSpec(dropout=0.5)
+    ).eval()
     queries, keys = torch.ones(2, 4, 100), torch.ones(2, 6, 100)
     out, weights = attention(queries, keys, keys, torch.tensor([3, 2]), need_weights=True)
     assert out.shape == (2, 4, 100)
@@ -511,11 +513,11 @@ def test_layers_run_any_scoring_attention_per_head(score: str) -> None:
 
 def test_attention_kwargs_reach_the_scoring_attention() -> None:
     layer = zoo.create_attention(
-        "self", embed_dim=8, num_heads=2, attention="gaussian_kernel", attention_kwargs={"bandwidth": 3.0}
+        "self", embed_dim=8, num_heads=2, attention=zoo.AttentionSpec("gaussian_kernel", {"bandwidth": 3.0})
     )
     assert layer.score_attention.bandwidth == pytest.approx(3.0)
     layer = zoo.create_attention(
-        "self", embed_dim=8, num_heads=2, attention="additive", attention_kwargs={"num_hiddens": 5}
+        "self", embed_dim=8, num_heads=2, attention=zoo.AttentionSpec("additive", {"num_hiddens": 5})
     )
     assert layer.score_attention.query_proj.weight.shape == (5, 4)
 

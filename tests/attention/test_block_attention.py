@@ -7,7 +7,7 @@ import torch
 from torch.profiler import profile
 
 from zoo.attention import create_scoring_attention
-from zoo.attention.blocks import block_attention
+from zoo.attention.kernels import block_attention
 
 
 def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

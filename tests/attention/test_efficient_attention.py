@@ -320,7 +320,7 @@ def test_variant_keeps_the_attention_contract(name: str, kwargs: dict) -> None:
 def test_variant_is_usable_per_head_and_declares_no_position_bias(name: str) -> None:
     assert zoo.get_attention(name).supports_position_bias is False
     layer = zoo.create_attention(
-        "self", embed_dim=16, num_heads=2, num_kv_heads=1, attention=name
+        "self", embed_dim=16, num_heads=2, attention=zoo.AttentionSpec(name, num_kv_heads=1)
     )  # grouped: keys repeated
     x = torch.randn(2, 10, 16)
     with warnings.catch_warnings():
@@ -390,7 +390,7 @@ def test_step_by_step_decoding_equals_the_whole_causal_sequence(name: str, kwarg
 @pytest.mark.parametrize(("name", "kwargs"), [("linformer", {"max_len": 16}), ("bigbird", {"block_size": 2})])
 def test_a_layer_declares_what_its_per_head_attention_lacks(name: str, kwargs: dict) -> None:
     """A self-attention layer over a non-causal variant says so, and the kit checks its refusal."""
-    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, attention=name, attention_kwargs=kwargs)
+    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, attention=zoo.AttentionSpec(name, kwargs))
     assert layer.supports_causal is False
     report = zoo.check_attention(layer)
     assert "causal" in report.skipped and "padding" in report.passed

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 import zoo
-from zoo.attention.blocks import rows_from
+from zoo.attention.kernels import rows_from
 from zoo.attention.masking import mask_at
 from zoo.bench.measure import peak_memory
 
@@ -476,7 +476,7 @@ def test_relative_bias_starts_as_plain_local_attention_and_learns() -> None:
 
 def test_a_multi_head_layer_gives_the_bias_its_head_count() -> None:
     layer = zoo.create_attention(
-        "self", embed_dim=12, num_heads=3, attention="local", attention_kwargs={"window": 5, "relative_bias": True}
+        "self", embed_dim=12, num_heads=3, attention=zoo.AttentionSpec("local", {"window": 5, "relative_bias": True})
     )
     assert layer.score_attention.relative_bias.shape == (3, 5 // 2 + 5)
     assert "score_attention.relative_bias" in dict(layer.named_parameters())
@@ -503,7 +503,7 @@ def test_relative_bias_keeps_the_contract() -> None:
     sequences (7 positions), whose masks assume every key in reach; the bias spans it all."""
     attention = zoo.create_attention("local", window=13, relative_bias=True)
     layer = zoo.create_attention(
-        "self", embed_dim=8, num_heads=2, attention="local", attention_kwargs={"window": 13, "relative_bias": True}
+        "self", embed_dim=8, num_heads=2, attention=zoo.AttentionSpec("local", {"window": 13, "relative_bias": True})
     )
     for module in (attention, layer):
         with torch.no_grad():

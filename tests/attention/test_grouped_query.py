@@ -36,7 +36,9 @@ def test_grouped_heads_equal_multi_head_with_repeated_key_value_heads(
 ) -> None:
     torch.manual_seed(0)
     layer = (
-        zoo.create_attention("multi_head", embed_dim=16, num_heads=4, num_kv_heads=num_kv_heads, attention=attention)
+        zoo.create_attention(
+            "multi_head", embed_dim=16, num_heads=4, attention=zoo.AttentionSpec(attention, num_kv_heads=num_kv_heads)
+        )
         .double()
         .eval()
     )
@@ -53,7 +55,7 @@ def test_grouped_heads_equal_multi_head_with_repeated_key_value_heads(
 def test_as_many_key_value_heads_as_query_heads_is_standard_multi_head_attention() -> None:
     torch.manual_seed(0)
     standard = zoo.create_attention("self", embed_dim=8, num_heads=2)
-    explicit = zoo.create_attention("self", embed_dim=8, num_heads=2, num_kv_heads=2)
+    explicit = zoo.create_attention("self", embed_dim=8, num_heads=2, attention=zoo.AttentionSpec(num_kv_heads=2))
     explicit.load_state_dict(standard.state_dict())
     x = torch.randn(2, 5, 8)
     torch.testing.assert_close(explicit(x, is_causal=True).output, standard(x, is_causal=True).output)
@@ -65,7 +67,7 @@ def test_a_key_value_head_count_that_does_not_divide_the_heads_is_refused() -> N
         ValueError,
         match=r"num_kv_heads must be a positive divisor of num_heads \(4\); got 3\. Choose one of \[1, 2, 4\]",
     ):
-        zoo.create_attention("self", embed_dim=8, num_heads=4, num_kv_heads=3)
+        zoo.create_attention("self", embed_dim=8, num_heads=4, attention=zoo.AttentionSpec(num_kv_heads=3))
 
 
 @pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
@@ -102,7 +104,7 @@ def test_sentiment_classifier_takes_grouped_heads() -> None:
 
 
 def test_grouped_kv_reaches_a_variant_that_declares_it_unexpanded(monkeypatch: pytest.MonkeyPatch) -> None:
-    layer = zoo.create_attention("self", embed_dim=16, num_heads=4, num_kv_heads=2)
+    layer = zoo.create_attention("self", embed_dim=16, num_heads=4, attention=zoo.AttentionSpec(num_kv_heads=2))
     seen = []
     original = type(layer.score_attention).attend
 
@@ -119,5 +121,7 @@ def test_grouped_kv_reaches_a_variant_that_declares_it_unexpanded(monkeypatch: p
 def test_grouped_layers_keep_the_attention_contract(layer: str, attention: str) -> None:
     from zoo.testing import check_attention
 
-    report = check_attention(layer, embed_dim=16, num_heads=4, num_kv_heads=2, attention=attention, dtypes=())
+    report = check_attention(
+        layer, embed_dim=16, num_heads=4, attention=zoo.AttentionSpec(attention, num_kv_heads=2), dtypes=()
+    )
     assert {"padding", "weights", "gradients"} <= set(report.passed)

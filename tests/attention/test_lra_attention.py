@@ -216,9 +216,9 @@ def test_a_layer_over_the_synthesizer_builds_only_the_projections_it_reads(mode:
     """No key projection (nor, for ``random``, a query projection): the layer keeps the whole
     contract, every parameter getting a gradient."""
     kwargs = {"mode": mode, "max_len": 8}
-    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, attention="synthesizer", attention_kwargs=kwargs)
+    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, attention=zoo.AttentionSpec("synthesizer", kwargs))
     assert layer.k_proj is None and (layer.q_proj is None) == (mode == "random")
-    assert check_attention("self", attention="synthesizer", attention_kwargs={"mode": mode}).passed == ALL_CHECKS
+    assert check_attention("self", attention=zoo.AttentionSpec("synthesizer", {"mode": mode})).passed == ALL_CHECKS
     with pytest.raises(ValueError, match="'synthesizer' reads no queries or no keys"):
         zoo.create_attention("multi_head", embed_dim=16, num_heads=2, attention="synthesizer").load_from_torch(
             torch.nn.MultiheadAttention(16, 2, batch_first=True)
@@ -307,7 +307,7 @@ def test_sinkhorn_keeps_the_contract(block_size: int) -> None:
 
 def test_a_layer_over_sinkhorn_keeps_the_contract() -> None:
     """In self-attention a padded position is also a query: it adds nothing to the block sums."""
-    report = check_attention("self", attention="sinkhorn", attention_kwargs={"block_size": 3}, dtypes=())
+    report = check_attention("self", attention=zoo.AttentionSpec("sinkhorn", {"block_size": 3}), dtypes=())
     assert report.passed == ("shape", "padding", "fully_masked", "weights", "gradients")
 
 

@@ -92,9 +92,9 @@ def test_a_layer_over_reformer_has_no_key_projection_and_keeps_the_contract() ->
     """Shared-QK: nothing would read a key projection, so the layer has none; padding and masks
     hold while the content of every position moves the hashing, and every parameter gets a gradient."""
     kwargs = {"bucket_size": 2}
-    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, attention="reformer", attention_kwargs=kwargs)
+    layer = zoo.create_attention("self", embed_dim=16, num_heads=2, attention=zoo.AttentionSpec("reformer", kwargs))
     assert layer.k_proj is None and layer.q_proj is not None
-    assert check_attention("self", attention="reformer", attention_kwargs=kwargs).passed == NOT_CAUSAL
+    assert check_attention("self", attention=zoo.AttentionSpec("reformer", kwargs)).passed == NOT_CAUSAL
 
 
 def test_reformer_refusals_name_the_fix() -> None:

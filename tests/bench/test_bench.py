@@ -17,7 +17,7 @@ import torch
 from zoo.attention.factory import scoring_names
 from zoo.bench.measure import Summary, TooSlow, peak_memory, time_round_robin
 from zoo.bench.report import environment, growth_exponent, markdown_table
-from zoo.cli import main
+from zoo.commands import main
 
 SMALL_TRANSLATOR = json.dumps({"d_model": 32, "ffn_hidden": 32, "num_heads": 2})
 #: one unwarmed repeat of a tiny case, memory not measured: the runs that check which cases ran

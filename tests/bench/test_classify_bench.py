@@ -12,7 +12,7 @@ import torch
 from zoo.attention import get_attention
 from zoo.bench.build import build_from_cli
 from zoo.bench.classify import TEXT_CPU_CONFIGS, ClassifyBenchConfig, TrainingStep
-from zoo.cli import main
+from zoo.commands import main
 
 TINY = ["--batch", "2", "--warmup", "1", "--repeats", "2"]
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.helpers import PROJECT_ROOT
-from zoo.cli import main
+from zoo.commands import main
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 

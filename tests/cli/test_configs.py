@@ -10,7 +10,8 @@ import lightning as L
 import pytest
 import yaml
 
-from zoo.cli import CONFIG_DIR, main
+from zoo.cli import CONFIG_DIR
+from zoo.commands import main
 from zoo.tasks import MODEL_REGISTRY
 
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))

@@ -59,7 +59,7 @@ def test_transformer_fits_from_the_cli(shared_data, in_tmp, attention: str) -> N
 def test_transformer_refuses_linformer_with_the_compatible_names() -> None:
     with pytest.raises(
         IncompatibleAttentionError,
-        match=r"'linformer' cannot be used by the Transformer .* causal masking\. Compatible .*performer",
+        match=r"'linformer' cannot be used by the Transformer's decoder .* causal masking\. Compatible .*performer",
     ):
         Transformer(vocab_size=50, d_model=16, num_heads=2, attention="linformer")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from zoo.cli import main
+from zoo.commands import main
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 TINY = [

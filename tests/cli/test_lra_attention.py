@@ -33,6 +33,6 @@ def test_sentiment_fits_from_the_cli(shared_data, in_tmp, case: str) -> None:
 def test_transformer_refuses_sinkhorn_with_the_compatible_names() -> None:
     with pytest.raises(
         IncompatibleAttentionError,
-        match=r"'sinkhorn' cannot be used by the Transformer .* causal masking\. Compatible .*synthesizer",
+        match=r"'sinkhorn' cannot be used by the Transformer's decoder .* causal masking\. Compatible .*synthesizer",
     ):
         Transformer(vocab_size=50, d_model=16, num_heads=2, attention="sinkhorn")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.cli import QUIET, SMALL, flags, hparams, tiny_fit
-from zoo.cli import main
+from zoo.commands import main
 
 TINY_TRANSFORMER = [*SMALL["transformer"], *flags("model", heatmap_examples=0)]
 

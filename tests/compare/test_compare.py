@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import zoo.compare.runner as runner
-from zoo.cli import main
+from zoo.commands import main
 from zoo.compare import CompareConfig, Comparison, paired_differences, parse_budget, parse_grid, summarize, t_quantile
 from zoo.compare.grid import combinations
 from zoo.compare.process import ChildResult

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.helpers.steplog import read_losses
-from zoo.cli import main
+from zoo.commands import main
 from zoo.models.decoding import greedy_decode
 from zoo.models.transformer import Transformer
 from zoo.tasks import list_models

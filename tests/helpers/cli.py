@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from zoo.cli import main
+from zoo.commands import main
 
 __all__ = ["QUIET", "SMALL", "flags", "hparams", "latest_run", "tiny_fit", "trainer_budget"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from zoo.attention import AttentionSpec
 from zoo.attention.multi_head import CrossAttention
 from zoo.layers import AddNorm, DecoderBlock, EncoderBlock
 from zoo.models.classifier import SequenceClassifier
@@ -64,25 +65,29 @@ def attention_outputs(attentions: list[torch.nn.Module], x: torch.Tensor) -> lis
     return [a.train()(x, x).output if isinstance(a, CrossAttention) else a.train()(x).output for a in attentions]
 
 
-@pytest.mark.parametrize("attention_dropout, deterministic", [(None, False), (0.0, True)])
+@pytest.mark.parametrize("attention_dropout, deterministic", [(0.5, False), (0.0, True)])
 def test_attention_dropout_is_separate_from_the_blocks_dropout(attention_dropout, deterministic) -> None:
-    """``attention_dropout=0`` keeps the attention weights whole (SDPA's fused CPU kernel) while
-    ``dropout`` still acts on the residual branches; ``None`` inherits ``dropout``."""
+    """The spec's dropout acts on the attention weights alone: 0 keeps them whole (SDPA's fused
+    CPU kernel) while the block's ``dropout`` still acts on the residual branches."""
     torch.manual_seed(0)
     x = torch.randn(2, 6, 8)
-    encoder = EncoderBlock(8, 2, 16, dropout=0.5, attention_dropout=attention_dropout).train()
-    decoder = DecoderBlock(8, 2, 16, dropout=0.5, attention_dropout=attention_dropout)
+    spec = AttentionSpec(dropout=attention_dropout)
+    encoder = EncoderBlock(8, 2, 16, spec, dropout=0.5).train()
+    decoder = DecoderBlock(8, 2, 16, spec, dropout=0.5)
     attentions = [encoder.attention, decoder.self_attention, decoder.cross_attention]
     first, second = attention_outputs(attentions, x), attention_outputs(attentions, x)
     assert [torch.equal(a, b) for a, b in zip(first, second)] == [deterministic] * 3
     assert not torch.equal(encoder(x)[0], encoder(x)[0])
 
 
-def test_models_pass_attention_dropout_to_every_attention() -> None:
-    classifier = SequenceClassifier(vocab_size=10, d_model=8, ffn_hidden=16, dropout=0.5, attention_dropout=0.0)
-    transformer = Transformer(vocab_size=10, d_model=8, ffn_hidden=16, dropout=0.5, attention_dropout=0.0)
+@pytest.mark.parametrize("attention_dropout, deterministic", [(None, False), (0.0, True)])
+def test_models_pass_attention_dropout_to_every_attention(attention_dropout, deterministic) -> None:
+    """``attention_dropout`` reaches every attention of a model; ``None`` inherits ``dropout``."""
+    torch.manual_seed(0)
+    options = {"vocab_size": 10, "d_model": 8, "ffn_hidden": 16, "dropout": 0.5, "attention_dropout": attention_dropout}
+    classifier, transformer = SequenceClassifier(**options), Transformer(**options)
     attentions = [b.attention for b in [*classifier.blocks, *transformer.encoder_blocks]]
     attentions += [a for b in transformer.decoder_blocks for a in (b.self_attention, b.cross_attention)]
     x = torch.randn(2, 6, 8)
-    for a, b in zip(attention_outputs(attentions, x), attention_outputs(attentions, x)):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    same = [torch.equal(a, b) for a, b in zip(attention_outputs(attentions, x), attention_outputs(attentions, x))]
+    assert same == [deterministic] * len(attentions)

@@ -136,13 +136,13 @@ def test_positions_make_the_classifier_read_word_order(position: str) -> None:
 
 def test_a_bias_scheme_with_a_variant_that_cannot_take_it_is_refused_with_the_names_that_work() -> None:
     with pytest.raises(
-        IncompatibleAttentionError, match=r"Position 'alibi' cannot be used with attention 'linear'"
+        IncompatibleAttentionError, match=r"encoder layer: attention 'linear' cannot take the bias scheme ALiBi"
     ) as error:
         _transformer("alibi", "linear")
     assert "dot_product" in str(error.value) and "rope" in str(error.value)
-    with pytest.raises(IncompatibleAttentionError, match="linear.*Compatible registered names: .*dot_product"):
-        zoo.SelfAttention(8, 2, attention="linear", position=ALiBi(2))
+    with pytest.raises(IncompatibleAttentionError, match="linear.*Attention variants that do: .*dot_product"):
+        zoo.AttentionSpec("linear", position=ALiBi(2))
     with pytest.raises(ValueError, match="absolute scheme"):
-        zoo.SelfAttention(8, 2, position=zoo.PositionalEncoding(8))
+        zoo.AttentionSpec(position=zoo.PositionalEncoding(8))
     with pytest.raises(IncompatibleAttentionError, match="position_bias"):
         zoo.create_attention("linear")(*torch.randn(3, 1, 4, 8), position_bias=ALiBi(1))

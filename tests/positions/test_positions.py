@@ -18,7 +18,6 @@ from zoo.positions import (
     RotaryEmbedding,
     T5RelativeBias,
     alibi_slopes,
-    require_position,
     t5_bucket,
 )
 
@@ -106,7 +105,7 @@ def test_create_position_fills_the_sizes_each_constructor_names() -> None:
 
 def test_a_bias_scheme_is_refused_with_a_variant_that_cannot_add_it() -> None:
     with pytest.raises(IncompatibleAttentionError) as error:
-        require_position("alibi", "linear")
+        zoo.AttentionSpec("linear", position=ALiBi(2))
     message = str(error.value)
     assert "dot_product" in message and "local" in message  # variants that take a bias
     assert (

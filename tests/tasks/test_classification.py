@@ -11,7 +11,7 @@ import zoo
 from tests.helpers import PROJECT_ROOT
 from tests.helpers.cli import QUIET, flags, hparams, tiny_fit, trainer_budget
 from tests.helpers.training import mean, train_sentiment
-from zoo.cli import main
+from zoo.commands import main
 from zoo.datamodules import SST2DataModule
 from zoo.tasks import Classifier, Sentiment
 

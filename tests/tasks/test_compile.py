@@ -9,7 +9,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from zoo.cli import main
+from zoo.commands import main
 from zoo.datamodules.synthetic import SyntheticRegressionDataModule
 from zoo.tasks import NadarayaWatson
 

@@ -11,7 +11,7 @@ import torch
 
 from tests.helpers.cli import QUIET, SMALL, flags, latest_run, trainer_budget
 from tests.helpers.training import mean, quiet_trainer, small_translator, train_translator
-from zoo.cli import main
+from zoo.commands import main
 from zoo.datamodules import FraEngDataModule
 from zoo.tasks.bleu import CorpusBLEU, reference_streams
 

@@ -326,7 +326,7 @@ def test_positions_a_variant_cannot_take_are_refused() -> None:
     assert ("linear", "rope") in POSITIONED and ("dot_product", "t5") in POSITIONED
     with pytest.raises(zoo.IncompatibleAttentionError, match="supports_position_bias=False"):
         check_attention("linear", position="alibi")
-    with pytest.raises(TypeError, match="cross-attention never gets"):
+    with pytest.raises(ValueError, match="cross-attention takes no positions"):
         check_attention("cross", position="rope")
 
 
@@ -363,7 +363,10 @@ def test_a_bias_that_replaces_the_padding_mask_is_caught() -> None:
 
 @pytest.mark.parametrize("position", ["rope", "alibi", "t5"])
 def test_a_grouped_query_layer_keeps_the_contract_with_positions(position: str) -> None:
-    assert check_attention("self", position=position, num_heads=2, num_kv_heads=1).passed == ALL_CHECKS
+    assert (
+        check_attention("self", position=position, num_heads=2, attention=zoo.AttentionSpec(num_kv_heads=1)).passed
+        == ALL_CHECKS
+    )
 
 
 # -- windowed variants: a query whose whole window is padding sees nothing -----------------------
@@ -377,7 +380,7 @@ def test_a_small_window_keeps_the_contract(window: int) -> None:
 
 
 def test_a_layer_over_a_small_window_keeps_the_contract() -> None:
-    report = check_attention("self", attention="local", attention_kwargs={"window": 3}, dtypes=())
+    report = check_attention("self", attention=zoo.AttentionSpec("local", {"window": 3}), dtypes=())
     assert report.passed == ("shape", "padding", "causal", "fully_masked", "weights", "gradients")
 
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from zoo.cli import main
+from zoo.commands import main
 from zoo.datamodules import FraEngDataModule
 from zoo.datamodules.fra_eng import split_of
 from zoo.datamodules.loaders import GPU_WORKERS, loader_options

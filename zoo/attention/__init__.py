@@ -30,6 +30,7 @@ from zoo.attention.sparse import FixedSparseAttention  # noqa: E402
 from zoo.attention.synthesizer import SynthesizerAttention  # noqa: E402
 from zoo.attention.sinkhorn import SinkhornAttention  # noqa: E402
 from zoo.attention.reformer import ReformerAttention  # noqa: E402
+from zoo.attention.spec import AttentionSpec, layer_specs  # noqa: E402
 from zoo.attention.headed import HeadedAttention  # noqa: E402
 from zoo.attention.multi_head import CrossAttention, MultiHeadAttention, SelfAttention  # noqa: E402
 
@@ -40,6 +41,7 @@ __all__ = [
     "Attention",
     "AttentionLayer",
     "AttentionOutput",
+    "AttentionSpec",
     "BigBirdAttention",
     "CrossAttention",
     "DotProductAttention",
@@ -61,6 +63,7 @@ __all__ = [
     "create_attention",
     "create_scoring_attention",
     "get_attention",
+    "layer_specs",
     "lengths_to_mask",
     "list_attention",
     "masked_softmax",

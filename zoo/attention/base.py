@@ -5,8 +5,13 @@ A *scoring attention* (subclass of :class:`Attention`) maps queries ``(*batch, L
 usually implements only :meth:`Attention.score`; the base class validates inputs, merges the
 padding and user masks, applies causality, the masked softmax and dropout, and returns the weights
 when asked. A variant whose computation has no score matrix (linear attention, say) overrides
-:meth:`Attention.attend`, never ``forward``, and declares what it supports; extra input checks go
-in an override of :meth:`Attention.check_inputs`.
+:meth:`Attention.attend`, never ``forward``, and declares what it supports; checks of its own
+(one sequence, a length limit) go in an override of :meth:`Attention.check_layout`.
+
+A call goes ``forward`` (validate the tensors and masks, merge the masks into one boolean) ->
+:meth:`Attention.attend_masked` (refuse what the variant declares it cannot do, answer an empty
+input) -> :meth:`Attention.attend`. A layer that validated and merged its masks itself enters at
+``attend_masked``, so each call validates its masks once.
 
 An *attention layer* (subclass of :class:`AttentionLayer`) owns projections and heads, and runs a
 registered scoring attention per head.
@@ -24,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention.masking import (
+    check_attn_mask,
     masked_softmax,
     merge_masks,
     validate_valid_lens,
@@ -32,7 +38,6 @@ from zoo.attention.masking import (
 from zoo.errors import ZooError
 
 __all__ = [
-    "POSITION_CAPABILITY",
     "Attention",
     "AttentionLayer",
     "AttentionOutput",
@@ -44,9 +49,6 @@ __all__ = [
 PositionBias = Callable[[Tensor, Tensor], Tensor]
 """A bias positional scheme: integer query and key positions that broadcast together to ``S``
 -> a float bias ``(heads, *S)`` added to the scores (see :mod:`zoo.positions`)."""
-
-#: the capability flag of :class:`Attention` a positional scheme of each kind needs
-POSITION_CAPABILITY: dict[str, str] = {"rotary": "supports_rotary", "bias": "supports_position_bias"}
 
 
 class IncompatibleAttentionError(ZooError, ValueError):
@@ -159,12 +161,7 @@ class Attention(_Capabilities, nn.Module):
                 the scores, query ``i`` at position ``Lk - Lq + i``; its head axis lines up
                 with dimension -3 of the queries (a layer's heads), or is 1.
         """
-        valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
-        if position_bias is not None and not self.supports_position_bias:
-            raise IncompatibleAttentionError(
-                f"{type(self).__name__} does not add a positional bias to its scores (position_bias); "
-                "use an absolute or rotary scheme with it."
-            )
+        valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask)
         mask = merge_masks(
             queries.shape[:-2],
             queries.shape[-2],
@@ -173,6 +170,33 @@ class Attention(_Capabilities, nn.Module):
             attn_mask=attn_mask,
             device=queries.device,
         )
+        return self.attend_masked(
+            queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
+        )
+
+    def attend_masked(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
+        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
+    ) -> AttentionOutput:  # fmt: skip
+        """What :meth:`forward` does once its inputs are validated and its masks merged into one
+        boolean ``mask``: refuse what the variant cannot do, answer an empty input, run :meth:`attend`.
+
+        A layer that validates its own inputs and merges its masks once per call (the multi-head
+        layers) calls this instead of ``forward``, so nothing is validated twice.
+        """
+        name = type(self).__name__
+        if mask is not None and not self.supports_padding_mask:
+            raise IncompatibleAttentionError(f"{name} does not support padding masks (valid_lens / attn_mask).")
+        if is_causal and not self.supports_causal:
+            raise IncompatibleAttentionError(f"{name} does not support causal masking (is_causal=True).")
+        if need_weights and not self.supports_weights:
+            raise IncompatibleAttentionError(f"{name} cannot return attention weights (need_weights=True).")
+        if position_bias is not None and not self.supports_position_bias:
+            raise IncompatibleAttentionError(
+                f"{name} does not add a positional bias to its scores (position_bias); "
+                "use an absolute or rotary scheme with it."
+            )
+        self.check_layout(queries, keys, is_causal)
         if not (queries.shape[-2] and keys.shape[-2]):  # nothing to score: no variant's attend() sees it
             return self.empty_output(queries, keys, values, need_weights)
         # passed only when given: a plugin's attend() written before positions keeps working
@@ -259,10 +283,8 @@ class Attention(_Capabilities, nn.Module):
         values: Tensor,
         valid_lens: Tensor | None,
         attn_mask: Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
     ) -> Tensor | None:
-        """Validate everything before computing; return ``valid_lens`` as integers."""
+        """Validate the tensors and masks of a :meth:`forward` call; return ``valid_lens`` as integers."""
         name = type(self).__name__
         for label, tensor in (("queries", queries), ("keys", keys), ("values", values)):
             if not isinstance(tensor, Tensor):
@@ -285,23 +307,16 @@ class Attention(_Capabilities, nn.Module):
                 f"and {values.shape[-2]} values."
             )
         self.check_dims(queries.shape[-1], keys.shape[-1], values.shape[-1])
-        if (valid_lens is not None or attn_mask is not None) and not self.supports_padding_mask:
-            raise IncompatibleAttentionError(f"{name} does not support padding masks (valid_lens / attn_mask).")
-        if is_causal and not self.supports_causal:
-            raise IncompatibleAttentionError(f"{name} does not support causal masking (is_causal=True).")
-        if need_weights and not self.supports_weights:
-            raise IncompatibleAttentionError(f"{name} cannot return attention weights (need_weights=True).")
         batch_shape, num_queries, num_keys = queries.shape[:-2], queries.shape[-2], keys.shape[-2]
         if attn_mask is not None:
             check_attn_mask(attn_mask, (*batch_shape, num_queries, num_keys), name)
         if valid_lens is not None:
             valid_lens = validate_valid_lens(valid_lens, batch_shape, num_queries, num_keys)
-        self.check_layout(queries, keys, is_causal)
         return valid_lens
 
     def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
-        """A variant's own checks of the query and key layout, after the common ones of
-        :meth:`check_inputs` (none here); raise a one-line error naming the fix."""
+        """A variant's own checks of the query and key layout, run on every call (from a layer
+        too) before :meth:`attend` (none here); raise a one-line error naming the fix."""
 
 
 def position_bias_grid(position_bias: PositionBias, num_queries: int, num_keys: int, device: torch.device) -> Tensor:
@@ -310,22 +325,6 @@ def position_bias_grid(position_bias: PositionBias, num_queries: int, num_keys: 
     keys = torch.arange(num_keys, device=device)
     queries = torch.arange(num_queries, device=device) + (num_keys - num_queries)
     return position_bias(queries.unsqueeze(-1), keys)
-
-
-def check_attn_mask(attn_mask: Tensor, target: tuple[int, ...], owner: str) -> None:
-    """Raise ``ValueError`` unless ``attn_mask`` is boolean and broadcasts to ``target``."""
-    if not isinstance(attn_mask, Tensor) or attn_mask.dtype != torch.bool:
-        dtype = attn_mask.dtype if isinstance(attn_mask, Tensor) else type(attn_mask).__name__
-        raise ValueError(
-            f"{owner}: attn_mask must be a boolean tensor with True = attend, got {dtype}. "
-            f"Convert an additive float mask with `mask == 0`."
-        )
-    try:
-        broadcast = torch.broadcast_shapes(attn_mask.shape, target)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(target):
-        raise ValueError(f"{owner}: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to {target}.")
 
 
 class AttentionLayer(_Capabilities, nn.Module):

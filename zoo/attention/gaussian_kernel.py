@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.base import Attention, AttentionOutput, PositionBias
-from zoo.attention.dot_product import fused_attention
 from zoo.attention.factory import register_attention
+from zoo.attention.kernels import fused_attention
 
 __all__ = ["GaussianKernelAttention"]
 

@@ -3,7 +3,9 @@ registered scoring attention per head, merge.
 
 :class:`HeadedAttention` holds what every multi-head layer shares (projections, head splitting,
 mask handling, grouped key/value heads, positions); the registered layers built on it are in
-:mod:`zoo.attention.multi_head`.
+:mod:`zoo.attention.multi_head`. What runs in the heads is one
+:class:`~zoo.attention.spec.AttentionSpec`: the variant and its arguments, the key/value heads,
+the position scheme and the dropout, checked when the spec was built.
 
 Grouped-query attention (Ainslie et al., 2023): with ``num_kv_heads < num_heads`` the keys and
 values have fewer heads than the queries, each shared by ``num_heads // num_kv_heads`` query
@@ -13,8 +15,9 @@ heads (``num_kv_heads=1`` is multi-query attention). A scoring attention that de
 repeated along the head axis. Decoder caches hold the unexpanded tensors, so they shrink by
 ``num_heads / num_kv_heads``.
 
-Positions: a self-attention layer may take a rotary or bias :class:`~zoo.positions.PositionScheme`
-(``position=``), usually shared by every layer of a stack; cross-attention never gets one. Keys
+Positions: a self-attention layer's spec may hold a rotary or bias
+:class:`~zoo.positions.PositionScheme`, usually shared by every layer of a stack; cross-attention
+never gets one. Keys
 are rotated at their positions when projected (:meth:`HeadedAttention.project_kv`, ``offset`` =
 positions already cached), so a cache holds them rotated; queries sit at ``Lk - Lq + i``,
 aligned bottom-right like causal masks. A bias scheme is handed to the scoring attention, which
@@ -23,23 +26,12 @@ adds it to its scores.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import (
-    POSITION_CAPABILITY,
-    AttentionLayer,
-    AttentionOutput,
-    IncompatibleAttentionError,
-    check_attn_mask,
-)
-from zoo.attention.factory import ATTENTION_REGISTRY, create_scoring_attention
-from zoo.attention.masking import merge_masks, validate_valid_lens
-
-if TYPE_CHECKING:
-    from zoo.positions import PositionScheme
+from zoo.attention.base import AttentionLayer, AttentionOutput
+from zoo.attention.masking import check_attn_mask, merge_masks, validate_valid_lens
+from zoo.attention.spec import AttentionSpec
 
 __all__ = ["HeadedAttention"]
 
@@ -49,34 +41,27 @@ class HeadedAttention(AttentionLayer):
 
     Args:
         embed_dim: Query feature size, and the size of the output.
-        num_heads: Number of heads; must divide ``embed_dim``.
+        num_heads: Number of heads; must divide ``embed_dim`` (and be divisible by the spec's
+            ``num_kv_heads``).
+        attention: What runs in the heads: an :class:`~zoo.attention.spec.AttentionSpec`, or a
+            registered name for that variant with its defaults.
         kdim: Key feature size (defaults to ``embed_dim``).
         vdim: Value feature size (defaults to ``embed_dim``).
-        attention: Registered name of the scoring attention each head runs.
-        attention_kwargs: Extra keyword arguments for the scoring attention.
-        dropout: Dropout on the attention weights during training.
         bias: Whether the projections have biases.
-        num_kv_heads: Key/value heads (grouped-query attention); must divide ``num_heads``;
-            ``None`` means ``num_heads`` (standard multi-head attention), 1 multi-query.
-        position: A rotary or bias positional scheme for self-attention (see the module
-            docstring), or None. Absolute schemes act on embeddings, in the model.
     """
 
     def __init__(
         self,
         embed_dim: int,
         num_heads: int,
+        attention: AttentionSpec | str = "dot_product",
         *,
         kdim: int | None = None,
         vdim: int | None = None,
-        attention: str = "dot_product",
-        attention_kwargs: dict[str, Any] | None = None,
-        dropout: float = 0.0,
         bias: bool = True,
-        num_kv_heads: int | None = None,
-        position: PositionScheme | None = None,
     ) -> None:
         super().__init__()
+        spec = AttentionSpec(attention) if isinstance(attention, str) else attention
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"embed_dim and num_heads must be positive; got {embed_dim} and {num_heads}.")
         if embed_dim % num_heads:
@@ -85,25 +70,23 @@ class HeadedAttention(AttentionLayer):
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}); "
                 f"head counts that divide it: {divisors}."
             )
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if not isinstance(num_kv_heads, int) or num_kv_heads <= 0 or num_heads % num_kv_heads:
+        num_kv_heads = num_heads if spec.num_kv_heads is None else spec.num_kv_heads
+        if num_heads % num_kv_heads:
             divisors = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
             raise ValueError(
                 f"num_kv_heads must be a positive divisor of num_heads ({num_heads}); got {num_kv_heads!r}. "
                 f"Choose one of {divisors} (1 is multi-query attention, {num_heads} standard multi-head)."
             )
+        self.spec = spec
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.num_kv_heads = num_kv_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
-        self.attention_name = attention
-        self.score_attention = create_scoring_attention(
-            attention, head_dim=self.head_dim, num_heads=num_heads, dropout=dropout, **(attention_kwargs or {})
-        )
+        self.score_attention = spec.build(self.head_dim, num_heads)
         # A layer can do what its per-head attention can: these instance flags shadow the
         # class's, so check_attention and callers see, say, that a linformer layer is not causal.
         for flag in ("supports_padding_mask", "supports_causal", "supports_weights"):
             setattr(self, flag, getattr(self.score_attention, flag))
-        self.position = self._check_position(position)
+        self.position = spec.position
         kv_dim = num_kv_heads * self.head_dim
         # No projection the per-head attention never reads: every parameter then gets a gradient,
         # so multi-process DDP needs no find_unused_parameters (Hugging Face's shared-QK Reformer
@@ -114,23 +97,10 @@ class HeadedAttention(AttentionLayer):
         self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
-    def _check_position(self, position: PositionScheme | None) -> PositionScheme | None:
-        """``position`` if the per-head attention can take its kind; else a clear refusal."""
-        if position is None:
-            return None
-        flag = POSITION_CAPABILITY.get(position.kind)
-        if flag is None:
-            raise ValueError(
-                f"{type(self).__name__}: {type(position).__name__} is an absolute scheme: it acts on the "
-                "embeddings, so apply it in the model; a layer takes rotary and bias schemes only."
-            )
-        if not getattr(self.score_attention, flag):
-            compatible = [e.name for e in ATTENTION_REGISTRY.entries() if getattr(e.obj, flag, False)]
-            raise IncompatibleAttentionError(
-                f"{type(self).__name__}: attention {self.attention_name!r} cannot take the {position.kind} scheme "
-                f"{type(position).__name__} ({flag} is False). Compatible registered names: {', '.join(compatible)}."
-            )
-        return position
+    @property
+    def attention_name(self) -> str:
+        """The registered name of the scoring attention in the heads."""
+        return self.spec.name
 
     def _rotate(self, x: Tensor, first: int) -> Tensor:
         """Heads ``(B, heads, L, d)`` rotated at positions ``first .. first + L - 1`` (if rotary)."""
@@ -242,12 +212,12 @@ class HeadedAttention(AttentionLayer):
             groups = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         bias = {"position_bias": self.position} if self.position is not None and self.position.kind == "bias" else {}
-        heads, weights = self.score_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights, **bias
+        heads, weights = self.score_attention.attend_masked(
+            q, k, v, attn_mask, is_causal=is_causal, need_weights=need_weights, **bias
         )
         output = self.out_proj(heads.transpose(1, 2).flatten(-2))  # (B, H, Lq, d) -> (B, Lq, H * d)
         return AttentionOutput(output, weights)
 
     def extra_repr(self) -> str:
         grouped = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}{grouped}, attention={self.attention_name!r}"
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}{grouped}, attention={self.spec.describe()!r}"

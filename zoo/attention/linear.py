@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput
-from zoo.attention.blocks import rows_from
 from zoo.attention.factory import register_attention
+from zoo.attention.kernels import rows_from, sums_before
 
 __all__ = ["LinearAttention", "feature_map"]
 
@@ -110,7 +110,7 @@ class LinearAttention(Attention):
         q_chunks = rows_from(phi_q, 0, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, d)
         k_chunks = rows_from(phi_k, offset, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, d)
         v_chunks = rows_from(v, offset, length).unflatten(-2, (num_chunks, chunk))  # (*batch, nc, C, dv)
-        kv_before = kv_start.unsqueeze(-3) + _sums_before(torch.matmul(k_chunks.transpose(-2, -1), v_chunks), dim=-3)
+        kv_before = kv_start.unsqueeze(-3) + sums_before(torch.matmul(k_chunks.transpose(-2, -1), v_chunks), dim=-3)
         within = torch.matmul(q_chunks, k_chunks.transpose(-2, -1)).tril()  # (*batch, nc, C, C): keys up to the query
         summed = torch.matmul(q_chunks, kv_before) + torch.matmul(within, v_chunks)
         return summed.flatten(-3, -2)[..., :num_queries, :]
@@ -122,9 +122,3 @@ class LinearAttention(Attention):
 def _normalize(numerator: Tensor, denominator: Tensor) -> Tensor:
     """``numerator / denominator``; a zero denominator means no visible key (and a zero numerator)."""
     return numerator / torch.where(denominator > 0, denominator, torch.ones_like(denominator))
-
-
-def _sums_before(x: Tensor, dim: int) -> Tensor:
-    """The sum of the entries before each index along ``dim`` (an exclusive cumulative sum)."""
-    preceding = x.cumsum(dim).narrow(dim, 0, x.shape[dim] - 1)
-    return torch.cat([torch.zeros_like(x.narrow(dim, 0, 1)), preceding], dim)

@@ -53,8 +53,8 @@ from zoo.attention.base import (
     AttentionOutput,
     PositionBias,
 )
-from zoo.attention.blocks import block_attention, rows_from
 from zoo.attention.factory import register_attention
+from zoo.attention.kernels import block_attention, rows_from
 from zoo.attention.masking import mask_at, masked_softmax
 
 __all__ = ["LocalAttention"]

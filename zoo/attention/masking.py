@@ -19,6 +19,7 @@ from torch import Tensor
 
 __all__ = [
     "causal_mask",
+    "check_attn_mask",
     "key_column",
     "lengths_to_mask",
     "mask_at",
@@ -93,6 +94,22 @@ def merge_masks(
     if attn_mask is not None:
         mask = attn_mask if mask is None else mask & attn_mask
     return with_causal(mask, num_queries, num_keys, device) if is_causal else mask
+
+
+def check_attn_mask(attn_mask: Tensor, target: tuple[int, ...], owner: str) -> None:
+    """Raise ``ValueError`` unless ``attn_mask`` is boolean and broadcasts to ``target``."""
+    if not isinstance(attn_mask, Tensor) or attn_mask.dtype != torch.bool:
+        dtype = attn_mask.dtype if isinstance(attn_mask, Tensor) else type(attn_mask).__name__
+        raise ValueError(
+            f"{owner}: attn_mask must be a boolean tensor with True = attend, got {dtype}. "
+            f"Convert an additive float mask with `mask == 0`."
+        )
+    try:
+        broadcast = torch.broadcast_shapes(attn_mask.shape, target)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(target):
+        raise ValueError(f"{owner}: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to {target}.")
 
 
 def key_column(mask: Tensor) -> Tensor | None:

@@ -9,17 +9,13 @@ encoder's memory). Projections, heads, masks, grouped key/value heads and positi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import torch
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput
-from zoo.attention.factory import register_attention, require_attention
+from zoo.attention.factory import register_attention
 from zoo.attention.headed import HeadedAttention
-
-if TYPE_CHECKING:
-    from zoo.positions import PositionScheme
+from zoo.attention.spec import AttentionSpec
 
 __all__ = ["CrossAttention", "MultiHeadAttention", "SelfAttention"]
 
@@ -88,32 +84,14 @@ class MultiHeadAttention(HeadedAttention):
 class SelfAttention(HeadedAttention):
     """Multi-head self-attention: every position of ``x`` attends over ``x``.
 
-    Arguments as :class:`HeadedAttention`'s (keys and values are ``x``, of size ``embed_dim``),
-    ``position`` included: a rotary or bias scheme (``rope``, ``alibi``, ``t5``), or None.
+    Arguments as :class:`HeadedAttention`'s (keys and values are ``x``, of size ``embed_dim``);
+    the spec may hold a rotary or bias scheme (``rope``, ``alibi``, ``t5``).
     """
 
     def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        attention: str = "dot_product",
-        attention_kwargs: dict[str, Any] | None = None,
-        dropout: float = 0.0,
-        bias: bool = True,
-        num_kv_heads: int | None = None,
-        position: PositionScheme | None = None,
+        self, embed_dim: int, num_heads: int, attention: AttentionSpec | str = "dot_product", *, bias: bool = True
     ) -> None:
-        super().__init__(
-            embed_dim,
-            num_heads,
-            attention=attention,
-            attention_kwargs=attention_kwargs,
-            dropout=dropout,
-            bias=bias,
-            num_kv_heads=num_kv_heads,
-            position=position,
-        )
+        super().__init__(embed_dim, num_heads, attention, bias=bias)
 
     def forward(
         self,
@@ -141,26 +119,19 @@ class CrossAttention(HeadedAttention):
         self,
         embed_dim: int,
         num_heads: int,
+        attention: AttentionSpec | str = "dot_product",
         *,
         memory_dim: int | None = None,
-        attention: str = "dot_product",
-        attention_kwargs: dict[str, Any] | None = None,
-        dropout: float = 0.0,
         bias: bool = True,
-        num_kv_heads: int | None = None,
     ) -> None:
-        require_attention(attention, cross=True, role="cross-attention (queries and keys from two sequences)")
-        super().__init__(
-            embed_dim,
-            num_heads,
-            kdim=memory_dim,
-            vdim=memory_dim,
-            attention=attention,
-            attention_kwargs=attention_kwargs,
-            dropout=dropout,
-            bias=bias,
-            num_kv_heads=num_kv_heads,
-        )
+        spec = AttentionSpec(attention) if isinstance(attention, str) else attention
+        spec.require(cross=True, role="cross-attention (queries and keys from two sequences)")
+        if spec.position is not None:
+            raise ValueError(
+                "cross-attention takes no positions (those of two sequences have no common frame); "
+                "give it a spec without a position scheme."
+            )
+        super().__init__(embed_dim, num_heads, spec, kdim=memory_dim, vdim=memory_dim, bias=bias)
 
     def forward(
         self,

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput
-from zoo.attention.blocks import block_attention, rows_from
+from zoo.attention.kernels import block_attention, rows_from
 from zoo.attention.masking import mask_at, masked_softmax
 
 __all__ = ["SparsePatternAttention"]

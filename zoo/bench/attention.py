@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from zoo.attention import MultiHeadAttention, create_scoring_attention, get_attention
+from zoo.attention import AttentionSpec, MultiHeadAttention, create_scoring_attention, get_attention
 from zoo.attention.factory import scoring_names
 from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
 from zoo.bench.report import markdown_table
@@ -181,7 +181,9 @@ def attention_cases() -> list[Case]:
             "zoo multi_head with an ALiBi bias (a float mask in the fused kernel)",
             "multi_head",
             _layer_workload(
-                lambda c: MultiHeadAttention(c.d_model, c.heads, position=ALiBi(c.heads, causal=c.causal)),
+                lambda c: MultiHeadAttention(
+                    c.d_model, c.heads, AttentionSpec(position=ALiBi(c.heads, causal=c.causal))
+                ),
                 _self_attend,
             ),
         ),

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.multi_head import CrossAttention
+from zoo.attention.multi_head import CrossAttention, SelfAttention
+from zoo.attention.spec import AttentionSpec
 from zoo.layers.add_norm import AddNorm
-from zoo.layers.encoder_block import block_self_attention
 from zoo.layers.feed_forward import PositionWiseFFN
-
-if TYPE_CHECKING:
-    from zoo.positions import PositionScheme
 
 __all__ = ["DecoderBlock", "KeyValue"]
 
@@ -34,19 +29,12 @@ class DecoderBlock(nn.Module):
         d_model: Feature size.
         num_heads: Attention (query) heads, self and cross.
         ffn_hidden: Inner size of the FFN.
-        dropout: Dropout on sublayer outputs and inside the FFN, and on the attention weights
-            unless ``attention_dropout`` is given.
-        attention: Registered per-head scoring attention name (must support causal masking).
-        attention_kwargs: Extra keyword arguments for it.
+        attention: The causal self-attention's :class:`~zoo.attention.spec.AttentionSpec` (its
+            position scheme is the decoder stack's), or a registered name.
+        cross_attention: The cross-attention's spec (no positions); ``None``: ``attention``'s
+            without its position scheme.
+        dropout: Dropout on sublayer outputs and inside the FFN.
         norm_first: Pre-LN instead of post-LN.
-        cross_attention: Scoring attention of the cross-attention; ``None``: ``attention``.
-        cross_attention_kwargs: Its keyword arguments; ``None`` with ``cross_attention=None``:
-            ``attention_kwargs``.
-        num_kv_heads: Key/value heads of both attentions (grouped-query attention; the cache
-            shrinks by ``num_heads / num_kv_heads``); ``None``: ``num_heads``.
-        position: A rotary or bias scheme for the self-attention (causal; shared across the
-            stack), or None. Cross-attention never gets positions.
-        attention_dropout: Dropout on both attentions' weights alone; ``None``: ``dropout``.
     """
 
     def __init__(
@@ -54,31 +42,17 @@ class DecoderBlock(nn.Module):
         d_model: int,
         num_heads: int,
         ffn_hidden: int,
+        attention: AttentionSpec | str = "dot_product",
+        cross_attention: AttentionSpec | str | None = None,
+        *,
         dropout: float = 0.0,
-        attention: str = "dot_product",
-        attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = False,
-        cross_attention: str | None = None,
-        cross_attention_kwargs: dict[str, Any] | None = None,
-        num_kv_heads: int | None = None,
-        position: PositionScheme | None = None,
-        attention_dropout: float | None = None,
     ) -> None:
         super().__init__()
-        if cross_attention is None:
-            cross_attention, cross_attention_kwargs = attention, attention_kwargs
-        if attention_dropout is None:
-            attention_dropout = dropout
-        self.self_attention = block_self_attention(
-            d_model, num_heads, attention_dropout, attention, attention_kwargs, num_kv_heads, position
-        )
+        spec = AttentionSpec(attention) if isinstance(attention, str) else attention
+        self.self_attention = SelfAttention(d_model, num_heads, spec)
         self.cross_attention = CrossAttention(
-            d_model,
-            num_heads,
-            attention=cross_attention,
-            attention_kwargs=cross_attention_kwargs,
-            dropout=attention_dropout,
-            num_kv_heads=num_kv_heads,
+            d_model, num_heads, spec.with_position(None) if cross_attention is None else cross_attention
         )
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
         self.add_norm1, self.add_norm2, self.add_norm3 = (AddNorm(d_model, dropout, norm_first) for _ in range(3))

@@ -13,10 +13,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from zoo.attention import require_attention
 from zoo.attention.masking import lengths_to_mask
+from zoo.attention.spec import AttentionChoice, layer_specs
 from zoo.layers import EncoderBlock, scaled_embedding
-from zoo.positions import create_position, require_position
+from zoo.positions import create_position
 
 __all__ = ["SentimentClassifier", "SequenceClassifier"]
 
@@ -54,8 +54,10 @@ class SequenceClassifier(nn.Module):
         num_layers: Encoder blocks.
         ffn_hidden: Inner size of each block's FFN.
         dropout: Dropout throughout.
-        attention: Registered per-head scoring attention name.
-        attention_kwargs: Extra keyword arguments for it.
+        attention: Registered per-head scoring attention name, or a list for a hybrid stack: one
+            entry per layer or a pattern repeated over the layers, each a name or a mapping with a
+            ``name`` and that variant's arguments (:func:`zoo.attention.spec.layer_specs`).
+        attention_kwargs: Extra keyword arguments for a single named attention.
         padding_idx: Token id of padding (from the data module).
         max_len: Longest sequence an absolute scheme covers (the classification token included).
         norm_first: Pre-LN blocks instead of post-LN.
@@ -77,7 +79,7 @@ class SequenceClassifier(nn.Module):
         num_layers: int = 2,
         ffn_hidden: int = 256,
         dropout: float = 0.1,
-        attention: str = "dot_product",
+        attention: AttentionChoice = "dot_product",
         attention_kwargs: dict[str, Any] | None = None,
         padding_idx: int = 0,
         max_len: int = 4096,
@@ -89,8 +91,6 @@ class SequenceClassifier(nn.Module):
         attention_dropout: float | None = None,
     ) -> None:
         super().__init__()
-        require_attention(attention, padding=True, role="the sequence classifier (padding masks)")
-        require_position(position, attention, role="the sequence classifier")
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(map(repr, POOLINGS))}; got {pooling!r}.")
         self.pooling = pooling
@@ -101,20 +101,18 @@ class SequenceClassifier(nn.Module):
         self.position = create_position(
             position, d_model=d_model, num_heads=num_heads, max_len=max_len, **(position_kwargs or {})
         )
+        specs = layer_specs(
+            attention,
+            attention_kwargs,
+            num_layers,
+            num_kv_heads=num_kv_heads,
+            position=self.position.for_attention,
+            dropout=dropout if attention_dropout is None else attention_dropout,
+            padding=True,
+            role="the sequence classifier (padding masks)",
+        )
         self.blocks = nn.ModuleList(
-            EncoderBlock(
-                d_model,
-                num_heads,
-                ffn_hidden,
-                dropout,
-                attention,
-                attention_kwargs,
-                norm_first,
-                num_kv_heads,
-                position=self.position.for_attention,
-                attention_dropout=attention_dropout,
-            )
-            for _ in range(num_layers)
+            EncoderBlock(d_model, num_heads, ffn_hidden, spec, dropout=dropout, norm_first=norm_first) for spec in specs
         )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.dropout = nn.Dropout(dropout)

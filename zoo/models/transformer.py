@@ -10,45 +10,41 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention import require_attention
 from zoo.attention.masking import lengths_to_mask
+from zoo.attention.spec import AttentionChoice, AttentionSpec, layer_specs
 from zoo.layers import DecoderBlock, EncoderBlock, KeyValue, scaled_embedding
-from zoo.positions import create_position, require_position
+from zoo.positions import create_position
 
-__all__ = ["Transformer", "TransformerState", "choose_cross_attention"]
+__all__ = ["Transformer", "TransformerState", "cross_attention_specs"]
 
 log = logging.getLogger(__name__)
 
-#: The decoder's cross-attention when the chosen attention works only within one sequence.
+#: The decoder's cross-attention when a layer's attention works only within one sequence.
 DEFAULT_CROSS_ATTENTION = "dot_product"
 
 
-def choose_cross_attention(
-    attention: str,
-    attention_kwargs: dict[str, Any] | None,
-    cross_attention: str | None,
-    cross_attention_kwargs: dict[str, Any] | None,
-) -> tuple[str, dict[str, Any] | None]:
-    """The decoder's cross-attention and its keyword arguments.
+def cross_attention_specs(
+    decoder: list[AttentionSpec], cross_attention: str | None, cross_attention_kwargs: dict[str, Any] | None
+) -> list[AttentionSpec]:
+    """The cross-attention spec of each decoder layer, from its self-attention spec.
 
-    ``cross_attention=None`` means ``attention`` when that variant can attend over another
+    ``cross_attention=None`` means each layer's own variant when it can attend over another
     sequence, else ``dot_product`` (a sliding window, ``local``, is defined by positions within
-    one sequence). Keyword arguments carry over only when the name does.
+    one sequence). Arguments carry over only with the name. Cross-attention takes no positions.
     """
-    if cross_attention is None:
-        cross_attention = (
-            attention if require_attention(attention).supports_cross_attention else DEFAULT_CROSS_ATTENTION
-        )
-        if cross_attention != attention:
-            log.info(
-                "%r attends within one sequence only; the decoder's cross-attention uses %r.",
-                attention,
-                cross_attention,
-            )
-    if cross_attention_kwargs is None and cross_attention == attention:
-        cross_attention_kwargs = attention_kwargs
-    require_attention(cross_attention, padding=True, cross=True, role="the Transformer's cross-attention")
-    return cross_attention, cross_attention_kwargs
+    specs = []
+    for spec in decoder:
+        name = cross_attention
+        if name is None:
+            name = spec.name if spec.variant.supports_cross_attention else DEFAULT_CROSS_ATTENTION
+            if name != spec.name:
+                log.info("%r attends within one sequence only; its cross-attention uses %r.", spec.name, name)
+        kwargs = cross_attention_kwargs
+        if kwargs is None:
+            kwargs = dict(spec.kwargs) if name == spec.name else {}
+        cross = AttentionSpec(name, kwargs, spec.num_kv_heads, None, spec.dropout)
+        specs.append(cross.require(padding=True, cross=True, role="the Transformer's cross-attention"))
+    return specs
 
 
 @dataclass
@@ -103,15 +99,17 @@ class Transformer(nn.Module):
         ffn_hidden: Inner FFN size.
         dropout: Dropout throughout.
         attention: Registered per-head scoring attention of the encoder and of the decoder's
-            self-attention (needs padding and causal masks).
-        attention_kwargs: Extra keyword arguments for it.
+            self-attention (needs padding and causal masks), or a list for hybrid stacks, applied
+            to each stack: one entry per layer or a pattern repeated over its layers, each a name or
+            a mapping with a ``name`` and that variant's arguments.
+        attention_kwargs: Extra keyword arguments for a single named attention.
         norm_first: Pre-LN blocks (with a final norm) instead of post-LN.
         padding_idx: Padding token id.
         max_len: Longest sequence an absolute scheme covers.
         tie_embeddings: Share the embedding matrix with the output projection.
         use_cache: Decode with cached keys/values (False re-runs the decoder over the prefix).
         cross_attention: Scoring attention of the decoder's cross-attention; ``None``: see
-            :func:`choose_cross_attention`.
+            :func:`cross_attention_specs`.
         cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is
             the same variant).
         num_kv_heads: Key/value heads of every attention (grouped-query attention, 1 =
@@ -132,7 +130,7 @@ class Transformer(nn.Module):
         num_decoder_layers: int = 2,
         ffn_hidden: int = 1024,
         dropout: float = 0.0,
-        attention: str = "dot_product",
+        attention: AttentionChoice = "dot_product",
         attention_kwargs: dict[str, Any] | None = None,
         norm_first: bool = True,
         padding_idx: int = 0,
@@ -147,24 +145,41 @@ class Transformer(nn.Module):
         attention_dropout: float | None = None,
     ) -> None:
         super().__init__()
-        require_attention(attention, padding=True, causal=True, role="the Transformer (padding and causal masks)")
-        require_position(position, attention, role="the Transformer")
-        cross = choose_cross_attention(attention, attention_kwargs, cross_attention, cross_attention_kwargs)
         self.padding_idx, self.use_cache = padding_idx, use_cache
         self.embedding = scaled_embedding(vocab_size, d_model, padding_idx)
         self.embedding_dropout = nn.Dropout(dropout)
         sizes = {"d_model": d_model, "num_heads": num_heads, "max_len": max_len, **(position_kwargs or {})}
         self.encoder_position = create_position(position, causal=False, **sizes)
         self.decoder_position = create_position(position, causal=True, **sizes)
-        block_args = (d_model, num_heads, ffn_hidden, dropout, attention, attention_kwargs, norm_first)
-        shared = {"num_kv_heads": num_kv_heads, "attention_dropout": attention_dropout}
-        self.encoder_blocks = nn.ModuleList(
-            EncoderBlock(*block_args, position=self.encoder_position.for_attention, **shared)
-            for _ in range(num_encoder_layers)
+        choice = {
+            "attention": attention,
+            "attention_kwargs": attention_kwargs,
+            "num_kv_heads": num_kv_heads,
+            "dropout": dropout if attention_dropout is None else attention_dropout,
+            "padding": True,
+        }
+        encoder = layer_specs(
+            **choice,
+            num_layers=num_encoder_layers,
+            position=self.encoder_position.for_attention,
+            role="the Transformer's encoder (padding masks)",
+            stack="encoder layer",
         )
+        decoder = layer_specs(
+            **choice,
+            num_layers=num_decoder_layers,
+            position=self.decoder_position.for_attention,
+            causal=True,
+            role="the Transformer's decoder (causal and padding masks)",
+            stack="decoder layer",
+        )
+        cross = cross_attention_specs(decoder, cross_attention, cross_attention_kwargs)
+        block = {"d_model": d_model, "num_heads": num_heads, "ffn_hidden": ffn_hidden}
+        options = {"dropout": dropout, "norm_first": norm_first}
+        self.encoder_blocks = nn.ModuleList(EncoderBlock(**block, attention=spec, **options) for spec in encoder)
         self.decoder_blocks = nn.ModuleList(
-            DecoderBlock(*block_args, *cross, position=self.decoder_position.for_attention, **shared)
-            for _ in range(num_decoder_layers)
+            DecoderBlock(**block, attention=spec, cross_attention=cross_spec, **options)
+            for spec, cross_spec in zip(decoder, cross)
         )
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()

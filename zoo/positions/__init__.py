@@ -15,7 +15,6 @@ from zoo.positions.base import (
     get_position,
     list_positions,
     register_position,
-    require_position,
 )
 from zoo.positions.rotary import RotaryEmbedding
 from zoo.positions.sinusoidal import PositionalEncoding, sinusoidal_table
@@ -36,7 +35,6 @@ __all__ = [
     "get_position",
     "list_positions",
     "register_position",
-    "require_position",
     "sinusoidal_table",
     "t5_bucket",
 ]

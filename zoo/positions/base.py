@@ -29,8 +29,6 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from torch import Tensor, nn
 
-from zoo.attention import ATTENTION_REGISTRY, Attention, IncompatibleAttentionError
-from zoo.attention.base import POSITION_CAPABILITY
 from zoo.registry import Registry
 
 __all__ = [
@@ -41,7 +39,6 @@ __all__ = [
     "get_position",
     "list_positions",
     "register_position",
-    "require_position",
 ]
 
 PositionKind = Literal["absolute", "rotary", "bias"]
@@ -116,34 +113,3 @@ def create_position(
         if key in params and key not in kwargs:
             kwargs[key] = value
     return POSITION_REGISTRY.create(name, **kwargs)
-
-
-def require_position(position: str, attention: str, *, role: str = "this architecture") -> type[PositionScheme]:
-    """Resolve ``position`` and check that the scoring attention ``attention`` can take it.
-
-    Raises:
-        UnknownNameError: either name is not registered.
-        IncompatibleAttentionError: the variant lacks the capability the scheme's kind needs;
-            the message lists the variants that have it and the schemes this variant takes.
-    """
-    scheme = POSITION_REGISTRY.get(position)
-    variant = ATTENTION_REGISTRY.get(attention)
-    if _takes(variant, scheme.kind):
-        return scheme
-    flag = POSITION_CAPABILITY[scheme.kind]
-    variants = [
-        e.name for e in ATTENTION_REGISTRY.entries() if issubclass(e.obj, Attention) and _takes(e.obj, scheme.kind)
-    ]
-    schemes = [e.name for e in POSITION_REGISTRY.entries() if _takes(variant, e.obj.kind)]
-    what = "rotated queries and keys" if scheme.kind == "rotary" else "a bias added to its scores"
-    raise IncompatibleAttentionError(
-        f"Position {position!r} cannot be used with attention {attention!r} in {role}: {attention!r} does not "
-        f"take {what} ({flag} is False). Attention variants that do: {', '.join(variants) or 'none'}; "
-        f"positions {attention!r} takes: {', '.join(schemes)}."
-    )
-
-
-def _takes(variant: type[nn.Module], kind: str) -> bool:
-    """Whether a registered attention class can take a scheme of ``kind`` (absolute: always)."""
-    flag = POSITION_CAPABILITY.get(kind)
-    return flag is None or (issubclass(variant, Attention) and getattr(variant, flag))

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError
-from zoo.attention.base import POSITION_CAPABILITY
+from zoo.attention.spec import POSITION_CAPABILITY, AttentionSpec
 from zoo.positions import create_position, get_position
 from zoo.testing.placement import Placement
 
@@ -106,7 +106,8 @@ def build_harness(
         module, label = variant, type(variant).__name__
         if isinstance(module, AttentionLayer) and kind in POSITION_CAPABILITY:
             raise TypeError(
-                f"check_attention(position={position!r}): build the layer with position= and pass it without position."
+                f"check_attention(position={position!r}): build the layer with the position in its AttentionSpec and "
+                "pass it without position=."
             )
     else:
         cls = ATTENTION_REGISTRY.get(variant) if isinstance(variant, str) else variant
@@ -114,12 +115,10 @@ def build_harness(
         if not (inspect.isclass(cls) and issubclass(cls, (Attention, AttentionLayer))):
             raise TypeError(f"check_attention takes a subclass of zoo.Attention or zoo.AttentionLayer, got {cls!r}.")
         kwargs = _constructor_defaults(cls, kwargs)
-        if issubclass(cls, AttentionLayer) and kind in POSITION_CAPABILITY:
-            if "position" not in inspect.signature(cls).parameters:
-                raise TypeError(
-                    f"{label} takes no positions (cross-attention never gets them); check it without position=."
-                )
-            kwargs["position"] = create_position(position, d_model=kwargs["embed_dim"], num_heads=kwargs["num_heads"])  # type: ignore[arg-type]
+        if issubclass(cls, AttentionLayer) and kind in POSITION_CAPABILITY:  # the layer refuses what it cannot take
+            scheme = create_position(position, d_model=kwargs["embed_dim"], num_heads=kwargs["num_heads"])  # type: ignore[arg-type]
+            spec = kwargs.get("attention", "dot_product")
+            kwargs["attention"] = (AttentionSpec(spec) if isinstance(spec, str) else spec).with_position(scheme)
         module = cls(**kwargs)
     if position is not None:
         label = f"{label} with position {position!r}"

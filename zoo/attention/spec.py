@@ -1,0 +1,216 @@
+"""One layer's attention choice, handed unchanged from a model's arguments to the kernel.
+
+An :class:`AttentionSpec` holds what a multi-head layer needs to know about its attention: the
+registered scoring variant and its arguments, the key/value heads, the rotary or bias position
+scheme of its stack, and the dropout on the weights. Models build one per layer from their
+arguments (:func:`layer_specs`), check each once against what the architecture needs
+(:meth:`AttentionSpec.require`), and hand it to the blocks and layers, which take the spec, not
+its fields. A new attention option is then written here once, not at every level of a model.
+
+The spec is also the one place where positions meet attention: a rotary scheme needs a variant
+that scores rotated queries and keys (``supports_rotary``), a bias scheme one that adds a bias
+to its scores (``supports_position_bias``); an absolute scheme acts on the embeddings and needs
+nothing (:data:`POSITION_CAPABILITY`).
+
+**Hybrid stacks.** A model's ``attention`` is a name, or a list: one entry per layer, or a
+pattern repeated over the layers (``["local", "linear"]`` over 4 layers gives local, linear,
+local, linear), as Griffin, Samba and Jamba interleave local, full and recurrent layers. An entry
+is a name or a mapping ``{"name": NAME, **arguments}``; ``attention_kwargs`` go with a single
+name only, since the arguments of one variant rarely fit another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from torch import nn
+
+from zoo.attention.base import Attention, IncompatibleAttentionError
+from zoo.attention.factory import ATTENTION_REGISTRY, create_scoring_attention, require_attention
+from zoo.positions import POSITION_REGISTRY, PositionScheme
+from zoo.registry import check_kwargs
+
+__all__ = [
+    "POSITION_CAPABILITY",
+    "AttentionChoice",
+    "AttentionEntry",
+    "AttentionSpec",
+    "layer_specs",
+    "takes_position",
+]
+
+AttentionEntry = str | dict[str, Any]
+"""One layer's attention as a model argument: a registered name, or ``{"name": NAME, **arguments}``."""
+
+AttentionChoice = str | list[AttentionEntry]
+"""A model's ``attention`` argument: one name for every layer, or a list of entries (hybrid stacks)."""
+
+#: the capability flag of :class:`~zoo.attention.base.Attention` a position scheme of each kind needs
+POSITION_CAPABILITY: Mapping[str, str] = MappingProxyType(
+    {"rotary": "supports_rotary", "bias": "supports_position_bias"}
+)
+
+
+def takes_position(variant: type[nn.Module], kind: str) -> bool:
+    """Whether a registered attention class can take a position scheme of ``kind`` (absolute: always)."""
+    flag = POSITION_CAPABILITY.get(kind)
+    return flag is None or (issubclass(variant, Attention) and getattr(variant, flag))
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """A layer's attention: the scoring variant, its arguments, key/value heads, positions, dropout.
+
+    Built once and checked when built: the name must be a registered scoring attention, the
+    arguments ones its constructor takes, and the position scheme one it can use; an error says
+    which names would work. Layers then take it as it is.
+
+    Args:
+        name: Registered name (or alias) of the scoring attention each head runs.
+        kwargs: Its constructor arguments.
+        num_kv_heads: Key/value heads (grouped-query attention; 1 is multi-query); ``None``:
+            as many as query heads.
+        position: The rotary or bias scheme of the layer's stack, shared by its layers; ``None``
+            for none or for an absolute scheme, which acts on the embeddings in the model.
+        dropout: Dropout on the attention weights during training.
+    """
+
+    name: str = "dot_product"
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    num_kv_heads: int | None = None
+    position: PositionScheme | None = None
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        variant = require_attention(self.name, role="an attention layer (per-head scoring)")
+        check_kwargs(variant, dict(self.kwargs), what=f"attention {self.name!r}")
+        if self.num_kv_heads is not None and (not isinstance(self.num_kv_heads, int) or self.num_kv_heads < 1):
+            raise ValueError(f"num_kv_heads must be a positive integer or None; got {self.num_kv_heads!r}.")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"attention dropout must be in [0, 1); got {self.dropout}.")
+        if self.position is not None:
+            self._check_position(variant, self.position)
+
+    @property
+    def variant(self) -> type[Attention]:
+        """The registered scoring attention class."""
+        return ATTENTION_REGISTRY.get(self.name)  # type: ignore[return-value]
+
+    def _check_position(self, variant: type[Attention], position: PositionScheme) -> None:
+        flag = POSITION_CAPABILITY.get(position.kind)
+        if flag is None:
+            raise ValueError(
+                f"{type(position).__name__} is an absolute scheme: it acts on the embeddings, so the model applies it; "
+                "an attention layer takes rotary and bias schemes only."
+            )
+        if not getattr(variant, flag):
+            variants = [e.name for e in ATTENTION_REGISTRY.entries() if takes_position(e.obj, position.kind)]
+            what = "rotated queries and keys" if position.kind == "rotary" else "a bias added to its scores"
+            schemes = [e.name for e in POSITION_REGISTRY.entries() if takes_position(variant, e.obj.kind)]
+            raise IncompatibleAttentionError(
+                f"attention {self.name!r} cannot take the {position.kind} scheme {type(position).__name__}: it does "
+                f"not take {what} ({flag} is False). Attention variants that do: {', '.join(variants) or 'none'}; "
+                f"positions {self.name!r} takes: {', '.join(schemes)}."
+            )
+
+    def require(
+        self,
+        *,
+        causal: bool = False,
+        padding: bool = False,
+        cross: bool = False,
+        weights: bool = False,
+        role: str = "this architecture",
+    ) -> AttentionSpec:
+        """This spec, if its variant can do what ``role`` needs; else an
+        :class:`~zoo.attention.base.IncompatibleAttentionError` naming the names that can."""
+        require_attention(self.name, causal=causal, padding=padding, cross=cross, weights=weights, role=role)
+        return self
+
+    def with_position(self, position: PositionScheme | None) -> AttentionSpec:
+        """The same choice with another stack's position scheme (checked as at construction)."""
+        return replace(self, position=position)
+
+    def build(self, head_dim: int, num_heads: int) -> Attention:
+        """The scoring attention for ``num_heads`` heads of size ``head_dim``."""
+        return create_scoring_attention(
+            self.name, head_dim=head_dim, num_heads=num_heads, dropout=self.dropout, **dict(self.kwargs)
+        )
+
+    def describe(self) -> str:
+        """``name`` or ``name(key=value, ...)``: how summaries show the choice."""
+        arguments = ", ".join(f"{key}={value!r}" for key, value in self.kwargs.items())
+        return f"{self.name}({arguments})" if arguments else self.name
+
+
+def _entry(entry: AttentionEntry, where: str) -> tuple[str, dict[str, Any]]:
+    """A list entry as a name and its arguments."""
+    if isinstance(entry, str):
+        return entry, {}
+    if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+        arguments = dict(entry)
+        return arguments.pop("name"), arguments
+    raise ValueError(
+        f"{where}: an attention entry is a registered name or a mapping with a 'name' and that variant's "
+        f"arguments, e.g. {{name: local, window: 64}}; got {entry!r}."
+    )
+
+
+def layer_specs(
+    attention: AttentionChoice,
+    attention_kwargs: Mapping[str, Any] | None,
+    num_layers: int,
+    *,
+    num_kv_heads: int | None = None,
+    position: PositionScheme | None = None,
+    dropout: float = 0.0,
+    causal: bool = False,
+    padding: bool = False,
+    role: str = "this architecture",
+    stack: str = "layer",
+) -> list[AttentionSpec]:
+    """One spec per layer of a stack of ``num_layers``, from a model's arguments, each checked
+    once against what the stack needs (``causal``, ``padding``).
+
+    ``attention`` is a name (every layer), or a list: one entry per layer, or a pattern whose
+    length divides ``num_layers``, repeated. An error names the layer (``stack`` and its number
+    from 1, ``"encoder layer 2"``) and the fix.
+    """
+    if isinstance(attention, str):
+        entries: list[AttentionEntry] = [{"name": attention, **(attention_kwargs or {})}]
+    elif isinstance(attention, Sequence) and attention:
+        if attention_kwargs:
+            raise ValueError(
+                "attention_kwargs go with a single attention name; with a list, give each entry its own arguments: "
+                "[{name: local, window: 64}, dot_product]."
+            )
+        entries = list(attention)
+    else:
+        raise ValueError(f"attention must be a registered name or a non-empty list of entries; got {attention!r}.")
+    period = len(entries)
+    if num_layers % period:
+        raise ValueError(
+            f"a list of {period} attention entries neither gives one per {stack} nor repeats evenly over "
+            f"{num_layers}; give {num_layers} entries or a pattern whose length divides {num_layers}."
+        )
+    specs = []  # a pattern's entries are built once and shared by their repeats
+    for index, entry in enumerate(entries):
+        where = _layers_of(index, period, num_layers, stack)
+        name, arguments = _entry(entry, where)
+        try:
+            spec = AttentionSpec(name, arguments, num_kv_heads, position, dropout)
+        except (IncompatibleAttentionError, KeyError, TypeError, ValueError) as error:
+            raise type(error)(f"{where}: {error}") from None
+        specs.append(spec.require(causal=causal, padding=padding, role=f"{role}, {where}"))
+    return [specs[layer % period] for layer in range(num_layers)]
+
+
+def _layers_of(index: int, period: int, num_layers: int, stack: str) -> str:
+    """The layers entry ``index`` of a pattern of ``period`` covers, as an error names them."""
+    if period == 1:
+        return f"every {stack}"
+    layers = [str(layer + 1) for layer in range(index, num_layers, period)]
+    return f"{stack} {layers[0]}" if len(layers) == 1 else f"{stack}s {', '.join(layers)}"

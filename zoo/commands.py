@@ -1,0 +1,118 @@
+"""The command dispatcher: ``python -m zoo COMMAND`` (and the ``zoo`` console script).
+
+* ``fit``, ``validate``, ``test``, ``predict``: Lightning's commands through :class:`zoo.cli.ZooCLI`
+  (``predict --ckpt_path FILE`` alone rebuilds the model from the checkpoint, :mod:`zoo.predict`);
+* ``list [PATTERN]``: the registries (attention, positions, models, data modules), plugins included;
+* ``bench``: the benchmarks of :mod:`zoo.bench` (attention kernels, training, decoding);
+* ``compare``: a grid of runs over seeds with intervals, :mod:`zoo.compare`;
+* ``--version``.
+
+Errors the user fixes (:data:`USER_ERRORS`) end the command with one line and status 2;
+``ZOO_DEBUG=1`` shows the traceback. Nothing imports this module but the entry points: the
+commands it dispatches to build their runs with :mod:`zoo.cli`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from zoo.attention import ATTENTION_REGISTRY
+from zoo.cli import ZooCLI
+from zoo.datamodules import DATAMODULE_REGISTRY
+from zoo.errors import ZooError
+from zoo.plugins import import_plugins, pop_import_flags
+from zoo.positions import POSITION_REGISTRY
+from zoo.predict import from_checkpoint_alone, predict_from_checkpoint
+from zoo.tasks import MODEL_REGISTRY
+from zoo.version import __version__
+
+__all__ = ["USER_ERRORS", "main", "print_registries"]
+
+
+def print_registries(pattern: str | None = None) -> None:
+    """Print every registered attention, position scheme, model and data module with aliases and source."""
+    registries = (
+        ("attention", ATTENTION_REGISTRY),
+        ("positions", POSITION_REGISTRY),
+        ("models", MODEL_REGISTRY),
+        ("data modules", DATAMODULE_REGISTRY),
+    )
+    for title, registry in registries:
+        print(f"{title}:")
+        for entry in registry.entries():
+            if pattern is not None and entry.name not in registry.list(pattern):
+                continue
+            aliases = f" (aliases: {', '.join(entry.aliases)})" if entry.aliases else ""
+            source = "" if entry.source == "attention-zoo" else f" [from {entry.source}]"
+            print(f"  {entry.name}{aliases}{source}")
+        for name, error in sorted(registry.failed_plugins.items()):
+            print(f"  {name} [failed to load: {error}]")
+
+
+#: Mistakes of configuration or input, shown as one line without a traceback: the zoo's own,
+#: Lightning's (an invalid trainer setting) and a missing file.
+USER_ERRORS: tuple[type[BaseException], ...] = (ZooError, MisconfigurationException, FileNotFoundError)
+
+
+def _user_error(error: BaseException) -> BaseException | None:
+    """The first user error in ``error``'s chain (jsonargparse wraps constructor errors)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, USER_ERRORS):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of ``zoo`` and ``python -m zoo``.
+
+    ``--import FILE_OR_MODULE`` (repeatable, anywhere) is handled first: the modules are
+    imported, and listed in ``ZOO_IMPORTS`` for child processes, before anything is parsed.
+    A reader that stops early (``python -m zoo list | head``) ends the command quietly with
+    status 1, as Python's documentation recommends, instead of a ``BrokenPipeError`` traceback.
+    """
+    args = list(sys.argv[1:] if args is None else args)
+    try:
+        try:
+            _run(args)
+        finally:  # on SystemExit too (--print_config): a closed pipe surfaces here, not at exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Later flushes, the interpreter's own at exit included, would fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
+    except Exception as error:
+        cause = _user_error(error)
+        if cause is None or os.environ.get("ZOO_DEBUG"):
+            raise
+        print(f"error: {cause}\n(set ZOO_DEBUG=1 to see the traceback)", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _run(args: list[str]) -> None:
+    """Dispatch ``args`` to ``list``, ``bench``, ``--version``, predicting from a checkpoint alone,
+    or :class:`ZooCLI`."""
+    args, imports = pop_import_flags(args)
+    import_plugins(imports)
+    if args[:1] == ["list"]:
+        print_registries(args[1] if len(args) > 1 else None)
+    elif args[:1] == ["bench"]:
+        from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking
+
+        bench_main(args[1:])
+    elif args[:1] == ["compare"]:
+        from zoo.compare.cli import main as compare_main
+
+        compare_main(args[1:])
+    elif args[:1] == ["--version"]:
+        print(__version__)
+    elif from_checkpoint_alone(args):
+        predict_from_checkpoint(args[1:])
+    else:
+        ZooCLI(args)
