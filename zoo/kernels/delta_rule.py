@@ -78,6 +78,7 @@ def _chunked(
         ``(*batch, dk, dv)``.
     """
     length = q.shape[-2]
+    state = initial_or_zeros(initial_state, k, v)
     q, k, v = (to_chunks(x, chunk_size) for x in (q, k, v))
     beta, cum = (to_chunks(x.unsqueeze(-1), chunk_size).squeeze(-1) for x in (beta, log_decay))
     cum = cum.cumsum(-1)  # (*batch, N, c)
@@ -94,7 +95,6 @@ def _chunked(
     decayed_k = k * (cum_end - cum).exp().unsqueeze(-1)  # written at the chunk's end
     chunk_decay = cum_end.exp().unsqueeze(-1)
 
-    state = initial_or_zeros(initial_state, k, v)
     entering, new_values = [], []
     for w_n, u_n, k_n, g_n in zip(w.unbind(-3), u.unbind(-3), decayed_k.unbind(-3), chunk_decay.unbind(-3)):
         entering.append(state)

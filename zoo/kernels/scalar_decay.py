@@ -71,6 +71,7 @@ def _chunked(
         final state ``(*batch, dk, dv)``.
     """
     length = q.shape[-2]
+    initial_state = initial_or_zeros(initial_state, k, v)
     q, k, v = (to_chunks(x, chunk_size) for x in (q, k, v))
     cum = to_chunks(log_decay.unsqueeze(-1), chunk_size).squeeze(-1).cumsum(-1)  # (*batch, N, c)
     cum_end = cum[..., -1:]
@@ -78,9 +79,7 @@ def _chunked(
     scores = (q @ k.mT) * causal_decay(cum)
     decayed_q = q * cum.exp().unsqueeze(-1)  # read the state entering the chunk
     decayed_k = k * (cum_end - cum).exp().unsqueeze(-1)  # written at the chunk's end
-    entering, final_state = pass_states(
-        initial_or_zeros(initial_state, k, v), cum_end.exp().unsqueeze(-1), decayed_k.mT @ v
-    )
+    entering, final_state = pass_states(initial_state, cum_end.exp().unsqueeze(-1), decayed_k.mT @ v)
     output = decayed_q @ entering + scores @ v
     return from_chunks(output, length), scores, final_state
 

@@ -127,6 +127,7 @@ def _chunked(
         final state ``(*batch, dk, dv)``.
     """
     length = q.shape[-2]
+    initial_state = initial_or_zeros(initial_state, k, v)
     q, k, v, log_decay = (to_chunks(x, chunk_size) for x in (q, k, v, log_decay))
     cum = log_decay.cumsum(-2)  # (*batch, N, c, dk)
     cum_end = cum[..., -1:, :]
@@ -134,7 +135,7 @@ def _chunked(
     weights = _intra_chunk_weights(q, k, cum)
     decayed_q = q * cum.exp()  # read the state entering the chunk
     decayed_k = k * (cum_end - cum).exp()  # written at the chunk's end
-    entering, final_state = pass_states(initial_or_zeros(initial_state, k, v), cum_end.mT.exp(), decayed_k.mT @ v)
+    entering, final_state = pass_states(initial_state, cum_end.mT.exp(), decayed_k.mT @ v)
     output = decayed_q @ entering + weights @ v
     return from_chunks(output, length), weights, final_state
 
