@@ -61,7 +61,7 @@ def load_naive(root: Path, family: str) -> ModuleType:
 
 
 def fla_layout(x: Tensor) -> Tensor:
-    """zoo's ``(B, H, T, ...)`` -> fla's ``(B, T, H, ...)`` (and back: the swap is its own inverse)."""
+    """zoo's ``(B, H, T, ...)`` -> fla's ``(B, T, H, ...)``, and back (the swap is its own inverse)."""
     return x.transpose(1, 2)
 
 
@@ -131,7 +131,7 @@ def compare_gla(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tenso
 
 
 def compare_delta_rule(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor, beta: Tensor) -> None:
-    """DeltaNet: ``delta_rule_{recurrence,chunkwise,parallel}`` in ``(B, H, T, D)``, scaling queries themselves."""
+    """DeltaNet: ``delta_rule_{recurrence,chunkwise,parallel}``, ``(B, H, T, D)``, scaling queries."""
     scaled = q * DK**-0.5
     fla_output, fla_final = naive.delta_rule_recurrence(q, k, v, beta, initial_state=state, output_final_state=True)
     output, final = delta_rule_recurrent(scaled, k, v, beta, initial_state=state)

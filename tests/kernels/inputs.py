@@ -24,7 +24,7 @@ def uniform(*shape: int, low: float, high: float, generator: torch.Generator) ->
 
 
 def qkv(length: int, dk: int, dv: int, generator: torch.Generator, *, unit_keys: bool = False) -> tuple[Tensor, ...]:
-    """Float64 queries, keys (L2-normalized if ``unit_keys``) and values of shape ``(2, 3, T, d)``."""
+    """Float64 queries, keys (L2-normalized if ``unit_keys``) and values, ``(2, 3, T, d)``."""
     q = randn(*BATCH, length, dk, generator=generator)
     k = randn(*BATCH, length, dk, generator=generator)
     v = randn(*BATCH, length, dv, generator=generator)

@@ -17,9 +17,10 @@ CHUNK_SIZES = (1, 7, 16, 64)
 def reference(
     q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None, state: Tensor, mask: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """The papers' recurrence token by token, in their orientation (a ``(dv, dk)`` state, ``o_t = S_t q_t``).
+    """The papers' recurrence token by token, in their orientation: ``(dv, dk)`` state, ``o_t = S_t q_t``.
 
-    ``S_t = a_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T`` (``a_t = 1`` without decays: DeltaNet).
+    ``S_t = a_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T``, ``a_t = 1`` without decays
+    (DeltaNet).
     A padded token leaves the state as it was and outputs zero. ``state`` and the returned final
     state are ``(*batch, dv, dk)``.
     """
@@ -43,7 +44,7 @@ def generator() -> torch.Generator:
 
 
 def inputs(length: int, generator: torch.Generator, gated: bool) -> tuple[Tensor | None, ...]:
-    """Queries, unit keys, values, betas in ``[0, 1)`` and (if ``gated``) log decays in ``[-2, 0)``."""
+    """Queries, unit keys, values, betas in ``[0, 1)``, and log decays in ``[-2, 0)`` if ``gated``."""
     q, k, v = qkv(length, DK, DV, generator, unit_keys=True)
     beta = uniform(*BATCH, length, low=0.0, high=1.0, generator=generator)
     log_decay = uniform(*BATCH, length, low=-2.0, high=0.0, generator=generator) if gated else None

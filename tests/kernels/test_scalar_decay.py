@@ -160,6 +160,16 @@ def test_the_recurrent_state_does_not_grow_with_the_input(generator: torch.Gener
         assert state.shape == (*BATCH, DK, DV)
 
 
+def test_a_mask_across_heads_broadcasts_and_one_without_heads_is_refused(generator: torch.Generator) -> None:
+    q, k, v, log_decay = inputs(20, generator)
+    across_heads = padding_mask(20)[:, :1]  # (B, 1, T)
+    for form in (scalar_decay_parallel, scalar_decay_chunkwise, scalar_decay_recurrent):
+        broadcast = form(q, k, v, log_decay, mask=across_heads)[0]
+        assert_matches(broadcast, form(q, k, v, log_decay, mask=across_heads.expand(*BATCH, 20))[0])
+        with pytest.raises(ValueError, match="mask"):
+            form(q, k, v, log_decay, mask=across_heads[:, 0])
+
+
 def test_a_chunk_size_below_one_is_refused(generator: torch.Generator) -> None:
     with pytest.raises(ValueError, match="chunk_size"):
         scalar_decay_chunkwise(*inputs(4, generator), chunk_size=0)

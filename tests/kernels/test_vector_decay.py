@@ -37,7 +37,7 @@ def generator() -> torch.Generator:
 
 
 def inputs(length: int, generator: torch.Generator) -> tuple[Tensor, ...]:
-    """Queries, keys, values and log decays in ``[-3, 0)`` per key dimension, float64, batch 2, 3 heads."""
+    """Queries, keys, values and log decays in ``[-3, 0)`` per key dimension, float64."""
     q, k, v = qkv(length, DK, DV, generator)
     return q, k, v, uniform(*BATCH, length, DK, low=-3.0, high=0.0, generator=generator)
 

@@ -20,21 +20,28 @@ __all__ = [
     "initial_or_zeros",
     "pass_states",
     "to_chunks",
-    "zero_masked",
+    "zero_padding",
 ]
 
 
-def zero_masked(x: Tensor, mask: Tensor | None) -> Tensor:
-    """Zero the padded steps of ``x``: ``(*batch, T)`` or ``(*batch, T, d)``, ``mask`` ``(*batch, T)``.
+def zero_padding(mask: Tensor | None, q: Tensor, *others: Tensor) -> tuple[Tensor, ...]:
+    """Zero every input at the padded steps, where ``mask`` is False.
+
+    Args:
+        mask: ``(*batch, T)``, or broadcastable to it with as many dimensions (``(B, 1, T)``).
+        q: Queries ``(*batch, T, dk)``.
+        others: ``(*batch, T)`` or ``(*batch, T, d)`` each.
 
     Zero keys, betas and log decays make a padded step an identity step of every recurrence here;
     a zero query gives it a zero output. ``torch.where`` (not a product) keeps non-finite padding
     out of the result.
     """
     if mask is None:
-        return x
-    keep = mask if x.dim() == mask.dim() else mask.unsqueeze(-1)
-    return torch.where(keep, x, x.new_zeros(()))
+        return (q, *others)
+    if mask.dim() != q.dim() - 1:
+        raise ValueError(f"mask must have the {q.dim() - 1} dimensions of (*batch, T), got shape {tuple(mask.shape)}")
+    zero = q.new_zeros(())
+    return tuple(torch.where(mask if x.dim() == mask.dim() else mask.unsqueeze(-1), x, zero) for x in (q, *others))
 
 
 def check_chunk_size(chunk_size: int) -> None:
@@ -44,7 +51,7 @@ def check_chunk_size(chunk_size: int) -> None:
 
 
 def to_chunks(x: Tensor, chunk_size: int) -> Tensor:
-    """``(*batch, T, d)`` -> ``(*batch, N, chunk_size, d)``, zero-padded at the end to ``N * chunk_size``.
+    """``(*batch, T, d)`` -> ``(*batch, N, chunk_size, d)``, zero-padded at the end.
 
     The zero steps appended to the last chunk are identity steps (zero key, beta and log decay), so
     they change no state; their outputs are cut off by :func:`from_chunks`.
@@ -58,21 +65,20 @@ def from_chunks(x: Tensor, length: int) -> Tensor:
     return x.flatten(-3, -2)[..., :length, :]
 
 
-def causal_decay(cum_log_decay: Tensor, *, strict: bool = False) -> Tensor:
-    """``(..., c)`` cumulative log decays -> ``(..., c, c)`` matrix ``exp(b_i - b_j)`` for ``j <= i``, else 0.
+def causal_decay(cum_log_decay: Tensor) -> Tensor:
+    """Cumulative log decays ``(..., c)`` -> ``(..., c, c)``: ``exp(b_i - b_j)`` for ``j <= i``, else 0.
 
     The mask is applied to the exponent (``-inf`` above the diagonal) before ``exp``, so the
-    positive differences above the diagonal never overflow and carry no gradient. ``strict``
-    also zeroes the diagonal (``j < i``).
+    positive differences above the diagonal never overflow and carry no gradient.
     """
     c = cum_log_decay.shape[-1]
-    causal = torch.ones(c, c, dtype=torch.bool, device=cum_log_decay.device).tril(-1 if strict else 0)
+    causal = torch.ones(c, c, dtype=torch.bool, device=cum_log_decay.device).tril()
     diff = cum_log_decay.unsqueeze(-1) - cum_log_decay.unsqueeze(-2)
     return torch.where(causal, diff, diff.new_tensor(float("-inf"))).exp()
 
 
 def initial_or_zeros(initial_state: Tensor | None, k: Tensor, v: Tensor) -> Tensor:
-    """The given ``(*batch, dk, dv)`` state, or zeros shaped from ``k`` ``(*batch, T, dk)`` and ``v``."""
+    """The given ``(*batch, dk, dv)`` state, or zeros shaped from ``k`` and ``v``."""
     if initial_state is not None:
         return initial_state
     return k.new_zeros(*k.shape[:-2], k.shape[-1], v.shape[-1])
@@ -87,7 +93,8 @@ def pass_states(initial_state: Tensor, chunk_decay: Tensor, chunk_update: Tensor
         chunk_update: ``(*batch, N, dk, dv)``, each chunk's keys and values, decayed to its end.
 
     Returns:
-        The state entering each chunk ``(*batch, N, dk, dv)`` and the final state ``(*batch, dk, dv)``.
+        The state entering each chunk ``(*batch, N, dk, dv)`` and the final state
+        ``(*batch, dk, dv)``.
     """
     state = initial_state
     entering = []

@@ -16,10 +16,11 @@ Three forms compute it, equal up to rounding:
   ``S_0``, with ``b`` the chunk's cumulative log decays and ``gamma_i = exp(b_i)``, the new values
   ``u`` solve a unit lower triangular system::
 
-      (I + L) u = diag(beta) (V - diag(gamma) K S_0),   L_ij = beta_i exp(b_i - b_j) (k_i . k_j), j < i
+      (I + L) u = diag(beta) (V - diag(gamma) K S_0),
+      L_ij = beta_i exp(b_i - b_j) (k_i . k_j) for j < i, else 0
 
-  so with ``T = (I + L)^{-1} diag(beta)`` (``torch.linalg.solve_triangular``), ``W = T diag(gamma) K``
-  and ``U = T V``: ``u = U - W S_0``. Then ``o_i = gamma_i q_i S_0 + sum_{j <= i} exp(b_i - b_j)
+  so with ``T = (I + L)^{-1} diag(beta)`` (``torch.linalg.solve_triangular``),
+  ``W = T diag(gamma) K`` and ``U = T V``: ``u = U - W S_0``. Then ``o_i = gamma_i q_i S_0 + sum_{j <= i} exp(b_i - b_j)
   (q_i . k_j) u_j`` and ``S_c = gamma_c S_0 + sum_j exp(b_c - b_j) k_j^T u_j``. ``T``, ``W``, ``U``
   and the in-chunk scores are formed for all chunks at once; only ``u = U - W S_0`` and the state
   update run in the loop over chunks. ``O(T * chunk_size)`` memory: the form for training.
@@ -52,7 +53,7 @@ from zoo.kernels._common import (
     from_chunks,
     initial_or_zeros,
     to_chunks,
-    zero_masked,
+    zero_padding,
 )
 
 __all__ = ["delta_rule_chunkwise", "delta_rule_parallel", "delta_rule_recurrent"]
@@ -61,10 +62,10 @@ __all__ = ["delta_rule_chunkwise", "delta_rule_parallel", "delta_rule_recurrent"
 def _prepare(
     q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None, mask: Tensor | None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Broadcast ``beta`` and ``log_decay`` (zeros if None) to ``(*batch, T)``; zero padded steps."""
+    """Broadcast ``beta`` and ``log_decay`` (zeros if None) to ``(*batch, T)``; zero the padding."""
     beta = torch.broadcast_to(beta, q.shape[:-1])
     log_decay = q.new_zeros(q.shape[:-1]) if log_decay is None else torch.broadcast_to(log_decay, q.shape[:-1])
-    return tuple(zero_masked(x, mask) for x in (q, k, v, beta, log_decay))
+    return zero_padding(mask, q, k, v, beta, log_decay)
 
 
 def _chunked(
@@ -123,7 +124,8 @@ def delta_rule_parallel(
         beta: Write strengths, broadcastable to ``(*batch, T)``.
         log_decay: ``log a_t <= 0``, broadcastable to ``(*batch, T)``; None for DeltaNet (no decay).
         initial_state: ``(*batch, dk, dv)``; zeros if None.
-        mask: ``(*batch, T)``, True at real tokens; padded steps are identity steps.
+        mask: ``(*batch, T)`` (or broadcastable with as many dimensions, e.g. ``(B, 1, T)``), True
+            at real tokens; padded steps are identity steps with zero outputs.
 
     Returns:
         ``(output, weights, final_state)``: output ``(*batch, T, dv)``; weights ``(*batch, T, T)``,

@@ -47,7 +47,7 @@ from zoo.kernels._common import (
     initial_or_zeros,
     pass_states,
     to_chunks,
-    zero_masked,
+    zero_padding,
 )
 
 __all__ = ["scalar_decay_chunkwise", "scalar_decay_parallel", "scalar_decay_recurrent"]
@@ -58,7 +58,7 @@ def _prepare(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Broadcast ``log_decay`` to ``(*batch, T)`` and zero every input at the padded steps."""
     log_decay = torch.broadcast_to(log_decay, q.shape[:-1])
-    return zero_masked(q, mask), zero_masked(k, mask), zero_masked(v, mask), zero_masked(log_decay, mask)
+    return zero_padding(mask, q, k, v, log_decay)
 
 
 def _chunked(
@@ -101,7 +101,8 @@ def scalar_decay_parallel(
         v: Values ``(*batch, T, dv)``.
         log_decay: ``log g_t <= 0``, broadcastable to ``(*batch, T)``.
         initial_state: ``(*batch, dk, dv)``; zeros if None.
-        mask: ``(*batch, T)``, True at real tokens; padded steps are identity steps.
+        mask: ``(*batch, T)`` (or broadcastable with as many dimensions, e.g. ``(B, 1, T)``), True
+            at real tokens; padded steps are identity steps with zero outputs.
 
     Returns:
         ``(output, weights, final_state)``: output ``(*batch, T, dv)``; weights ``(*batch, T, T)``,

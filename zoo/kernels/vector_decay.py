@@ -49,13 +49,13 @@ from zoo.kernels._common import (
     initial_or_zeros,
     pass_states,
     to_chunks,
-    zero_masked,
+    zero_padding,
 )
 
 __all__ = ["SUB_CHUNK_SIZE", "vector_decay_chunkwise", "vector_decay_parallel", "vector_decay_recurrent"]
 
 SUB_CHUNK_SIZE = 16
-"""Steps per sub-chunk of the weights inside a chunk: the diagonal sub-chunks cost ``(16, 16, dk)``."""
+"""Steps per sub-chunk of the weights inside a chunk; a diagonal sub-chunk costs ``(16, 16, dk)``."""
 
 
 def _prepare(
@@ -63,7 +63,7 @@ def _prepare(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Broadcast ``log_decay`` to ``(*batch, T, dk)`` and zero every input at the padded steps."""
     log_decay = torch.broadcast_to(log_decay, q.shape)
-    return zero_masked(q, mask), zero_masked(k, mask), zero_masked(v, mask), zero_masked(log_decay, mask)
+    return zero_padding(mask, q, k, v, log_decay)
 
 
 def _pad_steps(q: Tensor, k: Tensor, cum: Tensor, multiple: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -157,7 +157,8 @@ def vector_decay_parallel(
         v: Values ``(*batch, T, dv)``.
         log_decay: ``log a_t <= 0``, broadcastable to ``(*batch, T, dk)``.
         initial_state: ``(*batch, dk, dv)``; zeros if None.
-        mask: ``(*batch, T)``, True at real tokens; padded steps are identity steps.
+        mask: ``(*batch, T)`` (or broadcastable with as many dimensions, e.g. ``(B, 1, T)``), True
+            at real tokens; padded steps are identity steps with zero outputs.
 
     Returns:
         ``(output, weights, final_state)``: output ``(*batch, T, dv)``; weights ``(*batch, T, T)``,
