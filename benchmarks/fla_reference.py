@@ -1,0 +1,214 @@
+"""Compare ``zoo.kernels`` with flash-linear-attention's pure-PyTorch reference functions, on CPU.
+
+Usage: python benchmarks/fla_reference.py FLA_ROOT [--site DIR] [--seed 0]
+
+``FLA_ROOT`` is an unpacked ``fla-core`` wheel (the folder that holds ``fla/ops``; since 0.5 the
+``flash-linear-attention`` wheel holds only layers and models, its kernels come from
+``fla-core``), for example::
+
+    pip download fla-core==0.6.0 --no-deps -d /tmp/fla && unzip -q /tmp/fla/fla_core-*.whl -d /tmp/fla/core
+    pip install --target /tmp/fla/site einops
+    python benchmarks/fla_reference.py /tmp/fla/core --site /tmp/fla/site
+
+No fla code is kept in this project, and fla is never installed: each ``fla/ops/*/naive.py`` is
+loaded on its own (``importlib.util.spec_from_file_location``), so fla's package ``__init__`` and
+its Triton kernels are never imported. Three of those files import ``einops``; ``--site`` puts a
+folder that holds it on the import path.
+
+Every reference function and the matching zoo kernel get the same float64 inputs (fla's layout is
+``(B, T, H, D)``, or ``(B, H, T, D)`` for ``delta_rule``; zoo's is ``(B, H, T, D)``), and the
+largest absolute differences of the outputs, final states and weight matrices are printed. Most
+references cast their inputs to float32, so differences near 1e-6 are agreement there; those that
+keep float64 (``delta_rule_chunkwise``, the outputs of ``delta_rule_parallel``) agree to rounding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from zoo.kernels import (
+    delta_rule_chunkwise,
+    delta_rule_parallel,
+    delta_rule_recurrent,
+    scalar_decay_chunkwise,
+    scalar_decay_parallel,
+    scalar_decay_recurrent,
+    vector_decay_chunkwise,
+    vector_decay_parallel,
+    vector_decay_recurrent,
+)
+
+B, H, T, DK, DV = 2, 3, 128, 16, 16
+
+
+def load_naive(root: Path, family: str) -> ModuleType:
+    """Load ``fla/ops/<family>/naive.py`` under ``root`` as a standalone module."""
+    path = root / "fla" / "ops" / family / "naive.py"
+    spec = importlib.util.spec_from_file_location(f"fla_naive_{family}", path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fla_layout(x: Tensor) -> Tensor:
+    """zoo's ``(B, H, T, ...)`` -> fla's ``(B, T, H, ...)``, and back (the swap is its own inverse)."""
+    return x.transpose(1, 2)
+
+
+def largest_difference(fla: Tensor, zoo: Tensor) -> str:
+    """``max |fla - zoo|`` in float64, and ``max |zoo|`` for scale: ``"1.2e-07 (of 3.4e+00)"``."""
+    difference = (fla.double() - zoo).abs().max().item()
+    return f"{difference:.1e} (of {zoo.abs().max().item():.1e})"
+
+
+def report(name: str, zoo_name: str, **differences: str) -> None:
+    """Print one comparison: ``fla function vs zoo function output ..., state ...``."""
+    cells = ", ".join(f"{key} {value}" for key, value in differences.items())
+    print(f"{name:34s} vs {zoo_name:24s} {cells}")
+
+
+def compare_simple_gla(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor, gen: torch.Generator) -> None:
+    """Scalar decay: ``naive_{recurrent,chunk,parallel}_simple_gla`` (``scale=1``)."""
+    log_decay = -torch.rand(B, H, T, generator=gen, dtype=torch.float64)
+    args = (fla_layout(q), fla_layout(k), fla_layout(v), fla_layout(log_decay))
+    output, final = scalar_decay_recurrent(q, k, v, log_decay, initial_state=state)
+
+    fla_output, fla_final = naive.naive_recurrent_simple_gla(
+        *args, scale=1.0, initial_state=state, output_final_state=True
+    )
+    report(
+        "naive_recurrent_simple_gla",
+        "scalar_decay_recurrent",
+        output=largest_difference(fla_layout(fla_output), output),
+        state=largest_difference(fla_final, final),
+    )
+    chunk_output, chunk_final = scalar_decay_chunkwise(q, k, v, log_decay, initial_state=state)
+    # It works in float32 but adds the initial state as given: float64 would not mix.
+    fla_output, fla_final = naive.naive_chunk_simple_gla(
+        *args, initial_state=state.float(), output_final_state=True, chunk_size=64, scale=1.0
+    )
+    report(
+        "naive_chunk_simple_gla",
+        "scalar_decay_chunkwise",
+        output=largest_difference(fla_layout(fla_output), chunk_output),
+        state=largest_difference(fla_final, chunk_final),
+    )
+    output, weights, _ = scalar_decay_parallel(q, k, v, log_decay)
+    fla_output, fla_weights = naive.naive_parallel_simple_gla(*args, scale=1.0)
+    report(
+        "naive_parallel_simple_gla",
+        "scalar_decay_parallel",
+        output=largest_difference(fla_layout(fla_output), output),
+        weights=largest_difference(fla_weights, weights),
+    )
+
+
+def compare_gla(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor, gen: torch.Generator) -> None:
+    """Vector decay: ``naive_recurrent_gla``, which scales the queries by ``dk ** -0.5`` itself."""
+    log_decay = -torch.rand(B, H, T, DK, generator=gen, dtype=torch.float64)
+    fla_output, fla_final = naive.naive_recurrent_gla(
+        fla_layout(q), fla_layout(k), fla_layout(v), fla_layout(log_decay), initial_state=state, output_final_state=True
+    )
+    scaled = q * DK**-0.5
+    for form in (vector_decay_recurrent, vector_decay_chunkwise, vector_decay_parallel):
+        result = form(scaled, k, v, log_decay, initial_state=state)
+        report(
+            "naive_recurrent_gla",
+            form.__name__,
+            output=largest_difference(fla_layout(fla_output), result[0]),
+            state=largest_difference(fla_final, result[-1]),
+        )
+
+
+def compare_delta_rule(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor, beta: Tensor) -> None:
+    """DeltaNet: ``delta_rule_{recurrence,chunkwise,parallel}``, ``(B, H, T, D)``, scaling queries."""
+    scaled = q * DK**-0.5
+    fla_output, fla_final = naive.delta_rule_recurrence(q, k, v, beta, initial_state=state, output_final_state=True)
+    output, final = delta_rule_recurrent(scaled, k, v, beta, initial_state=state)
+    report(
+        "delta_rule_recurrence",
+        "delta_rule_recurrent",
+        output=largest_difference(fla_output, output),
+        state=largest_difference(fla_final, final),
+    )
+    fla_output, fla_final = naive.delta_rule_chunkwise(q, k, v, beta, chunk_size=32)  # no initial state
+    output, final = delta_rule_chunkwise(scaled, k, v, beta, chunk_size=32)
+    report(
+        "delta_rule_chunkwise",
+        "delta_rule_chunkwise",
+        output=largest_difference(fla_output, output),
+        state=largest_difference(fla_final, final),
+    )
+    # fla's weights act on beta * v: ours are theirs times diag(beta).
+    fla_output, fla_weights = naive.delta_rule_parallel(q, k, v, beta, BM=128, BN=32)
+    output, weights, _ = delta_rule_parallel(scaled, k, v, beta)
+    report(
+        "delta_rule_parallel",
+        "delta_rule_parallel",
+        output=largest_difference(fla_output, output),
+        weights=largest_difference(fla_weights * beta.unsqueeze(-2), weights),
+    )
+
+
+def compare_gated_delta_rule(
+    naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor, beta: Tensor, gen: torch.Generator
+) -> None:
+    """Gated DeltaNet: ``naive_{recurrent,chunk}_gated_delta_rule`` (``scale=1``)."""
+    log_decay = -torch.rand(B, H, T, generator=gen, dtype=torch.float64)
+    fla_q, fla_k, fla_v, fla_beta, fla_g = (fla_layout(x) for x in (q, k, v, beta, log_decay))
+    fla_output, fla_final = naive.naive_recurrent_gated_delta_rule(
+        fla_q, fla_k, fla_v, fla_beta, fla_g, scale=1.0, initial_state=state, output_final_state=True
+    )
+    output, final = delta_rule_recurrent(q, k, v, beta, log_decay, initial_state=state)
+    report(
+        "naive_recurrent_gated_delta_rule",
+        "delta_rule_recurrent",
+        output=largest_difference(fla_layout(fla_output), output),
+        state=largest_difference(fla_final, final),
+    )
+    fla_output, fla_final = naive.naive_chunk_gated_delta_rule(
+        fla_q, fla_k, fla_v, fla_g, fla_beta, chunk_size=64, scale=1.0, initial_state=state, output_final_state=True
+    )
+    output, final = delta_rule_chunkwise(q, k, v, beta, log_decay, initial_state=state)
+    report(
+        "naive_chunk_gated_delta_rule",
+        "delta_rule_chunkwise",
+        output=largest_difference(fla_layout(fla_output), output),
+        state=largest_difference(fla_final, final),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("fla_root", type=Path, help="an unpacked fla-core wheel: the folder holding fla/ops")
+    parser.add_argument("--site", type=Path, default=None, help="a folder holding einops, put on the import path")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.site is not None:
+        sys.path.insert(0, str(args.site))
+
+    gen = torch.Generator().manual_seed(args.seed)
+    q, v = (torch.randn(B, H, T, d, generator=gen, dtype=torch.float64) for d in (DK, DV))
+    k = F.normalize(torch.randn(B, H, T, DK, generator=gen, dtype=torch.float64), dim=-1)
+    beta = torch.rand(B, H, T, generator=gen, dtype=torch.float64)
+    state = torch.randn(B, H, DK, DV, generator=gen, dtype=torch.float64)
+    print(f"float64 inputs, B={B}, H={H}, T={T}, dk={DK}, dv={DV}: largest |fla - zoo| (of largest |zoo|)")
+
+    compare_simple_gla(load_naive(args.fla_root, "simple_gla"), q, k, v, state, gen)
+    compare_gla(load_naive(args.fla_root, "gla"), q, k, v, state, gen)
+    compare_delta_rule(load_naive(args.fla_root, "delta_rule"), q, k, v, state, beta)
+    compare_gated_delta_rule(load_naive(args.fla_root, "gated_delta_rule"), q, k, v, state, beta, gen)
+
+
+if __name__ == "__main__":
+    main()

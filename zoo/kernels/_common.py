@@ -1,0 +1,104 @@
+"""Helpers shared by the linear-attention kernels: padding masks, chunk layout, decay matrices.
+
+Every kernel keeps a state ``S`` of shape ``(*batch, dk, dv)`` and reads it as ``o_t = q_t S_t``.
+A chunk of ``c`` steps is summarized by cumulative log decays *local to the chunk* (``b_i``, the
+sum of the chunk's log decays up to and including step ``i``), so their magnitude stays bounded
+by the chunk, whatever the sequence length; only their differences ``b_i - b_j <= 0`` (``j <= i``)
+are ever exponentiated.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "causal_decay",
+    "check_chunk_size",
+    "from_chunks",
+    "initial_or_zeros",
+    "pass_states",
+    "to_chunks",
+    "zero_padding",
+]
+
+
+def zero_padding(mask: Tensor | None, q: Tensor, *others: Tensor) -> tuple[Tensor, ...]:
+    """Zero every input at the padded steps, where ``mask`` is False.
+
+    Args:
+        mask: ``(*batch, T)``, or broadcastable to it with as many dimensions (``(B, 1, T)``).
+        q: Queries ``(*batch, T, dk)``.
+        others: ``(*batch, T)`` or ``(*batch, T, d)`` each.
+
+    Zero keys, betas and log decays make a padded step an identity step of every recurrence here;
+    a zero query gives it a zero output. ``torch.where`` (not a product) keeps non-finite padding
+    out of the result.
+    """
+    if mask is None:
+        return (q, *others)
+    if mask.dim() != q.dim() - 1:
+        raise ValueError(f"mask must have the {q.dim() - 1} dimensions of (*batch, T), got shape {tuple(mask.shape)}")
+    zero = q.new_zeros(())
+    return tuple(torch.where(mask if x.dim() == mask.dim() else mask.unsqueeze(-1), x, zero) for x in (q, *others))
+
+
+def check_chunk_size(chunk_size: int) -> None:
+    """Raise ``ValueError`` unless ``chunk_size`` is a positive integer."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
+
+
+def to_chunks(x: Tensor, chunk_size: int) -> Tensor:
+    """``(*batch, T, d)`` -> ``(*batch, N, chunk_size, d)``, zero-padded at the end.
+
+    The zero steps appended to the last chunk are identity steps (zero key, beta and log decay), so
+    they change no state; their outputs are cut off by :func:`from_chunks`.
+    """
+    x = F.pad(x, (0, 0, 0, -x.shape[-2] % chunk_size))
+    return x.unflatten(-2, (-1, chunk_size))
+
+
+def from_chunks(x: Tensor, length: int) -> Tensor:
+    """``(*batch, N, c, d)`` -> ``(*batch, length, d)``: undo :func:`to_chunks`."""
+    return x.flatten(-3, -2)[..., :length, :]
+
+
+def causal_decay(cum_log_decay: Tensor) -> Tensor:
+    """Cumulative log decays ``(..., c)`` -> ``(..., c, c)``: ``exp(b_i - b_j)`` for ``j <= i``, else 0.
+
+    The mask is applied to the exponent (``-inf`` above the diagonal) before ``exp``, so the
+    positive differences above the diagonal never overflow and carry no gradient.
+    """
+    c = cum_log_decay.shape[-1]
+    causal = torch.ones(c, c, dtype=torch.bool, device=cum_log_decay.device).tril()
+    diff = cum_log_decay.unsqueeze(-1) - cum_log_decay.unsqueeze(-2)
+    return torch.where(causal, diff, diff.new_tensor(float("-inf"))).exp()
+
+
+def initial_or_zeros(initial_state: Tensor | None, k: Tensor, v: Tensor) -> Tensor:
+    """The given ``(*batch, dk, dv)`` state, or zeros shaped from ``k`` and ``v``."""
+    if initial_state is not None:
+        return initial_state
+    return k.new_zeros(*k.shape[:-2], k.shape[-1], v.shape[-1])
+
+
+def pass_states(initial_state: Tensor, chunk_decay: Tensor, chunk_update: Tensor) -> tuple[Tensor, Tensor]:
+    """Run ``S_{n+1} = chunk_decay_n * S_n + chunk_update_n`` over the chunks ``n``.
+
+    Args:
+        initial_state: ``(*batch, dk, dv)``, the state before the first chunk.
+        chunk_decay: ``(*batch, N, dk or 1, 1)``, each chunk's total decay (``<= 1``).
+        chunk_update: ``(*batch, N, dk, dv)``, each chunk's keys and values, decayed to its end.
+
+    Returns:
+        The state entering each chunk ``(*batch, N, dk, dv)`` and the final state
+        ``(*batch, dk, dv)``.
+    """
+    state = initial_state
+    entering = []
+    for decay, update in zip(chunk_decay.unbind(-3), chunk_update.unbind(-3)):
+        entering.append(state)
+        state = decay * state + update
+    return torch.stack(entering, dim=-3), state

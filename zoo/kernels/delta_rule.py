@@ -1,0 +1,190 @@
+"""The delta rule: DeltaNet (Schlag et al., 2021) and Gated DeltaNet (Yang et al., 2024).
+
+In the papers' orientation (a ``(dv, dk)`` state ``S``, column vectors, ``o_t = S_t q_t``) a step is
+``S_t = a_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T``: the state's old value for key
+``k_t`` is moved a fraction ``beta_t`` towards ``v_t``, after a decay ``a_t`` (``a_t = 1``:
+DeltaNet). Here the state is its transpose, ``(dk, dv)``, with row vectors and ``o_t = q_t S_t``::
+
+    S_t = (I - beta_t k_t^T k_t) a_t S_{t-1} + beta_t k_t^T v_t
+        = a_t S_{t-1} + k_t^T u_t,        u_t = beta_t (v_t - k_t a_t S_{t-1})
+
+Three forms compute it, equal up to rounding:
+
+* :func:`delta_rule_recurrent`: one step at a time from a state; the form for decoding.
+* :func:`delta_rule_chunkwise`: chunks of ``chunk_size`` steps with the WY (UT) representation of
+  the products of the Householder-like factors (Yang et al., 2024). In a chunk entered with state
+  ``S_0``, with ``b`` the chunk's cumulative log decays and ``gamma_i = exp(b_i)``, the new values
+  ``u`` solve a unit lower triangular system::
+
+      (I + L) u = diag(beta) (V - diag(gamma) K S_0),
+      L_ij = beta_i exp(b_i - b_j) (k_i . k_j) for j < i, else 0
+
+  so with ``T = (I + L)^{-1} diag(beta)`` (``torch.linalg.solve_triangular``),
+  ``W = T diag(gamma) K`` and ``U = T V``: ``u = U - W S_0``. Then ``o_i = gamma_i q_i S_0 + sum_{j <= i} exp(b_i - b_j)
+  (q_i . k_j) u_j`` and ``S_c = gamma_c S_0 + sum_j exp(b_c - b_j) k_j^T u_j``. ``T``, ``W``, ``U``
+  and the in-chunk scores are formed for all chunks at once; only ``u = U - W S_0`` and the state
+  update run in the loop over chunks. ``O(T * chunk_size)`` memory: the form for training.
+* :func:`delta_rule_parallel`: the whole input as one chunk. It also returns the ``(T, T)`` weight
+  matrix ``tril(Q K^T * decays) @ T`` (``output = weights @ v`` plus the initial state's part).
+  The solve makes it cubic in ``T``: for short inputs and for looking at the weights.
+
+Each takes an ``initial_state`` and returns the final state, so any form can continue another.
+
+Conventions: queries and keys ``(*batch, T, dk)``, values ``(*batch, T, dv)``, ``beta`` and
+``log_decay`` ``(*batch, T)`` (or broadcastable), state ``(*batch, dk, dv)`` read as
+``o_t = q_t S_t``, outputs ``(*batch, T, dv)``; ``*batch`` holds the heads too. Nothing is scaled
+or normalized here: callers L2-normalize the keys (the rule assumes ``|k_t| = 1``), pass betas in
+``(0, 1)`` (or ``(0, 2)``) and scale the queries. ``mask`` ``(*batch, T)`` is True at real tokens;
+a padded step is an identity step (zero key and beta: no write, no decay) with a zero output.
+
+Numerics: log decays are summed within a chunk only, and only differences ``b_i - b_j <= 0``
+are exponentiated (masked to ``-inf`` above the diagonal before ``exp``); ``gamma`` and
+``exp(b_c - b_j)`` are at most 1.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from zoo.kernels._common import (
+    causal_decay,
+    check_chunk_size,
+    from_chunks,
+    initial_or_zeros,
+    to_chunks,
+    zero_padding,
+)
+
+__all__ = ["delta_rule_chunkwise", "delta_rule_parallel", "delta_rule_recurrent"]
+
+
+def _prepare(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None, mask: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Broadcast ``beta`` and ``log_decay`` (zeros if None) to ``(*batch, T)``; zero the padding."""
+    beta = torch.broadcast_to(beta, q.shape[:-1])
+    log_decay = q.new_zeros(q.shape[:-1]) if log_decay is None else torch.broadcast_to(log_decay, q.shape[:-1])
+    return zero_padding(mask, q, k, v, beta, log_decay)
+
+
+def _chunked(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor, chunk_size: int, initial_state: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The chunkwise computation on prepared inputs.
+
+    Returns:
+        Outputs ``(*batch, T, dv)``, each chunk's decayed causal scores ``tril(Q K^T * decays)`` and
+        ``T = (I + L)^{-1} diag(beta)`` (both ``(*batch, N, c, c)``), and the final state
+        ``(*batch, dk, dv)``.
+    """
+    length = q.shape[-2]
+    state = initial_or_zeros(initial_state, k, v)
+    q, k, v = (to_chunks(x, chunk_size) for x in (q, k, v))
+    beta, cum = (to_chunks(x.unsqueeze(-1), chunk_size).squeeze(-1) for x in (beta, log_decay))
+    cum = cum.cumsum(-1)  # (*batch, N, c)
+    cum_end = cum[..., -1:]
+    decay = causal_decay(cum)  # exp(b_i - b_j), j <= i
+
+    lower = (beta.unsqueeze(-1) * (k @ k.mT) * decay).tril(-1)
+    eye = torch.eye(chunk_size, dtype=q.dtype, device=q.device)
+    transform = torch.linalg.solve_triangular(eye + lower, torch.diag_embed(beta), upper=False, unitriangular=True)
+    gamma = cum.exp().unsqueeze(-1)
+    w = transform @ (k * gamma)
+    u = transform @ v
+    scores = (q @ k.mT) * decay
+    decayed_k = k * (cum_end - cum).exp().unsqueeze(-1)  # written at the chunk's end
+    chunk_decay = cum_end.exp().unsqueeze(-1)
+
+    entering, new_values = [], []
+    for w_n, u_n, k_n, g_n in zip(w.unbind(-3), u.unbind(-3), decayed_k.unbind(-3), chunk_decay.unbind(-3)):
+        entering.append(state)
+        new_values.append(u_n - w_n @ state)
+        state = g_n * state + k_n.mT @ new_values[-1]
+    output = (q * gamma) @ torch.stack(entering, dim=-3) + scores @ torch.stack(new_values, dim=-3)
+    return from_chunks(output, length), scores, transform, state
+
+
+def delta_rule_parallel(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_decay: Tensor | None = None,
+    *,
+    initial_state: Tensor | None = None,
+    mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The whole input as one chunk of the WY form; also returns the weight matrix.
+
+    Args:
+        q: Queries ``(*batch, T, dk)``, already scaled.
+        k: Keys ``(*batch, T, dk)``, L2-normalized.
+        v: Values ``(*batch, T, dv)``.
+        beta: Write strengths, broadcastable to ``(*batch, T)``.
+        log_decay: ``log a_t <= 0``, broadcastable to ``(*batch, T)``; None for DeltaNet (no decay).
+        initial_state: ``(*batch, dk, dv)``; zeros if None.
+        mask: ``(*batch, T)`` (or broadcastable with as many dimensions, e.g. ``(B, 1, T)``), True
+            at real tokens; padded steps are identity steps with zero outputs.
+
+    Returns:
+        ``(output, weights, final_state)``: output ``(*batch, T, dv)``; weights ``(*batch, T, T)``,
+        lower triangular, with ``output = weights @ v`` plus the initial state's part; final state
+        ``(*batch, dk, dv)``.
+    """
+    q, k, v, beta, log_decay = _prepare(q, k, v, beta, log_decay, mask)
+    output, scores, transform, final_state = _chunked(q, k, v, beta, log_decay, q.shape[-2], initial_state)
+    return output, (scores @ transform).squeeze(-3), final_state
+
+
+def delta_rule_chunkwise(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_decay: Tensor | None = None,
+    *,
+    chunk_size: int = 64,
+    initial_state: Tensor | None = None,
+    mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The chunkwise WY form: chunks of ``chunk_size`` steps, a state between them.
+
+    Args as :func:`delta_rule_parallel`; ``T`` need not be a multiple of ``chunk_size``.
+
+    Returns:
+        ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``.
+    """
+    check_chunk_size(chunk_size)
+    q, k, v, beta, log_decay = _prepare(q, k, v, beta, log_decay, mask)
+    output, _, _, final_state = _chunked(q, k, v, beta, log_decay, chunk_size, initial_state)
+    return output, final_state
+
+
+def delta_rule_recurrent(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_decay: Tensor | None = None,
+    *,
+    initial_state: Tensor | None = None,
+    mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The recurrent form, one step at a time (``T >= 1`` steps).
+
+    Args as :func:`delta_rule_parallel`.
+
+    Returns:
+        ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``, whatever ``T``.
+    """
+    q, k, v, beta, log_decay = _prepare(q, k, v, beta, log_decay, mask)
+    state = initial_or_zeros(initial_state, k, v)
+    outputs = []
+    steps = zip(q.unbind(-2), k.unbind(-2), v.unbind(-2), beta.unbind(-1), log_decay.exp().unbind(-1))
+    for q_t, k_t, v_t, beta_t, a_t in steps:
+        state = a_t[..., None, None] * state
+        new_value = beta_t.unsqueeze(-1) * (v_t - (k_t.unsqueeze(-2) @ state).squeeze(-2))
+        state = state + k_t.unsqueeze(-1) * new_value.unsqueeze(-2)
+        outputs.append((q_t.unsqueeze(-2) @ state).squeeze(-2))
+    return torch.stack(outputs, dim=-2), state
