@@ -1,0 +1,1 @@
+"""Tests of ``zoo.integrations``: the zoo inside other libraries (Hugging Face transformers)."""
