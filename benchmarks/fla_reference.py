@@ -1,4 +1,4 @@
-"""Compare ``zoo.kernels`` with flash-linear-attention's pure-PyTorch reference functions, on CPU.
+"""Compare ``zoo.attention.kernels`` with flash-linear-attention's pure-PyTorch reference functions, on CPU.
 
 Usage: python benchmarks/fla_reference.py FLA_ROOT [--site DIR] [--seed 0]
 
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.kernels import (
+from zoo.attention.kernels import (
     delta_rule_chunkwise,
     delta_rule_parallel,
     delta_rule_recurrent,

@@ -1,4 +1,4 @@
-"""Tests of ``zoo.kernels.scalar_decay`` against a per-token loop of retention's recurrence."""
+"""Tests of ``zoo.attention.kernels.scalar_decay`` against a per-token loop of retention's recurrence."""
 
 from __future__ import annotations
 
@@ -6,8 +6,16 @@ import pytest
 import torch
 from torch import Tensor
 
-from tests.kernels.inputs import BATCH, assert_close_relative, assert_matches, padding_mask, qkv, randn, uniform
-from zoo.kernels import scalar_decay_chunkwise, scalar_decay_parallel, scalar_decay_recurrent
+from tests.attention.kernels.inputs import (
+    BATCH,
+    assert_close_relative,
+    assert_matches,
+    padding_mask,
+    qkv,
+    randn,
+    uniform,
+)
+from zoo.attention.kernels import scalar_decay_chunkwise, scalar_decay_parallel, scalar_decay_recurrent
 
 DK, DV = 4, 3
 LENGTHS = (1, 50, 64, 130)

@@ -1,4 +1,4 @@
-"""Helpers shared by the linear-attention kernels: padding masks, chunk layout, decay matrices.
+"""What the linear-attention recurrences share: padding masks, chunk layout, decay matrices, state passing.
 
 Every kernel keeps a state ``S`` of shape ``(*batch, dk, dv)`` and reads it as ``o_t = q_t S_t``.
 A chunk of ``c`` steps is summarized by cumulative log decays *local to the chunk* (``b_i``, the

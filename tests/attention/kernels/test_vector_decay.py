@@ -1,4 +1,4 @@
-"""Tests of ``zoo.kernels.vector_decay`` against a per-token loop of gated linear attention."""
+"""Tests of ``zoo.attention.kernels.vector_decay`` against a per-token loop of gated linear attention."""
 
 from __future__ import annotations
 
@@ -6,8 +6,16 @@ import pytest
 import torch
 from torch import Tensor
 
-from tests.kernels.inputs import BATCH, assert_close_relative, assert_matches, padding_mask, qkv, randn, uniform
-from zoo.kernels import vector_decay_chunkwise, vector_decay_parallel, vector_decay_recurrent
+from tests.attention.kernels.inputs import (
+    BATCH,
+    assert_close_relative,
+    assert_matches,
+    padding_mask,
+    qkv,
+    randn,
+    uniform,
+)
+from zoo.attention.kernels import vector_decay_chunkwise, vector_decay_parallel, vector_decay_recurrent
 
 DK, DV = 4, 3
 LENGTHS = (1, 50, 64, 130)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.kernels._common import (
+from zoo.attention.kernels.recurrence import (
     check_chunk_size,
     from_chunks,
     initial_or_zeros,

@@ -40,7 +40,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.kernels._common import (
+from zoo.attention.kernels.recurrence import (
     causal_decay,
     check_chunk_size,
     from_chunks,

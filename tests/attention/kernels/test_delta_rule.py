@@ -1,4 +1,4 @@
-"""Tests of ``zoo.kernels.delta_rule`` against per-token loops of DeltaNet and Gated DeltaNet."""
+"""Tests of ``zoo.attention.kernels.delta_rule`` against per-token loops of DeltaNet and Gated DeltaNet."""
 
 from __future__ import annotations
 
@@ -6,8 +6,16 @@ import pytest
 import torch
 from torch import Tensor
 
-from tests.kernels.inputs import BATCH, assert_close_relative, assert_matches, padding_mask, qkv, randn, uniform
-from zoo.kernels import delta_rule_chunkwise, delta_rule_parallel, delta_rule_recurrent
+from tests.attention.kernels.inputs import (
+    BATCH,
+    assert_close_relative,
+    assert_matches,
+    padding_mask,
+    qkv,
+    randn,
+    uniform,
+)
+from zoo.attention.kernels import delta_rule_chunkwise, delta_rule_parallel, delta_rule_recurrent
 
 DK, DV = 4, 3
 LENGTHS = (1, 50, 64, 130)

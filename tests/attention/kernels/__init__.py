@@ -1,0 +1,1 @@
+"""Tests of ``zoo.attention.kernels``."""
