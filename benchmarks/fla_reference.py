@@ -19,7 +19,7 @@ Every reference function and the matching zoo kernel get the same float64 inputs
 ``(B, T, H, D)``, or ``(B, H, T, D)`` for ``delta_rule``; zoo's is ``(B, H, T, D)``), and the
 largest absolute differences of the outputs, final states and weight matrices are printed. Most
 references cast their inputs to float32, so differences near 1e-6 are agreement there; those that
-keep float64 (``delta_rule_chunkwise``, the outputs of ``delta_rule_parallel``) agree to rounding.
+keep float64 (``delta_rule_chunkwise``, in chunks and as one) agree to rounding.
 """
 
 from __future__ import annotations
@@ -35,15 +35,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.kernels import (
+    decay_chunkwise,
+    decay_recurrent,
+    decay_weights,
     delta_rule_chunkwise,
-    delta_rule_parallel,
     delta_rule_recurrent,
-    scalar_decay_chunkwise,
-    scalar_decay_parallel,
-    scalar_decay_recurrent,
-    vector_decay_chunkwise,
-    vector_decay_parallel,
-    vector_decay_recurrent,
+    delta_rule_weights,
 )
 
 B, H, T, DK, DV = 2, 3, 128, 16, 16
@@ -81,33 +78,35 @@ def compare_simple_gla(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state
     """Scalar decay: ``naive_{recurrent,chunk,parallel}_simple_gla`` (``scale=1``)."""
     log_decay = -torch.rand(B, H, T, generator=gen, dtype=torch.float64)
     args = (fla_layout(q), fla_layout(k), fla_layout(v), fla_layout(log_decay))
-    output, final = scalar_decay_recurrent(q, k, v, log_decay, initial_state=state)
+    scalar = log_decay.unsqueeze(-1)  # one decay per step: width 1
+    output, final = decay_recurrent(q, k, v, scalar, state=state)
 
     fla_output, fla_final = naive.naive_recurrent_simple_gla(
         *args, scale=1.0, initial_state=state, output_final_state=True
     )
     report(
         "naive_recurrent_simple_gla",
-        "scalar_decay_recurrent",
+        "decay_recurrent (scalar)",
         output=largest_difference(fla_layout(fla_output), output),
         state=largest_difference(fla_final, final),
     )
-    chunk_output, chunk_final = scalar_decay_chunkwise(q, k, v, log_decay, initial_state=state)
+    chunk_output, chunk_final = decay_chunkwise(q, k, v, scalar, initial_state=state)
     # It works in float32 but adds the initial state as given: float64 would not mix.
     fla_output, fla_final = naive.naive_chunk_simple_gla(
         *args, initial_state=state.float(), output_final_state=True, chunk_size=64, scale=1.0
     )
     report(
         "naive_chunk_simple_gla",
-        "scalar_decay_chunkwise",
+        "decay_chunkwise (scalar)",
         output=largest_difference(fla_layout(fla_output), chunk_output),
         state=largest_difference(fla_final, chunk_final),
     )
-    output, weights, _ = scalar_decay_parallel(q, k, v, log_decay)
+    output, _ = decay_chunkwise(q, k, v, scalar, chunk_size=None)
+    weights = decay_weights(q, k, scalar)
     fla_output, fla_weights = naive.naive_parallel_simple_gla(*args, scale=1.0)
     report(
         "naive_parallel_simple_gla",
-        "scalar_decay_parallel",
+        "decay_chunkwise (one chunk, scalar)",
         output=largest_difference(fla_layout(fla_output), output),
         weights=largest_difference(fla_weights, weights),
     )
@@ -120,11 +119,18 @@ def compare_gla(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tenso
         fla_layout(q), fla_layout(k), fla_layout(v), fla_layout(log_decay), initial_state=state, output_final_state=True
     )
     scaled = q * DK**-0.5
-    for form in (vector_decay_recurrent, vector_decay_chunkwise, vector_decay_parallel):
-        result = form(scaled, k, v, log_decay, initial_state=state)
+    forms = {
+        "decay_recurrent": lambda: decay_recurrent(scaled, k, v, log_decay, state=state),
+        "decay_chunkwise": lambda: decay_chunkwise(scaled, k, v, log_decay, initial_state=state),
+        "decay_chunkwise (one chunk)": lambda: decay_chunkwise(
+            scaled, k, v, log_decay, chunk_size=None, initial_state=state
+        ),
+    }
+    for label, form in forms.items():
+        result = form()
         report(
             "naive_recurrent_gla",
-            form.__name__,
+            label,
             output=largest_difference(fla_layout(fla_output), result[0]),
             state=largest_difference(fla_final, result[-1]),
         )
@@ -134,7 +140,7 @@ def compare_delta_rule(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state
     """DeltaNet: ``delta_rule_{recurrence,chunkwise,parallel}``, ``(B, H, T, D)``, scaling queries."""
     scaled = q * DK**-0.5
     fla_output, fla_final = naive.delta_rule_recurrence(q, k, v, beta, initial_state=state, output_final_state=True)
-    output, final = delta_rule_recurrent(scaled, k, v, beta, initial_state=state)
+    output, final = delta_rule_recurrent(scaled, k, v, beta, state=state)
     report(
         "delta_rule_recurrence",
         "delta_rule_recurrent",
@@ -151,10 +157,11 @@ def compare_delta_rule(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state
     )
     # fla's weights act on beta * v: ours are theirs times diag(beta).
     fla_output, fla_weights = naive.delta_rule_parallel(q, k, v, beta, BM=128, BN=32)
-    output, weights, _ = delta_rule_parallel(scaled, k, v, beta)
+    output, _ = delta_rule_chunkwise(scaled, k, v, beta, chunk_size=None)
+    weights = delta_rule_weights(scaled, k, beta)
     report(
         "delta_rule_parallel",
-        "delta_rule_parallel",
+        "delta_rule_chunkwise (one chunk)",
         output=largest_difference(fla_output, output),
         weights=largest_difference(fla_weights * beta.unsqueeze(-2), weights),
     )
@@ -169,7 +176,7 @@ def compare_gated_delta_rule(
     fla_output, fla_final = naive.naive_recurrent_gated_delta_rule(
         fla_q, fla_k, fla_v, fla_beta, fla_g, scale=1.0, initial_state=state, output_final_state=True
     )
-    output, final = delta_rule_recurrent(q, k, v, beta, log_decay, initial_state=state)
+    output, final = delta_rule_recurrent(q, k, v, beta, log_decay, state=state)
     report(
         "naive_recurrent_gated_delta_rule",
         "delta_rule_recurrent",

@@ -3,7 +3,6 @@
 from zoo.attention import (
     ATTENTION_REGISTRY,
     AdditiveAttention,
-    AveragePooling,
     Attention,
     AttentionLayer,
     AttentionOutput,
@@ -45,7 +44,6 @@ __all__ = [
     "ATTENTION_REGISTRY",
     "AddNorm",
     "AdditiveAttention",
-    "AveragePooling",
     "Attention",
     "AttentionLayer",
     "AttentionOutput",
@@ -75,6 +73,7 @@ __all__ = [
     "get_attention",
     "lengths_to_mask",
     "list_attention",
+    "list_models",
     "list_positions",
     "load_checkpoint",
     "masked_softmax",
@@ -86,11 +85,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``zoo.load_checkpoint`` imports Lightning and the tasks on first use, not with ``import zoo``."""
+    """``zoo.load_checkpoint`` and ``zoo.list_models`` import Lightning and the tasks on first use,
+    not with ``import zoo``."""
     if name == "load_checkpoint":
         from zoo.checkpoint import load_checkpoint
 
         return load_checkpoint
+    if name == "list_models":
+        from zoo.tasks import list_models
+
+        return list_models
     raise AttributeError(f"module 'zoo' has no attribute {name!r}")
 
 

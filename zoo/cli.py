@@ -16,7 +16,8 @@ applied before Lightning parses anything:
 * Each run writes into its own directory ``runs/<model>/version_N`` (resolved config,
   checkpoints, metrics and images), claimed atomically, so runs started together never share
   one; a W&B run gets W&B defaults (:mod:`zoo.loggers`).
-* ``fit``, ``validate`` and ``test`` end with a few lines: the metrics, ``run directory: DIR``
+* ``fit`` prints which attention each layer holds beside the model summary (hybrid stacks);
+  ``fit``, ``validate`` and ``test`` end with a few lines: the metrics, ``run directory: DIR``
   (what scripts read), the best checkpoint and the plots (:mod:`zoo.summary`);
   ``fit --test_after_fit true`` tests the best checkpoint in the same run first.
 * SIGTERM and Ctrl-C save ``last.ckpt``; ``fit --ckpt_path last`` continues the newest run
@@ -40,7 +41,7 @@ from typing import Any
 
 import lightning as L
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ModelSummary
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from zoo.checkpoint import verify_checkpoint
@@ -51,7 +52,7 @@ from zoo.loggers import SaveConfigToRun, apply_logger_defaults, claim_run_direct
 from zoo.predict import format_row
 from zoo.registry import Registry
 from zoo.resume import Resumable, continue_last_run
-from zoo.summary import run_summary
+from zoo.summary import attention_by_layer, run_summary
 from zoo.tasks import MODEL_REGISTRY, ZooTask
 
 __all__ = ["CONFIG_DIR", "ZooCLI"]
@@ -191,6 +192,13 @@ class ZooCLI(LightningCLI):
             raise ConfigurationError(str(origin)) from error
         if self.subcommand in ("fit", "validate", "test"):
             claim_run_directory(self.trainer.logger)
+
+    def before_fit(self) -> None:
+        """Beside Lightning's model summary (when it is on): which attention each layer holds."""
+        if self.trainer.is_global_zero and any(isinstance(c, ModelSummary) for c in self.trainer.callbacks):
+            lines = attention_by_layer(self.model)
+            if lines:
+                print("attention by layer:\n  " + "\n  ".join(lines), flush=True)
 
     def after_fit(self) -> None:
         """``--test_after_fit true``: test the best checkpoint (the last weights without one)

@@ -65,7 +65,7 @@ def predict_from_checkpoint(args: list[str], chunk_size: int = 64) -> None:
     options = parser.parse_args(args)
     items = _inputs(options.texts, options.file)
     model = load_checkpoint(options.ckpt_path)
-    if model.codec_class is not None and model.codec is None:
+    if model.codecs and model.codec is None:
         raise CheckpointError(
             f"{options.ckpt_path!r} holds no codec (vocabulary or tokenizer) to read raw inputs with: it predates "
             f"them. Predict with --model {MODEL_REGISTRY.name_of(type(model))} and its --data options instead."

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import importlib
 import inspect
 import re
 from collections.abc import Callable, Iterator
@@ -110,6 +111,8 @@ class Registry(Generic[T]):
         kind: What is registered, used in messages (``"attention"``).
         base: If given, registered classes must subclass it (a tuple allows several bases).
         entry_point_group: The entry-point group installed plugins use (``"zoo.attention"``).
+        builtin_modules: Modules of the zoo's own entries, imported on the first lookup (before
+            the plugins), so that importing the registry's package stays light.
     """
 
     def __init__(
@@ -117,13 +120,15 @@ class Registry(Generic[T]):
         kind: str,
         base: type | tuple[type, ...] | None = None,
         entry_point_group: str | None = None,
+        builtin_modules: tuple[str, ...] = (),
     ) -> None:
         self.kind = kind
         self.base = base
         self.entry_point_group = entry_point_group
+        self.builtin_modules = builtin_modules
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, str] = {}
-        self._plugins_loaded = entry_point_group is None
+        self._plugins_loaded = entry_point_group is None and not builtin_modules
         #: entry-point names that could not be registered, with the reason (shown by ``zoo list``)
         self.failed_plugins: dict[str, str] = {}
         #: entry-point names claimed by more than one distribution, with those distributions
@@ -318,11 +323,15 @@ class Registry(Generic[T]):
     # -- plugins --------------------------------------------------------------------------
 
     def _load_plugins(self) -> None:
-        """Load entry points of this registry's group once per process (:mod:`zoo.entry_points`)."""
+        """Import the built-in modules, then load entry points of this registry's group
+        (:mod:`zoo.entry_points`), once per process."""
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        load_entry_points(self)
+        for module in self.builtin_modules:
+            importlib.import_module(module)
+        if self.entry_point_group is not None:
+            load_entry_points(self)
 
     def add_plugin(self, name: str, obj: T, *, source: str) -> None:
         """Register an installed plugin's ``obj`` under its entry-point ``name``, credited to its
@@ -335,7 +344,7 @@ class Registry(Generic[T]):
 
     def reload_plugins(self) -> None:
         """Discover entry points again (after installing a plugin in a running process)."""
-        self._plugins_loaded = self.entry_point_group is None
+        self._plugins_loaded = self.entry_point_group is None and not self.builtin_modules
         self.failed_plugins.clear()
         self.conflicts.clear()
         self._load_plugins()

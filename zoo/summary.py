@@ -1,4 +1,5 @@
-"""The few lines a run ends with: its metrics, its directory, its best checkpoint and its plots.
+"""The few lines a run ends with: its metrics, its directory, its best checkpoint and its plots;
+and, beside the model summary a fit starts with, which attention each layer holds.
 
 Lightning's own output (progress bars, the metrics table) scrolls past; these lines say what
 happened and where it is, and ``run directory:`` is what scripts read to find a run's files
@@ -7,14 +8,17 @@ happened and where it is, and ``run directory:`` is what scripts read to find a 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from torch import nn
 
+from zoo.attention.headed import HeadedAttention
 from zoo.distributed import run_directory
 
-__all__ = ["RUN_DIRECTORY_LABEL", "run_summary"]
+__all__ = ["RUN_DIRECTORY_LABEL", "attention_by_layer", "run_summary"]
 
 #: The label of the line that names the run directory (``run directory: runs/<model>/version_N``).
 RUN_DIRECTORY_LABEL = "run directory:"
@@ -56,4 +60,23 @@ def run_summary(trainer: L.Trainer, subcommand: str) -> list[str]:
     plots = sorted((directory / "images").glob("*.png"))
     if plots:
         lines.append("plots: " + ", ".join(_relative(path) for path in plots))
+    return lines
+
+
+def attention_by_layer(model: nn.Module) -> list[str]:
+    """One line per stack of attention layers: what each layer's heads run, in order.
+
+    ``model.blocks.0.attention`` and ``model.blocks.1.attention`` form the stack
+    ``blocks.attention``; a hybrid stack reads ``blocks.attention: local, dot_product, local,
+    dot_product``, a uniform one ``blocks.attention: dot_product (all 4)``.
+    """
+    stacks: dict[str, list[str]] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, HeadedAttention):
+            stack = re.sub(r"\.\d+(?=\.|$)", "", name).removeprefix("model.")
+            stacks.setdefault(stack, []).append(module.spec.describe())
+    lines = []
+    for stack, specs in stacks.items():
+        shown = f"{specs[0]} (all {len(specs)})" if len(specs) > 1 and len(set(specs)) == 1 else ", ".join(specs)
+        lines.append(f"{stack}: {shown}")
     return lines

@@ -68,6 +68,18 @@ def test_grid_combinations_and_names() -> None:
     assert [c.name for c in combinations({})] == ["base"]
 
 
+def test_a_hybrid_stack_is_one_grid_value_and_names_its_run_directory() -> None:
+    axes = parse_grid(["model.attention=[local,dot_product],dot_product,[{name: local, window: 3}, linear]"])
+    assert axes == {"model.attention": ["[local,dot_product]", "dot_product", "[{name: local, window: 3}, linear]"]}
+    combos = combinations(axes)
+    assert [c.name for c in combos] == [
+        "attention=local+dot_product",
+        "attention=dot_product",
+        "attention=local_window=3_+linear",
+    ]
+    assert combos[0].flags == ["--model.attention=[local,dot_product]"]
+
+
 @pytest.mark.parametrize(
     "spec", ["model.attention", "model.attention=", "model.attention=a,,b", "=a,b", "model attention=a"]
 )
@@ -248,6 +260,8 @@ def test_compare_end_to_end_on_a_tiny_grid(
         "cmp",
     ]
     main(args)
+    printed = capsys.readouterr().out.replace("  ", " ").replace("  ", " ")
+    assert "| `attention=gaussian_kernel` | 2 " in printed and "## Paired differences" in printed  # the tables, printed
     records = [json.loads(line) for line in Path("cmp/records.jsonl").read_text().splitlines()]
     assert sorted(r["run"] for r in records) == [
         "attention=average/seed0",
@@ -296,12 +310,12 @@ def test_report_table_and_paired_differences_by_hand(tmp_path: Path) -> None:
     records += [record("b", s, v) for s, v in enumerate([1.5, 2.5, 3.5, 4.0, 6.0])] + [record("b", 9, 0.0)]
     report = write_report(records, tmp_path, ["a", "b"], "a", "header", metric="test/f1").read_text()
     # a: mean 3, sd sqrt(2.5) = 1.58, half-width 2.7764 * 1.5811 / sqrt(5) = 1.963
-    assert "| `a`         | 5     | 3 ± 1.6 [1.037, 4.963]" in report
+    assert "| `a`         | 5     | 3.000 ± 1.581 [1.037, 4.963]" in report
     assert "| test/f1 " in report.split("\n")[6] and report.split("\n")[6].index("test/f1") < report.split("\n")[
         6
     ].index("test/acc")
     # b - a on seeds 0-4: 0.5, 0.5, 0.5, 0, 1 -> mean 0.5, sd sqrt(0.125) = 0.354, half-width 2.7764 * 0.3536 / sqrt(5) = 0.439
-    assert "| `b`         | 5            | 0.5 ± 0.35 [0.06101, 0.939]" in report
+    assert "| `b`         | 5            | 0.500 ± 0.354 [0.061, 0.939]" in report
     assert (tmp_path / "plot.png").is_file()
     assert "different conditions" not in report
 

@@ -16,11 +16,10 @@ from torch.utils.data import DataLoader
 
 from tests.helpers import PROJECT_ROOT
 from zoo.datamodules import ListOpsDataModule
-from zoo.datamodules.listops import SPLIT_FILES, read_tsv, write_tsv
-from zoo.datamodules.listops_generator import generate
+from zoo.datamodules.listops import VOCABULARY, encode, generate
+from zoo.datamodules.listops.datamodule import SPLIT_FILES, read_tsv, write_tsv
 from zoo.errors import DataError
 from zoo.tasks import Classifier
-from zoo.text.listops import VOCABULARY, encode
 
 SMALL = {"min_length": 10, "max_length": 80}
 

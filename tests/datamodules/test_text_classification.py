@@ -295,7 +295,7 @@ def test_imdb_validation_is_a_seeded_tenth_of_train(imdb: IMDBDataModule, data_d
     kept, held_out = (unlimited.split(split).texts for split in ("train", "validation"))
     assert len(held_out) == 2_500 and len(kept) == 22_500
     assert Counter(kept) + Counter(held_out) == Counter(
-        unlimited._read_split("train")[unlimited.text_column][:]
+        unlimited.texts.read("train")[unlimited.corpus.text_column][:]
     )  # disjoint, all
     again = IMDBDataModule(path=str(data_dir / "imdb"), cache_dir=str(vocab_cache))
     assert again.split("validation").texts == held_out

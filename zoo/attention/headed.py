@@ -160,17 +160,24 @@ class HeadedAttention(AttentionLayer):
             mask = attn_mask if mask is None else mask & attn_mask
         return mask
 
-    def attend_heads(
+    def forward(
         self,
         queries: Tensor,
         keys: Tensor,
         values: Tensor,
-        valid_lens: Tensor | None,
-        attn_mask: Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
+        valid_lens: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
     ) -> AttentionOutput:
-        """Project, attend per head, merge heads and project back."""
+        """Project, attend per head, merge heads and project back.
+
+        Queries ``(B, Lq, embed_dim)``, keys ``(B, Lk, kdim)``, values ``(B, Lk, vdim)``;
+        ``attn_mask`` broadcasts to ``(B, Lq, Lk)`` or is per head, ``(B, H, Lq, Lk)``. Returns the
+        output ``(B, Lq, embed_dim)`` and, if asked, weights ``(B, H, Lq, Lk)``. The self- and
+        cross-attention layers feed it ``x`` (and ``memory``) in their own ``forward``.
+        """
         self._check(queries, keys, values)
         mask = self._layer_mask(queries, keys, valid_lens, attn_mask)
         k, v = self.project_kv(keys, values)

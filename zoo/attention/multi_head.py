@@ -22,29 +22,11 @@ __all__ = ["CrossAttention", "MultiHeadAttention", "SelfAttention"]
 
 @register_attention("multi_head", aliases=("multihead",))
 class MultiHeadAttention(HeadedAttention):
-    """Multi-head attention over separate queries, keys and values.
+    """Multi-head attention over separate queries, keys and values (:meth:`HeadedAttention.forward`).
 
     Parameter layout matches :class:`torch.nn.MultiheadAttention` (with ``batch_first=True``)
     split into ``q_proj``/``k_proj``/``v_proj``, so weights can be copied between the two.
     """
-
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Tensor | None = None,
-        *,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        """Queries ``(B, Lq, embed_dim)``, keys ``(B, Lk, kdim)``, values ``(B, Lk, vdim)``.
-
-        ``attn_mask`` broadcasts to ``(B, Lq, Lk)`` or is per head, ``(B, H, Lq, Lk)``.
-        Returns the output ``(B, Lq, embed_dim)`` and, if asked, weights ``(B, H, Lq, Lk)``.
-        """
-        return self.attend_heads(queries, keys, values, valid_lens, attn_mask, is_causal, need_weights)
 
     @torch.no_grad()
     def load_from_torch(self, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -103,7 +85,7 @@ class SelfAttention(HeadedAttention):
         need_weights: bool = False,
     ) -> AttentionOutput:
         """``x``: ``(B, L, embed_dim)``; ``valid_lens``: ``(B,)`` or ``(B, L)``."""
-        return self.attend_heads(x, x, x, valid_lens, attn_mask, is_causal, need_weights)
+        return super().forward(x, x, x, valid_lens, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights)
 
 
 @register_attention("cross", aliases=("cross_attention", "encoder_decoder"))
@@ -145,4 +127,6 @@ class CrossAttention(HeadedAttention):
     ) -> AttentionOutput:
         """``x``: ``(B, Lq, embed_dim)``; ``memory``: ``(B, Lk, memory_dim)``;
         ``memory_valid_lens``: ``(B,)`` or ``(B, Lq)`` valid memory positions."""
-        return self.attend_heads(x, memory, memory, memory_valid_lens, attn_mask, is_causal, need_weights)
+        return super().forward(
+            x, memory, memory, memory_valid_lens, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights
+        )

@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 
 from zoo.compare.grid import combinations, parse_budget, parse_grid
-from zoo.compare.report import write_report
+from zoo.compare.report import summary_tables, write_report
 from zoo.compare.runner import CompareConfig, Comparison
 from zoo.errors import ConfigurationError
 
@@ -67,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(args: list[str]) -> None:
-    """Parse, run every unfinished run, write the report and print where it is."""
+    """Parse, run every unfinished run, write the report, print its tables and where it is."""
     options, base = parser().parse_known_args(args)
     axes = parse_grid(options.grid)
     names = [combination.name for combination in combinations(axes)]
@@ -95,5 +95,7 @@ def main(args: list[str]) -> None:
         f"{config.parallel} run(s) at once, {comparison.threads} thread(s) each. Records: `{comparison.records_file}`.\n\n"
         f"Data (before the grid and seeds): `{comparison.data_description}`."
     )
-    report = write_report(records, config.out, names, baseline, header, options.metric or comparison.default_metric)
+    metric = options.metric or comparison.default_metric
+    report = write_report(records, config.out, names, baseline, header, metric)
+    print("\n".join(summary_tables(records, names, baseline, metric)))
     print(f"{len(records)} runs recorded in {comparison.records_file}; report: {report}")

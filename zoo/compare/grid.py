@@ -7,6 +7,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import yaml
+
 from zoo.errors import ConfigurationError
 
 __all__ = ["Budget", "Combination", "combinations", "parse_budget", "parse_grid"]
@@ -20,13 +22,14 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
     """``["model.attention=a,b", "model.num_heads=1,2"]`` -> ``{"model.attention": ["a", "b"], ...}``.
 
     Each spec is ``KEY=V1,V2,...`` with ``KEY`` a dotted ``fit`` flag without its dashes; values
-    are passed to the flag as written (a value cannot contain a comma).
+    are passed to the flag as written. A value in brackets or braces keeps its commas, so a
+    hybrid stack is one value: ``model.attention=[local,dot_product],dot_product``.
     """
     axes: dict[str, list[str]] = {}
     for spec in specs:
         key, sep, values = spec.partition("=")
         key = key.strip().removeprefix("--")
-        choices = [value.strip() for value in values.split(",")]
+        choices = [value.strip() for value in _top_level_items(values)]
         if not sep or not _KEY.fullmatch(key) or not all(choices):
             raise ConfigurationError(
                 f"Bad --grid {spec!r}: write KEY=V1,V2,... with KEY a fit flag without dashes and no empty "
@@ -38,6 +41,40 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
             raise ConfigurationError(f"--grid {spec!r} repeats a value: give each value once.")
         axes[key] = choices
     return axes
+
+
+def _top_level_items(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and braces."""
+    items, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += (char in "[{") - (char in "]}")
+        if char == "," and depth == 0:
+            items.append(text[start:index])
+            start = index + 1
+    items.append(text[start:])
+    return items
+
+
+def _value_label(value: str) -> str:
+    """How a run directory names a value: a list of attention entries as their names (and
+    arguments) joined by ``+`` (``[local, {name: linear, chunk_size: 32}]`` ->
+    ``local+linear(chunk_size=32)``), anything else as written."""
+    if not value.startswith("["):
+        return value
+    try:
+        entries = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    if not isinstance(entries, list):
+        return value
+    return "+".join(_entry_label(entry) for entry in entries)
+
+
+def _entry_label(entry: object) -> str:
+    if not isinstance(entry, dict):
+        return str(entry)
+    arguments = ",".join(f"{key}={value}" for key, value in entry.items() if key != "name")
+    return f"{entry.get('name')}({arguments})" if arguments else str(entry.get("name"))
 
 
 @dataclass(frozen=True)
@@ -65,7 +102,7 @@ def combinations(axes: dict[str, list[str]]) -> list[Combination]:
     keys = list(axes)
     out = []
     for values in itertools.product(*axes.values()):
-        name = ",".join(f"{_label(key, keys)}={value}" for key, value in zip(keys, values))
+        name = ",".join(f"{_label(key, keys)}={_value_label(value)}" for key, value in zip(keys, values))
         out.append(Combination(re.sub(r"[^\w.,=+-]", "_", name), dict(zip(keys, values))))
     return out
 
@@ -86,20 +123,12 @@ class Budget:
         to the steps that fit in it (so a schedule that spans ``max_steps`` ends with the budget)
         and ``max_time`` as a hard stop (validation counts there).
         """
-        if self.kind == "steps":
+        if self.kind in ("steps", "epochs"):
+            limit, other = ("max_steps", "max_epochs") if self.kind == "steps" else ("max_epochs", "max_steps")
             return [
-                "--trainer.max_steps",
+                f"--trainer.{limit}",
                 str(int(self.amount)),
-                "--trainer.max_epochs",
-                "-1",
-                "--trainer.max_time",
-                "null",
-            ]
-        if self.kind == "epochs":
-            return [
-                "--trainer.max_epochs",
-                str(int(self.amount)),
-                "--trainer.max_steps",
+                f"--trainer.{other}",
                 "-1",
                 "--trainer.max_time",
                 "null",

@@ -11,7 +11,7 @@ from typing import Any
 from zoo.bench.report import markdown_table
 from zoo.compare.stats import CONFIDENCE, Summary, paired_differences, summarize
 
-__all__ = ["format_summary", "metric_names", "plot_metric_vs_time", "write_report"]
+__all__ = ["format_summary", "metric_names", "plot_metric_vs_time", "summary_tables", "write_report"]
 
 _COST = (
     ("fit_seconds", "fit s"),
@@ -26,13 +26,16 @@ def metric_names(records: Sequence[dict[str, Any]]) -> list[str]:
     return sorted({name for record in records for name in record["metrics"]})
 
 
-def format_summary(summary: Summary | None, digits: int = 4) -> str:
-    """``mean ± sd [low, high]``; just the mean for one value; ``-`` for none."""
+def format_summary(summary: Summary | None, decimals: int = 3) -> str:
+    """``mean ± sd [low, high]``, every number with ``decimals`` decimal places (one precision, so
+    a column's numbers line up and compare); just the mean for one value; ``-`` for none."""
     if summary is None:
         return "-"
     if summary.sd is None:
-        return f"{summary.mean:.{digits}g} (1 seed)"
-    return f"{summary.mean:.{digits}g} ± {summary.sd:.2g} [{summary.low:.{digits}g}, {summary.high:.{digits}g}]"
+        return f"{summary.mean:.{decimals}f} (1 seed)"
+    numbers = (summary.mean, summary.sd, summary.low, summary.high)
+    mean, sd, low, high = (f"{number:.{decimals}f}" for number in numbers)
+    return f"{mean} ± {sd} [{low}, {high}]"
 
 
 def _by_combination(records: Sequence[dict[str, Any]], order: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -61,24 +64,25 @@ def _conditions_note(records: Sequence[dict[str, Any]]) -> list[str]:
     return [f"The runs were timed under different conditions ({'; '.join(described)}): the cost columns mix them.", ""]
 
 
-def write_report(
-    records: Sequence[dict[str, Any]],
-    out: Path,
-    order: Sequence[str],
-    baseline: str,
-    header: str,
-    metric: str | None = None,
-) -> Path:
-    """Write ``<out>/report.md`` and, beside it, ``plot.png`` of ``metric`` (default: the first); return the report's path.
-
-    ``order`` lists the combinations in the order of the grid; ``baseline`` is the one the paired
-    differences are taken against.
-    """
-    groups = _by_combination(records, order)
+def _ordered_metrics(records: Sequence[dict[str, Any]], metric: str | None) -> list[str]:
+    """Every metric, the one that matters (``metric``) first."""
     metrics = metric_names(records)
-    if metric in metrics:  # the metric that matters first
+    if metric in metrics:
         metrics.remove(metric)
         metrics.insert(0, metric)
+    return metrics
+
+
+def summary_tables(
+    records: Sequence[dict[str, Any]], order: Sequence[str], baseline: str, metric: str | None = None
+) -> list[str]:
+    """The comparison's tables as Markdown lines: each combination's metrics and cost, then the
+    paired differences against ``baseline`` (what ``zoo compare`` prints and its report holds).
+
+    ``order`` lists the combinations in the order of the grid.
+    """
+    groups = _by_combination(records, order)
+    metrics = _ordered_metrics(records, metric)
     level = f"{CONFIDENCE:.0%}"
     rows = []
     for name, group in groups.items():
@@ -89,10 +93,6 @@ def write_report(
         ]
         rows.append([f"`{name}`", len(group), *cells, *costs])
     lines = [
-        "# Comparison",
-        "",
-        header,
-        "",
         f"Each cell: mean ± sample sd [{level} confidence interval, Student's t] over seeds. Cost columns are means.",
         "",
         markdown_table(["combination", "seeds", *metrics, *(label for _, label in _COST)], rows),
@@ -116,10 +116,25 @@ def write_report(
             markdown_table(["combination", "shared seeds", *(f"Δ {m}" for m in metrics)], diff_rows),
             "",
         ]
+    return lines
+
+
+def write_report(
+    records: Sequence[dict[str, Any]],
+    out: Path,
+    order: Sequence[str],
+    baseline: str,
+    header: str,
+    metric: str | None = None,
+) -> Path:
+    """Write ``<out>/report.md`` (``header``, then :func:`summary_tables`) and, beside it,
+    ``plot.png`` of ``metric`` (default: the first); return the report's path."""
+    metrics = _ordered_metrics(records, metric)
+    lines = ["# Comparison", "", header, "", *summary_tables(records, order, baseline, metric)]
     report = out / "report.md"
     if metrics:
         lines += [
-            f"![metric against training time]({plot_metric_vs_time(groups, metrics[0], out / 'plot.png').name})",
+            f"![metric against training time]({plot_metric_vs_time(_by_combination(records, order), metrics[0], out / 'plot.png').name})",
             "",
         ]
     report.write_text("\n".join(lines), encoding="utf-8")

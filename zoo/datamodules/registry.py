@@ -9,12 +9,21 @@ import lightning as L
 
 from zoo.registry import Registry
 
-__all__ = ["DATAMODULE_REGISTRY", "list_datamodules", "register_datamodule"]
+__all__ = ["BUILTIN_MODULES", "DATAMODULE_REGISTRY", "list_datamodules", "register_datamodule"]
 
 T = TypeVar("T")
 
+#: the modules of the built-in data modules, imported on the registry's first lookup
+BUILTIN_MODULES = (
+    "zoo.datamodules.fra_eng",
+    "zoo.datamodules.listops.datamodule",
+    "zoo.datamodules.lra_text",
+    "zoo.datamodules.synthetic",
+    "zoo.datamodules.text_classification",
+)
+
 DATAMODULE_REGISTRY: Registry[type[L.LightningDataModule]] = Registry(
-    "data module", base=L.LightningDataModule, entry_point_group="zoo.datamodules"
+    "data module", base=L.LightningDataModule, entry_point_group="zoo.datamodules", builtin_modules=BUILTIN_MODULES
 )
 
 

@@ -149,22 +149,7 @@ def register(names: Iterable[str] | str | None = None) -> list[str]:
 @functools.cache
 def attention_function(name: str) -> AttentionFunction:
     """The function transformers calls for ``zoo_<name>`` (one object per name, so registering is idempotent)."""
-
-    def zoo_attention_forward(
-        module: nn.Module,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        attention_mask: Tensor | None,
-        dropout: float = 0.0,
-        scaling: float | None = None,
-        is_causal: bool | None = None,
-        **kwargs: Any,
-    ) -> tuple[Tensor, Tensor | None]:
-        return attend(name, module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
-
-    zoo_attention_forward.__name__ = zoo_attention_forward.__qualname__ = f"{PREFIX}{name}_attention_forward"
-    return zoo_attention_forward
+    return functools.partial(attend, name)
 
 
 def attend(
@@ -174,26 +159,26 @@ def attend(
     key: Tensor,
     value: Tensor,
     attention_mask: Tensor | None,
-    dropout: float,
-    scaling: float | None,
-    is_causal: bool | None,
-    **kwargs: Any,
+    **options: Any,
 ) -> tuple[Tensor, Tensor | None]:
-    """Zoo attention ``name`` for the Hugging Face attention ``module``: ``(B, Lq, H, d)`` and the weights."""
-    refuse_unsupported(name, kwargs)
+    """Zoo attention ``name`` for the Hugging Face attention ``module``: ``(B, Lq, H, d)`` and the
+    weights. transformers calls it as ``(module, query, key, value, attention_mask, **options)``,
+    the options holding ``dropout``, ``scaling``, ``is_causal`` and what the model adds."""
+    refuse_unsupported(name, options)
+    scaling, is_causal = options.get("scaling"), options.get("is_causal")
     variant = variant_of(module, name, query, scaling)
     causal = getattr(module, "is_causal", True) if is_causal is None else bool(is_causal)
     mask, causal, num_keys = zoo_mask(name, attention_mask, causal, query.shape[-2], key.shape[-2])
     key, value = repeat_heads(variant, query, key[..., :num_keys, :], value[..., :num_keys, :])
     if module.training and takes_argument(type(variant), "dropout"):
-        variant.dropout.p = dropout
+        variant.dropout.p = options.get("dropout", 0.0)
     output, weights = variant(
         scaled_queries(variant, query, scaling),
         key,
         value,
         attn_mask=mask,
         is_causal=causal,
-        need_weights=bool(kwargs.get("output_attentions")),
+        need_weights=bool(options.get("output_attentions")),
     )
     return output.transpose(1, 2).contiguous(), weights
 

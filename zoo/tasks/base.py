@@ -15,7 +15,7 @@ from torch import nn
 from zoo.provenance import RECORD_KEY, run_record
 from zoo.registry import check_kwargs
 from zoo.tasks.registry import MODEL_REGISTRY
-from zoo.text.codecs import Codec
+from zoo.text.codecs import Codec, restore_codec
 
 __all__ = ["Codec", "ZooTask"]
 
@@ -30,7 +30,8 @@ class ZooTask(L.LightningModule):
     * ``data_links``: constructor arguments filled from data-module attributes of the same
       name at instantiation (vocabulary size, padding id, class count), so users never type them.
     * ``monitor``: the validation metric checkpoints track, and whether higher is better.
-    * ``codec_class``: the kind of :class:`Codec` the task predicts with, if it needs one.
+    * ``codecs``: the kinds of :class:`Codec` the task predicts with (the first is what a saved
+      codec that names no kind is), if it needs one.
 
     Subclasses hold their architecture in ``self.model``. Checkpoints carry the zoo's record
     under ``checkpoint["zoo"]``: the registered model name, the seed, the package versions and,
@@ -46,7 +47,7 @@ class ZooTask(L.LightningModule):
     default_datamodule: ClassVar[str | None] = None
     data_links: ClassVar[tuple[str, ...]] = ()
     monitor: ClassVar[tuple[str, str]] = ("val/loss", "min")
-    codec_class: ClassVar[type[Codec] | None] = None
+    codecs: ClassVar[tuple[type[Codec], ...]] = ()
     model: nn.Module
 
     def __init__(self, torch_compile: bool = False) -> None:
@@ -86,7 +87,7 @@ class ZooTask(L.LightningModule):
     def setup(self, stage: str) -> None:
         """Adopt the data module's codec, so that checkpoints carry what predicting needs."""
         codec = getattr(self.trainer.datamodule, "codec", None)
-        if self.codec_class is not None and isinstance(codec, self.codec_class):
+        if self.codecs and isinstance(codec, self.codecs):
             self.codec = codec
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -97,8 +98,8 @@ class ZooTask(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = (checkpoint.get(RECORD_KEY) or {}).get("codec")
-        if state is not None and self.codec_class is not None:
-            self.codec = self.codec_class.from_state_dict(state)
+        if state is not None and self.codecs:
+            self.codec = restore_codec(state, self.codecs)
 
     def predict(self, inputs: Sequence[Any]) -> list[dict[str, Any]]:
         """Predictions for raw inputs, one dictionary per input (the rows ``zoo predict`` prints)."""

@@ -15,12 +15,14 @@ import torch
 import torchmetrics
 from torch import Tensor
 
+from zoo.datamodules.listops import ListOpsCodec
 from zoo.models import SequenceClassifier
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure
 from zoo.tasks.optim import adamw_with_warmup, fused_allowed
 from zoo.tasks.registry import register_model
-from zoo.text.codecs import ClassificationCodec
+from zoo.text.bytes import ByteCodec
+from zoo.text.codecs import TextClassificationCodec
 
 __all__ = ["Classifier", "Sentiment"]
 
@@ -53,7 +55,7 @@ class Classifier(ZooTask):
 
     data_links = ("vocab_size", "padding_idx", "num_classes")
     monitor = ("val/acc", "max")
-    codec_class = ClassificationCodec
+    codecs = (TextClassificationCodec, ByteCodec, ListOpsCodec)
 
     def __init__(
         self,

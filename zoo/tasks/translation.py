@@ -55,7 +55,7 @@ class TranslationTask(ZooTask):
     default_datamodule = "fra_eng"
     data_links = ("vocab_size", "padding_idx", "bos_idx", "eos_idx")
     monitor = ("val/bleu", "max")
-    codec_class = TranslationCodec
+    codecs = (TranslationCodec,)
     #: Training steps over which ``ThroughputMonitor`` measures sentences and target tokens per second.
     throughput_window: int = 50
     #: Read by ``ThroughputMonitor``; unknown here, so it reports no FLOPs (and does not warn).

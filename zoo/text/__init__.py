@@ -5,16 +5,15 @@ use codecs without loading any corpus machinery.
 
 * :mod:`zoo.text.words`: the SST-style word tokenizer and :class:`Vocabulary` (``tokenizers`` WordLevel).
 * :mod:`zoo.text.subwords`: the joint English+French BPE :class:`SubwordTokenizer`.
-* :mod:`zoo.text.codecs`: the :class:`Codec` protocol, the classification codecs' base and the
-  word and translation codecs checkpoints carry.
-* :mod:`zoo.text.bytes`, :mod:`zoo.text.listops`: the Long Range Arena's byte and ListOps codecs.
+* :mod:`zoo.text.codecs`: the :class:`Codec` base (saved as plain data, written once), the
+  classification codecs' base and the word and translation codecs checkpoints carry.
+* :mod:`zoo.text.bytes`: text as UTF-8 bytes, the Long Range Arena's byte codec.
 * :mod:`zoo.text.datasets`, :mod:`zoo.text.collators`: encoded rows and their padded batches.
 * :mod:`zoo.text.inputs`: raw inputs to predict, from a list or a file.
 """
 
 from zoo.text.bytes import ByteCodec
 from zoo.text.codecs import CODEC_VERSION, ClassificationCodec, Codec, TextClassificationCodec, TranslationCodec
-from zoo.text.listops import ListOpsCodec
 from zoo.text.subwords import SubwordTokenizer
 from zoo.text.words import Vocabulary, tokenize
 
@@ -23,7 +22,6 @@ __all__ = [
     "ByteCodec",
     "ClassificationCodec",
     "Codec",
-    "ListOpsCodec",
     "SubwordTokenizer",
     "TextClassificationCodec",
     "TranslationCodec",

@@ -6,13 +6,14 @@ benchmark's inputs are.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 from torch import Tensor
 from torch.nn.functional import pad
 
-from zoo.text.codecs import CODEC_VERSION, ClassificationCodec, codec_fields
+from zoo.text.codecs import ClassificationCodec
 from zoo.text.collators import PadCollator
 
 __all__ = ["BYTE_OFFSET", "ByteCodec", "FixedLengthCollator", "PAD_ID", "VOCAB_SIZE"]
@@ -40,6 +41,8 @@ class ByteCodec(ClassificationCodec):
     """Text to byte ids, cut to ``max_length``; ids back to characters; label ids to class names."""
 
     codec_kind = "bytes"
+    label = "The byte codec"
+    saved_fields = MappingProxyType({"max_length": int, "class_names": list})
 
     def __init__(self, max_length: int, class_names: Sequence[str]) -> None:
         self.max_length = max_length
@@ -63,22 +66,3 @@ class ByteCodec(ClassificationCodec):
         """The text of ``ids``, padding skipped (a character cut by ``max_length`` becomes U+FFFD)."""
         data = bytes(int(i) - BYTE_OFFSET for i in ids if int(i) != PAD_ID)
         return data.decode("utf-8", errors="replace")
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain data: the kind, the length, the class names."""
-        return {
-            "codec_kind": self.codec_kind,
-            "max_length": self.max_length,
-            "class_names": list(self.class_names),
-            "codec_version": CODEC_VERSION,
-        }
-
-    @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> ByteCodec:
-        """Rebuild the codec of :meth:`state_dict`.
-
-        Raises:
-            DataError: the state is incomplete, or of another codec version.
-        """
-        saved = codec_fields(state, codec="The byte codec", fields={"max_length": int, "class_names": list})
-        return cls(saved["max_length"], saved["class_names"])

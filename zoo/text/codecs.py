@@ -6,7 +6,7 @@ A codec is what predicting needs besides the weights. It travels inside every ch
 the corpus. Tasks reach their data only through it, during training too: ``batch`` for raw
 inputs, ``decode`` for outputs, ``id_to_token`` for heatmap labels, ``class_names`` for labels.
 
-Both codecs store their tokenizer as the ``tokenizers`` library's JSON. Rebuilding one refuses
+Codecs that hold a tokenizer store it as the ``tokenizers`` library's JSON. Rebuilding one refuses
 state it would misread: another :data:`CODEC_VERSION` (an older zoo, or another text pipeline),
 or fields missing or of the wrong type (a hand-edited or foreign checkpoint).
 """
@@ -14,7 +14,8 @@ or fields missing or of the wrong type (a hand-edited or foreign checkpoint).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -32,6 +33,7 @@ __all__ = [
     "TranslationCodec",
     "check_texts",
     "codec_fields",
+    "restore_codec",
 ]
 
 CODEC_VERSION = 2
@@ -39,17 +41,80 @@ CODEC_VERSION = 2
 word vocabulary as a token list, before both codecs stored ``tokenizers`` JSON)."""
 
 
-class Codec(Protocol):
-    """Turns raw inputs into a model's batch and its token ids back into text; plain data both ways."""
+class Codec:
+    """Turns raw inputs into a model's batch and its token ids back into text; plain data both ways.
 
-    def batch(self, inputs: Sequence[Any]) -> dict[str, Any]: ...
+    A codec is saved as its constructor arguments (:attr:`saved_fields`): integers, strings and
+    lists as they are, a tokenizer (anything with ``to_json`` / ``from_json``) as its JSON text,
+    with the codec's kind and :data:`CODEC_VERSION`. :meth:`state_dict` and
+    :meth:`from_state_dict` are written once, here; a codec declares its fields.
+    """
 
-    def id_to_token(self, ids: Sequence[int]) -> list[str]: ...
+    #: names the codec in saved state, so a task that predicts with several kinds rebuilds the right one
+    codec_kind: ClassVar[str]
+    #: how error messages name the codec ("The byte codec")
+    label: ClassVar[str]
+    #: the constructor arguments saved, each with its type (a tokenizer class is saved as its JSON)
+    saved_fields: ClassVar[Mapping[str, type]]
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def batch(self, inputs: Sequence[Any]) -> dict[str, Any]:
+        """Raw inputs as one model-input batch."""
+        raise NotImplementedError
+
+    def id_to_token(self, ids: Sequence[int]) -> list[str]:
+        """The token behind each id (attention heatmaps' labels)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data: the kind, the version and each saved field."""
+        state: dict[str, Any] = {"codec_kind": self.codec_kind, "codec_version": CODEC_VERSION}
+        for name, kind in self.saved_fields.items():
+            value = getattr(self, name)
+            state[name] = value.to_json() if _is_tokenizer(kind) else (list(value) if kind is list else value)
+        return state
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> Codec: ...
+    def from_state_dict(cls, state: Mapping[str, Any]) -> Codec:
+        """Rebuild the codec of :meth:`state_dict`.
+
+        Raises:
+            DataError: the state is incomplete, or of another codec version, or its tokenizer unreadable.
+        """
+        types = {name: str if _is_tokenizer(kind) else kind for name, kind in cls.saved_fields.items()}
+        saved = codec_fields(state, codec=cls.label, fields=types)
+        arguments = {}
+        for name, kind in cls.saved_fields.items():
+            if not _is_tokenizer(kind):
+                arguments[name] = saved[name]
+                continue
+            try:
+                arguments[name] = kind.from_json(saved[name])  # type: ignore[attr-defined]
+            except DataError as exc:
+                raise DataError(f"{cls.label} saved in this checkpoint holds an unreadable {name}: {exc}") from exc
+        return cls(**arguments)
+
+
+def _is_tokenizer(kind: type) -> bool:
+    """Whether a saved field's type is stored as JSON text (``to_json`` / ``from_json``)."""
+    return hasattr(kind, "from_json")
+
+
+def restore_codec(state: Mapping[str, Any], kinds: Sequence[type[Codec]]) -> Codec:
+    """The codec of saved ``state``, among the classes ``kinds`` a task predicts with.
+
+    A state that names no kind (saved before kinds were recorded) is the first of ``kinds``.
+
+    Raises:
+        DataError: a kind none of ``kinds`` is, or a state :meth:`Codec.from_state_dict` refuses.
+    """
+    by_kind = {cls.codec_kind: cls for cls in kinds}
+    kind = state.get("codec_kind", kinds[0].codec_kind)
+    if kind not in by_kind:
+        raise DataError(
+            f"This checkpoint's codec is of kind {kind!r}, which this model does not read (known: {sorted(by_kind)}); "
+            "use the zoo release the model was trained with."
+        )
+    return by_kind[kind].from_state_dict(state)
 
 
 def codec_fields(state: Mapping[str, Any], *, codec: str, fields: Mapping[str, type]) -> dict[str, Any]:
@@ -91,22 +156,12 @@ def check_texts(texts: Sequence[str], where: str, action: str = "classify") -> N
             )
 
 
-class ClassificationCodec:
+class ClassificationCodec(Codec):
     """Base of the codecs a classifier predicts with: raw inputs to ``{"tokens", "valid_lens"}``
-    batches, ids back to tokens, label ids to ``class_names``.
+    batches, ids back to tokens, label ids to ``class_names``. Corpora read their inputs
+    differently (words, bytes, ListOps tokens), each subclass naming itself by ``codec_kind``."""
 
-    Corpora read their inputs differently (words, bytes, ListOps tokens), so each subclass names
-    itself by ``codec_kind``, which its saved state records; :meth:`from_state_dict` on this base
-    rebuilds whichever kind a checkpoint holds.
-    """
-
-    codec_kind: ClassVar[str]
-    _kinds: ClassVar[dict[str, type[ClassificationCodec]]] = {}
     class_names: list[str]
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        ClassificationCodec._kinds[cls.codec_kind] = cls
 
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text (a codec that reads texts one at a time overrides :meth:`batch` instead)."""
@@ -129,72 +184,34 @@ class ClassificationCodec:
         check_texts(inputs, "texts")
         return self.collator()([{"tokens": torch.tensor(ids)} for ids in self.encode_many(inputs)])
 
-    def id_to_token(self, ids: Sequence[int]) -> list[str]:
-        raise NotImplementedError
-
-    def state_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> ClassificationCodec:
-        """Rebuild the codec kind named in ``state`` (word codecs, saved before kinds existed, name none).
-
-        Raises:
-            DataError: an unknown kind, an incomplete state, or another codec version.
-        """
-        kind = state.get("codec_kind", TextClassificationCodec.codec_kind)
-        if kind not in cls._kinds:
-            raise DataError(
-                f"This checkpoint's classification codec is of kind {kind!r}, which this zoo does not know "
-                f"(known: {sorted(cls._kinds)}); use the zoo release the model was trained with."
-            )
-        return cls._kinds[kind].from_state_dict(state)
-
 
 class TextClassificationCodec(ClassificationCodec):
     """Raw texts to word ids (training vocabulary, length limit), label ids to class names."""
 
     codec_kind = "words"
-    kind: ClassVar[str] = "The text classification codec"
+    label = "The text classification codec"
+    saved_fields = MappingProxyType({"tokenizer": Vocabulary, "max_length": int, "class_names": list})
 
-    def __init__(self, vocab: Vocabulary, max_length: int, class_names: Sequence[str]) -> None:
-        self.vocab = vocab
+    def __init__(self, tokenizer: Vocabulary, max_length: int, class_names: Sequence[str]) -> None:
+        self.tokenizer = tokenizer
         self.max_length = max_length
         self.class_names = list(class_names)
 
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         """Word ids of each text, truncated to ``max_length``; ``[<unk>]`` where nothing is left."""
-        return [ids or [UNK_ID] for ids in self.vocab.encode_texts(texts, self.max_length)]
+        return [ids or [UNK_ID] for ids in self.tokenizer.encode_texts(texts, self.max_length)]
 
     def id_to_token(self, ids: Sequence[int]) -> list[str]:
         """The words behind token ids, e.g. to label attention heatmaps."""
-        return self.vocab.decode(ids)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain data: the tokenizer's JSON text, the length limit, the class names."""
-        return {
-            "tokenizer": self.vocab.to_json(),
-            "max_length": self.max_length,
-            "class_names": list(self.class_names),
-            "codec_version": CODEC_VERSION,
-        }
-
-    @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> TextClassificationCodec:
-        """Rebuild the codec of :meth:`state_dict`.
-
-        Raises:
-            DataError: the state is incomplete, or of another codec version.
-        """
-        saved = codec_fields(state, codec=cls.kind, fields={"tokenizer": str, "max_length": int, "class_names": list})
-        vocab = Vocabulary.from_json(saved["tokenizer"], where="the saved vocabulary")
-        return cls(vocab, saved["max_length"], saved["class_names"])
+        return self.tokenizer.decode(ids)
 
 
-class TranslationCodec:
+class TranslationCodec(Codec):
     """English sentences to a translation model's source batch, output ids to French text."""
 
-    kind: ClassVar[str] = "The translation codec"
+    codec_kind = "translation"
+    label = "The translation codec"
+    saved_fields = MappingProxyType({"tokenizer": SubwordTokenizer, "max_length": int})
 
     def __init__(self, tokenizer: SubwordTokenizer, max_length: int) -> None:
         self.tokenizer = tokenizer
@@ -235,20 +252,3 @@ class TranslationCodec:
     def id_to_token(self, ids: Sequence[int]) -> list[str]:
         """The subword strings of ``ids`` (for labelling attention heatmaps)."""
         return self.tokenizer.id_to_token(ids)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain data: the tokenizer's JSON text and the length limit."""
-        return {"tokenizer": self.tokenizer.to_json(), "max_length": self.max_length, "codec_version": CODEC_VERSION}
-
-    @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> TranslationCodec:
-        """Rebuild the codec of :meth:`state_dict`.
-
-        Raises:
-            DataError: the state is incomplete, or of another codec version.
-        """
-        saved = codec_fields(state, codec=cls.kind, fields={"tokenizer": str, "max_length": int})
-        try:
-            return cls(SubwordTokenizer.from_json(saved["tokenizer"]), saved["max_length"])
-        except DataError as exc:
-            raise DataError(f"The saved tokenizer is {exc}") from exc

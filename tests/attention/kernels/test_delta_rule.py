@@ -15,7 +15,16 @@ from tests.attention.kernels.inputs import (
     randn,
     uniform,
 )
-from zoo.attention.kernels import delta_rule_chunkwise, delta_rule_parallel, delta_rule_recurrent
+from zoo.attention.kernels import delta_rule_chunkwise, delta_rule_recurrent, delta_rule_weights
+
+
+def delta_rule_parallel(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None = None, **options
+) -> tuple[Tensor, ...]:
+    """The parallel form (one chunk) and its weights: ``(output, weights, final_state)``."""
+    output, state = delta_rule_chunkwise(q, k, v, beta, log_decay, chunk_size=None, **options)
+    return output, delta_rule_weights(q, k, beta, log_decay, mask=options.get("mask")), state
+
 
 DK, DV = 4, 3
 LENGTHS = (1, 50, 64, 130)
@@ -70,7 +79,7 @@ def test_parallel_and_recurrent_match_reference(length: int, gated: bool, genera
     output, _, state = delta_rule_parallel(q, k, v, beta, log_decay, initial_state=initial_state, mask=mask)
     assert_matches(output, expected_output)
     assert_matches(state, expected_state.mT)
-    output, state = delta_rule_recurrent(q, k, v, beta, log_decay, initial_state=initial_state, mask=mask)
+    output, state = delta_rule_recurrent(q, k, v, beta, log_decay, state=initial_state, mask=mask)
     assert_matches(output, expected_output)
     assert_matches(state, expected_state.mT)
 
@@ -126,7 +135,7 @@ def test_prefill_then_decoding_continues_one_run(prefill, generator: torch.Gener
             v[..., step, :],
             beta[..., step],
             log_decay[..., step],
-            initial_state=state,
+            state=state,
             mask=mask[..., step],
         )
         outputs.append(output)

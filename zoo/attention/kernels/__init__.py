@@ -7,35 +7,32 @@ Softmax attention:
 * :mod:`~zoo.attention.kernels.prefix`: exclusive prefix sums along a sequence.
 
 Linear attention with a decaying or delta-rule state, each recurrence in three forms that agree
-up to rounding: ``*_parallel`` (quadratic, also returns the ``(T, T)`` weights), ``*_chunkwise``
-(for training and prefill) and ``*_recurrent`` (for decoding); all take an optional
-``initial_state`` and ``mask`` and return the final state (:mod:`~zoo.attention.kernels.recurrence`
+up to rounding: the parallel form (``*_chunkwise`` with ``chunk_size=None``: quadratic, one chunk;
+``*_weights`` gives its ``(T, T)`` weights for heatmaps), the chunkwise form (for training and
+prefill) and ``*_recurrent`` (for decoding); all take an optional
+state to start from and a ``mask``, and return the final state (:mod:`~zoo.attention.kernels.recurrence`
 holds what they share):
 
-* :mod:`~zoo.attention.kernels.scalar_decay`: a scalar decay per step (RetNet retention, Mamba-2's SSD);
-* :mod:`~zoo.attention.kernels.vector_decay`: a decay per key dimension (gated linear attention);
+* :mod:`~zoo.attention.kernels.decay`: a decay per step, scalar (RetNet retention, Mamba-2's SSD)
+  or per key dimension (gated linear attention);
 * :mod:`~zoo.attention.kernels.delta_rule`: the delta rule, optionally decayed (DeltaNet, Gated DeltaNet).
 """
 
 from zoo.attention.kernels.blocks import block_attention, rows_from
-from zoo.attention.kernels.delta_rule import delta_rule_chunkwise, delta_rule_parallel, delta_rule_recurrent
+from zoo.attention.kernels.delta_rule import delta_rule_chunkwise, delta_rule_recurrent, delta_rule_weights
 from zoo.attention.kernels.prefix import sums_before
-from zoo.attention.kernels.scalar_decay import scalar_decay_chunkwise, scalar_decay_parallel, scalar_decay_recurrent
 from zoo.attention.kernels.sdpa import fused_attention
-from zoo.attention.kernels.vector_decay import vector_decay_chunkwise, vector_decay_parallel, vector_decay_recurrent
+from zoo.attention.kernels.decay import decay_chunkwise, decay_recurrent, decay_weights
 
 __all__ = [
     "block_attention",
+    "decay_chunkwise",
+    "decay_recurrent",
+    "decay_weights",
     "delta_rule_chunkwise",
-    "delta_rule_parallel",
     "delta_rule_recurrent",
+    "delta_rule_weights",
     "fused_attention",
     "rows_from",
-    "scalar_decay_chunkwise",
-    "scalar_decay_parallel",
-    "scalar_decay_recurrent",
     "sums_before",
-    "vector_decay_chunkwise",
-    "vector_decay_parallel",
-    "vector_decay_recurrent",
 ]

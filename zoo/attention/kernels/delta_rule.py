@@ -24,11 +24,12 @@ Three forms compute it, equal up to rounding:
   (q_i . k_j) u_j`` and ``S_c = gamma_c S_0 + sum_j exp(b_c - b_j) k_j^T u_j``. ``T``, ``W``, ``U``
   and the in-chunk scores are formed for all chunks at once; only ``u = U - W S_0`` and the state
   update run in the loop over chunks. ``O(T * chunk_size)`` memory: the form for training.
-* :func:`delta_rule_parallel`: the whole input as one chunk. It also returns the ``(T, T)`` weight
-  matrix ``tril(Q K^T * decays) @ T`` (``output = weights @ v`` plus the initial state's part).
-  The solve makes it cubic in ``T``: for short inputs and for looking at the weights.
+* the parallel form, :func:`delta_rule_chunkwise` with ``chunk_size=None``: the whole input as one
+  chunk; :func:`delta_rule_weights` gives its ``(T, T)`` weight matrix ``tril(Q K^T * decays) @ T``
+  (``output = weights @ v`` from a zero state). The solve makes it cubic in ``T``: for short
+  inputs and for looking at the weights.
 
-Each takes an ``initial_state`` and returns the final state, so any form can continue another.
+Each starts from a given state and returns the final state, so any form can continue another.
 
 Conventions: queries and keys ``(*batch, T, dk)``, values ``(*batch, T, dv)``, ``beta`` and
 ``log_decay`` ``(*batch, T)`` (or broadcastable), state ``(*batch, dk, dv)`` read as
@@ -49,14 +50,14 @@ from torch import Tensor
 
 from zoo.attention.kernels.recurrence import (
     causal_decay,
-    check_chunk_size,
+    chunk_length,
     from_chunks,
     initial_or_zeros,
     to_chunks,
     zero_padding,
 )
 
-__all__ = ["delta_rule_chunkwise", "delta_rule_parallel", "delta_rule_recurrent"]
+__all__ = ["delta_rule_chunkwise", "delta_rule_recurrent", "delta_rule_weights"]
 
 
 def _prepare(
@@ -105,38 +106,6 @@ def _chunked(
     return from_chunks(output, length), scores, transform, state
 
 
-def delta_rule_parallel(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    beta: Tensor,
-    log_decay: Tensor | None = None,
-    *,
-    initial_state: Tensor | None = None,
-    mask: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The whole input as one chunk of the WY form; also returns the weight matrix.
-
-    Args:
-        q: Queries ``(*batch, T, dk)``, already scaled.
-        k: Keys ``(*batch, T, dk)``, L2-normalized.
-        v: Values ``(*batch, T, dv)``.
-        beta: Write strengths, broadcastable to ``(*batch, T)``.
-        log_decay: ``log a_t <= 0``, broadcastable to ``(*batch, T)``; None for DeltaNet (no decay).
-        initial_state: ``(*batch, dk, dv)``; zeros if None.
-        mask: ``(*batch, T)`` (or broadcastable with as many dimensions, e.g. ``(B, 1, T)``), True
-            at real tokens; padded steps are identity steps with zero outputs.
-
-    Returns:
-        ``(output, weights, final_state)``: output ``(*batch, T, dv)``; weights ``(*batch, T, T)``,
-        lower triangular, with ``output = weights @ v`` plus the initial state's part; final state
-        ``(*batch, dk, dv)``.
-    """
-    q, k, v, beta, log_decay = _prepare(q, k, v, beta, log_decay, mask)
-    output, scores, transform, final_state = _chunked(q, k, v, beta, log_decay, q.shape[-2], initial_state)
-    return output, (scores @ transform).squeeze(-3), final_state
-
-
 def delta_rule_chunkwise(
     q: Tensor,
     k: Tensor,
@@ -144,21 +113,40 @@ def delta_rule_chunkwise(
     beta: Tensor,
     log_decay: Tensor | None = None,
     *,
-    chunk_size: int = 64,
+    chunk_size: int | None = 64,
     initial_state: Tensor | None = None,
     mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """The chunkwise WY form: chunks of ``chunk_size`` steps, a state between them.
+    """The WY form over chunks of ``chunk_size`` steps with a state passed between them (with
+    ``chunk_size=None``, one chunk: the parallel form).
 
-    Args as :func:`delta_rule_parallel`; ``T`` need not be a multiple of ``chunk_size``.
+    Args:
+        q: Queries ``(*batch, T, dk)``, already scaled.
+        k: Keys ``(*batch, T, dk)``, L2-normalized.
+        v: Values ``(*batch, T, dv)``.
+        beta: Write strengths, broadcastable to ``(*batch, T)``.
+        log_decay: ``log a_t <= 0``, broadcastable to ``(*batch, T)``; None for DeltaNet (no decay).
+        chunk_size, initial_state, mask: As :func:`~zoo.attention.kernels.decay.decay_chunkwise`'s.
 
     Returns:
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``.
     """
-    check_chunk_size(chunk_size)
     q, k, v, beta, log_decay = _prepare(q, k, v, beta, log_decay, mask)
-    output, _, _, final_state = _chunked(q, k, v, beta, log_decay, chunk_size, initial_state)
+    output, _, _, final_state = _chunked(q, k, v, beta, log_decay, chunk_length(chunk_size, q.shape[-2]), initial_state)
     return output, final_state
+
+
+def delta_rule_weights(
+    q: Tensor, k: Tensor, beta: Tensor, log_decay: Tensor | None = None, *, mask: Tensor | None = None
+) -> Tensor:
+    """The parallel form's ``(*batch, T, T)`` weights, for heatmaps: lower triangular, with the
+    output of :func:`delta_rule_chunkwise` from a zero state equal to ``weights @ v``.
+
+    Args as :func:`delta_rule_chunkwise`.
+    """
+    q, k, v, beta, log_decay = _prepare(q, k, k, beta, log_decay, mask)
+    _, scores, transform, _ = _chunked(q, k, v, beta, log_decay, q.shape[-2], None)
+    return (scores @ transform).squeeze(-3)
 
 
 def delta_rule_recurrent(
@@ -168,18 +156,19 @@ def delta_rule_recurrent(
     beta: Tensor,
     log_decay: Tensor | None = None,
     *,
-    initial_state: Tensor | None = None,
+    state: Tensor | None = None,
     mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The recurrent form, one step at a time (``T >= 1`` steps).
 
-    Args as :func:`delta_rule_parallel`.
+    Args as :func:`delta_rule_chunkwise`, with ``state`` ``(*batch, dk, dv)`` (zeros if None) the
+    state before the first step: a decoder's cache.
 
     Returns:
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``, whatever ``T``.
     """
     q, k, v, beta, log_decay = _prepare(q, k, v, beta, log_decay, mask)
-    state = initial_or_zeros(initial_state, k, v)
+    state = initial_or_zeros(state, k, v)
     outputs = []
     steps = zip(q.unbind(-2), k.unbind(-2), v.unbind(-2), beta.unbind(-1), log_decay.exp().unbind(-1))
     for q_t, k_t, v_t, beta_t, a_t in steps:

@@ -15,7 +15,7 @@ from torch import Tensor
 
 __all__ = [
     "causal_decay",
-    "check_chunk_size",
+    "chunk_length",
     "from_chunks",
     "initial_or_zeros",
     "pass_states",
@@ -44,10 +44,17 @@ def zero_padding(mask: Tensor | None, q: Tensor, *others: Tensor) -> tuple[Tenso
     return tuple(torch.where(mask if x.dim() == mask.dim() else mask.unsqueeze(-1), x, zero) for x in (q, *others))
 
 
-def check_chunk_size(chunk_size: int) -> None:
-    """Raise ``ValueError`` unless ``chunk_size`` is a positive integer."""
+def chunk_length(chunk_size: int | None, length: int) -> int:
+    """Steps per chunk: ``chunk_size``, or the whole ``length`` for None (the parallel form).
+
+    Raises:
+        ValueError: ``chunk_size`` is not a positive integer.
+    """
+    if chunk_size is None:
+        return max(length, 1)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
+    return chunk_size
 
 
 def to_chunks(x: Tensor, chunk_size: int) -> Tensor:

@@ -18,7 +18,7 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from zoo.text.listops import CLOSE, OPERATORS
+from zoo.datamodules.listops.tokens import CLOSE, OPERATORS
 
 __all__ = ["Expression", "evaluate", "generate", "random_expression", "to_text"]
 

@@ -1,4 +1,5 @@
-"""Tests of ``zoo.attention.kernels.scalar_decay`` against a per-token loop of retention's recurrence."""
+"""Tests of ``zoo.attention.kernels.decay`` with a scalar decay per step (width 1) against a per-token
+loop of retention's recurrence."""
 
 from __future__ import annotations
 
@@ -15,7 +16,22 @@ from tests.attention.kernels.inputs import (
     randn,
     uniform,
 )
-from zoo.attention.kernels import scalar_decay_chunkwise, scalar_decay_parallel, scalar_decay_recurrent
+from zoo.attention.kernels import decay_chunkwise, decay_recurrent, decay_weights
+
+
+def scalar_decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, **options) -> tuple[Tensor, ...]:
+    """The parallel form (one chunk) and its weights: ``(output, weights, final_state)``."""
+    output, state = decay_chunkwise(q, k, v, log_decay.unsqueeze(-1), chunk_size=None, **options)
+    return output, decay_weights(q, k, log_decay.unsqueeze(-1), mask=options.get("mask")), state
+
+
+def scalar_decay_chunkwise(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, **options) -> tuple[Tensor, ...]:
+    return decay_chunkwise(q, k, v, log_decay.unsqueeze(-1), **options)
+
+
+def scalar_decay_recurrent(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, **options) -> tuple[Tensor, ...]:
+    return decay_recurrent(q, k, v, log_decay.unsqueeze(-1), **options)
+
 
 DK, DV = 4, 3
 LENGTHS = (1, 50, 64, 130)
@@ -60,7 +76,7 @@ def test_parallel_and_recurrent_match_reference(length: int, generator: torch.Ge
     output, _, state = scalar_decay_parallel(q, k, v, log_decay, initial_state=initial_state, mask=mask)
     assert_matches(output, expected_output)
     assert_matches(state, expected_state)
-    output, state = scalar_decay_recurrent(q, k, v, log_decay, initial_state=initial_state, mask=mask)
+    output, state = scalar_decay_recurrent(q, k, v, log_decay, state=initial_state, mask=mask)
     assert_matches(output, expected_output)
     assert_matches(state, expected_state)
 
@@ -120,7 +136,7 @@ def test_prefill_then_decoding_continues_one_run(prefill, generator: torch.Gener
             k[..., step, :],
             v[..., step, :],
             log_decay[..., step],
-            initial_state=state,
+            state=state,
             mask=mask[..., step],
         )
         outputs.append(output)

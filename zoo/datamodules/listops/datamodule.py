@@ -1,6 +1,6 @@
 """ListOps of the Long Range Arena: nested MIN/MAX/MED/SM expressions over digits, answer one digit.
 
-The splits are generated once from ``generator_seed`` (:mod:`zoo.datamodules.listops_generator`)
+The splits are generated once from ``generator_seed`` (:mod:`~zoo.datamodules.listops.generator`)
 and written atomically as the benchmark's tab-separated files (``basic_train.tsv``,
 ``basic_val.tsv``, ``basic_test.tsv``; columns ``Source`` and ``Target``), so other tools can
 read them; ``settings.json`` beside them records what generated them. A directory that already
@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 
 from zoo.datamodules.base import CorpusDataModule, check_minimums
-from zoo.datamodules.listops_generator import generate
+from zoo.datamodules.listops.generator import generate
+from zoo.datamodules.listops.tokens import CLASS_NAMES, PAD_ID, VOCABULARY, ListOpsCodec, encode
 from zoo.datamodules.registry import register_datamodule
 from zoo.errors import DataError
 from zoo.text.codecs import check_texts
 from zoo.text.collators import PadCollator
 from zoo.text.datasets import Columns, TokenIds
 from zoo.text.files import atomic_write_text
-from zoo.text.listops import CLASS_NAMES, PAD_ID, VOCABULARY, ListOpsCodec, encode
 
 __all__ = ["SPLIT_FILES", "ListOpsDataModule", "read_tsv", "write_tsv"]
 

@@ -1,20 +1,17 @@
 """ListOps tokens (Long Range Arena): the benchmark's vocabulary, its tokenization, and the codec
-that carries them into checkpoints.
-
-The vocabulary is fixed, so the codec stores only its class names; the expressions' generator is
-:mod:`zoo.datamodules.listops_generator`.
-"""
+that carries them into checkpoints. The vocabulary is fixed, so the codec stores only its class
+names."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from types import MappingProxyType
 
 import torch
 from torch import Tensor
 
 from zoo.errors import DataError
-from zoo.text.codecs import CODEC_VERSION, ClassificationCodec, check_texts, codec_fields
+from zoo.text.codecs import ClassificationCodec, check_texts
 from zoo.text.collators import PadCollator
 
 __all__ = ["CLASS_NAMES", "CLOSE", "OPERATORS", "VOCABULARY", "ListOpsCodec", "encode"]
@@ -44,9 +41,11 @@ class ListOpsCodec(ClassificationCodec):
     """ListOps expressions to token-id batches, ids back to tokens, labels to their digits."""
 
     codec_kind = "listops"
+    label = "The ListOps codec"
+    saved_fields = MappingProxyType({"class_names": list})
 
-    def __init__(self) -> None:
-        self.class_names = list(CLASS_NAMES)
+    def __init__(self, class_names: Sequence[str] = CLASS_NAMES) -> None:
+        self.class_names = list(class_names)
 
     def batch(self, inputs: Sequence[str]) -> dict[str, Tensor]:
         """Expressions as one model-input batch: ``{"tokens", "valid_lens"}``.
@@ -64,17 +63,3 @@ class ListOpsCodec(ClassificationCodec):
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """The expression of ``ids``, tokens separated by spaces, padding skipped."""
         return " ".join(VOCABULARY[int(i)] for i in ids if int(i) != PAD_ID)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain data: the kind and the version (the vocabulary is the benchmark's, fixed)."""
-        return {"codec_kind": self.codec_kind, "class_names": list(self.class_names), "codec_version": CODEC_VERSION}
-
-    @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> ListOpsCodec:
-        """Rebuild the codec of :meth:`state_dict`.
-
-        Raises:
-            DataError: the state is incomplete, or of another codec version.
-        """
-        codec_fields(state, codec="The ListOps codec", fields={"class_names": list})
-        return cls()

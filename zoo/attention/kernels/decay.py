@@ -1,35 +1,44 @@
-"""Gated linear attention (GLA, Yang et al., 2023): linear attention with a decay per key dimension.
+"""Linear attention with a decaying state: one scalar decay per step (RetNet's retention, Mamba-2's
+state-space dual) or one per key dimension (gated linear attention, GLA; Yang et al., 2023).
 
-The recurrence, with a state ``S`` of shape ``(dk, dv)`` and row vectors ``q_t, k_t, a_t`` (``dk``)
-and ``v_t`` (``dv``)::
+The recurrence, with a state ``S`` of shape ``(dk, dv)`` and row vectors ``q_t, k_t`` (``dk``) and
+``v_t`` (``dv``)::
 
     S_t = Diag(a_t) S_{t-1} + k_t^T v_t,        o_t = q_t S_t,        a_t = exp(log_decay_t) <= 1
 
-Unrolled, with ``b`` the cumulative sum of the log decays (one per key dimension ``d``)::
+``log_decay`` broadcasts to ``(*batch, T, w)`` with ``w`` either ``dk`` (GLA's gate per key
+dimension) or 1: a scalar decay per step, ``Diag(a_t) = g_t I``. Retention is a fixed decay per
+head (``log(gamma_h)``, shape ``(H, 1, 1)``); Mamba-2's SSD a decay per head and step
+(``dt * A``), with ``C`` as queries, ``B`` as keys and ``dt * x`` as values. Unrolled, with ``b``
+the cumulative sum of the log decays::
 
     o_i = sum_{j <= i} (sum_d q_id k_jd exp(b_id - b_jd)) v_j + (q_i * exp(b_i)) S_0
 
 Three forms compute it, equal up to rounding:
 
-* :func:`vector_decay_parallel`: the whole ``(T, T)`` weight matrix, which it also returns
-  (``output = weights @ v`` plus the initial state's part). Quadratic in ``T``.
-* :func:`vector_decay_chunkwise`: chunks of ``chunk_size`` steps; the weight matrix inside each
-  chunk, and a state passed from chunk to chunk (the only Python loop). ``O(T * chunk_size)``
-  memory: the form for training and prefill.
-* :func:`vector_decay_recurrent`: one step at a time from a state; the form for decoding.
+* the parallel form, :func:`decay_chunkwise` with ``chunk_size=None``: the whole ``(T, T)``
+  weight matrix at once, quadratic in ``T``; :func:`decay_weights` returns that matrix
+  (``output = weights @ v`` from a zero state) for heatmaps;
+* :func:`decay_chunkwise`: chunks of ``chunk_size`` steps; the weight matrix inside each chunk,
+  and a state passed from chunk to chunk (the only Python loop). ``O(T * chunk_size)`` memory:
+  the form for training and prefill;
+* :func:`decay_recurrent`: one step at a time from a state; the form for decoding.
 
-Each takes an ``initial_state`` and returns the final state, so any form can continue another.
+Each starts from a given state and returns the final state, so any form can continue another.
 
-Conventions: queries and keys ``(*batch, T, dk)``, values ``(*batch, T, dv)``, log decays
-``(*batch, T, dk)``, state ``(*batch, dk, dv)`` read as ``o_t = q_t S_t``, outputs
-``(*batch, T, dv)``; ``*batch`` holds the heads too. Nothing is scaled or normalized here: callers
-scale the queries (by ``dk ** -0.5`` if they want it). ``mask`` ``(*batch, T)`` is True at real
-tokens; a padded step is an identity step (no write, no decay) with a zero output.
+Conventions: queries and keys ``(*batch, T, dk)``, values ``(*batch, T, dv)``, state
+``(*batch, dk, dv)`` read as ``o_t = q_t S_t``, outputs ``(*batch, T, dv)``; ``*batch`` holds the
+heads too. Nothing is scaled or normalized here: callers scale the queries (by ``dk ** -0.5`` if
+they want it). ``mask`` ``(*batch, T)`` is True at real tokens; a padded step is an identity step
+(no write, no decay) with a zero output, which keeps left-padded batched decoding exact.
 
-Numerics: log decays are summed within a chunk (the parallel form: within the input), and only
-non-positive exponents are ever formed. The weight inside a chunk cannot be split as
-``(q_i exp(b_i)) . (k_j exp(-b_j))``: with strong gates ``exp(-b_j)`` overflows. Instead the chunk
-is cut into sub-chunks of 16 steps, as flash-linear-attention does:
+Numerics: log decays are summed (never decays multiplied) within a chunk (the parallel form:
+within the input, so it loses float32 precision on long, strongly decaying inputs; it is meant for
+short ones), and only non-positive exponents are ever formed. A scalar decay's weight inside a
+chunk is ``(q_i . k_j) exp(b_i - b_j)``, the exponent masked to ``-inf`` above the diagonal before
+``exp``. A per-dimension one cannot be split as ``(q_i exp(b_i)) . (k_j exp(-b_j))``: with strong
+gates ``exp(-b_j)`` overflows. Instead the chunk is cut into sub-chunks of 16 steps, as
+flash-linear-attention does:
 
 * a key in an earlier sub-chunk than the query is measured from the query sub-chunk's first step
   ``r``: ``(q_i exp(b_i - b_r)) . (k_j exp(b_r - b_j))``, both exponents ``<= 0``, one matrix
@@ -44,7 +53,8 @@ import torch
 from torch import Tensor
 
 from zoo.attention.kernels.recurrence import (
-    check_chunk_size,
+    causal_decay,
+    chunk_length,
     from_chunks,
     initial_or_zeros,
     pass_states,
@@ -52,7 +62,7 @@ from zoo.attention.kernels.recurrence import (
     zero_padding,
 )
 
-__all__ = ["SUB_CHUNK_SIZE", "vector_decay_chunkwise", "vector_decay_parallel", "vector_decay_recurrent"]
+__all__ = ["SUB_CHUNK_SIZE", "decay_chunkwise", "decay_recurrent", "decay_weights"]
 
 SUB_CHUNK_SIZE = 16
 """Steps per sub-chunk of the weights inside a chunk; a diagonal sub-chunk costs ``(16, 16, dk)``."""
@@ -61,8 +71,9 @@ SUB_CHUNK_SIZE = 16
 def _prepare(
     q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, mask: Tensor | None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Broadcast ``log_decay`` to ``(*batch, T, dk)`` and zero every input at the padded steps."""
-    log_decay = torch.broadcast_to(log_decay, q.shape)
+    """Broadcast ``log_decay`` to ``(*batch, T, w)`` (``w``: 1 or ``dk``, as given) and zero every
+    input at the padded steps."""
+    log_decay = torch.broadcast_to(log_decay, (*q.shape[:-1], log_decay.shape[-1]))
     return zero_padding(mask, q, k, v, log_decay)
 
 
@@ -117,101 +128,96 @@ def _intra_chunk_weights(q: Tensor, k: Tensor, cum: Tensor) -> Tensor:
     return weights.flatten(-4, -3).flatten(-2, -1)[..., :c, :c]
 
 
+def _chunk_weights(q: Tensor, k: Tensor, cum: Tensor) -> Tensor:
+    """The weights inside each chunk ``(..., c, c)`` from its log decays summed within it ``(..., c, w)``."""
+    if cum.shape[-1] == 1:  # a scalar decay: one decay matrix scales the scores
+        return (q @ k.mT) * causal_decay(cum.squeeze(-1))
+    return _intra_chunk_weights(q, k, cum)
+
+
 def _chunked(
     q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, chunk_size: int, initial_state: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]:
     """The chunkwise computation on prepared inputs.
 
     Returns:
-        Outputs ``(*batch, T, dv)``, the weights inside each chunk ``(*batch, N, c, c)`` and the
-        final state ``(*batch, dk, dv)``.
+        Outputs ``(*batch, T, dv)`` and the final state ``(*batch, dk, dv)``.
     """
     length = q.shape[-2]
     initial_state = initial_or_zeros(initial_state, k, v)
     q, k, v, log_decay = (to_chunks(x, chunk_size) for x in (q, k, v, log_decay))
-    cum = log_decay.cumsum(-2)  # (*batch, N, c, dk)
+    cum = log_decay.cumsum(-2)  # (*batch, N, c, w)
     cum_end = cum[..., -1:, :]
 
-    weights = _intra_chunk_weights(q, k, cum)
+    weights = _chunk_weights(q, k, cum)
     decayed_q = q * cum.exp()  # read the state entering the chunk
     decayed_k = k * (cum_end - cum).exp()  # written at the chunk's end
     entering, final_state = pass_states(initial_state, cum_end.mT.exp(), decayed_k.mT @ v)
     output = decayed_q @ entering + weights @ v
-    return from_chunks(output, length), weights, final_state
+    return from_chunks(output, length), final_state
 
 
-def vector_decay_parallel(
+def decay_chunkwise(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     log_decay: Tensor,
     *,
+    chunk_size: int | None = 64,
     initial_state: Tensor | None = None,
     mask: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The quadratic form: the weight matrix over the whole input.
+) -> tuple[Tensor, Tensor]:
+    """The chunkwise form: quadratic inside chunks of ``chunk_size`` steps, a state between them;
+    ``chunk_size=None`` is the parallel form, the whole input as one chunk.
 
     Args:
         q: Queries ``(*batch, T, dk)``, already scaled.
         k: Keys ``(*batch, T, dk)``.
         v: Values ``(*batch, T, dv)``.
-        log_decay: ``log a_t <= 0``, broadcastable to ``(*batch, T, dk)``.
+        log_decay: ``log a_t <= 0``, broadcastable to ``(*batch, T, dk)`` (a decay per key
+            dimension) or ``(*batch, T, 1)`` (a scalar decay per step).
+        chunk_size: Steps per chunk (``T`` need not be a multiple of it); None: ``T``.
         initial_state: ``(*batch, dk, dv)``; zeros if None.
         mask: ``(*batch, T)`` (or broadcastable with as many dimensions, e.g. ``(B, 1, T)``), True
             at real tokens; padded steps are identity steps with zero outputs.
 
     Returns:
-        ``(output, weights, final_state)``: output ``(*batch, T, dv)``; weights ``(*batch, T, T)``,
-        ``weights[i, j] = sum_d q_id k_jd exp(b_id - b_jd)`` for ``j <= i`` (``output = weights @ v``
-        plus ``(q_i * exp(b_i)) S_0``); final state ``(*batch, dk, dv)``. Memory
-        ``O(T^2 dk / 16)`` for the weights inside the input (see the module docstring).
-    """
-    q, k, v, log_decay = _prepare(q, k, v, log_decay, mask)
-    output, weights, final_state = _chunked(q, k, v, log_decay, q.shape[-2], initial_state)
-    return output, weights.squeeze(-3), final_state
-
-
-def vector_decay_chunkwise(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    log_decay: Tensor,
-    *,
-    chunk_size: int = 64,
-    initial_state: Tensor | None = None,
-    mask: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """The chunkwise form: quadratic inside chunks of ``chunk_size`` steps, a state between them.
-
-    Args as :func:`vector_decay_parallel`; ``T`` need not be a multiple of ``chunk_size``.
-
-    Returns:
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``.
     """
-    check_chunk_size(chunk_size)
     q, k, v, log_decay = _prepare(q, k, v, log_decay, mask)
-    output, _, final_state = _chunked(q, k, v, log_decay, chunk_size, initial_state)
-    return output, final_state
+    return _chunked(q, k, v, log_decay, chunk_length(chunk_size, q.shape[-2]), initial_state)
 
 
-def vector_decay_recurrent(
+def decay_weights(q: Tensor, k: Tensor, log_decay: Tensor, *, mask: Tensor | None = None) -> Tensor:
+    """The parallel form's ``(*batch, T, T)`` weights, for heatmaps: ``weights[i, j] = sum_d q_id
+    k_jd exp(b_id - b_jd)`` for ``j <= i``, else 0, so that the output of :func:`decay_chunkwise`
+    from a zero state is ``weights @ v``. Memory ``O(T^2 dk / 16)`` for a per-dimension decay.
+
+    Args as :func:`decay_chunkwise`.
+    """
+    q, k, _, log_decay = _prepare(q, k, k[..., :1], log_decay, mask)
+    return _chunk_weights(q, k, log_decay.cumsum(-2))
+
+
+def decay_recurrent(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     log_decay: Tensor,
     *,
-    initial_state: Tensor | None = None,
+    state: Tensor | None = None,
     mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The recurrent form: ``S_t = Diag(a_t) S_{t-1} + k_t^T v_t``, one step at a time (``T >= 1``).
 
-    Args as :func:`vector_decay_parallel`.
+    Args as :func:`decay_chunkwise`, with ``state`` ``(*batch, dk, dv)`` (zeros if None) the state
+    before the first step: a decoder's cache.
 
     Returns:
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``, whatever ``T``.
     """
     q, k, v, log_decay = _prepare(q, k, v, log_decay, mask)
-    state = initial_or_zeros(initial_state, k, v)
+    state = initial_or_zeros(state, k, v)
     outputs = []
     for q_t, k_t, v_t, a_t in zip(q.unbind(-2), k.unbind(-2), v.unbind(-2), log_decay.exp().unbind(-2)):
         state = a_t.unsqueeze(-1) * state + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)

@@ -1,4 +1,4 @@
-"""Tests of ``zoo.attention.kernels.vector_decay`` against a per-token loop of gated linear attention."""
+"""Tests of ``zoo.attention.kernels.decay`` against a per-token loop of gated linear attention."""
 
 from __future__ import annotations
 
@@ -15,7 +15,14 @@ from tests.attention.kernels.inputs import (
     randn,
     uniform,
 )
-from zoo.attention.kernels import vector_decay_chunkwise, vector_decay_parallel, vector_decay_recurrent
+from zoo.attention.kernels import decay_chunkwise, decay_recurrent, decay_weights
+
+
+def decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, **options) -> tuple[Tensor, ...]:
+    """The parallel form (one chunk) and its weights: ``(output, weights, final_state)``."""
+    output, state = decay_chunkwise(q, k, v, log_decay, chunk_size=None, **options)
+    return output, decay_weights(q, k, log_decay, mask=options.get("mask")), state
+
 
 DK, DV = 4, 3
 LENGTHS = (1, 50, 64, 130)
@@ -57,10 +64,10 @@ def test_parallel_and_recurrent_match_reference(length: int, generator: torch.Ge
     mask = padding_mask(length)
     expected_output, expected_state = reference(q, k, v, log_decay, initial_state, mask)
 
-    output, _, state = vector_decay_parallel(q, k, v, log_decay, initial_state=initial_state, mask=mask)
+    output, _, state = decay_parallel(q, k, v, log_decay, initial_state=initial_state, mask=mask)
     assert_matches(output, expected_output)
     assert_matches(state, expected_state)
-    output, state = vector_decay_recurrent(q, k, v, log_decay, initial_state=initial_state, mask=mask)
+    output, state = decay_recurrent(q, k, v, log_decay, state=initial_state, mask=mask)
     assert_matches(output, expected_output)
     assert_matches(state, expected_state)
 
@@ -73,9 +80,7 @@ def test_chunkwise_matches_reference(length: int, chunk_size: int, generator: to
     mask = padding_mask(length)
     expected_output, expected_state = reference(q, k, v, log_decay, initial_state, mask)
 
-    output, state = vector_decay_chunkwise(
-        q, k, v, log_decay, chunk_size=chunk_size, initial_state=initial_state, mask=mask
-    )
+    output, state = decay_chunkwise(q, k, v, log_decay, chunk_size=chunk_size, initial_state=initial_state, mask=mask)
     assert_matches(output, expected_output)
     assert_matches(state, expected_state)
 
@@ -85,32 +90,32 @@ def test_without_mask_or_state_the_weights_give_the_output(generator: torch.Gene
     no_padding = torch.ones(*BATCH, 40, dtype=torch.bool)
     expected_output, expected_state = reference(q, k, v, log_decay, q.new_zeros(*BATCH, DK, DV), no_padding)
 
-    output, weights, state = vector_decay_parallel(q, k, v, log_decay)
+    output, weights, state = decay_parallel(q, k, v, log_decay)
     assert_matches(output, expected_output)
     assert_matches(state, expected_state)
     assert_matches(weights @ v, output)
     assert (weights.triu(1) == 0).all()
-    output, state = vector_decay_chunkwise(q, k, v, log_decay, chunk_size=16)
+    output, state = decay_chunkwise(q, k, v, log_decay, chunk_size=16)
     assert_matches(output, expected_output)
     assert_matches(state, expected_state)
 
 
-@pytest.mark.parametrize("prefill", [vector_decay_chunkwise, vector_decay_parallel])
+@pytest.mark.parametrize("prefill", [decay_chunkwise, decay_parallel])
 def test_prefill_then_decoding_continues_one_run(prefill, generator: torch.Generator) -> None:
     q, k, v, log_decay = inputs(70, generator)
     mask = padding_mask(70)
-    whole, whole_state = vector_decay_chunkwise(q, k, v, log_decay, chunk_size=16, mask=mask)
+    whole, whole_state = decay_chunkwise(q, k, v, log_decay, chunk_size=16, mask=mask)
 
     first = prefill(q[..., :45, :], k[..., :45, :], v[..., :45, :], log_decay[..., :45, :], mask=mask[..., :45])
     outputs, state = [first[0]], first[-1]
     for start, stop in ((45, 46), (46, 47), (47, 52), (52, 70)):
         step = slice(start, stop)
-        output, state = vector_decay_recurrent(
+        output, state = decay_recurrent(
             q[..., step, :],
             k[..., step, :],
             v[..., step, :],
             log_decay[..., step, :],
-            initial_state=state,
+            state=state,
             mask=mask[..., step],
         )
         outputs.append(output)
@@ -128,11 +133,9 @@ def test_chunkwise_gradients_equal_parallel_gradients(generator: torch.Generator
     def gradients(output: Tensor, state: Tensor) -> tuple[Tensor, ...]:
         return torch.autograd.grad((output * output_weight).sum() + (state * state_weight).sum(), leaves)
 
-    output, _, state = vector_decay_parallel(q, k, v, log_decay, initial_state=initial_state, mask=mask)
+    output, _, state = decay_parallel(q, k, v, log_decay, initial_state=initial_state, mask=mask)
     expected = gradients(output, state)
-    actual = gradients(
-        *vector_decay_chunkwise(q, k, v, log_decay, chunk_size=7, initial_state=initial_state, mask=mask)
-    )
+    actual = gradients(*decay_chunkwise(q, k, v, log_decay, chunk_size=7, initial_state=initial_state, mask=mask))
     for grad, expected_grad in zip(actual, expected):
         assert_matches(grad, expected_grad)
 
@@ -147,8 +150,8 @@ def test_long_float32_input_with_strong_gates_stays_accurate(generator: torch.Ge
     strong[:, :, 4_000:4_300] = True
     log_decay = torch.where(strong, uniform(1, 2, length, 8, low=-10.0, high=-5.0, generator=generator), log_decay)
 
-    expected_output, expected_state = vector_decay_chunkwise(q, k, v, log_decay)
-    output, state = vector_decay_chunkwise(q.float(), k.float(), v.float(), log_decay.float())
+    expected_output, expected_state = decay_chunkwise(q, k, v, log_decay)
+    output, state = decay_chunkwise(q.float(), k.float(), v.float(), log_decay.float())
     assert_close_relative(output, expected_output, 1e-5)
     assert_close_relative(state, expected_state, 1e-5)
 
@@ -156,11 +159,11 @@ def test_long_float32_input_with_strong_gates_stays_accurate(generator: torch.Ge
 def test_the_recurrent_state_does_not_grow_with_the_input(generator: torch.Generator) -> None:
     for length in (1, 9):
         q, k, v, log_decay = inputs(length, generator)
-        output, state = vector_decay_recurrent(q, k, v, log_decay)
+        output, state = decay_recurrent(q, k, v, log_decay)
         assert output.shape == (*BATCH, length, DV)
         assert state.shape == (*BATCH, DK, DV)
 
 
 def test_a_chunk_size_below_one_is_refused(generator: torch.Generator) -> None:
     with pytest.raises(ValueError, match="chunk_size"):
-        vector_decay_chunkwise(*inputs(4, generator), chunk_size=0)
+        decay_chunkwise(*inputs(4, generator), chunk_size=0)
