@@ -91,7 +91,7 @@ def test_decoder_cache_shrinks_and_cached_decoding_matches_teacher_forcing(num_k
             step, state = model.decode_step(tgt[:, t], state)
             steps.append(step)
     torch.testing.assert_close(torch.stack(steps, 1), logits, atol=1e-5, rtol=1e-5)
-    keys, values = state.self_kv[0]
+    keys, values = state.caches[0].keys, state.caches[0].values
     assert keys.shape == values.shape == (2, num_kv_heads, 5, 4)  # (B, kv heads, positions, head_dim)
     assert state.memory_kv[0][0].shape == (2, num_kv_heads, 7, 4)
 

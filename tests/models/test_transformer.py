@@ -44,7 +44,7 @@ def test_decode_steps_with_and_without_cache_equal_teacher_forcing(
         for t in range(tgt_in.shape[1]):
             logits, state = model.decode_step(tgt_in[:, t], state)
             steps.append(logits)
-        assert (state.self_kv is not None) == use_cache
+        assert (state.caches is not None) == use_cache
         torch.testing.assert_close(torch.stack(steps, dim=1), teacher_forced, rtol=1e-10, atol=1e-10)
 
 

@@ -28,6 +28,7 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from zoo.attention.cache import KeyValueCache, LayerCache
 from zoo.attention.masking import (
     check_attn_mask,
     masked_softmax,
@@ -103,6 +104,13 @@ class Attention(_Capabilities, nn.Module):
     #: takes keys and values with fewer heads (axis -3) than the queries, each shared by a group
     #: of query heads (grouped-query attention); a layer repeats them for a variant without it
     supports_grouped_kv: ClassVar[bool] = False
+    #: attends in both directions when not causal (an encoder's self-attention, cross-attention);
+    #: False for a causal recurrence (retention, DeltaNet), which encoders refuse
+    supports_bidirectional: ClassVar[bool] = True
+    #: reads the layer's input ``(B, Lq, embed_dim)`` (the ``layer_input`` a multi-head layer then
+    #: hands :meth:`attend`), as variants whose gates or decays depend on the data do; such a
+    #: constructor takes ``embed_dim`` to size its projections of it
+    reads_layer_input: ClassVar[bool] = False
     #: reads the content of the queries; a multi-head layer builds no query projection for a
     #: variant that reads only their shape (an instance may set it, as ``synthesizer`` does by mode)
     reads_queries: bool = True
@@ -177,12 +185,14 @@ class Attention(_Capabilities, nn.Module):
     def attend_masked(
         self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
         *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
+        layer_input: Tensor | None = None,
     ) -> AttentionOutput:  # fmt: skip
         """What :meth:`forward` does once its inputs are validated and its masks merged into one
         boolean ``mask``: refuse what the variant cannot do, answer an empty input, run :meth:`attend`.
 
         A layer that validates its own inputs and merges its masks once per call (the multi-head
-        layers) calls this instead of ``forward``, so nothing is validated twice.
+        layers) calls this instead of ``forward``, so nothing is validated twice; it hands a
+        variant that :attr:`reads_layer_input` the layer's input, which reaches :meth:`attend`.
         """
         name = type(self).__name__
         if mask is not None and not self.supports_padding_mask:
@@ -191,17 +201,69 @@ class Attention(_Capabilities, nn.Module):
             raise IncompatibleAttentionError(f"{name} does not support causal masking (is_causal=True).")
         if need_weights and not self.supports_weights:
             raise IncompatibleAttentionError(f"{name} cannot return attention weights (need_weights=True).")
+        if not is_causal and not self.supports_bidirectional:
+            raise IncompatibleAttentionError(
+                f"{name} is a causal recurrence: it attends to earlier positions only; call it with is_causal=True "
+                "(a decoder's self-attention), or use a variant that attends both ways."
+            )
+        if self.reads_layer_input and layer_input is None:
+            raise IncompatibleAttentionError(
+                f"{name} reads the layer's input (its gates depend on the data): run it inside a multi-head layer "
+                "(zoo.SelfAttention), which hands it layer_input."
+            )
         if position_bias is not None and not self.supports_position_bias:
             raise IncompatibleAttentionError(
                 f"{name} does not add a positional bias to its scores (position_bias); "
                 "use an absolute or rotary scheme with it."
             )
         self.check_layout(queries, keys, is_causal)
+        keys, values = self._expand_groups(queries, keys, values)
         if not (queries.shape[-2] and keys.shape[-2]):  # nothing to score: no variant's attend() sees it
             return self.empty_output(queries, keys, values, need_weights)
         # passed only when given: a plugin's attend() written before positions keeps working
-        extra = {} if position_bias is None else {"position_bias": position_bias}
+        extra = _given(position_bias=position_bias, layer_input=layer_input)
         return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, **extra)
+
+    def attend_cached(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        cache: LayerCache | None,
+        mask: Tensor | None = None,
+        *,
+        position_bias: PositionBias | None = None,
+        layer_input: Tensor | None = None,
+    ) -> tuple[Tensor, LayerCache]:
+        """Causal attention of new positions over those in ``cache`` and themselves, for decoding.
+
+        Args:
+            queries: The new positions' queries ``(B, H, Lq, d)``.
+            keys, values: Their keys and values ``(B, Hkv, Lq, d)`` (grouped heads unexpanded).
+            cache: What earlier calls returned, or None before the first.
+            mask: Boolean, True = attend, broadcastable to ``(B, H, Lq, L)`` over every position
+                seen (padding of left-padded prompts); None for none.
+            position_bias: A bias scheme, for a variant that adds one.
+            layer_input: The layer's input at the new positions, for a variant that reads it.
+
+        Returns:
+            The output ``(B, H, Lq, dv)`` and the cache extended by the new positions. Here every
+            key and value is kept (:class:`~zoo.attention.cache.KeyValueCache`); a recurrent
+            variant overrides this to keep its fixed-size state.
+        """
+        cache = KeyValueCache(keys, values) if cache is None else cache.extend(keys, values)
+        extra = _given(position_bias=position_bias, layer_input=layer_input)
+        output = self.attend_masked(queries, cache.keys, cache.values, mask, is_causal=True, **extra).output
+        return output, cache
+
+    def _expand_groups(self, queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values with as many heads as the queries (axis -3) for a variant that takes
+        no grouped heads; as they are otherwise."""
+        heads, kv_heads = queries.shape[-3] if queries.dim() > 3 else 1, keys.shape[-3] if keys.dim() > 3 else 1
+        if self.supports_grouped_kv or kv_heads == heads or not kv_heads or heads % kv_heads:
+            return keys, values
+        groups = heads // kv_heads
+        return keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)
 
     def attend(
         self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
@@ -317,6 +379,11 @@ class Attention(_Capabilities, nn.Module):
     def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
         """A variant's own checks of the query and key layout, run on every call (from a layer
         too) before :meth:`attend` (none here); raise a one-line error naming the fix."""
+
+
+def _given(**options: object) -> dict[str, object]:
+    """The keyword arguments that are set: what a hook gets only when there is something to get."""
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def position_bias_grid(position_bias: PositionBias, num_queries: int, num_keys: int, device: torch.device) -> Tensor:

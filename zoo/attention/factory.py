@@ -70,6 +70,7 @@ def require_attention(
     padding: bool = False,
     weights: bool = False,
     cross: bool = False,
+    bidirectional: bool = False,
     role: str = "this architecture",
 ) -> type[Attention]:
     """Resolve a scoring attention name and check it can do what ``role`` needs.
@@ -85,6 +86,7 @@ def require_attention(
         "supports_padding_mask": padding,
         "supports_weights": weights,
         "supports_cross_attention": cross,
+        "supports_bidirectional": bidirectional,
     }
 
     def fits(candidate: type[nn.Module]) -> bool:
@@ -98,6 +100,7 @@ def require_attention(
             "supports_padding_mask": "padding masks",
             "supports_weights": "returning weights",
             "supports_cross_attention": "attending over another sequence (cross-attention)",
+            "supports_bidirectional": "attending in both directions (it is a causal recurrence)",
         }
         if not issubclass(cls, Attention):
             reason = "it is an attention layer (it owns projections), not a scoring attention"
@@ -114,17 +117,20 @@ def require_attention(
 
 
 def create_scoring_attention(
-    name: str, *, head_dim: int, num_heads: int = 1, dropout: float = 0.0, **kwargs: Any
+    name: str, *, head_dim: int, num_heads: int = 1, dropout: float = 0.0, embed_dim: int | None = None, **kwargs: Any
 ) -> Attention:
     """Build a scoring attention for ``num_heads`` heads of size ``head_dim``.
 
     Constructors that take ``query_size`` / ``key_size`` (like ``additive``) get ``head_dim``
-    for them, those with per-head parameters ``num_heads`` (like ``local``'s relative bias), and
+    for them, those with per-head parameters ``num_heads`` (like ``local``'s relative bias),
+    those that read the layer's input (``reads_layer_input``: gates) its width ``embed_dim``, and
     ``dropout`` is passed on, unless ``kwargs`` sets them already.
     """
     cls = require_attention(name, role="an attention layer (per-head scoring)")
     params = inspect.signature(cls).parameters
     defaults = {"query_size": head_dim, "key_size": head_dim, "num_heads": num_heads, "dropout": dropout}
+    if embed_dim is not None:
+        defaults["embed_dim"] = embed_dim
     for key, value in defaults.items():
         if key in params and key not in kwargs:
             kwargs[key] = value

@@ -12,8 +12,11 @@ values have fewer heads than the queries, each shared by ``num_heads // num_kv_h
 heads (``num_kv_heads=1`` is multi-query attention). A scoring attention that declares
 ``supports_grouped_kv`` gets the ``(B, num_kv_heads, Lk, d)`` keys and values as they are
 (``dot_product`` hands them to the fused kernel with ``enable_gqa=True``); any other gets them
-repeated along the head axis. Decoder caches hold the unexpanded tensors, so they shrink by
-``num_heads / num_kv_heads``.
+repeated along the head axis (:meth:`zoo.Attention.attend_masked`). Decoder caches hold the
+unexpanded tensors, so they shrink by ``num_heads / num_kv_heads``.
+
+Decoding: :meth:`HeadedAttention.attend_cached` runs new positions after a cache of the scoring
+attention's kind (keys and values, or a recurrent state; :mod:`zoo.attention.cache`).
 
 Positions: a self-attention layer's spec may hold a rotary or bias
 :class:`~zoo.positions.PositionScheme`, usually shared by every layer of a stack; cross-attention
@@ -30,8 +33,10 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionLayer, AttentionOutput
+from zoo.attention.cache import LayerCache
 from zoo.attention.masking import check_attn_mask, merge_masks, validate_valid_lens
 from zoo.attention.spec import AttentionSpec
+from zoo.positions import PositionScheme
 
 __all__ = ["HeadedAttention"]
 
@@ -81,7 +86,7 @@ class HeadedAttention(AttentionLayer):
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.num_kv_heads = num_kv_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
-        self.score_attention = spec.build(self.head_dim, num_heads)
+        self.score_attention = spec.build(self.head_dim, num_heads, embed_dim)
         # A layer can do what its per-head attention can: these instance flags shadow the
         # class's, so check_attention and callers see, say, that a linformer layer is not causal.
         for flag in ("supports_padding_mask", "supports_causal", "supports_weights"):
@@ -213,17 +218,47 @@ class HeadedAttention(AttentionLayer):
         so a single new query (``Lq = 1``) sees every cached position. So do positions: query
         ``i`` sits at ``Lk - Lq + i``.
         """
-        projected = queries if self.q_proj is None else self.q_proj(queries)  # unread: only its shape counts
-        q = self._rotate(self._split_heads(projected), k.shape[-2] - queries.shape[1])
-        if self.num_kv_heads != self.num_heads and not self.score_attention.supports_grouped_kv:
-            groups = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        bias = {"position_bias": self.position} if self.position is not None and self.position.kind == "bias" else {}
         heads, weights = self.score_attention.attend_masked(
-            q, k, v, attn_mask, is_causal=is_causal, need_weights=need_weights, **bias
+            self._queries(queries, k.shape[-2] - queries.shape[1]), k, v, attn_mask,
+            is_causal=is_causal, need_weights=need_weights, **self._extras(queries),
+        )  # fmt: skip
+        return AttentionOutput(self._merge(heads), weights)
+
+    def attend_cached(
+        self, x: Tensor, cache: LayerCache | None, *, attn_mask: Tensor | None = None
+    ) -> tuple[Tensor, LayerCache]:
+        """Causal self-attention of new positions ``x`` ``(B, Lq, embed_dim)`` after those in
+        ``cache`` (None before the first call): the output ``(B, Lq, embed_dim)`` and the cache
+        extended by them, of the kind the scoring attention keeps (:mod:`zoo.attention.cache`).
+
+        Positions continue the cache's: a rotary scheme rotates the new queries and keys at
+        ``cache.length ..``. ``attn_mask`` broadcasts to ``(B, H, Lq, L)`` over all positions seen.
+        """
+        offset = 0 if cache is None else cache.length
+        k, v = self.project_kv(x, x, offset=offset)
+        heads, cache = self.score_attention.attend_cached(
+            self._queries(x, offset), k, v, cache, attn_mask, **self._extras(x)
         )
-        output = self.out_proj(heads.transpose(1, 2).flatten(-2))  # (B, H, Lq, d) -> (B, Lq, H * d)
-        return AttentionOutput(output, weights)
+        return self._merge(heads), cache
+
+    def _queries(self, queries: Tensor, offset: int) -> Tensor:
+        """Queries projected, split into heads ``(B, H, Lq, d)`` and rotated at ``offset ..``."""
+        projected = queries if self.q_proj is None else self.q_proj(queries)  # unread: only its shape counts
+        return self._rotate(self._split_heads(projected), offset)
+
+    def _extras(self, layer_input: Tensor) -> dict[str, PositionScheme | Tensor]:
+        """What the scoring attention takes besides queries, keys and values: the bias scheme, and
+        the layer's input for a variant that reads it (``reads_layer_input``)."""
+        extras: dict[str, PositionScheme | Tensor] = {}
+        if self.position is not None and self.position.kind == "bias":
+            extras["position_bias"] = self.position
+        if self.score_attention.reads_layer_input:
+            extras["layer_input"] = layer_input
+        return extras
+
+    def _merge(self, heads: Tensor) -> Tensor:
+        """Heads ``(B, H, Lq, d)`` merged and projected back to ``(B, Lq, embed_dim)``."""
+        return self.out_proj(heads.transpose(1, 2).flatten(-2))
 
     def extra_repr(self) -> str:
         grouped = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""

@@ -107,7 +107,7 @@ class CrossAttention(HeadedAttention):
         bias: bool = True,
     ) -> None:
         spec = AttentionSpec(attention) if isinstance(attention, str) else attention
-        spec.require(cross=True, role="cross-attention (queries and keys from two sequences)")
+        spec.require(cross=True, bidirectional=True, role="cross-attention (queries and keys from two sequences)")
         if spec.position is not None:
             raise ValueError(
                 "cross-attention takes no positions (those of two sequences have no common frame); "

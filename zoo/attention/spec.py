@@ -123,22 +123,33 @@ class AttentionSpec:
         padding: bool = False,
         cross: bool = False,
         weights: bool = False,
+        bidirectional: bool = False,
         role: str = "this architecture",
     ) -> AttentionSpec:
         """This spec, if its variant can do what ``role`` needs; else an
         :class:`~zoo.attention.base.IncompatibleAttentionError` naming the names that can."""
-        require_attention(self.name, causal=causal, padding=padding, cross=cross, weights=weights, role=role)
+        require_attention(
+            self.name,
+            causal=causal,
+            padding=padding,
+            cross=cross,
+            weights=weights,
+            bidirectional=bidirectional,
+            role=role,
+        )
         return self
 
     def with_position(self, position: PositionScheme | None) -> AttentionSpec:
         """The same choice with another stack's position scheme (checked as at construction)."""
         return replace(self, position=position)
 
-    def build(self, head_dim: int, num_heads: int) -> Attention:
-        """The scoring attention for ``num_heads`` heads of size ``head_dim``."""
+    def build(self, head_dim: int, num_heads: int, embed_dim: int | None = None) -> Attention:
+        """The scoring attention for ``num_heads`` heads of size ``head_dim`` in a layer of width
+        ``embed_dim`` (what a variant that reads the layer's input projects from)."""
         return create_scoring_attention(
-            self.name, head_dim=head_dim, num_heads=num_heads, dropout=self.dropout, **dict(self.kwargs)
-        )
+            self.name, head_dim=head_dim, num_heads=num_heads, dropout=self.dropout, embed_dim=embed_dim,
+            **dict(self.kwargs),
+        )  # fmt: skip
 
     def describe(self) -> str:
         """``name`` or ``name(key=value, ...)``: how summaries show the choice."""
@@ -173,7 +184,8 @@ def layer_specs(
     stack: str = "layer",
 ) -> list[AttentionSpec]:
     """One spec per layer of a stack of ``num_layers``, from a model's arguments, each checked
-    once against what the stack needs (``causal``, ``padding``).
+    once against what the stack needs: ``causal`` masking, or else attending both ways (an
+    encoder), and ``padding`` masks.
 
     ``attention`` is a name (every layer), or a list: one entry per layer, or a pattern whose
     length divides ``num_layers``, repeated. An error names the layer (``stack`` and its number
@@ -204,7 +216,7 @@ def layer_specs(
             spec = AttentionSpec(name, arguments, num_kv_heads, position, dropout)
         except (IncompatibleAttentionError, KeyError, TypeError, ValueError) as error:
             raise type(error)(f"{where}: {error}") from None
-        specs.append(spec.require(causal=causal, padding=padding, role=f"{role}, {where}"))
+        specs.append(spec.require(causal=causal, bidirectional=not causal, padding=padding, role=f"{role}, {where}"))
     return [specs[layer % period] for layer in range(num_layers)]
 
 

@@ -53,8 +53,8 @@ def kv_cache_bytes(model: Any, src: Tensor, src_lens: Tensor, *, bos: int, steps
         logits, state = model.decode_step(tokens, state)
         tokens = logits.argmax(-1)
     model.use_cache = use_cache
-    tensors = [t for kv in (*state.self_kv, *state.memory_kv) for t in kv]
-    return sum(t.nbytes for t in tensors) // src.shape[0]
+    memory = sum(t.nbytes for kv in state.memory_kv for t in kv)
+    return (memory + sum(cache.nbytes for cache in state.caches)) // src.shape[0]
 
 
 def _sources(data: Any, count: int, device: torch.device) -> list[tuple[Tensor, Tensor]]:

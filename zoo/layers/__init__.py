@@ -1,6 +1,7 @@
 """Building blocks shared by the architectures."""
 
 from zoo.layers.add_norm import AddNorm
+from zoo.layers.causal_block import CausalBlock
 from zoo.layers.decoder_block import DecoderBlock, KeyValue
 from zoo.layers.embedding import ScaledEmbedding, scaled_embedding
 from zoo.layers.encoder_block import EncoderBlock
@@ -9,6 +10,7 @@ from zoo.positions import PositionalEncoding, sinusoidal_table
 
 __all__ = [
     "AddNorm",
+    "CausalBlock",
     "DecoderBlock",
     "KeyValue",
     "EncoderBlock",

@@ -23,13 +23,14 @@ class AddNorm(nn.Module):
         d_model: Feature size.
         dropout: Dropout on the sublayer's output before the residual sum.
         norm_first: Pre-LN instead of post-LN.
+        bias: Whether the layer norm has a bias (nanoGPT's ``bias=False`` drops it).
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False) -> None:
+    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, bias: bool = True) -> None:
         super().__init__()
         self.norm_first = norm_first
         self.dropout = nn.Dropout(dropout)
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model, bias=bias)
 
     def pre(self, x: Tensor) -> Tensor:
         """The sublayer's input: ``norm(x)`` pre-LN, ``x`` itself post-LN."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
+from zoo.attention.cache import LayerCache
 from zoo.attention.multi_head import CrossAttention, SelfAttention
 from zoo.attention.spec import AttentionSpec
 from zoo.layers.add_norm import AddNorm
@@ -13,17 +13,18 @@ from zoo.layers.feed_forward import PositionWiseFFN
 __all__ = ["DecoderBlock", "KeyValue"]
 
 KeyValue = tuple[Tensor, Tensor]
-"""Projected keys and values, each ``(B, num_kv_heads, L, d)``."""
+"""Projected keys and values of the memory, each ``(B, num_kv_heads, Ls, d)``."""
 
 
 class DecoderBlock(nn.Module):
     """One decoder block, post-LN (default) or pre-LN (``norm_first=True``), each sublayer in an
     :class:`~zoo.layers.AddNorm` residual wrapper.
 
-    Self-attention is causal. For incremental decoding the block takes the projected keys and
-    values of earlier positions (``self_kv``) and returns them extended by the new positions,
-    so a step costs one position's projections instead of the whole prefix. The memory's keys
-    and values are projected once per source (:meth:`project_memory`).
+    Self-attention is causal. For incremental decoding the block takes its self-attention's cache
+    of earlier positions (``cache``: keys and values, or a recurrent state;
+    :mod:`zoo.attention.cache`) and returns it extended by the new positions, so a step costs one
+    position's projections instead of the whole prefix. The memory's keys and values are
+    projected once per source (:meth:`project_memory`).
 
     Args:
         d_model: Feature size.
@@ -67,21 +68,18 @@ class DecoderBlock(nn.Module):
         memory_kv: KeyValue,
         memory_mask: Tensor | None,
         *,
-        self_kv: KeyValue | None = None,
+        cache: LayerCache | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, KeyValue, Tensor | None]:
-        """``x``: the new positions ``(B, Lt, d_model)``, after the ``self_kv`` ones if given.
+    ) -> tuple[Tensor, LayerCache, Tensor | None]:
+        """``x``: the new positions ``(B, Lt, d_model)``, after the ``cache`` ones if given.
 
-        Returns the new ``x``, the self-attention keys/values of all positions so far, and
-        (if asked) the cross-attention weights ``(B, H, Lt, Ls)``.
+        Returns the new ``x``, the self-attention's cache of all positions so far, and (if asked)
+        the cross-attention weights ``(B, H, Lt, Ls)``.
         """
-        h = self.add_norm1.pre(x)
-        k, v = self.self_attention.project_kv(h, h, offset=0 if self_kv is None else self_kv[0].shape[2])
-        if self_kv is not None:
-            k, v = torch.cat([self_kv[0], k], dim=2), torch.cat([self_kv[1], v], dim=2)
-        x = self.add_norm1(x, self.self_attention.attend_projected(h, k, v, is_causal=True).output)
+        attended, cache = self.self_attention.attend_cached(self.add_norm1.pre(x), cache)
+        x = self.add_norm1(x, attended)
         crossed, weights = self.cross_attention.attend_projected(
             self.add_norm2.pre(x), *memory_kv, attn_mask=memory_mask, need_weights=need_weights
         )
         x = self.add_norm2(x, crossed)
-        return self.add_norm3(x, self.ffn(self.add_norm3.pre(x))), (k, v), weights
+        return self.add_norm3(x, self.ffn(self.add_norm3.pre(x))), cache, weights

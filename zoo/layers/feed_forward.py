@@ -17,17 +17,20 @@ class PositionWiseFFN(nn.Module):
         hidden_dim: Inner size.
         dropout: Dropout after the activation.
         activation: One of ``relu``, ``gelu``, ``silu``.
+        bias: Whether the two linear layers have biases.
     """
 
-    def __init__(self, d_model: int, hidden_dim: int, dropout: float = 0.0, activation: str = "relu") -> None:
+    def __init__(
+        self, d_model: int, hidden_dim: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True
+    ) -> None:
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError(f"Unknown activation {activation!r}; choose one of {sorted(_ACTIVATIONS)}.")
         self.net = nn.Sequential(
-            nn.Linear(d_model, hidden_dim),
+            nn.Linear(d_model, hidden_dim, bias=bias),
             _ACTIVATIONS[activation](),
             nn.Dropout(dropout),
-            nn.Linear(hidden_dim, d_model),
+            nn.Linear(hidden_dim, d_model, bias=bias),
         )
 
     def forward(self, x: Tensor) -> Tensor:

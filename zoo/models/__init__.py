@@ -2,11 +2,13 @@
 
 from zoo.models.classifier import SentimentClassifier, SequenceClassifier
 from zoo.models.decoding import beam_search, greedy_decode
+from zoo.models.gpt import GPT
 from zoo.models.kernel_regression import KernelRegression
 from zoo.models.seq2seq import Seq2SeqAttention
 from zoo.models.transformer import Transformer
 
 __all__ = [
+    "GPT",
     "KernelRegression",
     "SentimentClassifier",
     "SequenceClassifier",

@@ -34,7 +34,11 @@ class KernelRegression(nn.Module):
     ) -> None:
         super().__init__()
         cls = require_attention(
-            attention, padding=True, weights=True, role="kernel regression (leave-one-out needs masks)"
+            attention,
+            padding=True,
+            weights=True,
+            bidirectional=True,
+            role="kernel regression (leave-one-out needs masks)",
         )
         kwargs = dict(attention_kwargs or {})
         if "learnable" in inspect.signature(cls).parameters:

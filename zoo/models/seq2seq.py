@@ -67,7 +67,9 @@ class Seq2SeqAttention(nn.Module):
         tie_embeddings: bool = True,
     ) -> None:
         super().__init__()
-        require_attention(attention, padding=True, weights=True, cross=True, role="the GRU decoder (Bahdanau)")
+        require_attention(
+            attention, padding=True, weights=True, cross=True, bidirectional=True, role="the GRU decoder (Bahdanau)"
+        )
         for label, size in (
             ("vocab_size", vocab_size),
             ("embed_dim", embed_dim),

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from zoo.attention.cache import LayerCache
 from zoo.attention.masking import lengths_to_mask
 from zoo.attention.spec import AttentionChoice, AttentionSpec, layer_specs
 from zoo.layers import DecoderBlock, EncoderBlock, KeyValue, scaled_embedding
@@ -43,7 +44,9 @@ def cross_attention_specs(
         if kwargs is None:
             kwargs = dict(spec.kwargs) if name == spec.name else {}
         cross = AttentionSpec(name, kwargs, spec.num_kv_heads, None, spec.dropout)
-        specs.append(cross.require(padding=True, cross=True, role="the Transformer's cross-attention"))
+        specs.append(
+            cross.require(padding=True, cross=True, bidirectional=True, role="the Transformer's cross-attention")
+        )
     return specs
 
 
@@ -52,14 +55,14 @@ class TransformerState:
     """Decoding state: what the encoder computed once, and what the decoder has cached.
 
     ``memory_kv`` holds each decoder block's projected memory; ``memory_mask`` the source
-    padding ``(B, 1, 1, Ls)``; ``self_kv`` each block's self-attention keys/values of the
-    positions decoded so far (``None`` before the first step or without the cache);
-    ``prefix`` the tokens fed so far ``(B, t)``, used when decoding without the cache.
+    padding ``(B, 1, 1, Ls)``; ``caches`` each block's self-attention cache of the positions
+    decoded so far (``None`` before the first step or without the cache); ``prefix`` the tokens
+    fed so far ``(B, t)``, used when decoding without the cache.
     """
 
     memory_kv: list[KeyValue]
     memory_mask: Tensor
-    self_kv: list[KeyValue] | None
+    caches: list[LayerCache] | None
     prefix: Tensor
 
     def select(self, index: Tensor) -> TransformerState:
@@ -68,7 +71,7 @@ class TransformerState:
         return TransformerState(
             memory_kv=[pick(kv) for kv in self.memory_kv],
             memory_mask=self.memory_mask.index_select(0, index),
-            self_kv=None if self.self_kv is None else [pick(kv) for kv in self.self_kv],
+            caches=None if self.caches is None else [cache.select(index) for cache in self.caches],
             prefix=self.prefix.index_select(0, index),
         )
 
@@ -207,15 +210,15 @@ class Transformer(nn.Module):
 
     def _decode(
         self, tokens: Tensor, state: TransformerState, *, offset: int, need_weights: bool = False
-    ) -> tuple[Tensor, list[KeyValue], Tensor | None]:
+    ) -> tuple[Tensor, list[LayerCache], Tensor | None]:
         """Run the decoder over ``tokens`` ``(B, t)`` placed after ``offset`` cached positions."""
         x = self.embedding_dropout(self.decoder_position.embed(self.embedding(tokens), offset=offset))
-        new_kv, weights = [], None
+        caches, weights = [], None
         for i, block in enumerate(self.decoder_blocks):
-            cached = state.self_kv[i] if state.self_kv is not None else None
-            x, kv, weights = block(x, state.memory_kv[i], state.memory_mask, self_kv=cached, need_weights=need_weights)
-            new_kv.append(kv)
-        return self._logits(self.decoder_norm(x)), new_kv, weights
+            cached = state.caches[i] if state.caches is not None else None
+            x, cache, weights = block(x, state.memory_kv[i], state.memory_mask, cache=cached, need_weights=need_weights)
+            caches.append(cache)
+        return self._logits(self.decoder_norm(x)), caches, weights
 
     def forward(
         self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, *, need_weights: bool = False
@@ -238,9 +241,9 @@ class Transformer(nn.Module):
     def decode_step(self, tokens: Tensor, state: TransformerState) -> tuple[Tensor, TransformerState]:
         prefix = torch.cat([state.prefix, tokens.unsqueeze(1)], dim=1)
         if self.use_cache:
-            logits, kv, _ = self._decode(tokens.unsqueeze(1), state, offset=state.prefix.shape[1])
-            return logits[:, -1], replace(state, self_kv=kv, prefix=prefix)
-        logits, _, _ = self._decode(prefix, replace(state, self_kv=None), offset=0)
+            logits, caches, _ = self._decode(tokens.unsqueeze(1), state, offset=state.prefix.shape[1])
+            return logits[:, -1], replace(state, caches=caches, prefix=prefix)
+        logits, _, _ = self._decode(prefix, replace(state, caches=None), offset=0)
         return logits[:, -1], replace(state, prefix=prefix)
 
     def reorder_state(self, state: TransformerState, index: Tensor) -> TransformerState:

@@ -39,10 +39,11 @@ def adamw_with_warmup(
     warmup_steps: int,
     total_steps: int,
     betas: tuple[float, float] = (0.9, 0.98),
+    min_ratio: float = 0.0,
     fused: bool = True,
 ) -> dict[str, Any]:
-    """AdamW and a per-step schedule, in the dictionary form ``LightningModule.configure_optimizers``
-    returns.
+    """AdamW and a per-step schedule (:func:`warmup_cosine`, ending at ``min_ratio * lr``), in the
+    dictionary form ``LightningModule.configure_optimizers`` returns.
 
     Weight decay applies to weights only. Exempt are parameters of fewer than two dimensions,
     those named ``*bias`` (Hugging Face's rule, which also exempts bias tables such as ``local``
@@ -62,6 +63,7 @@ def adamw_with_warmup(
         fused=fused or None,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: warmup_cosine(step, warmup_steps=warmup_steps, total_steps=total_steps)
+        optimizer,
+        lambda step: warmup_cosine(step, warmup_steps=warmup_steps, total_steps=total_steps, min_ratio=min_ratio),
     )
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

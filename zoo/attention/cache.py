@@ -1,0 +1,84 @@
+"""What a self-attention layer keeps between decoding steps, behind one interface.
+
+A decoder feeds its new positions to :meth:`~zoo.attention.headed.HeadedAttention.attend_cached`
+with the layer's cache and gets the output and the cache extended by them. What the cache holds
+is the scoring attention's business (:meth:`zoo.Attention.attend_cached`):
+
+* a softmax attention keeps the projected keys and values of every position
+  (:class:`KeyValueCache`, ``(B, num_kv_heads, L, d)`` each, already rotated by a rotary scheme),
+  so its size grows with the context;
+* a recurrent variant (retention, gated linear attention, DeltaNet, Mamba-2) keeps a fixed-size
+  state (:class:`StateCache`), whatever the context's length.
+
+Both know how many positions they have seen (``length``: where the next position's rotary angle
+and bias start) and pick rows for beam search (``select``). A stack's caches are a list, one per
+layer, each of its layer's kind, so hybrid stacks decode with no special case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+__all__ = ["KeyValueCache", "LayerCache", "StateCache"]
+
+
+class LayerCache(Protocol):
+    """The interface a decoder relies on: the positions seen, the bytes held, and rows picked
+    for beam search."""
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def select(self, index: Tensor) -> LayerCache: ...
+
+
+@dataclass(frozen=True)
+class KeyValueCache:
+    """Projected keys and values of the positions seen so far, ``(B, num_kv_heads, L, d)`` each."""
+
+    keys: Tensor
+    values: Tensor
+
+    @property
+    def length(self) -> int:
+        return self.keys.shape[-2]
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.values.nbytes
+
+    def extend(self, keys: Tensor, values: Tensor) -> KeyValueCache:
+        """This cache followed by new positions' keys and values."""
+        return KeyValueCache(torch.cat([self.keys, keys], dim=-2), torch.cat([self.values, values], dim=-2))
+
+    def select(self, index: Tensor) -> KeyValueCache:
+        return KeyValueCache(self.keys.index_select(0, index), self.values.index_select(0, index))
+
+
+@dataclass(frozen=True)
+class StateCache:
+    """A recurrent variant's state after ``length`` positions: its size does not grow with them.
+
+    ``state`` is the variant's, batch first (``(B, H, dk, dv)`` for the linear-attention
+    families); ``extra`` holds what else a variant carries between steps (a short convolution's
+    window, say), batch first too.
+    """
+
+    state: Tensor
+    length: int
+    extra: tuple[Tensor, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        return self.state.nbytes + sum(t.nbytes for t in self.extra)
+
+    def select(self, index: Tensor) -> StateCache:
+        picked = tuple(t.index_select(0, index) for t in self.extra)
+        return StateCache(self.state.index_select(0, index), self.length, picked)

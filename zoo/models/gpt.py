@@ -1,0 +1,201 @@
+"""A decoder-only Transformer language model (GPT-2's shape, as nanoGPT writes it), with any
+registered causal attention, any position scheme and hybrid stacks, and cached generation.
+
+Shapes: B batch, T positions, D ``d_model``, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from zoo.attention.cache import LayerCache
+from zoo.attention.spec import AttentionChoice, layer_specs
+from zoo.layers import CausalBlock
+from zoo.positions import create_position
+
+__all__ = ["GPT"]
+
+#: GPT-2's initial standard deviation of every weight matrix and embedding
+INIT_STD = 0.02
+
+
+class GPT(nn.Module):
+    """Token embeddings (+ absolute positions) -> pre-LN causal blocks -> final norm -> logits.
+
+    The output projection is the token embedding (tied, as GPT-2's); weights start as GPT-2's:
+    normal with standard deviation 0.02, the projections that end a residual branch (the
+    attention's output, the MLP's second layer) scaled by ``1 / sqrt(2 * num_layers)``, biases
+    zero. Scoring attentions keep the initialisation they define for parameters of their own.
+
+    Positions are a registered scheme (``position``, default ``learned`` as nanoGPT's): an
+    absolute one is added to the embeddings and covers ``block_size`` positions; a rotary or bias
+    one acts in the layers. Every layer's attention must be causal; ``attention`` may be a list
+    for a hybrid stack (:func:`zoo.attention.spec.layer_specs`).
+
+    Args:
+        vocab_size: Tokens (from the data).
+        block_size: The longest context, in tokens (from the data).
+        d_model: Embedding and model size.
+        num_heads: Attention heads per layer.
+        num_layers: Blocks.
+        ffn_hidden: Inner size of each MLP; ``None``: ``4 * d_model``.
+        dropout: Dropout on the embeddings and the residual branches, and on the attention
+            weights unless ``attention_dropout`` says otherwise.
+        bias: Biases in the linear layers and layer norms (nanoGPT's ``bias``).
+        attention: Registered causal scoring attention, or a list of entries (hybrid stacks).
+        attention_kwargs: Extra keyword arguments for a single named attention.
+        position: Registered positional scheme (``zoo list``).
+        position_kwargs: Extra keyword arguments for it.
+        num_kv_heads: Key/value heads per layer (grouped-query attention); ``None``: ``num_heads``.
+        attention_dropout: Dropout on the attention weights alone; ``None``: ``dropout``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        block_size: int = 256,
+        d_model: int = 384,
+        num_heads: int = 6,
+        num_layers: int = 6,
+        ffn_hidden: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        attention: AttentionChoice = "dot_product",
+        attention_kwargs: dict[str, Any] | None = None,
+        position: str = "learned",
+        position_kwargs: dict[str, Any] | None = None,
+        num_kv_heads: int | None = None,
+        attention_dropout: float | None = None,
+    ) -> None:
+        super().__init__()
+        if block_size < 1:
+            raise ValueError(f"block_size must be a positive number of tokens, got {block_size}.")
+        self.block_size = block_size
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.position = create_position(
+            position, d_model=d_model, num_heads=num_heads, causal=True, max_len=block_size, **(position_kwargs or {})
+        )
+        specs = layer_specs(
+            attention,
+            attention_kwargs,
+            num_layers,
+            num_kv_heads=num_kv_heads,
+            position=self.position.for_attention,
+            dropout=dropout if attention_dropout is None else attention_dropout,
+            causal=True,
+            role="the GPT (causal self-attention)",
+        )
+        hidden = 4 * d_model if ffn_hidden is None else ffn_hidden
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            CausalBlock(d_model, num_heads, hidden, spec, dropout=dropout, bias=bias) for spec in specs
+        )
+        self.final_norm = nn.LayerNorm(d_model, bias=bias)
+        self._init_weights(num_layers)
+
+    @torch.no_grad()
+    def _init_weights(self, num_layers: int) -> None:
+        residual_std = INIT_STD / math.sqrt(2 * num_layers)
+        nn.init.normal_(self.embedding.weight, std=INIT_STD)
+        for block in self.blocks:
+            layer, (first, _, _, second) = block.attention, block.ffn.net
+            for projection in (layer.q_proj, layer.k_proj, layer.v_proj, first, layer.out_proj, second):
+                if projection is None:  # a variant that reads no queries or keys has no projection for them
+                    continue
+                nn.init.normal_(
+                    projection.weight, std=residual_std if projection in (layer.out_proj, second) else INIT_STD
+                )
+                if projection.bias is not None:
+                    nn.init.zeros_(projection.bias)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.embedding.num_embeddings
+
+    def forward(
+        self, tokens: Tensor, caches: list[LayerCache] | None = None, *, use_cache: bool = False
+    ) -> tuple[Tensor, list[LayerCache] | None]:
+        """Logits ``(B, T, V)`` of the next token at every position of ``tokens`` ``(B, T)``.
+
+        With ``use_cache``, ``tokens`` continue the positions in ``caches`` (one per layer, None to
+        start) and the caches come back extended by them; without it (training), none.
+        """
+        if tokens.dim() != 2:
+            raise ValueError(f"GPT expects tokens of shape (batch, length); got {tuple(tokens.shape)}.")
+        offset = 0 if not caches else caches[0].length
+        if offset + tokens.shape[1] > self.block_size:
+            raise ValueError(
+                f"GPT: {offset + tokens.shape[1]} positions exceed block_size={self.block_size}; "
+                "generate() slides the window, a forward pass does not."
+            )
+        x = self.dropout(self.position.embed(self.embedding(tokens), offset))
+        new_caches = []
+        for i, block in enumerate(self.blocks):
+            x, cache = block(x, caches[i] if caches else None, use_cache=use_cache)
+            new_caches.append(cache)
+        logits = F.linear(self.final_norm(x), self.embedding.weight)
+        return logits, new_caches if use_cache else None
+
+    @torch.no_grad()
+    def generate(
+        self,
+        tokens: Tensor,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+        use_cache: bool = True,
+    ) -> Iterator[Tensor]:
+        """Sample ``max_new_tokens`` tokens after the prompts ``tokens`` ``(B, T0)``, yielding each
+        ``(B,)`` as it is drawn (so a caller can stream text).
+
+        Each step samples from ``softmax(logits / temperature)`` restricted to the ``top_k`` most
+        likely tokens (``temperature=0`` takes the most likely, greedy). The model sees at most
+        ``block_size`` tokens:
+
+        * without the cache, every step runs the model over the last ``block_size`` tokens, as
+          nanoGPT's ``generate`` does: each new token costs a pass over the whole context;
+        * with it, each step runs the new token alone after the layers' caches; when the context
+          is full, the window slides by a quarter block: the oldest quarter is dropped and the
+          rest encoded again as a new window (positions restart), so a token sees between three
+          quarters of a block and a whole one.
+
+        Within ``block_size`` tokens the two give the same tokens (greedy exactly).
+        """
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}.")
+        if temperature < 0 or (top_k is not None and top_k < 1):
+            raise ValueError(f"temperature must be >= 0 and top_k >= 1; got {temperature} and {top_k}.")
+        context, caches = tokens[:, -self.block_size :], None
+        keep = self.block_size - max(1, self.block_size // 4)
+        for _ in range(max_new_tokens):
+            if not use_cache:
+                logits, _ = self(context[:, -self.block_size :])
+            elif caches is None:
+                logits, caches = self(context, use_cache=True)
+            else:
+                logits, caches = self(context[:, -1:], caches, use_cache=True)
+            token = _sample(logits[:, -1], temperature, top_k, generator)
+            yield token
+            context = torch.cat([context, token[:, None]], dim=1)
+            if use_cache and context.shape[1] > self.block_size:
+                context, caches = context[:, -keep:], None  # slide: the next step encodes the window again
+
+
+def _sample(logits: Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None) -> Tensor:
+    """One token per row of ``logits`` ``(B, V)``: greedy at temperature 0, else sampled."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        threshold = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < threshold, float("-inf"))
+    probabilities = F.softmax(logits.float(), dim=-1)
+    return torch.multinomial(probabilities, 1, generator=generator).squeeze(-1)
