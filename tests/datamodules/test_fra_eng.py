@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import socket
 import unicodedata
+import urllib.error
+import urllib.request
 import zipfile
 from collections import defaultdict
 from collections.abc import Iterator
@@ -16,7 +19,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from tests.helpers import SHARED_DATA
-from zoo.datamodules.fra_eng import FraEngDataModule, padding_fraction, read_pairs, split_of
+from zoo.datamodules.download import DownloadError
+from zoo.datamodules.fra_eng import FRA_ENG_URL, FraEngDataModule, padding_fraction, read_pairs, split_of
+from zoo.datamodules.fra_eng_corpus import EXPECTED
 from zoo.datamodules.sampling import BucketBatchSampler, EpochShuffleSampler
 from zoo.text.collators import TranslationCollator
 from zoo.text.subwords import SubwordTokenizer
@@ -357,6 +362,20 @@ def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"does not exist.*--data\.path") as info:
         FraEngDataModule(path=str(missing))
     assert str(missing) in str(info.value)
+
+
+def test_offline_the_download_names_data_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_network(url: str, timeout: float) -> None:
+        raise urllib.error.URLError(socket.gaierror(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    with pytest.raises(DownloadError) as info:
+        FraEngDataModule(cache_dir=str(tmp_path / "cache")).prepare_data()
+    assert str(info.value) == (
+        f"Could not reach {FRA_ENG_URL} ([Errno -3] Temporary failure in name resolution). If this machine has no "
+        f"network access, download the file by other means and pass it with --data.path FILE ({EXPECTED})."
+    )
+    assert list((tmp_path / "cache").iterdir()) == []  # nothing half written
 
 
 # -- length extrapolation: short training pairs, long evaluation sources ------------------------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # before datasets is imported: never reach the hub
@@ -23,7 +25,8 @@ import pytest
 import torch
 from jsonargparse import ArgumentParser
 
-from tests.helpers import SHARED_DATA
+from tests.helpers import PROJECT_ROOT, SHARED_DATA
+from tests.helpers.cli import QUIET
 from zoo.datamodules.registry import DATAMODULE_REGISTRY
 from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule
 from zoo.text import files
@@ -381,6 +384,29 @@ def test_missing_or_unreadable_path_is_refused(tmp_path: Path, tiny_hf_cache: No
     empty.mkdir()
     with pytest.raises(ValueError, match="Could not read the imdb data.*plain_text/train"):
         IMDBDataModule(path=str(empty), cache_dir=str(tmp_path / "cache")).prepare_data()
+
+
+def test_offline_the_command_line_names_data_path(tmp_path: Path) -> None:
+    """``python -m zoo fit --model sentiment`` offline, as CI runs, with nothing cached: one line
+    that names the cause and the local copy to give, not the cache lookup that failed after it."""
+    env = os.environ | {
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_CACHE": str(tmp_path / "hf" / "hub"),
+        "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets"),
+        "ZOO_CACHE_DIR": str(tmp_path / "cache"),
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+    command = [sys.executable, "-m", "zoo", "fit", "--model", "sentiment", *QUIET]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: Could not download 'stanfordnlp/sst2' from the Hugging Face Hub (no network, or offline mode): give a "
+        "local copy with --data.path DIR (the hub layout of stanfordnlp/sst2: <path>/data/train-00000-of-00001.parquet "
+        "and <path>/data/validation-00000-of-00001.parquet with columns 'sentence' (str) and 'label' (0 or 1))."
+    ]
 
 
 def test_bad_arguments_are_refused() -> None:

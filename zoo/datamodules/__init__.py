@@ -22,8 +22,10 @@ _LAZY = {
     "LRATextDataModule": "zoo.datamodules.lra_text",
     "ListOpsDataModule": "zoo.datamodules.listops.datamodule",
     "SST2DataModule": "zoo.datamodules.text_classification",
+    "ShakespeareDataModule": "zoo.datamodules.shakespeare",
     "SyntheticRegressionDataModule": "zoo.datamodules.synthetic",
     "TextClassificationDataModule": "zoo.datamodules.text_classification",
+    "TextDataModule": "zoo.datamodules.text",
 }
 
 __all__ = ["DATAMODULE_REGISTRY", *sorted(_LAZY), "list_datamodules", "register_datamodule"]

@@ -27,7 +27,11 @@ __all__ = ["ChecksumError", "DownloadError", "download", "sha1_of"]
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
-_LOCAL_FIX = "download the file by other means and pass it with --data.path PATH"
+
+
+def _local_fix(local_copy: str) -> str:
+    """The fix every failure message ends with: a local copy, passed with ``--data.path``."""
+    return f"download the file by other means and pass it with --data.path {local_copy}"
 
 
 class DownloadError(ZooError, OSError):
@@ -66,6 +70,7 @@ def download(
     sha256: str | None = None,
     *,
     timeout: float = 60.0,
+    local_copy: str = "PATH",
 ) -> Path:
     """Fetch ``url`` into ``destination`` and verify it; return ``destination``.
 
@@ -75,6 +80,8 @@ def download(
         sha1, sha256: Expected hex digests (either, both or neither). An existing destination
             with these digests is reused; with no digest given, any existing file is reused.
         timeout: Seconds to wait for the connection and for each read.
+        local_copy: What ``--data.path`` should name instead, as messages end ("... pass it
+            with --data.path <local_copy>"): ``FILE (a fra-eng.zip or the fra.txt inside it)``.
 
     Raises:
         DownloadError: the URL cannot be reached or the transfer stops early.
@@ -85,6 +92,7 @@ def download(
     """
     destination = Path(destination)
     expected = _expected(sha1, sha256)
+    fix = _local_fix(local_copy)
     if destination.is_file():
         if _has_digests(destination, expected):
             log.info("Using the cached %s", destination)
@@ -95,13 +103,13 @@ def download(
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            actual = _stream(url, out, list(expected), timeout)
+            actual = _stream(url, out, list(expected), timeout, fix)
         for algorithm, value in expected.items():
             if actual[algorithm] != value:
                 raise ChecksumError(
                     f"The file downloaded from {url} has {algorithm} {actual[algorithm]}, expected {value}: "
                     f"the download is corrupt or the file at that URL has changed. Delete {destination} "
-                    f"if it exists and try again, check the URL, or {_LOCAL_FIX}."
+                    f"if it exists and try again, check the URL, or {fix}."
                 )
         os.replace(tmp, destination)
     except BaseException:
@@ -110,19 +118,18 @@ def download(
     return destination
 
 
-def _stream(url: str, out: BinaryIO, algorithms: list[str], timeout: float) -> dict[str, str]:
-    """Copy the body at ``url`` into the binary file ``out``; return its digests by algorithm."""
+def _stream(url: str, out: BinaryIO, algorithms: list[str], timeout: float, fix: str) -> dict[str, str]:
+    """Copy the body at ``url`` into the binary file ``out``; return its digests by algorithm.
+    Failure messages end with ``fix``."""
     hashers = {algorithm: hashlib.new(algorithm) for algorithm in algorithms}
     log.info("Downloading %s", url)
     try:
         response = urllib.request.urlopen(url, timeout=timeout)
     except urllib.error.HTTPError as exc:
-        raise DownloadError(f"{url} answered HTTP {exc.code} {exc.reason}: check the URL, or {_LOCAL_FIX}.") from exc
+        raise DownloadError(f"{url} answered HTTP {exc.code} {exc.reason}: check the URL, or {fix}.") from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise DownloadError(
-            f"Could not reach {url} ({reason}). If this machine has no network access, {_LOCAL_FIX}."
-        ) from exc
+        raise DownloadError(f"Could not reach {url} ({reason}). If this machine has no network access, {fix}.") from exc
     with response:
         announced = response.headers.get("Content-Length")
         received = 0
@@ -135,10 +142,10 @@ def _stream(url: str, out: BinaryIO, algorithms: list[str], timeout: float) -> d
         except (http.client.HTTPException, OSError) as exc:
             raise DownloadError(
                 f"The download of {url} was interrupted after {received} bytes ({type(exc).__name__}: {exc}). "
-                f"Try again, or {_LOCAL_FIX}."
+                f"Try again, or {fix}."
             ) from exc
     if announced is not None and announced.isdigit() and received != int(announced):
         raise DownloadError(
-            f"The download of {url} stopped after {received} of {announced} bytes. Try again, or {_LOCAL_FIX}."
+            f"The download of {url} stopped after {received} of {announced} bytes. Try again, or {fix}."
         )
     return {algorithm: hasher.hexdigest() for algorithm, hasher in hashers.items()}

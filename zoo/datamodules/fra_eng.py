@@ -276,9 +276,15 @@ class FraEngDataModule(CorpusDataModule):
     # -- internals -----------------------------------------------------------------------------------
 
     def _data_file(self) -> Path:
-        """The local corpus file, or the verified download in the cache (fetched when missing)."""
+        """The local corpus file, or the verified download in the cache (fetched when missing).
+
+        Raises:
+            DownloadError: the copy cannot be fetched (no network); the message names ``--data.path``.
+        """
         if self._file is None:
-            self._file = self.path or download(FRA_ENG_URL, self.cache_dir / "fra-eng.zip", sha1=FRA_ENG_SHA1)
+            self._file = self.path or download(
+                FRA_ENG_URL, self.cache_dir / "fra-eng.zip", sha1=FRA_ENG_SHA1, local_copy=f"FILE ({EXPECTED})"
+            )
         return self._file
 
     def _local_sha1(self) -> str:

@@ -22,6 +22,7 @@ import datasets
 import numpy as np
 
 from zoo.datamodules.base import CorpusDataModule, existing_path
+from zoo.datamodules.hub import load_hub_dataset
 from zoo.errors import DataError
 from zoo.text.codecs import ClassificationCodec, check_texts
 from zoo.text.datasets import Columns, TokenIds
@@ -151,10 +152,15 @@ class LabelledTexts:
         return self._read[split]
 
     def _load_source(self) -> datasets.DatasetDict:
-        """The corpus as a ``DatasetDict``, downloaded on first use when no ``root`` is given."""
+        """The corpus as a ``DatasetDict``, downloaded on first use when no ``root`` is given.
+
+        Raises:
+            DataError: the hub cannot be reached (no network, or offline mode), or the local copy
+                cannot be read; either way, the message names the expected local layout.
+        """
         if self._source is None:
             if self.root is None:
-                self._source = datasets.load_dataset(self.corpus.hub_id)
+                self._source = load_hub_dataset(self.corpus.hub_id, f"--data.path DIR ({self.corpus.layout})")
             else:
                 try:
                     self._source = datasets.load_dataset(str(self.root))

@@ -41,7 +41,14 @@ from torch.utils.data.distributed import DistributedSampler
 
 from zoo.datamodules.sampling import length_batches
 
-__all__ = ["GPU_WORKERS", "ResumableDataLoader", "WholeBatchSampler", "evaluation_loader", "loader_options"]
+__all__ = [
+    "GPU_WORKERS",
+    "ResumableDataLoader",
+    "WholeBatchSampler",
+    "evaluation_loader",
+    "loader_options",
+    "placement",
+]
 
 GPU_WORKERS = 4
 """Worker processes per GPU process when ``num_workers`` is not given: enough to keep padding
@@ -60,6 +67,13 @@ def loader_options(trainer: L.Trainer | None, num_workers: int | None) -> dict[s
         share = (os.cpu_count() or 1) // max(1, trainer.num_devices if on_gpu else 1)  # type: ignore[union-attr]
         num_workers = min(GPU_WORKERS, share) if on_gpu else 0
     return {"num_workers": num_workers, "persistent_workers": num_workers > 0, "pin_memory": on_gpu}
+
+
+def placement(trainer: L.Trainer | None) -> tuple[int, int]:
+    """``(processes, rank)``: how many processes share the data, and which one this is (``(1, 0)``
+    without a trainer or on one device)."""
+    kwargs = (trainer.distributed_sampler_kwargs if trainer is not None else None) or {"num_replicas": 1, "rank": 0}
+    return kwargs["num_replicas"], kwargs["rank"]
 
 
 class WholeBatchSampler(DistributedSampler):
@@ -97,8 +111,7 @@ def evaluation_loader(
         ValueError: the split has fewer examples than there are processes.
     """
     size = len(dataset)  # type: ignore[arg-type]
-    placement = (trainer.distributed_sampler_kwargs if trainer is not None else None) or {"num_replicas": 1, "rank": 0}
-    processes = placement["num_replicas"]
+    processes, rank = placement(trainer)
     if size < processes:
         raise ValueError(f"An evaluation split of {size} examples cannot give each of {processes} processes one.")
     if math.ceil(size / batch_size) < processes:
@@ -107,7 +120,7 @@ def evaluation_loader(
         batches = [range(start, min(size, start + batch_size)) for start in range(0, size, batch_size)]
     else:
         batches = length_batches(sort_keys, batch_size)
-    sampler = WholeBatchSampler(dataset, batches, num_replicas=processes, rank=placement["rank"])  # type: ignore[arg-type]
+    sampler = WholeBatchSampler(dataset, batches, num_replicas=processes, rank=rank)  # type: ignore[arg-type]
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
 
 

@@ -18,7 +18,9 @@ BUILTIN_MODULES = (
     "zoo.datamodules.fra_eng",
     "zoo.datamodules.listops.datamodule",
     "zoo.datamodules.lra_text",
+    "zoo.datamodules.shakespeare",
     "zoo.datamodules.synthetic",
+    "zoo.datamodules.text",
     "zoo.datamodules.text_classification",
 )
 
