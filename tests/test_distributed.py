@@ -112,7 +112,23 @@ def _sst2_odd(shared_data: Path, directory: Path) -> Path:
     return root
 
 
+def _shakespeare_slice(shared_data: Path, directory: Path) -> Path:
+    """The first 60,000 characters of Tiny Shakespeare (validation: the last 6,000)."""
+    path = directory / "shakespeare.txt"
+    path.write_text(
+        (shared_data / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:60_000], encoding="utf-8"
+    )
+    return path
+
+
 MODELS = {
+    "gpt": (
+        [
+            *["--model.d_model", "32", "--model.num_heads", "2", "--model.num_layers", "1"],
+            *["--data.block_size", "32", "--data.batch_size", "16", "--data.train_windows", "800"],
+        ],
+        [],
+    ),
     "sentiment": (
         [
             "--model.d_model",
@@ -164,10 +180,8 @@ MODELS = {
 def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared_data, in_tmp, model) -> None:
     """The whole validation split, each sentence once: exactly the single-process accuracy and BLEU."""
     small, exact = MODELS[model]
-    data = [
-        "--data.path",
-        str(_sst2_odd(shared_data, in_tmp) if model == "sentiment" else _fra_txt_slice(shared_data, in_tmp)),
-    ]
+    corpus = {"sentiment": _sst2_odd, "transformer": _fra_txt_slice, "gpt": _shakespeare_slice}[model]
+    data = ["--data.path", str(corpus(shared_data, in_tmp))]
     common = ["--model", model, *data, *small, *QUIET]
     main(["fit", *common, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "100"])
     checkpoint = str(next(in_tmp.glob(f"runs/{model}/version_0/checkpoints/last.ckpt")))
@@ -178,6 +192,9 @@ def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared
     for name in exact:
         assert two[name] == one[name], name
     assert two["val/loss"] == pytest.approx(one["val/loss"], rel=1e-6)  # float sums, in another order
+    if model == "gpt":
+        assert two["val/ppl"] == pytest.approx(one["val/ppl"], rel=1e-6)
+        assert two["val/bits_per_char"] == pytest.approx(one["val/bits_per_char"], rel=1e-6)
     if model == "transformer":
         assert one["val/bleu"] > 0  # a real comparison, not of two zeros
 

@@ -182,14 +182,15 @@ class ZooCLI(LightningCLI):
 
         A constructor's own ``ValueError`` (a bad hyperparameter) becomes a
         :class:`ConfigurationError` with its message alone, instead of jsonargparse's wrapper
-        that dumps the whole namespace after it."""
+        that dumps the whole namespace after it; a zoo error anywhere in the chain is raised as it
+        is (the command line prints the first one), so its message is never replaced by its cause's."""
         try:
             super().instantiate_classes()
         except ValueError as error:
-            origin = _innermost(error)
-            if origin is error or isinstance(origin, ZooError):
-                raise
-            raise ConfigurationError(str(origin)) from error
+            causes = _causes(error)
+            if len(causes) == 1 or any(isinstance(cause, ZooError) for cause in causes):
+                raise  # the zoo's own error, which the command line prints as it is
+            raise ConfigurationError(str(causes[-1])) from error
         if self.subcommand in ("fit", "validate", "test"):
             claim_run_directory(self.trainer.logger)
 
@@ -231,10 +232,9 @@ class ZooCLI(LightningCLI):
                 print(format_row(item))
 
 
-def _innermost(error: BaseException) -> BaseException:
-    """The exception at the bottom of ``error``'s chain of causes (where it was first raised)."""
-    seen = {id(error)}
-    while error.__cause__ is not None and id(error.__cause__) not in seen:
-        error = error.__cause__
-        seen.add(id(error))
-    return error
+def _causes(error: BaseException) -> list[BaseException]:
+    """``error`` and its chain of causes, down to where it was first raised."""
+    chain = [error]
+    while chain[-1].__cause__ is not None and all(chain[-1].__cause__ is not e for e in chain):
+        chain.append(chain[-1].__cause__)
+    return chain

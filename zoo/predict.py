@@ -23,8 +23,15 @@ __all__ = ["format_row", "from_checkpoint_alone", "predict_from_checkpoint"]
 
 
 def format_row(item: dict[str, Any]) -> str:
-    """One prediction as a tab-separated line, floats to four decimals."""
-    return "\t".join(f"{value:.4f}" if isinstance(value, float) else str(value) for value in item.values())
+    """One prediction as a tab-separated line, floats to four decimals; a tab, newline or backslash
+    inside a value is escaped (``\\t``, ``\\n``, ``\\\\``), so every prediction stays one line."""
+    return "\t".join(_cell(value) for value in item.values())
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
 
 
 def from_checkpoint_alone(args: list[str]) -> bool:
