@@ -1,7 +1,9 @@
 """The command dispatcher: ``python -m zoo COMMAND`` (and the ``zoo`` console script).
 
 * ``fit``, ``validate``, ``test``, ``predict``: Lightning's commands through :class:`zoo.cli.ZooCLI`
-  (``predict --ckpt_path FILE`` alone rebuilds the model from the checkpoint, :mod:`zoo.predict`);
+  (``predict --ckpt_path FILE`` alone rebuilds the model from the checkpoint, and
+  ``predict --pretrained DIR`` from an exported folder, :mod:`zoo.predict`);
+* ``export``: a checkpoint or run directory as a Hugging Face Hub folder, :mod:`zoo.export`;
 * ``list [PATTERN]``: the registries (attention, positions, models, data modules), plugins included;
 * ``bench``: the benchmarks of :mod:`zoo.bench` (attention kernels, training, decoding);
 * ``compare``: a grid of runs over seeds with intervals, :mod:`zoo.compare`;
@@ -23,6 +25,7 @@ from zoo.attention import ATTENTION_REGISTRY
 from zoo.cli import ZooCLI
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import ZooError
+from zoo.export import main as export_main
 from zoo.plugins import import_plugins, pop_import_flags
 from zoo.positions import POSITION_REGISTRY
 from zoo.predict import from_checkpoint_alone, predict_from_checkpoint
@@ -96,8 +99,8 @@ def main(args: list[str] | None = None) -> None:
 
 
 def _run(args: list[str]) -> None:
-    """Dispatch ``args`` to ``list``, ``bench``, ``--version``, predicting from a checkpoint alone,
-    or :class:`ZooCLI`."""
+    """Dispatch ``args`` to ``list``, ``bench``, ``compare``, ``export``, ``--version``, predicting
+    from a checkpoint or exported folder alone, or :class:`ZooCLI`."""
     args, imports = pop_import_flags(args)
     import_plugins(imports)
     if args[:1] == ["list"]:
@@ -110,6 +113,8 @@ def _run(args: list[str]) -> None:
         from zoo.compare.cli import main as compare_main
 
         compare_main(args[1:])
+    elif args[:1] == ["export"]:
+        export_main(args[1:])
     elif args[:1] == ["--version"]:
         print(__version__)
     elif from_checkpoint_alone(args):
