@@ -80,9 +80,9 @@ DATA_SOURCES: Mapping[str, DataSource] = MappingProxyType(
             licence="CC-BY 2.0 (Tatoeba, via manythings.org): attribute Tatoeba",
             languages=("en", "fr"),
         ),
-        "tiny_shakespeare": DataSource(
-            corpus="Tiny Shakespeare, about 1 MB of Shakespeare's plays as one text",
-            split="as the data module splits the text (its arguments below)",
+        "shakespeare": DataSource(
+            corpus="Tiny Shakespeare, char-rnn's input.txt: about 1.1 million characters of Shakespeare's plays",
+            split="the first part of the text trains, its last val_fraction validates (and tests: there is no test split)",
             licence="public domain text, compiled by A. Karpathy (char-rnn)",
             languages=("en",),
         ),
