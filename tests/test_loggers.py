@@ -1,10 +1,13 @@
 """One seeded run logged by TensorBoard, CSV and Weights & Biases (offline): each logger's files
-hold the same metrics, and the W&B run holds the full resolved configuration."""
+hold the same metrics, and the W&B run holds the full resolved configuration; the commands run
+in a run directory are recorded as they are typed again."""
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+import shlex
 import struct
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from wandb.proto import wandb_internal_pb2
 
 from zoo.commands import main
+from zoo.loggers import command_line, read_commands, record_command
 
 FIT = [
     "fit",
@@ -140,3 +144,18 @@ def test_runs_claim_distinct_directories_even_when_they_start_together(tmp_path)
         claimed = list(pool.map(claim, range(12)))
     assert sorted(int(path.name[8:]) for path in claimed) == list(range(5, 17))
     assert all(path.is_dir() for path in claimed)
+
+
+def test_commands_are_recorded_as_typed_again_plugins_included(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ZOO_IMPORTS", os.pathsep.join(["/plugins/cosine.py", "my_package.attention"]))
+    fit = command_line(["fit", "--model", "sentiment", "--model.attention", "[local, cosine]"])
+    assert fit == ["python", "-m", "zoo", "--import", "/plugins/cosine.py", "--import", "my_package.attention",
+                   "fit", "--model", "sentiment", "--model.attention", "[local, cosine]"]  # fmt: skip
+    record_command(tmp_path, fit)
+    record_command(tmp_path, command_line(["fit", "--model", "sentiment", "--ckpt_path", "last"]))
+    with (tmp_path / "commands.jsonl").open("a") as handle:
+        handle.write('{"argv": ["python", "-m", "zo')  # torn by a crash
+    commands = read_commands(tmp_path)
+    assert commands[0] == shlex.join(fit) and "'[local, cosine]'" in commands[0]
+    assert len(commands) == 2 and commands[1].endswith("fit --model sentiment --ckpt_path last")
+    assert read_commands(tmp_path / "elsewhere") == []

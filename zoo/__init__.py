@@ -74,6 +74,7 @@ __all__ = [
     "lengths_to_mask",
     "list_attention",
     "list_models",
+    "from_pretrained",
     "list_positions",
     "load_checkpoint",
     "masked_softmax",
@@ -85,12 +86,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``zoo.load_checkpoint`` and ``zoo.list_models`` import Lightning and the tasks on first use,
-    not with ``import zoo``."""
+    """``zoo.load_checkpoint``, ``zoo.from_pretrained`` and ``zoo.list_models`` import Lightning
+    and the tasks on first use, not with ``import zoo``."""
     if name == "load_checkpoint":
         from zoo.checkpoint import load_checkpoint
 
         return load_checkpoint
+    if name == "from_pretrained":
+        from zoo.tasks import ZooTask
+
+        return ZooTask.from_pretrained
     if name == "list_models":
         from zoo.tasks import list_models
 

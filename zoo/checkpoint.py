@@ -22,7 +22,7 @@ from zoo.provenance import RECORD_KEY
 from zoo.tasks import ZooTask
 from zoo.tasks.registry import MODEL_REGISTRY
 
-__all__ = ["checkpoint_model_name", "load_checkpoint", "read_checkpoint", "verify_checkpoint"]
+__all__ = ["checkpoint_model_name", "load_checkpoint", "read_checkpoint", "task_from_checkpoint", "verify_checkpoint"]
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -131,7 +131,19 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
             not fit the model its hyperparameters describe.
         UnknownNameError: the model (or its attention) is not registered in this process.
     """
-    checkpoint = read_checkpoint(path)
+    return task_from_checkpoint(read_checkpoint(path), path).to(device).eval()
+
+
+def task_from_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike[str]) -> ZooTask:
+    """The task of a checkpoint :func:`read_checkpoint` read from ``path`` (named in errors),
+    on the CPU, in the mode it is built in: rebuilt from its hyperparameters through the model
+    registry, its weights loaded strictly and its codec restored.
+
+    Raises:
+        CheckpointError: the checkpoint is not from a zoo model, or its weights do not fit the
+            model its hyperparameters describe.
+        UnknownNameError: the model (or its attention) is not registered in this process.
+    """
     name = checkpoint_model_name(checkpoint, path)
     hparams = {k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if not k.startswith("_")}
     model = MODEL_REGISTRY.create(name, **hparams)
@@ -144,4 +156,4 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
             f"{' '.join(lines[1:3]) or lines[0]}"
         ) from exc
     model.on_load_checkpoint(checkpoint)
-    return model.to(device).eval()
+    return model

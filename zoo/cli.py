@@ -29,7 +29,8 @@ applied before Lightning parses anything:
   ``--model`` or ``--config`` rebuilds the model from the checkpoint alone
   (:func:`zoo.load_checkpoint`) and predicts ``--data.predict_texts`` or ``--data.predict_file``
   without the training data.
-* ``versions.json`` (package versions) is written beside each run's ``config.yaml``.
+* ``versions.json`` (package versions) is written beside each run's ``config.yaml``, and the
+  command line is appended to its ``commands.jsonl`` (:mod:`zoo.loggers`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from zoo.checkpoint import verify_checkpoint
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import ConfigurationError, ZooError
 from zoo.flags import flag_values
-from zoo.loggers import SaveConfigToRun, apply_logger_defaults, claim_run_directory
+from zoo.loggers import SaveConfigToRun, apply_logger_defaults, claim_run_directory, command_line
 from zoo.predict import format_row
 from zoo.registry import Registry
 from zoo.resume import Resumable, continue_last_run
@@ -113,6 +114,7 @@ class ZooCLI(LightningCLI):
 
     def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
         args = list(sys.argv[1:] if args is None else args)
+        command = command_line(args)  # as typed, before names become class paths
         args, model_value = _rewrite_choice(args, "--model", MODEL_REGISTRY)
         args, _ = _rewrite_choice(args, "--data", DATAMODULE_REGISTRY)
         self.task_class = _resolve_task(model_value or _model_from_configs(args))
@@ -136,7 +138,7 @@ class ZooCLI(LightningCLI):
                 subclass_mode_data=True,
                 parser_kwargs=parser_kwargs,
                 save_config_callback=SaveConfigToRun,
-                save_config_kwargs={"overwrite": True, "save_to_log_dir": False},
+                save_config_kwargs={"overwrite": True, "save_to_log_dir": False, "command": command},
                 **kwargs,
             )
         finally:

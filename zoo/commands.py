@@ -1,9 +1,11 @@
 """The command dispatcher: ``python -m zoo COMMAND`` (and the ``zoo`` console script).
 
 * ``fit``, ``validate``, ``test``, ``predict``: Lightning's commands through :class:`zoo.cli.ZooCLI`
-  (``predict --ckpt_path FILE`` alone rebuilds the model from the checkpoint, :mod:`zoo.predict`);
-* ``generate --ckpt_path FILE --prompt TEXT``: sample text from a language model, streamed
-  (:mod:`zoo.generate`);
+  (``predict --ckpt_path FILE`` alone rebuilds the model from the checkpoint, and
+  ``predict --pretrained DIR`` from an exported folder, :mod:`zoo.predict`);
+* ``generate (--ckpt_path FILE | --pretrained DIR) --prompt TEXT``: sample text from a language
+  model, streamed (:mod:`zoo.generate`);
+* ``export``: a checkpoint or run directory as a Hugging Face Hub folder, :mod:`zoo.export`;
 * ``list [PATTERN]``: the registries (attention, positions, models, data modules), plugins included;
 * ``bench``: the benchmarks of :mod:`zoo.bench` (attention kernels, training, decoding);
 * ``compare``: a grid of runs over seeds with intervals, :mod:`zoo.compare`;
@@ -25,6 +27,7 @@ from zoo.attention import ATTENTION_REGISTRY
 from zoo.cli import ZooCLI
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import ZooError
+from zoo.export import main as export_main
 from zoo.generate import generate_from_checkpoint
 from zoo.plugins import import_plugins, pop_import_flags
 from zoo.positions import POSITION_REGISTRY
@@ -99,8 +102,8 @@ def main(args: list[str] | None = None) -> None:
 
 
 def _run(args: list[str]) -> None:
-    """Dispatch ``args`` to ``list``, ``bench``, ``compare``, ``generate``, ``--version``,
-    predicting from a checkpoint alone, or :class:`ZooCLI`."""
+    """Dispatch ``args`` to ``list``, ``bench``, ``compare``, ``generate``, ``export``,
+    ``--version``, predicting from a checkpoint or exported folder alone, or :class:`ZooCLI`."""
     args, imports = pop_import_flags(args)
     import_plugins(imports)
     if args[:1] == ["list"]:
@@ -115,6 +118,8 @@ def _run(args: list[str]) -> None:
         compare_main(args[1:])
     elif args[:1] == ["generate"]:
         generate_from_checkpoint(args[1:])
+    elif args[:1] == ["export"]:
+        export_main(args[1:])
     elif args[:1] == ["--version"]:
         print(__version__)
     elif from_checkpoint_alone(args):

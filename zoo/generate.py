@@ -1,7 +1,9 @@
-"""``zoo generate --ckpt_path FILE --prompt TEXT``: sample text from a trained language model.
+"""``zoo generate (--ckpt_path FILE | --pretrained DIR) --prompt TEXT``: sample text from a
+trained language model.
 
 The model is rebuilt from its checkpoint alone (:func:`zoo.load_checkpoint`: the weights, the
-hyperparameters and the codec), so no data is needed. The continuation is streamed to standard
+hyperparameters and the codec) or from a folder written by ``zoo export``
+(:func:`zoo.from_pretrained`), so no data is needed. The continuation is streamed to standard
 output as it is drawn, one token a step through the layers' caches (keys and values, or a
 recurrent state), as nanoGPT's ``sample.py`` prints its samples: several samples are separated by
 a line of dashes.
@@ -16,7 +18,7 @@ import torch
 
 from zoo.checkpoint import load_checkpoint
 from zoo.errors import CheckpointError, ConfigurationError
-from zoo.tasks import MODEL_REGISTRY, LanguageModel
+from zoo.tasks import MODEL_REGISTRY, LanguageModel, ZooTask
 
 __all__ = ["SEPARATOR", "generate_from_checkpoint", "parser"]
 
@@ -27,7 +29,9 @@ SEPARATOR = "---------------"
 def parser() -> argparse.ArgumentParser:
     """The arguments of ``zoo generate``."""
     root = argparse.ArgumentParser(prog="zoo generate", description="Sample text from a trained language model.")
-    root.add_argument("--ckpt_path", required=True, help="a checkpoint of a language model (model gpt)")
+    source = root.add_mutually_exclusive_group(required=True)
+    source.add_argument("--ckpt_path", help="a checkpoint of a language model (model gpt)")
+    source.add_argument("--pretrained", help="a folder written by zoo export, or a Hugging Face Hub model id")
     root.add_argument("--prompt", default="\n", help="the text to continue (default: a newline)")
     root.add_argument("--max_new_tokens", type=int, default=500, help="tokens to draw per sample")
     root.add_argument("--temperature", type=float, default=0.8, help="softmax temperature; 0 takes the most likely")
@@ -47,11 +51,14 @@ def generate_from_checkpoint(args: list[str]) -> None:
             f"--max_new_tokens must be 0 or more and --num_samples at least 1; got {options.max_new_tokens} "
             f"and {options.num_samples}."
         )
-    model = load_checkpoint(options.ckpt_path, device=options.device)
+    if options.ckpt_path is not None:
+        model, source = load_checkpoint(options.ckpt_path, device=options.device), options.ckpt_path
+    else:
+        model, source = ZooTask.from_pretrained(options.pretrained, device=options.device), options.pretrained
     if not isinstance(model, LanguageModel):
         raise CheckpointError(
-            f"{options.ckpt_path!r} is a checkpoint of model {MODEL_REGISTRY.name_of(type(model))!r}, which does not "
-            "generate text: give a checkpoint of a language model (python -m zoo fit --model gpt)."
+            f"{source!r} holds model {MODEL_REGISTRY.name_of(type(model))!r}, which does not generate text: give "
+            "a language model's (python -m zoo fit --model gpt)."
         )
     model.encode_prompt(options.prompt)  # an unreadable prompt fails before anything is printed
     generator = torch.Generator(device=options.device).manual_seed(options.seed)

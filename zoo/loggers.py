@@ -9,7 +9,9 @@ and ``--trainer.logger WandbLogger`` work as in Lightning. A Weights & Biases ru
 Every run records the full resolved configuration: ``config.yaml`` in the run directory
 (:class:`SaveConfigToRun`), ``versions.json`` beside it and, for loggers that keep a run
 configuration of their own (W&B), that configuration too, so a W&B run can be reproduced from
-W&B alone.
+W&B alone. ``commands.jsonl`` beside them holds the command line of every command that ran in
+the directory (one JSON line each: a fit, then each ``fit --ckpt_path last`` that resumed it),
+as it is typed again, so that an exported model's card shows the command that trained it.
 
 Runs started in the same instant from one directory (several seeds at once) never share a
 directory: :func:`claim_run_directory` creates ``version_N`` with one atomic ``mkdir`` before the
@@ -20,7 +22,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import yaml
 from jsonargparse import Namespace
@@ -29,9 +35,24 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from zoo.distributed import run_directory
+from zoo.plugins import ENV_VAR as IMPORTS_VARIABLE
 from zoo.provenance import package_versions
 
-__all__ = ["SaveConfigToRun", "apply_logger_defaults", "claim_run_directory"]
+__all__ = [
+    "COMMANDS_FILE",
+    "PROGRAM",
+    "SaveConfigToRun",
+    "apply_logger_defaults",
+    "claim_run_directory",
+    "command_line",
+    "read_commands",
+    "record_command",
+]
+
+#: The file of a run directory that lists the commands run in it, one JSON line each.
+COMMANDS_FILE = "commands.jsonl"
+#: How a recorded command starts: the zoo's command line.
+PROGRAM = ("python", "-m", "zoo")
 
 #: Carries the claimed version to the other processes that Lightning starts for a DDP run.
 VERSION_VARIABLE = "ZOO_RUN_VERSION"
@@ -87,15 +108,56 @@ def apply_logger_defaults(config: Namespace, model_name: str | None) -> None:
     logger.init_args = init
 
 
+def command_line(args: Sequence[str]) -> list[str]:
+    """The command that ran ``args`` (what follows ``python -m zoo``), as one types it again:
+    :data:`PROGRAM`, an ``--import`` flag for each plugin this process imported (they are not
+    in ``args`` any more, see :mod:`zoo.plugins`), then ``args``."""
+    imports = [spec for spec in os.environ.get(IMPORTS_VARIABLE, "").split(os.pathsep) if spec]
+    return [*PROGRAM, *(part for spec in imports for part in ("--import", spec)), *args]
+
+
+def record_command(directory: Path, command: Sequence[str]) -> None:
+    """Append ``command`` (an argument list) to the run's :data:`COMMANDS_FILE`, with the time."""
+    entry = {"argv": list(command), "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    with (directory / COMMANDS_FILE).open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry) + "\n")
+
+
+def read_commands(directory: Path) -> list[str]:
+    """The commands recorded in a run directory, oldest first, each as one shell line (none
+    when it records none: a run from before they were recorded, or not from the command line)."""
+    path = directory / COMMANDS_FILE
+    if not path.is_file():
+        return []
+    commands = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:  # a line torn by a crash
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("argv"), list):
+            commands.append(shlex.join(str(part) for part in entry["argv"]))
+    return commands
+
+
 class SaveConfigToRun(SaveConfigCallback):
-    """Writes the resolved ``config.yaml`` and ``versions.json`` to the run directory, and gives
-    the configuration to loggers that keep their own (W&B).
+    """Writes the resolved ``config.yaml`` and ``versions.json`` to the run directory, appends
+    the command to its ``commands.jsonl``, and gives the configuration to loggers that keep
+    their own (W&B).
 
     Use with ``save_to_log_dir=False``: Lightning's own saving writes to ``Trainer.log_dir``,
     which for W&B is the ``save_dir`` every run shares; the run directory
     (:func:`zoo.distributed.run_directory`) is the run's own, where its checkpoints are.
-    Lightning calls :meth:`save_config` on global zero only.
+    Lightning calls :meth:`save_config` on global zero only, once per command.
+
+    Args:
+        command: The command line that runs (:func:`command_line`); empty records none.
+        args: Lightning's :class:`~lightning.pytorch.cli.SaveConfigCallback` arguments.
     """
+
+    def __init__(self, *args: Any, command: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.command = list(command)
 
     def save_config(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         directory = run_directory(trainer)
@@ -108,6 +170,8 @@ class SaveConfigToRun(SaveConfigCallback):
             multifile=self.multifile,
         )
         (directory / "versions.json").write_text(json.dumps(package_versions(), indent=2) + "\n", encoding="utf-8")
+        if self.command:
+            record_command(directory, self.command)
         config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
         for logger in trainer.loggers:
             if not isinstance(logger, (TensorBoardLogger, CSVLogger)):  # these have config.yaml beside them

@@ -1,10 +1,12 @@
-"""``zoo predict --ckpt_path FILE`` without ``--model``: predicting from a checkpoint alone.
+"""``zoo predict --ckpt_path FILE`` without ``--model``, and ``zoo predict --pretrained DIR``:
+predicting from a checkpoint, or an exported folder, alone.
 
 LightningCLI's ``predict`` needs the model's data module, and so the training corpus, to build
 its vocabulary. A zoo checkpoint carries what predicting needs (the weights, the
-hyperparameters and the codec), so with only ``--ckpt_path`` the model is rebuilt with
-:func:`zoo.load_checkpoint` and the inputs come from ``--data.predict_texts`` or
-``--data.predict_file``, the flags of the Lightning path.
+hyperparameters and the codec), and so does a folder ``zoo export`` wrote, so with only
+``--ckpt_path`` the model is rebuilt with :func:`zoo.load_checkpoint`, with ``--pretrained`` (a
+folder or a Hub model id) with :func:`zoo.from_pretrained`, and the inputs come from
+``--data.predict_texts`` or ``--data.predict_file``, the flags of the Lightning path.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import yaml
 
 from zoo.checkpoint import load_checkpoint
 from zoo.errors import CheckpointError, DataError
-from zoo.tasks import MODEL_REGISTRY
+from zoo.tasks import MODEL_REGISTRY, ZooTask
 from zoo.text.inputs import predict_inputs
 
 __all__ = ["format_row", "from_checkpoint_alone", "predict_from_checkpoint"]
@@ -35,9 +37,11 @@ def _cell(value: Any) -> str:
 
 
 def from_checkpoint_alone(args: list[str]) -> bool:
-    """``predict`` with a ``--ckpt_path`` but neither ``--model`` nor ``--config``."""
+    """``predict`` with ``--pretrained``, or with a ``--ckpt_path`` but neither ``--model`` nor ``--config``."""
     flags = {arg.split("=", 1)[0] for arg in args}
-    return args[:1] == ["predict"] and "--ckpt_path" in flags and not flags & {"--model", "--config", "-c"}
+    if args[:1] != ["predict"]:
+        return False
+    return "--pretrained" in flags or ("--ckpt_path" in flags and not flags & {"--model", "--config", "-c"})
 
 
 def _inputs(texts: str | None, file: str | None) -> list[Any]:
@@ -56,22 +60,28 @@ def _inputs(texts: str | None, file: str | None) -> list[Any]:
 
 
 def predict_from_checkpoint(args: list[str], chunk_size: int = 64) -> None:
-    """``zoo predict --ckpt_path FILE (--data.predict_texts LIST | --data.predict_file FILE)``.
+    """``zoo predict (--ckpt_path FILE | --pretrained DIR) (--data.predict_texts LIST | --data.predict_file FILE)``.
 
     Prints one tab-separated line per input, as the Lightning path does. Inputs are texts
     (sentiment), English sentences (translation) or numbers (kernel regression), predicted
     ``chunk_size`` at a time.
     """
     parser = argparse.ArgumentParser(
-        prog="zoo predict", description="Predict with a model rebuilt from its checkpoint alone (no --model, no data)."
+        prog="zoo predict",
+        description="Predict with a model rebuilt from its checkpoint or exported folder alone (no --model, no data).",
     )
-    parser.add_argument("--ckpt_path", required=True, help="a checkpoint of a registered zoo model")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--ckpt_path", help="a checkpoint of a registered zoo model")
+    source.add_argument("--pretrained", help="a folder written by zoo export, or a Hugging Face Hub model id")
     inputs = parser.add_mutually_exclusive_group(required=True)
     inputs.add_argument("--data.predict_texts", dest="texts", help="a JSON/YAML list of inputs")
     inputs.add_argument("--data.predict_file", dest="file", help="a UTF-8 file of inputs, one per line")
     options = parser.parse_args(args)
     items = _inputs(options.texts, options.file)
-    model = load_checkpoint(options.ckpt_path)
+    if options.pretrained is not None:
+        model = ZooTask.from_pretrained(options.pretrained)
+    else:
+        model = load_checkpoint(options.ckpt_path)
     if model.codecs and model.codec is None:
         raise CheckpointError(
             f"{options.ckpt_path!r} holds no codec (vocabulary or tokenizer) to read raw inputs with: it predates "

@@ -39,6 +39,7 @@ SMALL: dict[str, list[str]] = {
     "transformer": flags("model", d_model=32, num_heads=2, ffn_hidden=64, num_encoder_layers=1, num_decoder_layers=1),
     "seq2seq": flags("model", embed_dim=32, hidden_size=32, num_layers=1),
     "sentiment": flags("model", d_model=32, num_heads=2, ffn_hidden=64, num_layers=1),
+    "gpt": [*flags("model", d_model=32, num_heads=2, num_layers=1), *flags("data", block_size=32, batch_size=8)],
 }
 """A small, quick version of each registered model, as command-line flags."""
 

@@ -98,7 +98,7 @@ def test_generate_refuses_a_checkpoint_of_another_task(shared_data: Path, in_tmp
     checkpoint = next(in_tmp.glob("runs/nadaraya_watson/version_0/checkpoints/last.ckpt"))
     with pytest.raises(SystemExit):
         main(["generate", "--ckpt_path", str(checkpoint)])
-    assert "is a checkpoint of model 'nadaraya_watson', which does not generate text" in capsys.readouterr().err
+    assert "holds model 'nadaraya_watson', which does not generate text" in capsys.readouterr().err
 
 
 def test_a_non_causal_attention_is_refused_in_one_line(shared_data: Path, in_tmp: Path, capsys) -> None:

@@ -1,5 +1,6 @@
 """What every zoo task shares: how the CLI finds its defaults and links data sizes, what its
-checkpoints record, predicting from raw inputs, and the ``torch_compile`` option."""
+checkpoints record, predicting from raw inputs, the ``torch_compile`` option, and saving and
+loading Hugging Face folders (:mod:`zoo.tasks.hub`)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,18 @@ from torch import nn
 
 from zoo.provenance import RECORD_KEY, run_record
 from zoo.registry import check_kwargs
+from zoo.tasks.hub import HubMixin
 from zoo.tasks.registry import MODEL_REGISTRY
 from zoo.text.codecs import Codec, restore_codec
 
 __all__ = ["Codec", "ZooTask"]
 
 
-class ZooTask(L.LightningModule):
+class ZooTask(L.LightningModule, HubMixin):
     """Base of the registered models' LightningModules.
 
-    Class attributes tell the CLI what it needs before parsing:
+    Class attributes tell the CLI what it needs before parsing, and an exported folder what the
+    model is:
 
     * ``default_datamodule``: registered data-module name used when none is given; ``None``:
       the model has no data of its own, so ``--data`` or a config must name one.
@@ -32,11 +35,15 @@ class ZooTask(L.LightningModule):
     * ``monitor``: the validation metric checkpoints track, and whether higher is better.
     * ``codecs``: the kinds of :class:`Codec` the task predicts with (the first is what a saved
       codec that names no kind is), if it needs one.
+    * ``kind``: what the task does (``regression``, ``classification``, ``translation``,
+      ``language_model``), recorded in an exported folder's ``config.json`` and card.
 
     Subclasses hold their architecture in ``self.model``. Checkpoints carry the zoo's record
     under ``checkpoint["zoo"]``: the registered model name, the seed, the package versions and,
     for tasks with a codec, the data module's codec as plain data, so that
     :func:`zoo.load_checkpoint` can rebuild the model and :meth:`predict` from the checkpoint alone.
+    ``save_pretrained``, ``push_to_hub`` and ``from_pretrained`` write and read the model as a
+    Hugging Face folder (:class:`~zoo.tasks.hub.HubMixin`).
 
     Args:
         torch_compile: Compile ``self.model`` with :func:`torch.compile` when the trainer sets
@@ -48,6 +55,7 @@ class ZooTask(L.LightningModule):
     data_links: ClassVar[tuple[str, ...]] = ()
     monitor: ClassVar[tuple[str, str]] = ("val/loss", "min")
     codecs: ClassVar[tuple[type[Codec], ...]] = ()
+    kind: ClassVar[str | None] = None
     model: nn.Module
 
     def __init__(self, torch_compile: bool = False) -> None:

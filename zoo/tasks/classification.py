@@ -55,6 +55,7 @@ class Classifier(ZooTask):
 
     data_links = ("vocab_size", "padding_idx", "num_classes")
     monitor = ("val/acc", "max")
+    kind = "classification"
     codecs = (TextClassificationCodec, ByteCodec, ListOpsCodec)
 
     def __init__(

@@ -49,12 +49,15 @@ class LanguageModel(ZooTask):
         max_new_tokens: Tokens each prompt is continued by when predicting.
         temperature: Sampling temperature when predicting (0: greedy).
         top_k: Sample among the ``top_k`` most likely tokens only when predicting (None: all).
+        sample_seed: Seed of the sampling when predicting, each prompt drawn from it afresh, so
+            predictions repeat; None: from the global random state.
         torch_compile: Compile the model with ``torch.compile`` (checkpoints unchanged).
         model_kwargs: The architecture's hyperparameters (``--model.d_model``,
             ``--model.attention``, ``--model.position`` and so on), each documented, with its
             default, in :class:`zoo.models.GPT`.
     """
 
+    kind = "language_model"
     default_datamodule = "shakespeare"
     data_links = ("vocab_size", "block_size")
     monitor = ("val/loss", "min")
@@ -73,6 +76,7 @@ class LanguageModel(ZooTask):
         max_new_tokens: int = 200,
         temperature: float = 0.8,
         top_k: int | None = 200,
+        sample_seed: int | None = 0,
         torch_compile: bool = False,
         **model_kwargs: Any,
     ) -> None:
@@ -180,17 +184,16 @@ class LanguageModel(ZooTask):
         return prompt + "".join(self.stream(prompt, max_new_tokens, **options))
 
     def predict(self, inputs: Sequence[str]) -> list[dict[str, Any]]:
-        """Each prompt continued with the predicting settings (``max_new_tokens``, ``temperature``, ``top_k``)."""
-        hp = self.hparams
-        return [
-            {
-                "text": prompt,
-                "continuation": "".join(
-                    self.stream(prompt, hp.max_new_tokens, temperature=hp.temperature, top_k=hp.top_k)
-                ),
-            }
-            for prompt in inputs
-        ]
+        """Each prompt continued with the predicting settings (``max_new_tokens``, ``temperature``,
+        ``top_k``, ``sample_seed``)."""
+        hp, rows = self.hparams, []
+        for prompt in inputs:
+            generator = None if hp.sample_seed is None else torch.Generator(self.device).manual_seed(hp.sample_seed)
+            pieces = self.stream(
+                prompt, hp.max_new_tokens, temperature=hp.temperature, top_k=hp.top_k, generator=generator
+            )
+            rows.append({"text": prompt, "continuation": "".join(pieces)})
+        return rows
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[dict[str, Any]]:
         return self.predict(batch["text"])

@@ -38,6 +38,7 @@ class NadarayaWatson(ZooTask):
 
     default_datamodule = "synthetic_regression"
     monitor = ("val/mse", "min")
+    kind = "regression"
 
     def __init__(self, lr: float = 5.0, torch_compile: bool = False, **model_kwargs: Any) -> None:
         super().__init__(torch_compile)

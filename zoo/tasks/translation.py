@@ -56,6 +56,7 @@ class TranslationTask(ZooTask):
     data_links = ("vocab_size", "padding_idx", "bos_idx", "eos_idx")
     monitor = ("val/bleu", "max")
     codecs = (TranslationCodec,)
+    kind = "translation"
     #: Training steps over which ``ThroughputMonitor`` measures sentences and target tokens per second.
     throughput_window: int = 50
     #: Read by ``ThroughputMonitor``; unknown here, so it reports no FLOPs (and does not warn).

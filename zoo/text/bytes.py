@@ -62,6 +62,10 @@ class ByteCodec(ClassificationCodec):
             "<pad>" if i == PAD_ID else bytes([i - BYTE_OFFSET]).decode("utf-8", errors="backslashreplace") for i in ids
         ]
 
+    def token_table(self) -> list[str]:
+        """Every id's token: ``<pad>``, then the 256 bytes as :meth:`id_to_token` shows them."""
+        return self.id_to_token(range(VOCAB_SIZE))
+
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """The text of ``ids``, padding skipped (a character cut by ``max_length`` becomes U+FFFD)."""
         data = bytes(int(i) - BYTE_OFFSET for i in ids if int(i) != PAD_ID)

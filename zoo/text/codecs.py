@@ -65,6 +65,18 @@ class Codec:
         """The token behind each id (attention heatmaps' labels)."""
         raise NotImplementedError
 
+    @classmethod
+    def tokenizer_fields(cls) -> tuple[str, ...]:
+        """The saved fields that hold a tokenizer, which :meth:`state_dict` stores as its
+        ``tokenizers`` JSON text (an exported folder writes each as a file of its own)."""
+        return tuple(name for name, kind in cls.saved_fields.items() if _is_tokenizer(kind))
+
+    def token_table(self) -> list[str] | None:
+        """The token of every id, for a codec whose table is fixed by its code rather than saved
+        (bytes, ListOps): an exported folder writes it for readers outside the zoo, and loading
+        checks it. None where a saved field holds the table (a tokenizer, a list of characters)."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """Plain data: the kind, the version and each saved field."""
         state: dict[str, Any] = {"codec_kind": self.codec_kind, "codec_version": CODEC_VERSION}

@@ -60,6 +60,10 @@ class ListOpsCodec(ClassificationCodec):
         """The benchmark's token of each id (attention heatmaps' labels)."""
         return [VOCABULARY[i] for i in ids]
 
+    def token_table(self) -> list[str]:
+        """The benchmark's vocabulary, in id order."""
+        return list(VOCABULARY)
+
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """The expression of ``ids``, tokens separated by spaces, padding skipped."""
         return " ".join(VOCABULARY[int(i)] for i in ids if int(i) != PAD_ID)

@@ -1,0 +1,1 @@
+"""Tests of ``zoo.sharing``: the exported folder's files."""
