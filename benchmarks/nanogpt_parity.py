@@ -12,7 +12,8 @@ times, each in a fresh process, alone on the machine::
 
 Both use nanoGPT's README command for CPUs: 4 layers, 4 heads, width 128, block 64, batch 12,
 2,000 iterations, learning rate 1e-3 decayed to 1e-4 after 100 warm-up iterations, beta2 0.99,
-no dropout, weight decay 0.1, clipping at 1.0, no biases (``configs/gpt_shakespeare_cpu.yaml``).
+no dropout, weight decay 0.1, clipping at 1.0, no biases (``configs/gpt_shakespeare.yaml`` with
+``configs/gpt_shakespeare_cpu.yaml`` on it, as nanoGPT's command overrides its recipe).
 nanoGPT estimates the validation loss on ``eval_iters`` random batches (20 in that command); the
 zoo evaluates every validation window once. Extra arguments after ``--`` go to the zoo's fit.
 """
@@ -70,7 +71,8 @@ def run_zoo(data: Path, iterations: int, extra: list[str]) -> dict[str, Any]:
     """One zoo run of the recipe: the StepTimer's median step and the validation losses."""
     with tempfile.TemporaryDirectory() as out:
         command = [
-            sys.executable, "-m", "zoo", "fit", "--model", "gpt", "--config", str(ROOT / "configs/gpt_shakespeare_cpu.yaml"),
+            sys.executable, "-m", "zoo", "fit", "--model", "gpt", "--config", str(ROOT / "configs/gpt_shakespeare.yaml"),
+            "--config", str(ROOT / "configs/gpt_shakespeare_cpu.yaml"),
             "--data.path", str(data), "--trainer.max_steps", str(iterations), "--trainer.enable_progress_bar", "false",
             "--trainer.logger.init_args.save_dir", out, "--trainer.callbacks+=zoo.compare.timing.StepTimer", *extra,
         ]  # fmt: skip

@@ -182,15 +182,16 @@ class ZooCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         """Build the data module, model and trainer, and claim the run's directory.
 
-        A constructor's own ``ValueError`` (a bad hyperparameter) becomes a
-        :class:`ConfigurationError` with its message alone, instead of jsonargparse's wrapper
-        that dumps the whole namespace after it; a zoo error anywhere in the chain is raised as it
-        is (the command line prints the first one), so its message is never replaced by its cause's."""
+        A constructor's own ``ValueError`` (a bad hyperparameter, or a trainer setting Lightning
+        refuses, such as FSDP on a CPU) becomes a :class:`ConfigurationError` with its message
+        alone, instead of jsonargparse's wrapper that dumps the whole namespace after it or a
+        traceback; a zoo error anywhere in the chain is raised as it is (the command line prints
+        the first one), so its message is never replaced by its cause's."""
         try:
             super().instantiate_classes()
         except ValueError as error:
             causes = _causes(error)
-            if len(causes) == 1 or any(isinstance(cause, ZooError) for cause in causes):
+            if any(isinstance(cause, ZooError) for cause in causes):
                 raise  # the zoo's own error, which the command line prints as it is
             raise ConfigurationError(str(causes[-1])) from error
         if self.subcommand in ("fit", "validate", "test"):

@@ -42,7 +42,8 @@ def _resolved(capsys, *args: str) -> dict:
 
 def _code_defaults(task: type) -> dict:
     """The defaults of the task's own arguments and of the architecture it forwards the rest to."""
-    probe = {"vocab_size": 11, "num_classes": 2} if "vocab_size" in inspect.signature(task).parameters else {}
+    parameters = inspect.signature(task).parameters
+    probe = {name: value for name, value in {"vocab_size": 11, "num_classes": 2}.items() if name in parameters}
     instance = task(**probe)
     return {name: value for name, value in instance.hparams.items() if name not in probe}
 
@@ -54,6 +55,8 @@ def test_there_is_a_default_config_per_model_and_overlays_exist() -> None:
         "classifier_listops_cpu",
         "classifier_lra_text",
         "classifier_lra_text_cpu",
+        "gpt_shakespeare",
+        "gpt_shakespeare_cpu",
         "sentiment_imdb",
         "sentiment_local",
     }

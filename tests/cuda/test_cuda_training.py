@@ -47,6 +47,10 @@ SMALL = {
         "--model.warmup_steps",
         "5",
     ],
+    "gpt": [
+        *["--data.path", "{data}/tinyshakespeare/input.txt", "--data.block_size", "64", "--model.warmup_steps", "5"],
+        *["--model.d_model", "64", "--model.num_heads", "4", "--model.num_layers", "2"],
+    ],
 }
 STEPS = 40
 
@@ -84,6 +88,16 @@ def test_each_architecture_trains_in_bf16_mixed(in_tmp, request, model: str, acc
     assert len(losses) == STEPS and all(math.isfinite(loss) for loss in losses)
     assert sum(losses[-5:]) < sum(losses[:5]), f"{model}: the loss did not fall in {STEPS} bf16-mixed steps: {losses}"
     assert (next((in_tmp / "runs" / model).glob("version_*")) / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.cuda
+def test_a_gpt_trains_sharded_by_fsdp(in_tmp, data_dir) -> None:
+    """FSDP (Lightning's ``fsdp`` strategy) on the GPUs there are: the model outgrowing one device
+    is what it is for; here it only has to train as DDP would (docs/scaling.md)."""
+    main(_fit("gpt", "gpu", in_tmp / "losses.jsonl", data_dir, "--trainer.max_steps", str(STEPS),
+              "--trainer.strategy", "fsdp", "--trainer.devices", str(torch.cuda.device_count())))  # fmt: skip
+    losses = [loss for _, loss in sorted(read_losses(in_tmp / "losses.jsonl").items())]
+    assert len(losses) == STEPS and sum(losses[-5:]) < sum(losses[:5])
 
 
 @pytest.mark.cuda
