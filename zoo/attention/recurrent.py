@@ -187,7 +187,7 @@ class RecurrentAttention(Attention):
         if need_weights:
             with torch.autocast(queries.device.type, enabled=False):
                 weights = recurrence.weights(steps).to(values.dtype)
-        return AttentionOutput(self._finish(output, recurrence, layer_input, values.dtype), weights)
+        return AttentionOutput(self._finish(output, recurrence, steps, layer_input, values.dtype), weights)
 
     def attend_cached(
         self,
@@ -215,7 +215,7 @@ class RecurrentAttention(Attention):
         recurrence = self._prepare(queries, keys, values, layer_input)
         output, state = self._run(recurrence, self._form(count), None if cache is None else cache.state, steps)
         length = count if cache is None else cache.length + count
-        return self._finish(output, recurrence, layer_input, values.dtype), StateCache(state, length)
+        return self._finish(output, recurrence, steps, layer_input, values.dtype), StateCache(state, length)
 
     def _form(self, length: int) -> Mode:
         """The form for ``length`` steps: ``mode``, or for ``auto`` the fastest (see the module docstring)."""
@@ -239,10 +239,19 @@ class RecurrentAttention(Attention):
                 return recurrence.recurrent(state, steps)
             return recurrence.chunkwise(None if form == "parallel" else self.chunk_size, state, steps)
 
-    def _finish(self, output: Tensor, recurrence: Recurrence, layer_input: Tensor | None, dtype: torch.dtype) -> Tensor:
-        """The skip connection and :meth:`finish`, in the computation's dtype; the result in ``dtype``."""
+    def _finish(
+        self,
+        output: Tensor,
+        recurrence: Recurrence,
+        steps: Tensor | None,
+        layer_input: Tensor | None,
+        dtype: torch.dtype,
+    ) -> Tensor:
+        """The skip connection (none at a padded step, which reads nothing) and :meth:`finish`, in
+        the computation's dtype; the result in ``dtype``."""
         if recurrence.skip is not None:
-            output = output + recurrence.skip
+            skip = recurrence.skip
+            output = output + (skip if steps is None else torch.where(steps.unsqueeze(-1), skip, skip.new_zeros(())))
         return self.finish(output, layer_input).to(dtype)
 
     def extra_repr(self) -> str:
