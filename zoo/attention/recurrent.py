@@ -115,8 +115,9 @@ class Recurrence:
 class RecurrentAttention(Attention):
     """Base class of the causal linear recurrences (see the module docstring).
 
-    A subclass implements :meth:`prepare` (and :meth:`finish` if the paper changes the output),
-    and declares ``reads_layer_input`` if its gates come from the layer's input.
+    A subclass implements :meth:`prepare` (and :meth:`finish` if the paper changes the output).
+    ``reads_layer_input`` is True here, since gates come from the layer's input; a recurrence
+    that reads none sets it False and also runs on its own, as a scoring attention.
 
     Args:
         embed_dim: The layer's width: what gates are projected from (filled by the layer).
