@@ -45,6 +45,7 @@ LLAMA_REFUSED = {
     "sinkhorn": "rotary",
     "reformer": "rotary",
     "synthesizer": "rotary",
+    **dict.fromkeys(["retention", "gla", "deltanet", "gated_deltanet", "mamba2"], "masks that differ per query"),
 }
 
 

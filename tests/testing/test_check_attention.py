@@ -15,6 +15,14 @@ from zoo.testing import AttentionContractError, check_attention
 
 BUILT_INS = [e.name for e in zoo.ATTENTION_REGISTRY.entries() if e.source == "attention-zoo"]
 ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16", "bfloat16", "gradients")
+#: what the kit adds for a variant that decodes with a fixed-size state
+STATE_CHECKS = ("state_decoding", "state_size")
+RECURRENT = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2"]
+#: what a causal recurrence declares it cannot do, and is verified to refuse
+RECURRENT_SKIPS = {
+    "bidirectional": "declares supports_bidirectional=False (and refuses it): checked causally",
+    "query_masks": "declares supports_query_mask=False (and refuses it): checked with key masks",
+}
 
 
 def test_the_built_ins_are_all_checked() -> None:
@@ -26,13 +34,20 @@ def test_every_built_in_keeps_the_contract(name: str) -> None:
     report = check_attention(name)
     # a variant that is not causal (linformer's projections mix every position) is verified to refuse it
     not_causal = not zoo.get_attention(name).supports_causal
-    assert report.passed == tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
+    # a recurrent variant is checked in a self-attention layer, causally, and for its decoding state
+    recurrent = name in RECURRENT
+    expected = tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
+    assert report.passed == expected + (STATE_CHECKS if recurrent else ())
     # a sliding window needs one sequence: checked on equal lengths, and it refuses two
-    one_sequence = not getattr(zoo.get_attention(name), "supports_cross_attention", True)
+    one_sequence = not getattr(zoo.get_attention(name), "supports_cross_attention", True) and not recurrent
     skipped = {"two_sequences": "declares supports_cross_attention=False (and refuses it)"} if one_sequence else {}
     if not_causal:
         skipped["causal"] = "declares supports_causal=False (and refuses it)"
-    assert report.skipped == skipped
+    assert report.skipped == (RECURRENT_SKIPS if recurrent else skipped)
+
+
+def test_the_recurrent_built_ins_are_those_that_decode_with_a_state() -> None:
+    assert sorted(RECURRENT) == sorted(name for name in BUILT_INS if not zoo.get_attention(name).supports_bidirectional)
 
 
 def test_a_one_sequence_variant_that_accepts_two_sequences_is_caught() -> None:
@@ -318,7 +333,8 @@ POSITIONED = [(name, position) for name in BUILT_INS for position in zoo.list_po
 def test_every_built_in_keeps_the_contract_in_every_position_it_takes(name: str, position: str) -> None:
     report = check_attention(name, position=position)
     not_causal = not zoo.get_attention(name).supports_causal  # verified to refuse it instead
-    assert report.passed == tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
+    expected = tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
+    assert report.passed == expected + (STATE_CHECKS if name in RECURRENT else ())
     assert report.variant.endswith(f"with position {position!r}")
 
 

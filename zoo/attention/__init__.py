@@ -30,6 +30,11 @@ from zoo.attention.sparse import FixedSparseAttention  # noqa: E402
 from zoo.attention.synthesizer import SynthesizerAttention  # noqa: E402
 from zoo.attention.sinkhorn import SinkhornAttention  # noqa: E402
 from zoo.attention.reformer import ReformerAttention  # noqa: E402
+from zoo.attention.recurrent import RecurrentAttention  # noqa: E402
+from zoo.attention.retention import RetentionAttention  # noqa: E402
+from zoo.attention.gla import GatedLinearAttention  # noqa: E402
+from zoo.attention.deltanet import DeltaNetAttention, GatedDeltaNetAttention  # noqa: E402
+from zoo.attention.mamba2 import Mamba2Attention  # noqa: E402
 from zoo.attention.spec import AttentionSpec, layer_specs  # noqa: E402
 from zoo.attention.headed import HeadedAttention  # noqa: E402
 from zoo.attention.multi_head import CrossAttention, MultiHeadAttention, SelfAttention  # noqa: E402
@@ -44,8 +49,11 @@ __all__ = [
     "AttentionSpec",
     "BigBirdAttention",
     "CrossAttention",
+    "DeltaNetAttention",
     "DotProductAttention",
     "FixedSparseAttention",
+    "GatedDeltaNetAttention",
+    "GatedLinearAttention",
     "GaussianKernelAttention",
     "HeadedAttention",
     "IncompatibleAttentionError",
@@ -53,9 +61,12 @@ __all__ = [
     "LinformerAttention",
     "LocalAttention",
     "LongformerAttention",
+    "Mamba2Attention",
     "MultiHeadAttention",
     "PerformerAttention",
     "ReformerAttention",
+    "RecurrentAttention",
+    "RetentionAttention",
     "SelfAttention",
     "SinkhornAttention",
     "SynthesizerAttention",

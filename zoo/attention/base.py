@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from zoo.attention.cache import KeyValueCache, LayerCache
 from zoo.attention.masking import (
     check_attn_mask,
+    key_column,
     masked_softmax,
     merge_masks,
     validate_valid_lens,
@@ -73,12 +74,19 @@ class _Capabilities:
 
     #: accepts ``valid_lens`` / ``attn_mask`` (padding and arbitrary boolean masks)
     supports_padding_mask: ClassVar[bool] = True
+    #: accepts masks that differ from query to query (``valid_lens`` of shape ``(B, Lq)``, an
+    #: ``attn_mask`` with a query axis); False for a variant that takes key padding only, the same
+    #: for every query (a recurrence writes each key once into a state that every later query reads)
+    supports_query_mask: ClassVar[bool] = True
     #: honours ``is_causal=True``
     supports_causal: ClassVar[bool] = True
     #: can return attention weights (``need_weights=True``)
     supports_weights: ClassVar[bool] = True
     #: has a fused kernel used whenever weights are not requested
     has_fused_path: ClassVar[bool] = False
+    #: attends in both directions when not causal (an encoder's self-attention, cross-attention);
+    #: False for a causal recurrence (retention, DeltaNet), which encoders refuse
+    supports_bidirectional: ClassVar[bool] = True
 
 
 class Attention(_Capabilities, nn.Module):
@@ -104,9 +112,6 @@ class Attention(_Capabilities, nn.Module):
     #: takes keys and values with fewer heads (axis -3) than the queries, each shared by a group
     #: of query heads (grouped-query attention); a layer repeats them for a variant without it
     supports_grouped_kv: ClassVar[bool] = False
-    #: attends in both directions when not causal (an encoder's self-attention, cross-attention);
-    #: False for a causal recurrence (retention, DeltaNet), which encoders refuse
-    supports_bidirectional: ClassVar[bool] = True
     #: reads the layer's input ``(B, Lq, embed_dim)`` (the ``layer_input`` a multi-head layer then
     #: hands :meth:`attend`), as variants whose gates or decays depend on the data do; such a
     #: constructor takes ``embed_dim`` to size its projections of it
@@ -194,9 +199,31 @@ class Attention(_Capabilities, nn.Module):
         layers) calls this instead of ``forward``, so nothing is validated twice; it hands a
         variant that :attr:`reads_layer_input` the layer's input, which reaches :meth:`attend`.
         """
+        self.check_request(
+            mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias, layer_input=layer_input
+        )
+        self.check_layout(queries, keys, is_causal)
+        keys, values = self._expand_groups(queries, keys, values)
+        if not (queries.shape[-2] and keys.shape[-2]):  # nothing to score: no variant's attend() sees it
+            return self.empty_output(queries, keys, values, need_weights)
+        # passed only when given: a plugin's attend() written before positions keeps working
+        extra = _given(position_bias=position_bias, layer_input=layer_input)
+        return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, **extra)
+
+    def check_request(
+        self, mask: Tensor | None, *, is_causal: bool, need_weights: bool = False,
+        position_bias: PositionBias | None = None, layer_input: Tensor | None = None,
+    ) -> None:  # fmt: skip
+        """Refuse, in one line, what this variant declares it cannot do (the capability flags); run
+        by :meth:`attend_masked`, and by a decoding path that does not go through it."""
         name = type(self).__name__
         if mask is not None and not self.supports_padding_mask:
             raise IncompatibleAttentionError(f"{name} does not support padding masks (valid_lens / attn_mask).")
+        if mask is not None and not self.supports_query_mask and key_column(mask) is None:
+            raise IncompatibleAttentionError(
+                f"{name} takes key padding masks only, the same for every query (valid_lens of shape (B,), an "
+                f"attn_mask of shape (B, 1, Lk)); got a mask of shape {tuple(mask.shape)} that differs per query."
+            )
         if is_causal and not self.supports_causal:
             raise IncompatibleAttentionError(f"{name} does not support causal masking (is_causal=True).")
         if need_weights and not self.supports_weights:
@@ -216,13 +243,6 @@ class Attention(_Capabilities, nn.Module):
                 f"{name} does not add a positional bias to its scores (position_bias); "
                 "use an absolute or rotary scheme with it."
             )
-        self.check_layout(queries, keys, is_causal)
-        keys, values = self._expand_groups(queries, keys, values)
-        if not (queries.shape[-2] and keys.shape[-2]):  # nothing to score: no variant's attend() sees it
-            return self.empty_output(queries, keys, values, need_weights)
-        # passed only when given: a plugin's attend() written before positions keeps working
-        extra = _given(position_bias=position_bias, layer_input=layer_input)
-        return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, **extra)
 
     def attend_cached(
         self,

@@ -89,7 +89,10 @@ class HeadedAttention(AttentionLayer):
         self.score_attention = spec.build(self.head_dim, num_heads, embed_dim)
         # A layer can do what its per-head attention can: these instance flags shadow the
         # class's, so check_attention and callers see, say, that a linformer layer is not causal.
-        for flag in ("supports_padding_mask", "supports_causal", "supports_weights"):
+        for flag in (
+            "supports_padding_mask", "supports_query_mask", "supports_causal", "supports_bidirectional",
+            "supports_cross_attention", "supports_weights",
+        ):  # fmt: skip
             setattr(self, flag, getattr(self.score_attention, flag))
         self.position = spec.position
         kv_dim = num_kv_heads * self.head_dim

@@ -10,13 +10,19 @@ causal ``multi_head``:
   formulation), ``torch_mha`` (``torch.nn.MultiheadAttention``) and the zoo's ``multi_head``;
 * every registered scoring attention (plugins included) on per-head inputs
   ``(batch, heads, L, d_model / heads)``, as ``multi_head`` runs it, and ``additive_broadcast``,
-  the straightforward formulation of ``additive``.
+  the straightforward formulation of ``additive``;
+* a scoring attention that reads the layer's input (the recurrent families: their gates come from
+  it) as a layer case instead: a ``self`` layer over it, which hands it that input, under the
+  variant's name.
 
 Each case names a baseline (``multi_head`` against ``floor``, ``additive`` against
-``additive_broadcast``, other scoring attentions against ``dot_product``); the report gives the
-ratios of time and memory to it, and each case's growth exponent, the slope of log time against
-log length over the lengths measured. A case that runs past ``time_limit`` or out of memory at
-one length is skipped at the longer ones.
+``additive_broadcast``, other scoring attentions against ``dot_product``, a layer over a variant
+against ``multi_head``, the same layer over ``dot_product``); the report gives the ratios of time
+and memory to it, and each case's growth exponent, the slope of log time against log length over
+the lengths measured. A case that runs past ``time_limit`` or out of memory at one length is
+skipped at the longer ones. A case whose variant cannot run the sweep is left out, with a line
+saying why: one that is not causal from a ``--causal`` sweep, a causal recurrence from one that
+is not (``supports_bidirectional = False``).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from zoo.attention import AttentionSpec, MultiHeadAttention, create_scoring_attention, get_attention
+from zoo.attention import AttentionSpec, MultiHeadAttention, SelfAttention, create_scoring_attention, get_attention
 from zoo.attention.factory import scoring_names
 from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
 from zoo.bench.report import markdown_table
@@ -69,13 +75,15 @@ def _differentiated(forward: Callable[[], Tensor], leaves: list[Tensor]) -> Work
 
 @dataclass(frozen=True)
 class Case:
-    """A benchmarked module: its name, kind, what it is, its baseline, how to build it."""
+    """A benchmarked module: its name, kind, what it is, its baseline, how to build it, and the
+    registered scoring attention it runs (whose capabilities decide which sweeps run it)."""
 
     name: str
     kind: str  # "layer" or "scoring"
     description: str
     baseline: str | None
     build: Callable[[AttentionBenchConfig, int, torch.device], Workload] = field(repr=False)
+    variant: str | None = None
 
 
 # -- inputs ---------------------------------------------------------------------------------------
@@ -140,6 +148,11 @@ def _self_attend(layer: nn.Module, x: Tensor, valid_lens: Tensor | None, causal:
     return layer(x, x, x, valid_lens, is_causal=causal).output
 
 
+def _self_attend_x(layer: nn.Module, x: Tensor, valid_lens: Tensor | None, causal: bool) -> Tensor:
+    """A zoo ``self`` layer's output (it takes ``x`` alone)."""
+    return layer(x, valid_lens, is_causal=causal).output
+
+
 def attention_cases() -> list[Case]:
     """Every case, references first, then the registered scoring attentions by name."""
     cases = [
@@ -189,6 +202,18 @@ def attention_cases() -> list[Case]:
         ),
     ]
     for name in scoring_names():
+        if get_attention(name).reads_layer_input:  # gates from the layer's input: it runs in a layer
+            cases.append(
+                Case(
+                    name,
+                    "layer",
+                    f"zoo self layer over {name!r} (it reads the layer's input)",
+                    "multi_head",
+                    _layer_workload(lambda c, name=name: SelfAttention(c.d_model, c.heads, name), _self_attend_x),
+                    variant=name,
+                )
+            )
+            continue
         baseline = {"additive": "additive_broadcast", "dot_product": None}.get(name, "dot_product")
         cases.append(
             Case(
@@ -197,6 +222,7 @@ def attention_cases() -> list[Case]:
                 f"zoo scoring attention {name!r} per head",
                 baseline,
                 _scoring_workload(lambda c, name=name: create_scoring_attention(name, head_dim=c.head_dim)),
+                variant=name,
             )
         )
     cases.append(
@@ -227,15 +253,14 @@ def run_attention_bench(
     if not cases:
         names = ", ".join(c.name for c in attention_cases())
         raise ValueError(f"No benchmark case matches {patterns}; the cases are: {names}.")
-    if config.causal:  # a variant that declares it is not causal (linformer, bigbird) is left out, not failed
-        causal = [
-            c
-            for c in cases
-            if c.kind != "scoring" or c.name == "additive_broadcast" or get_attention(c.name).supports_causal
-        ]
-        for case in (c for c in cases if c not in causal):
-            print(f"  {case.name}: left out (declares supports_causal=False)", file=sys.stderr, flush=True)
-        cases = causal
+    # a variant that cannot run this sweep is left out, not failed: one that is not causal (linformer,
+    # bigbird) from a causal sweep, a causal recurrence (retention, gla, ...) from one that is not
+    flag = "supports_causal" if config.causal else "supports_bidirectional"
+    runs = [c for c in cases if c.variant is None or getattr(get_attention(c.variant), flag)]
+    for case in (c for c in cases if c not in runs):
+        why = "" if config.causal else ": a causal recurrence, measured with --causal"
+        print(f"  {case.name}: left out (declares {flag}=False{why})", file=sys.stderr, flush=True)
+    cases = runs
     builders = {case.name: (lambda length, case=case: case.build(config, length, device)) for case in cases}
     results = sweep_lengths(builders, config, device, on_length)
     records = []

@@ -1,4 +1,4 @@
-"""``python -m zoo bench {attention,classify,train,decode}``: arguments, and where the results go."""
+"""``python -m zoo bench {attention,classify,train,decode,state}``: arguments, and where the results go."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from zoo.bench.classify import (
 from zoo.bench.decode import DecodeBenchConfig, decode_table, run_decode_bench
 from zoo.bench.measure import resolve_device
 from zoo.bench.report import environment, plot_growth, write_json
+from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, state_table
 from zoo.bench.sweep import SweepSettings
 from zoo.bench.train import TrainBenchConfig, run_train_bench, train_table
 from zoo.bench.translation import TranslationSetup
@@ -75,7 +76,7 @@ def _sweep(sub: argparse.ArgumentParser, config: type[SweepSettings]) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The ``bench`` argument parser and its four subcommands."""
+    """The ``bench`` argument parser and its five subcommands."""
     root = argparse.ArgumentParser(prog="python -m zoo bench", description=__doc__)
     subs = root.add_subparsers(dest="benchmark", required=True)
 
@@ -142,6 +143,23 @@ def parser() -> argparse.ArgumentParser:
         help="key/value head counts to compare, one model each (grouped-query attention; default: the model's)",
     )
     _common(decode, "decode")
+
+    state = subs.add_parser(
+        "state", help="time and memory per new token decoded after contexts of several lengths (one layer)"
+    )
+    state.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384], help="context lengths")
+    state.add_argument(
+        "--attentions", nargs="+", default=None,
+        help="registered causal attentions (default: the recurrent ones and dot_product)",
+    )  # fmt: skip
+    state.add_argument("--d-model", type=int, default=256)
+    state.add_argument("--heads", type=int, default=8)
+    state.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    state.add_argument("--warmup", type=int, default=3, help="untimed steps before the timed ones")
+    state.add_argument("--repeats", type=int, default=20, help="timed steps per attention and length")
+    state.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    state.add_argument("--seed", type=int, default=0, help="seeds the inputs and the weights")
+    _common(state, "state")
     return root
 
 
@@ -162,9 +180,11 @@ def main(argv: list[str]) -> dict[str, Any]:
         names = [case.name for case in attention_cases()]
         if not any(fnmatchcase(name, pattern) for name in names for pattern in args.cases):
             argument_parser.error(f"no case matches --cases {' '.join(args.cases)}; the cases are: {', '.join(names)}.")
+    if args.benchmark == "state" and args.d_model % args.heads:
+        argument_parser.error(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads}).")
     try:
-        if args.benchmark == "classify":
-            for name in args.attentions:
+        if args.benchmark in ("classify", "state"):
+            for name in args.attentions or []:
                 get_attention(name)  # an unknown name: one line naming the closest
         return _run(args, argv)
     except ZooError as error:  # a bad name or setting: one line, like argparse's errors
@@ -212,6 +232,15 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         records = run_classify_bench(config, device, save_partial)
         payload |= {"config": vars(config), "cases": records}
         print(classify_tables(records, config))
+    elif args.benchmark == "state":
+        config = StateBenchConfig(
+            lengths=args.lengths, attentions=args.attentions or [*recurrent_names(), "dot_product"], d_model=args.d_model,
+            heads=args.heads, batch=args.batch, warmup=args.warmup, repeats=args.repeats, memory=not args.no_memory,
+            seed=args.seed,
+        )  # fmt: skip
+        records = run_state_bench(config, device)
+        payload |= {"config": vars(config), "cases": records}
+        print(state_table(records, config.lengths))
     elif args.benchmark == "train":
         setup, config = (
             _translation_setup(args),

@@ -55,7 +55,9 @@ and takes back ``(B, Lq, H, d)`` and the weights (or None):
   true unless the model says otherwise, as transformers' ``sdpa`` assumes) needs
   ``supports_causal``, a model with rotary positions (``config.rope_parameters``) needs
   ``supports_rotary`` (Llama rotates queries and keys before they reach the attention), and
-  every module needs padding masks. One that lacks any of them raises
+  every module needs padding masks, handed with causality as one mask per query
+  (``supports_query_mask``: the recurrent variants, which take key padding only and read the
+  layer's input for their gates, are refused). One that lacks any of them raises
   :class:`~zoo.IncompatibleAttentionError` naming the ``zoo_`` names that would work. A variant
   that needs one sequence (``local``, ``longformer``) refuses cross-attention itself, at the call.
   Weights are returned when the model asks (``output_attentions``) and the variant can.
@@ -106,6 +108,7 @@ KWARGS_KEY = "zoo_attention_kwargs"
 NEEDS = {
     "supports_causal": "causal masking",
     "supports_padding_mask": "padding masks",
+    "supports_query_mask": "masks that differ per query (causality and padding come as one mask)",
     "supports_rotary": "queries and keys rotated by rotary positions",
 }
 #: keyword arguments some models hand their attention that no zoo variant applies
@@ -271,11 +274,12 @@ def build_variant(module: nn.Module, name: str, *, num_heads: int, head_dim: int
 
 
 def requirements(module: nn.Module) -> dict[str, bool]:
-    """The capability flags ``module`` needs of a variant: causal, padding, rotary."""
+    """The capability flags ``module`` needs of a variant: causal, padding (per query), rotary."""
     rope = getattr(getattr(module, "config", None), "rope_parameters", None)
     return {
         "supports_causal": bool(getattr(module, "is_causal", True)),
         "supports_padding_mask": True,
+        "supports_query_mask": True,
         "supports_rotary": rope is not None,
     }
 

@@ -28,6 +28,25 @@ hold whatever the implementation (explicit scores, a fused kernel, no score matr
   one (DistributedDataParallel fails on parameters that get none), and the gradients match
   finite differences in float64.
 
+**Recurrent variants.** A variant whose ``attend_cached`` keeps a fixed-size state (a
+:class:`~zoo.attention.cache.StateCache`, as ``retention``, ``gla``, ``deltanet``,
+``gated_deltanet`` and ``mamba2`` do; the kit asks it for a short prompt's cache) gets two more:
+
+* ``state_decoding``: a prompt, then one position at a time through ``attend_cached``, gives the
+  outputs of one causal pass over the whole sequence (the parallel form), in float64, with and
+  without left-padded rows;
+* ``state_size``: the cache holds as many bytes after many positions as after one, counts the
+  positions seen, and ``select`` keeps the rows it picks.
+
+Its weights are the parallel form's decayed scores, not a distribution: they are checked to be
+zero where a query cannot see, not to be non-negative or to sum to one. A variant that reads the
+layer's input (``reads_layer_input``: gates from the data) is checked inside a ``self`` layer
+built over it, by name (register a plugin first); ``check_attention("self", attention="gla")``
+does the same explicitly. A causal-only variant (``supports_bidirectional = False``) is checked causally
+throughout (``causal`` too: the output at a position does not depend on later inputs) and must
+refuse a non-causal call; one that takes key padding only (``supports_query_mask = False``) is
+checked with key masks (lengths, left padding) and must refuse a mask per query.
+
 Every check runs on the ``device`` given (``check_attention(CosineAttention, device="cuda")``
 checks a variant's CUDA kernels, half precision included); inputs are drawn on the CPU from a
 seeded generator and moved there, so a device sees the same numbers as the CPU.
@@ -48,7 +67,8 @@ for a sliding window) is checked on equal lengths and must refuse unequal ones t
 The package: :mod:`~zoo.testing.contract` runs the checks and builds the report,
 :mod:`~zoo.testing.harness` builds and feeds the variant (:mod:`~zoo.testing.placement` applies a
 positional scheme around it), :mod:`~zoo.testing.checks` holds the mask, causality and weights
-checks and :mod:`~zoo.testing.numerics` the half-precision and gradient ones.
+checks, :mod:`~zoo.testing.numerics` the half-precision and gradient ones and
+:mod:`~zoo.testing.decoding` the recurrent state's.
 """
 
 from zoo.testing.contract import check_attention

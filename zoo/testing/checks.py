@@ -42,20 +42,26 @@ def check_shape(h: Harness, g: torch.Generator) -> None:
 
 
 def _mask_cases(h: Harness, lq: int, lk: int, g: torch.Generator) -> list[tuple[str, dict[str, Any], Tensor]]:
-    """Masks as the forward takes them, and the ``(B, Lq, Lk)`` pairs they let attend."""
+    """Masks as the forward takes them, and the ``(B, Lq, Lk)`` pairs a query may see under them
+    (causality included for a causal-only variant). A variant that takes key padding only gets
+    key masks: lengths, and a boolean ``(B, 1, Lk)`` mask (left padding and holes)."""
     lengths = torch.tensor([lk, 3, 1])
     per_query = torch.randint(0, lk + 1, (BATCH, lq), generator=g)
-    attn_mask = torch.rand(BATCH, lq, lk, generator=g) > 0.4
+    attn_mask = torch.rand(BATCH, 1 if h.key_masks_only else lq, lk, generator=g) > 0.4
     positions = torch.arange(lk)
-    return [
+    cases = [
         (
             "valid_lens of shape (B,)",
             {"valid_lens": lengths},
             (positions < lengths[:, None, None]).expand(BATCH, lq, lk),
         ),
         ("valid_lens of shape (B, Lq)", {"valid_lens": per_query}, positions < per_query[..., None]),
-        ("a boolean attn_mask", {"attn_mask": attn_mask}, attn_mask),
+        ("a boolean attn_mask", {"attn_mask": attn_mask}, attn_mask.expand(BATCH, lq, lk)),
     ]
+    if h.key_masks_only:
+        cases = [(what.replace("attn_mask", "attn_mask (B, 1, Lk)"), mask, keep) for what, mask, keep in cases]
+        del cases[1]
+    return [(what, mask, h.visible(keep)) for what, mask, keep in cases]
 
 
 @torch.no_grad()
@@ -85,7 +91,9 @@ def check_padding(h: Harness, g: torch.Generator) -> None:
 
 
 def check_causal(h: Harness, g: torch.Generator) -> None:
-    shapes = [(LK, LK)] if h.form == "x" else [(LK, LK), (LQ, LK)]
+    # fewer queries than keys (bottom-right) is decoding's shape: a causal-only recurrence takes it
+    # through attend_cached (the state_decoding check), not a forward over one sequence
+    shapes = [(LK, LK)] if h.form == "x" or h.causal_only else [(LK, LK), (LQ, LK)]
     for lq, lk in shapes:
         keep = causal_mask(lq, lk).expand(BATCH, lq, lk)
         _check_hidden_keys(h, g, lq, lk, f"is_causal=True ({lq} queries, {lk} keys)", keep, is_causal=True)
@@ -95,17 +103,20 @@ def _fully_masked_cases(h: Harness) -> list[tuple[str, int, int, dict[str, Any],
     """Masks leaving some query with no visible key: ``(what, Lq, Lk, mask, rows)``."""
     lq, lk = h.lengths
     lengths = torch.tensor([0, 2, lk])
-    attn_mask = torch.ones(BATCH, lq, lk, dtype=torch.bool)
-    attn_mask[1, 2] = False
     empty_rows = torch.zeros(BATCH, lq, dtype=torch.bool)
     empty_rows[0] = True
+    cases = [("valid_lens 0", lq, lk, {"valid_lens": lengths}, empty_rows)]
     empty_row = torch.zeros(BATCH, lq, dtype=torch.bool)
-    empty_row[1, 2] = True
-    cases = [
-        ("valid_lens 0", lq, lk, {"valid_lens": lengths}, empty_rows),
-        ("an attn_mask row of False", lq, lk, {"attn_mask": attn_mask}, empty_row),
-    ]
-    if h.prototype.supports_causal and h.form != "x":
+    if h.key_masks_only and h.causal_only:  # left padding: the queries before the first real key see none
+        attn_mask = (torch.arange(lk) >= torch.tensor([0, 3, 0])[:, None]).unsqueeze(1)
+        empty_row[1, :3] = True
+        cases.append(("a left-padded row (attn_mask (B, 1, Lk))", lq, lk, {"attn_mask": attn_mask}, empty_row))
+    elif not h.key_masks_only:
+        attn_mask = torch.ones(BATCH, lq, lk, dtype=torch.bool)
+        attn_mask[1, 2] = False
+        empty_row[1, 2] = True
+        cases.append(("an attn_mask row of False", lq, lk, {"attn_mask": attn_mask}, empty_row))
+    if h.prototype.supports_causal and h.form != "x" and not h.causal_only:
         before_every_key = torch.zeros(BATCH, LK, dtype=torch.bool)
         before_every_key[:, : LK - LQ] = True
         cases.append(("is_causal with more queries than keys", LK, LQ, {"is_causal": True}, before_every_key))
@@ -133,7 +144,7 @@ def check_weights(h: Harness, g: torch.Generator) -> None:
     lq, lk = h.lengths
     module, inputs = h.module(), h.inputs(lq, lk, g)
     cases = _mask_cases(h, lq, lk, g) if h.prototype.supports_padding_mask else []
-    for what, mask, keep in [("no mask", {}, torch.ones(BATCH, lq, lk, dtype=torch.bool)), *cases]:
+    for what, mask, keep in [("no mask", {}, h.visible(torch.ones(BATCH, lq, lk, dtype=torch.bool))), *cases]:
         output, weights = h(module, inputs, need_weights=True, **mask)
         plain, _ = h(module, inputs, **mask)
         if weights is None:
@@ -143,10 +154,13 @@ def check_weights(h: Harness, g: torch.Generator) -> None:
                 f"weights have shape {tuple(weights.shape)}, expected ({BATCH}, {lq}, {lk}) or ({BATCH}, heads, {lq}, {lk})."
             )
         keep_b = keep if weights.dim() == 3 else keep.unsqueeze(1)
-        if (weights < 0).any() or (weights.masked_select(~keep_b.expand_as(weights)) != 0).any():
-            fail(f"with {what}, weights must be non-negative and exactly zero on keys a query cannot see.")
-        sees = weights.ne(0).any(-1)  # the rows the variant gives any weight: they must sum to 1
-        if not close(weights.sum(-1), sees.to(weights.dtype)):
+        if (weights.masked_select(~keep_b.expand_as(weights)) != 0).any():
+            fail(f"with {what}, weights must be exactly zero on keys a query cannot see.")
+        sees = weights.ne(0).any(-1)  # the rows the variant gives any weight
+        # a recurrent variant's weights are its decayed scores, which multiply the values: not a distribution
+        if not h.recurrent and (weights < 0).any():
+            fail(f"with {what}, weights must be non-negative.")
+        if not h.recurrent and not close(weights.sum(-1), sees.to(weights.dtype)):
             fail(f"with {what}, each query's weights must sum to 1 (0 for a query that sees no key).")
         _check_blind_rows(h, module, inputs, output, sees if weights.dim() == 3 else sees.any(1), what, g, **mask)
         if not close(output, plain):

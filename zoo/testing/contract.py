@@ -11,6 +11,7 @@ from torch import nn
 
 from zoo.attention import IncompatibleAttentionError
 from zoo.testing.checks import check_causal, check_fully_masked, check_padding, check_shape, check_weights
+from zoo.testing.decoding import check_state_decoding, check_state_size, decodes_with_state
 from zoo.testing.harness import LQ, Harness, build_harness
 from zoo.testing.numerics import check_gradients, half_precision_check
 from zoo.testing.report import AttentionContractError, ContractReport
@@ -39,7 +40,8 @@ def check_attention(
             one the variant cannot take raises :class:`~zoo.attention.IncompatibleAttentionError`.
         **kwargs: Constructor arguments (when ``variant`` is a name or a class). Constructors
             taking ``query_size``/``key_size`` (scoring) or ``embed_dim``/``num_heads`` (layers)
-            get small defaults.
+            get small defaults. A scoring attention that reads the layer's input is checked
+            inside a ``self`` layer (``embed_dim`` 8 and ``num_heads`` 2 unless given here).
 
     Returns:
         A :class:`ContractReport` of the checks that passed and those skipped (capabilities the
@@ -69,9 +71,24 @@ def check_attention(
         *((str(dtype).removeprefix("torch."), None, half_precision_check(dtype)) for dtype in dtypes),
         ("gradients", None, check_gradients),
     ]
-    if not getattr(harness.prototype, "supports_cross_attention", True):  # the checks then use one sequence
+    try:
+        harness.recurrent = decodes_with_state(harness)
+    except Exception as error:
+        raise AttentionContractError(
+            f"{harness.label} fails the attention contract [decoding]: attend_cached raised {type(error).__name__}: {error}"
+        ) from error
+    if harness.recurrent:
+        checks += [("state_decoding", None, check_state_decoding), ("state_size", None, check_state_size)]
+    one_sequence = harness.form != "x" and not getattr(harness.prototype, "supports_cross_attention", True)
+    if one_sequence:  # the checks then use one sequence (a self-attention layer always does)
         _expect_refusal(harness, "supports_cross_attention", generator)
         skipped["two_sequences"] = "declares supports_cross_attention=False (and refuses it)"
+    if harness.causal_only:  # the checks then run causally
+        _expect_refusal(harness, "supports_bidirectional", generator)
+        skipped["bidirectional"] = "declares supports_bidirectional=False (and refuses it): checked causally"
+    if harness.key_masks_only:  # the checks then use key padding masks
+        _expect_refusal(harness, "supports_query_mask", generator)
+        skipped["query_masks"] = "declares supports_query_mask=False (and refuses it): checked with key masks"
     for name, flag, check in checks:
         if flag is not None and not getattr(harness.prototype, flag):
             _expect_refusal(harness, flag, generator)
@@ -97,7 +114,12 @@ def _expect_refusal(h: Harness, flag: str, g: torch.Generator) -> None:
     request = {
         "supports_cross_attention": (f"{lq} queries over {lk} keys", {}),
         "supports_padding_mask": ("valid_lens", {"valid_lens": torch.tensor([lk, 3, 1])}),
+        "supports_query_mask": (
+            "valid_lens of shape (B, Lq)",
+            {"valid_lens": torch.tensor([[lk] * lq, [3] * lq, [1] * lq])},
+        ),
         "supports_causal": ("is_causal=True", {"is_causal": True}),
+        "supports_bidirectional": ("is_causal=False", {"is_causal": False}),
         "supports_weights": ("need_weights=True", {"need_weights": True}),
     }[flag]
     what, kwargs = request

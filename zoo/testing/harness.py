@@ -1,5 +1,11 @@
 """The harness: one variant under test, built with small sizes (and a positional scheme where
-asked), fed seeded inputs on a device, and read back on the CPU."""
+asked), fed seeded inputs on a device, and read back on the CPU.
+
+A scoring attention that reads the layer's input (``reads_layer_input``: gates from the data) is
+built inside a ``self`` layer, the only way it runs. A causal-only variant
+(``supports_bidirectional = False``) is called with ``is_causal=True`` unless a check says
+otherwise, and what a query may see is then the causal mask with the padding mask.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError
+from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError, SelfAttention
+from zoo.attention.masking import causal_mask
 from zoo.attention.spec import POSITION_CAPABILITY, AttentionSpec
 from zoo.positions import create_position, get_position
 from zoo.testing.placement import Placement
@@ -34,10 +41,26 @@ class Harness:
     out_dim: int
     position: Placement | None = None  # a scheme the harness applies around the variant
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    recurrent: bool = False  # decodes with a fixed-size state (a StateCache), set by check_attention
 
     @property
     def scoring(self) -> bool:
         return isinstance(self.prototype, Attention)
+
+    @property
+    def causal_only(self) -> bool:
+        """The variant attends to earlier positions only: every call is causal unless a check says not."""
+        return not getattr(self.prototype, "supports_bidirectional", True)
+
+    @property
+    def key_masks_only(self) -> bool:
+        """The variant takes key padding masks only, the same for every query."""
+        return not getattr(self.prototype, "supports_query_mask", True)
+
+    def visible(self, keep: Tensor) -> Tensor:
+        """What a query may see, ``(B, Lq, Lk)``: ``keep`` (the masks), and causality for a
+        causal-only variant."""
+        return keep & causal_mask(*keep.shape[-2:]) if self.causal_only else keep
 
     @property
     def lengths(self) -> tuple[int, int]:
@@ -86,6 +109,8 @@ class Harness:
         self, module: nn.Module, inputs: tuple[Tensor, Tensor, Tensor], valid_lens: Tensor | None = None, **kwargs: Any
     ) -> tuple[Tensor, Tensor | None]:
         """Run ``module``; masks go to the device, the output and weights come back to the CPU."""
+        if self.causal_only:
+            kwargs.setdefault("is_causal", True)
         if self.position is not None:
             inputs, kwargs = self.position.apply(inputs, kwargs)
         q, k, v = inputs
@@ -109,11 +134,18 @@ def build_harness(
                 f"check_attention(position={position!r}): build the layer with the position in its AttentionSpec and "
                 "pass it without position=."
             )
+        if isinstance(module, Attention) and module.reads_layer_input:
+            raise TypeError(
+                f"check_attention: {label} reads the layer's input, so it is checked inside a self-attention layer; "
+                "pass its class or registered name (the kit builds the layer), or a layer built over it."
+            )
     else:
         cls = ATTENTION_REGISTRY.get(variant) if isinstance(variant, str) else variant
         label = repr(variant) if isinstance(variant, str) else cls.__name__
         if not (inspect.isclass(cls) and issubclass(cls, (Attention, AttentionLayer))):
             raise TypeError(f"check_attention takes a subclass of zoo.Attention or zoo.AttentionLayer, got {cls!r}.")
+        if issubclass(cls, Attention) and cls.reads_layer_input:
+            return _in_a_layer(cls, label, kwargs, position, kind)
         kwargs = _constructor_defaults(cls, kwargs)
         if issubclass(cls, AttentionLayer) and kind in POSITION_CAPABILITY:  # the layer refuses what it cannot take
             scheme = create_position(position, d_model=kwargs["embed_dim"], num_heads=kwargs["num_heads"])  # type: ignore[arg-type]
@@ -131,6 +163,32 @@ def build_harness(
             dq, dk = (8, 8) if module.requires_equal_qk_dims else (6, 4)
         placement = Placement(position, kind, on_scores=True) if position is not None and kind is not None else None
         return Harness(label, module, "qkv", (dq, dk, 5), out_dim=5, position=placement)
+    return _layer_harness(module, label, position, kind)
+
+
+def _in_a_layer(
+    cls: type[Attention], label: str, kwargs: dict[str, Any], position: str | None, kind: str | None
+) -> Harness:
+    """The harness of a scoring attention that reads the layer's input: a ``self`` layer over it
+    (``embed_dim`` and ``num_heads`` in ``kwargs`` size the layer, the rest go to the variant)."""
+    name = ATTENTION_REGISTRY.name_of(cls)
+    if name is None:
+        raise TypeError(
+            f"check_attention: {cls.__name__} reads the layer's input, so it is checked inside a self-attention layer, "
+            "which builds its attention by name: register it first (@zoo.register_attention)."
+        )
+    kwargs = dict(kwargs)
+    embed_dim, num_heads = kwargs.pop("embed_dim", 8), kwargs.pop("num_heads", 2)
+    spec = AttentionSpec(name, kwargs)
+    if kind in POSITION_CAPABILITY:
+        spec = spec.with_position(create_position(position, d_model=embed_dim, num_heads=num_heads))  # type: ignore[arg-type]
+    module = SelfAttention(embed_dim, num_heads, spec)
+    label = f"{label} (in a self-attention layer)" + (f" with position {position!r}" if position is not None else "")
+    return _layer_harness(module, label, position, kind)
+
+
+def _layer_harness(module: nn.Module, label: str, position: str | None, kind: str | None) -> Harness:
+    """The harness of an attention layer: fed ``(q, k, v)``, ``(x, memory)`` or ``(x)`` as its forward takes them."""
     if not isinstance(module, AttentionLayer):
         raise TypeError(f"check_attention takes an attention variant, got {type(module).__name__}.")
     embed_dim = getattr(module, "embed_dim", None)
@@ -146,13 +204,17 @@ def build_harness(
 
 
 def _constructor_defaults(cls: type[nn.Module], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Small sizes for the constructor arguments the contract's inputs need, unless given."""
+    """Small sizes for the constructor arguments the contract's inputs need, unless given. A
+    scoring attention runs on one head of 8 features: ``embed_dim`` and ``num_heads``, where it
+    requires them (a recurrent variant's base takes them), are 8 and 1."""
     params = inspect.signature(cls).parameters
     if issubclass(cls, Attention):
         defaults = {
             "query_size": 8 if cls.requires_equal_qk_dims else 6,
             "key_size": 8 if cls.requires_equal_qk_dims else 4,
         }
+        required = {"embed_dim": 8, "num_heads": 1}
+        defaults |= {k: v for k, v in required.items() if k in params and params[k].default is inspect.Parameter.empty}
     else:
         defaults = {"embed_dim": 8, "num_heads": 2}
     return {**{k: v for k, v in defaults.items() if k in params}, **kwargs}

@@ -1,0 +1,267 @@
+"""The recurrent families (retention, gla, deltanet, gated_deltanet, mamba2) against per-token
+float64 loops of each paper's recurrence, written here from the layer's parameters (not with the
+variants' kernels): every form, chunk sizes that do not divide the length, right and left padding,
+gradients, decoding from the state in a GPT (hybrid stacks included), refusals, and 16k tokens in
+float32."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import zoo
+from zoo.attention.cache import KeyValueCache, StateCache
+from zoo.attention.spec import layer_specs
+from zoo.models import GPT
+
+FAMILIES = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2"]
+EMBED, HEADS, LENGTH = 8, 2, 71  # 71 is a multiple of no chunk size below but 1
+HEAD = EMBED // HEADS
+CHUNK_SIZES = (1, 7, 16, 64)
+EPS = 1e-5  # the output norms'
+
+
+def layer(family: str, seed: int = 0, **kwargs) -> zoo.SelfAttention:
+    """A float64 self-attention layer over ``family`` whose own parameters are moved off their
+    initial values (norm scales of 1, ``D`` of 1 would hide mistakes)."""
+    torch.manual_seed(seed)
+    module = zoo.SelfAttention(EMBED, HEADS, zoo.AttentionSpec(family, kwargs)).double().eval()
+    with torch.no_grad():
+        for parameter in module.score_attention.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    return module
+
+
+# -- the papers' recurrences, token by token, in their orientation: a (dv, dk) state, o_t = S_t q_t --
+
+
+def heads(x: Tensor) -> Tensor:
+    """``(B, T, H * w)`` -> ``(B, H, T, w)``."""
+    return x.unflatten(-1, (HEADS, -1)).transpose(1, 2)
+
+
+def rms_norm(x: Tensor, weight: Tensor) -> Tensor:
+    return x / (x.square().mean(-1, keepdim=True) + EPS).sqrt() * weight
+
+
+def reference(module: zoo.SelfAttention, x: Tensor, real: Tensor) -> Tensor:
+    """The layer's output: its projections, the family's recurrence per token (a padded token, where
+    ``real`` ``(B, T)`` is False, leaves the state alone and reads zero), its norm and gates."""
+    attention, family = module.score_attention, module.attention_name
+    q, k, v = (heads(F.linear(x, p.weight, p.bias)) for p in (module.q_proj, module.k_proj, module.v_proj))
+    batch, length = x.shape[:2]
+    eye = torch.eye(HEAD, dtype=x.dtype)
+    state = x.new_zeros(batch, HEADS, HEAD, HEAD)
+    outputs = torch.zeros_like(v)
+    if family in ("deltanet", "gated_deltanet"):
+        q, k, v = F.silu(q), F.silu(k), F.silu(v)
+        q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
+        beta = torch.sigmoid(heads(x @ attention.beta.weight.T))  # (B, H, T, 1)
+    if family in ("gated_deltanet", "mamba2"):
+        decay = attention.decay
+        dt = heads(F.softplus(x @ decay.proj.weight.T + decay.dt_bias))  # (B, H, T, 1)
+        a = torch.exp(-dt * decay.A_log.exp()[:, None, None])
+    if family == "gla":
+        first, second = attention.decay_gate
+        alpha = torch.sigmoid(heads(x @ first.weight.T @ second.weight.T + second.bias)) ** (1 / 16)  # (B, H, T, dk)
+    if family == "mamba2":
+        q, k, v = F.silu(q), F.silu(k), F.silu(v)  # C, B and x
+    for t in range(length):
+        q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]
+        write = v_t.unsqueeze(-1) * k_t.unsqueeze(-2)  # v_t k_t^T
+        if family == "retention":
+            gamma = 1 - 2.0 ** (-5 - torch.arange(HEADS, dtype=x.dtype))
+            updated = gamma[:, None, None] * state + write
+            read = updated @ q_t.unsqueeze(-1) / math.sqrt(HEAD)
+        elif family == "gla":
+            updated = state * alpha[:, :, t].unsqueeze(-2) + write  # Diag(alpha_t) on the key side
+            read = updated @ q_t.unsqueeze(-1) / math.sqrt(HEAD)
+        elif family in ("deltanet", "gated_deltanet"):
+            b = beta[:, :, t].unsqueeze(-1)
+            kept = a[:, :, t].unsqueeze(-1) * state if family == "gated_deltanet" else state
+            updated = kept @ (eye - b * k_t.unsqueeze(-1) * k_t.unsqueeze(-2)) + b * write
+            read = updated @ q_t.unsqueeze(-1) / math.sqrt(HEAD)
+        else:  # mamba2: h_t = a_t h_{t-1} + B_t (dt_t x_t)^T, y_t = C_t h_t + D x_t (h kept as its transpose)
+            updated = a[:, :, t].unsqueeze(-1) * state + dt[:, :, t].unsqueeze(-1) * write
+            read = updated @ q_t.unsqueeze(-1) + attention.D[:, None, None] * v_t.unsqueeze(-1)
+        keep = real[:, t, None, None, None]
+        state = torch.where(keep, updated, state)
+        outputs[:, :, t] = torch.where(keep[..., 0], read.squeeze(-1), 0.0)
+    if family in ("retention", "gla", "gated_deltanet"):
+        outputs = rms_norm(outputs, attention.norm.weight) * F.silu(heads(x @ attention.gate.weight.T))
+    elif family == "deltanet":
+        outputs = rms_norm(outputs, attention.norm.weight)
+    else:
+        outputs = rms_norm(outputs * F.silu(heads(x @ attention.gate.weight.T)), attention.norm_weight)
+    return module.out_proj(outputs.transpose(1, 2).flatten(-2))
+
+
+# -- the forms against the references --------------------------------------------------------------
+
+
+def padded(kind: str | None) -> tuple[dict, Tensor]:
+    """The layer's mask arguments and the real tokens ``(B, T)``: right padding as lengths, left
+    padding (the first 13 tokens of the second row) as attn_mask key columns."""
+    steps = torch.arange(LENGTH)
+    if kind == "right":
+        lengths = torch.tensor([LENGTH, LENGTH - 20])
+        return {"valid_lens": lengths}, steps < lengths[:, None]
+    if kind == "left":
+        real = steps >= torch.tensor([0, 13])[:, None]
+        return {"attn_mask": real[:, None, :]}, real
+    return {}, torch.ones(2, LENGTH, dtype=torch.bool)
+
+
+FORMS = [("parallel", None), ("recurrent", None), ("auto", None), *(("chunkwise", size) for size in CHUNK_SIZES)]
+
+
+@pytest.mark.parametrize("padding", [None, "right", "left"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_form_matches_the_papers_recurrence(family: str, padding: str | None) -> None:
+    module = layer(family)
+    x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    mask, real = padded(padding)
+    expected = reference(module, x, real)
+    for mode, chunk_size in FORMS:
+        module.score_attention.mode, module.score_attention.chunk_size = mode, chunk_size or 64
+        with torch.no_grad():
+            output = module(x, is_causal=True, **mask).output
+        form = f"{mode} {chunk_size or ''}"
+        torch.testing.assert_close(
+            output, expected, atol=1e-10, rtol=0, msg=lambda message, form=form: f"{form}: {message}"
+        )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_decoding_from_a_chunkwise_prompt_matches_the_papers_recurrence(family: str) -> None:
+    """A left-padded prompt of 40 tokens in chunks of 16, then one token at a time from the state."""
+    module = layer(family, chunk_size=16)
+    x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    _, real = padded("left")
+    expected = reference(module, x, real)
+    with torch.no_grad():
+        output, cache = module.attend_cached(x[:, :40], None, attn_mask=real[:, None, None, :40])
+        outputs = [output]
+        for t in range(40, LENGTH):
+            output, cache = module.attend_cached(x[:, t : t + 1], cache, attn_mask=real[:, None, None, : t + 1])
+            outputs.append(output)
+    torch.testing.assert_close(torch.cat(outputs, dim=1), expected, atol=1e-10, rtol=0)
+    assert isinstance(cache, StateCache) and cache.length == LENGTH
+    assert cache.state.shape == (2, HEADS, HEAD, HEAD)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_chunkwise_gradients_equal_the_parallel_forms(family: str) -> None:
+    x = torch.randn(2, 40, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    weights = torch.randn(2, 40, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    gradients = []
+    for mode in ("parallel", "chunkwise"):
+        module = layer(family, mode=mode, chunk_size=7)
+        leaf = x.clone().requires_grad_()
+        (module(leaf, torch.tensor([40, 29]), is_causal=True).output * weights).sum().backward()
+        gradients.append([leaf.grad, *(p.grad for p in module.parameters())])
+    assert all(g is not None for g in gradients[1])
+    for parallel, chunkwise in zip(*gradients):
+        torch.testing.assert_close(chunkwise, parallel, atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_weights_are_the_parallel_forms_and_zero_where_hidden(family: str) -> None:
+    module = layer(family)
+    x = torch.randn(2, 12, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        output, weights = module(x, torch.tensor([12, 7]), is_causal=True, need_weights=True)
+        plain = module(x, torch.tensor([12, 7]), is_causal=True).output
+    assert weights.shape == (2, HEADS, 12, 12)
+    assert torch.equal(weights.triu(1), torch.zeros_like(weights)) and not weights[1, :, :, 7:].any()
+    torch.testing.assert_close(output, plain, atol=1e-12, rtol=0)
+
+
+# -- models and decoding ---------------------------------------------------------------------------
+
+
+def gpt(attention, **kwargs) -> GPT:
+    torch.manual_seed(0)
+    options = {"d_model": 16, "num_heads": 2, "num_layers": 2, "block_size": 24} | kwargs
+    return GPT(23, attention=attention, **options).double().eval()
+
+
+def greedy(model: GPT, prompt: Tensor, steps: int, use_cache: bool) -> Tensor:
+    return torch.stack(list(model.generate(prompt, steps, temperature=0, use_cache=use_cache)), dim=1)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_gpt_decodes_from_a_chunkwise_prompt_with_a_fixed_size_state(family: str) -> None:
+    model = gpt(family, attention_kwargs={"chunk_size": 3})
+    prompt = torch.randint(23, (2, 8), generator=torch.Generator().manual_seed(6))
+    assert torch.equal(greedy(model, prompt, 12, True), greedy(model, prompt, 12, False))
+    with torch.no_grad():
+        _, short = model(prompt[:, :2], use_cache=True)
+        _, long = model(prompt, use_cache=True)
+    assert all(isinstance(c, StateCache) for c in long)
+    assert [c.nbytes for c in short] == [c.nbytes for c in long] and long[0].length == 8
+
+
+def test_a_hybrid_stack_decodes_each_layer_with_its_own_kind_of_cache() -> None:
+    model = gpt([{"name": "local", "window": 4}, "gla"], num_layers=4)
+    prompt = torch.randint(23, (2, 5), generator=torch.Generator().manual_seed(7))
+    assert torch.equal(greedy(model, prompt, 15, True), greedy(model, prompt, 15, False))
+    with torch.no_grad():
+        _, caches = model(prompt, use_cache=True)
+    assert [type(c) for c in caches] == [KeyValueCache, StateCache] * 2
+
+
+# -- refusals, one line each -----------------------------------------------------------------------
+
+
+def refusal(call) -> str:
+    with pytest.raises(zoo.IncompatibleAttentionError) as error:
+        call()
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_what_a_causal_recurrence_cannot_do_is_refused_in_one_line(family: str) -> None:
+    module = layer(family)
+    x = torch.randn(2, 6, EMBED, dtype=torch.float64)
+    assert "is a causal recurrence" in refusal(lambda: module(x))
+    assert "key padding masks only" in refusal(lambda: module(x, torch.tensor([[6] * 6, [3] * 6]), is_causal=True))
+    assert "attending in both directions" in refusal(lambda: layer_specs(family, None, 2, role="an encoder"))
+    assert "cannot be used by cross-attention" in refusal(lambda: zoo.CrossAttention(EMBED, HEADS, family))
+    alone = zoo.create_attention(family, embed_dim=EMBED, num_heads=HEADS)
+    q = torch.randn(2, HEADS, 6, HEAD)
+    assert "reads the layer's input" in refusal(lambda: alone(q, q, q, is_causal=True))
+
+
+def test_a_bad_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="mode must be one of auto, parallel, chunkwise, recurrent; got 'fast'"):
+        zoo.create_attention("gla", embed_dim=EMBED, num_heads=HEADS, mode="fast")
+
+
+# -- long inputs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_16k_tokens_in_float32_stay_finite_under_strong_decays(family: str) -> None:
+    """Decays summed over 16k tokens reach exp(-10^5): they must underflow to zero weights, never
+    to NaN or inf, forwards and backwards."""
+    torch.manual_seed(0)
+    module = zoo.SelfAttention(16, 2, family)
+    attention = module.score_attention
+    with torch.no_grad():
+        if family == "gla":
+            attention.decay_gate[1].bias.fill_(-40.0)  # log decays of -2.5 per step and key dimension
+        elif family in ("gated_deltanet", "mamba2"):
+            attention.decay.A_log.fill_(math.log(16.0))
+            attention.decay.dt_bias.fill_(5.0)  # log decays of about -80 per step
+    x = torch.randn(1, 16384, 16, requires_grad=True)
+    output = module(x, is_causal=True).output
+    output.square().mean().backward()
+    assert torch.isfinite(output).all() and torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)

@@ -1,0 +1,56 @@
+"""``python -m zoo bench state`` and the recurrent cases of ``bench attention`` on tiny sizes: they
+run and report what they should (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from zoo.bench.attention import AttentionBenchConfig, run_attention_bench
+from zoo.bench.cli import main
+from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, state_table
+
+TINY = {"d_model": 16, "heads": 2, "warmup": 0, "repeats": 1}
+RECURRENT = ["deltanet", "gated_deltanet", "gla", "mamba2", "retention"]
+
+
+def test_the_recurrent_names_are_the_causal_recurrences() -> None:
+    assert recurrent_names() == RECURRENT
+    assert StateBenchConfig(lengths=[8]).attentions == [*RECURRENT, "dot_product"]
+
+
+def test_a_state_does_not_grow_with_the_context_and_a_key_value_cache_does() -> None:
+    config = StateBenchConfig(lengths=[8, 24], attentions=["gla", "mamba2", "dot_product"], **TINY)
+    records = run_state_bench(config, torch.device("cpu"))
+    sizes = {r["attention"]: [result["cache_bytes"] for result in r["results"]] for r in records}
+    assert sizes["gla"] == sizes["mamba2"] == [2 * 8 * 8 * 4] * 2  # (B, H, dk, dv) float32
+    assert sizes["dot_product"] == [2 * 2 * 8 * n * 4 for n in (9, 25)]  # keys and values of every position
+    assert all(r["results"][0]["step_peak_bytes"] > 0 and r["results"][1]["time_ms"]["median"] > 0 for r in records)
+    table = state_table(records, config.lengths)
+    assert "| gla " in table and "ms/token L=24" in table and "cache KiB L=8" in table
+
+
+def test_bench_state_runs_from_the_command_line(tmp_path, capsys) -> None:
+    out = tmp_path / "state.json"
+    tiny = ["--d-model", "16", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory"]
+    main(["state", "--lengths", "8", "16", "--attentions", "retention", "dot_product", *tiny, "--out", str(out)])
+    payload = json.loads(out.read_text())
+    assert [c["attention"] for c in payload["cases"]] == ["retention", "dot_product"]
+    assert payload["config"]["lengths"] == [8, 16] and "| retention" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["state", "--attentions", "retnt", "--out", str(out)])
+    assert "Unknown attention 'retnt'. Did you mean 'retnet', 'retention'?" in capsys.readouterr().err
+
+
+def test_bench_attention_runs_the_recurrent_families_in_a_layer_when_causal(capsys) -> None:
+    config = AttentionBenchConfig(lengths=[16], batch=2, causal=True, memory=False, **TINY)
+    records = run_attention_bench(config, torch.device("cpu"), ["multi_head", *RECURRENT])
+    assert [r["name"] for r in records] == ["multi_head", *RECURRENT]
+    for record in records[1:]:
+        assert record["kind"] == "layer" and record["baseline"] == "multi_head" and record["variant"] == record["name"]
+        assert record["results"][0]["status"] == "ok", record
+    left_out = run_attention_bench(config.__class__(lengths=[16], **TINY), torch.device("cpu"), ["gla", "linear"])
+    assert [r["name"] for r in left_out] == ["linear"]
+    assert "gla: left out (declares supports_bidirectional=False: a causal recurrence" in capsys.readouterr().err

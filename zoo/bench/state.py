@@ -1,0 +1,114 @@
+"""``python -m zoo bench state``: what one new token costs to decode after a long context.
+
+For each attention, one ``self`` layer (``d_model`` 256 and 8 heads by default) encodes a context
+of ``L`` random positions into its cache (``attend_cached`` with none: a recurrent variant runs
+its chunkwise form and keeps a state, ``dot_product`` keeps every key and value), then decodes
+one more position from that cache, ``repeats`` times after ``warmup`` untimed calls, each from the
+same context. Reported per length: the time of that step (median and quartiles), the bytes the
+cache holds after it, and the step's peak memory above what it started with. A recurrent
+variant's state has the same size whatever ``L``, so its step should cost the same at 16k tokens
+as at 1k; a key/value cache grows with ``L``, and so does the step (it reads, and here copies,
+every key). The table gives each quantity at the longest length over the shortest.
+
+The prompt is encoded without gradients, as decoding runs, in the layer's float32.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from zoo.attention import SelfAttention, get_attention
+from zoo.attention.cache import LayerCache
+from zoo.attention.factory import scoring_names
+from zoo.bench.measure import peak_memory, time_call
+from zoo.bench.report import markdown_table
+
+__all__ = ["StateBenchConfig", "recurrent_names", "run_state_bench", "state_table"]
+
+
+def recurrent_names() -> list[str]:
+    """The registered causal recurrences (``supports_bidirectional = False``), plugins included."""
+    return [name for name in scoring_names() if not get_attention(name).supports_bidirectional]
+
+
+@dataclass(frozen=True)
+class StateBenchConfig:
+    """What ``bench state`` decodes, and how often."""
+
+    lengths: list[int]
+    attentions: list[str] = field(default_factory=lambda: [*recurrent_names(), "dot_product"])
+    d_model: int = 256
+    heads: int = 8
+    batch: int = 1
+    warmup: int = 3
+    repeats: int = 20
+    memory: bool = True
+    seed: int = 0
+
+
+def _step(layer: SelfAttention, x: Tensor, cache: LayerCache) -> Callable[[], LayerCache]:
+    """One new position ``x`` ``(B, 1, d_model)`` decoded after ``cache``: the extended cache."""
+
+    def call() -> LayerCache:
+        return layer.attend_cached(x, cache)[1]
+
+    return call
+
+
+@torch.inference_mode()
+def _measure(name: str, config: StateBenchConfig, length: int, device: torch.device) -> dict[str, Any]:
+    """One attention at one context length."""
+    generator = torch.Generator().manual_seed(config.seed * 100_003 + length)
+    torch.manual_seed(config.seed)
+    layer = SelfAttention(config.d_model, config.heads, name).to(device).eval()
+    context = torch.randn(config.batch, length + 1, config.d_model, generator=generator).to(device)
+    _, cache = layer.attend_cached(context[:, :length], None)
+    step = _step(layer, context[:, length:], cache)
+    timing = time_call(step, warmup=config.warmup, repeats=config.repeats)
+    result = {"length": length, "time_ms": timing.scaled(1e3), "cache_bytes": step().nbytes}
+    if config.memory:
+        result["step_peak_bytes"] = peak_memory(step, device=device)
+    return result
+
+
+def run_state_bench(config: StateBenchConfig, device: torch.device) -> list[dict[str, Any]]:
+    """Every attention of ``config`` at every length: one record per attention, its results by length."""
+    records = []
+    for name in config.attentions:
+        results = []
+        for length in config.lengths:
+            results.append(_measure(name, config, length, device))
+            print(f"  {name} L={length}: {results[-1]['time_ms']['median']:.3g} ms", file=sys.stderr, flush=True)
+        records.append({"attention": name, "results": results})
+    return records
+
+
+def state_table(records: list[dict[str, Any]], lengths: list[int]) -> str:
+    """One row per attention: the step's time and the cache's size at each length, and both (and
+    the step's peak memory) at the longest length over the shortest."""
+    rows = []
+    for record in records:
+        results = record["results"]
+        first, last = results[0], results[-1]
+        times = [f"{r['time_ms']['median']:.3g} [{r['time_ms']['q1']:.3g}-{r['time_ms']['q3']:.3g}]" for r in results]
+        caches = [f"{r['cache_bytes'] / 1024:.1f}" for r in results]
+        ratios = [
+            last["time_ms"]["median"] / first["time_ms"]["median"],
+            last["cache_bytes"] / first["cache_bytes"],
+        ]
+        if "step_peak_bytes" in first and first["step_peak_bytes"] > 0:
+            ratios.append(last["step_peak_bytes"] / first["step_peak_bytes"])
+        rows.append([record["attention"], *times, *caches, " / ".join(f"{r:.2f}x" for r in ratios)])
+    headers = [
+        "attention",
+        *(f"ms/token L={n}" for n in lengths),
+        *(f"cache KiB L={n}" for n in lengths),
+        f"L={lengths[-1]} over L={lengths[0]}: time / cache / step peak",
+    ]
+    return markdown_table(headers, rows)
