@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Everything the zoo measures on one GPU, in one go of at most ten minutes, offline.
 #
-#   benchmarks/gpu.sh [--dry-run] [--list] [--wheels DIR] [--data DIR] [--out DIR] [--python PY]
+#   benchmarks/gpu.sh [--dry-run] [--list] [--only STAGE,...] [--wheels DIR] [--data DIR] [--out DIR] [--python PY]
 #
 # From the project checkout plus two folders beside it (defaults in the checkout root, both
 # ignored by git): --wheels (.whl: benchmarks/fetch_gpu_wheels.sh fills it) and --data (.data:
-# fra-eng.zip, and sst2/ for the sentiment test). Results and logs go to --out (default $OUT if
-# set, else gpu-results/): one log per stage, the benchmarks' JSON and plots, the CUDA tests'
-# JUnit XML, the budget run's directory and test metrics, environment.log, and stages.tsv (stage,
-# status, exit code, seconds). Each stage runs under `timeout` with its share of the ten
-# minutes; a stage that fails or runs out of time is recorded and the next one runs.
+# fra-eng.zip, sst2/ for the sentiment test, tinyshakespeare/input.txt for the language model).
+# Results and logs go to --out (default $OUT if set, else gpu-results/): one log per stage, the
+# benchmarks' JSON and plots, the CUDA tests' JUnit XML, the runs' directories and metrics,
+# environment.log, and stages.tsv (stage, status, exit code, seconds). Each stage runs under
+# `timeout` with its share of the ten minutes; a stage that fails or runs out of time is recorded
+# and the next one runs.
 #
-# --dry-run runs every stage on the CPU at tiny sizes, to test the script without a GPU
-# (tests/bench/test_gpu_script.py does); --list prints the stages and their shares, and runs nothing.
+# A call runs the first part by default: the CUDA tests, the benchmarks and nanoGPT's Shakespeare
+# recipe. The Transformer's budget run needs a second call of its own (--only budget_fit,budget_test).
+# --dry-run runs the stages on the CPU at tiny sizes, to test the script without a GPU
+# (tests/bench/test_gpu_script.py does); --list prints the selected stages and their shares, and
+# runs nothing.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +26,7 @@ WHEELS=$ROOT/.whl
 DATA=$ROOT/.data
 RESULTS=${OUT:-$ROOT/gpu-results}
 PYTHON=python3
+ONLY=
 while [ $# -gt 0 ]; do
     case $1 in
         --dry-run) DRY=1 ;;
@@ -30,7 +35,8 @@ while [ $# -gt 0 ]; do
         --data) DATA=$2; shift ;;
         --out) RESULTS=$2; shift ;;
         --python) PYTHON=$2; shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --only) ONLY=$2; shift ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "gpu.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -57,6 +63,7 @@ export PYTHON WHEELS SITE  # for the stages that are functions of this script (r
 stage() {
     local name=$1 share=$2 started=$SECONDS rc status
     shift 2
+    selected "$name" || return 0
     local left=$((TOTAL - (SECONDS - START)))
     if [ "$share" -gt "$left" ]; then share=$left; fi
     if [ "$share" -le 0 ]; then
@@ -133,10 +140,14 @@ if [ $DRY -eq 1 ]; then
     TRAIN_SIZE=(--batch 16 --steps 2 --warmup 1) DECODE_SIZE=(--batch 8 --sentences 8 --tokens 4 --repeats 1)
     FIT_SIZE=(--data.limit_train 400 --data.vocab_size 200 --data.batch_size 16 --model.d_model 32 --model.num_heads 2
               --model.ffn_hidden 64 --data.num_workers 0 --trainer.limit_test_batches 0.005)  # 1 batch
+    RECURRENT_LENGTHS=(64 128) STATE_SIZE=(--lengths 64 128 --d-model 32 --heads 2 --warmup 1 --repeats 2)
+    SHAKESPEARE_SIZE=(--model.d_model 32 --model.num_heads 2 --model.num_layers 1 --data.block_size 32
+                      --data.batch_size 8 --trainer.max_steps 4 --trainer.val_check_interval 2 --trainer.limit_val_batches 2)
     TESTS=(tests/cuda -m cuda)
-    SHARES=(install:60 environment:60 cuda_tests:120 bench_attention:90 bench_attention_all:90 bench_train:90
-            bench_train_compiled:90 bench_decode:90 budget_fit:120 budget_test:90)
-    TOTAL=940  # a loaded 2-core machine; on a quiet one the dry run takes a few minutes
+    SHARES=(install:60 environment:60 cuda_tests:120 bench_attention:90 bench_recurrent:90 bench_state:60
+            shakespeare_fit:120 bench_attention_all:90 bench_train:90 bench_decode:90 bench_train_compiled:90
+            budget_fit:120 budget_test:90)
+    TOTAL=1200  # a loaded 2-core machine; on a quiet one the dry run takes a few minutes
     export TORCHDYNAMO_DISABLE=1  # the compiled stage runs its code path without compiling on the CPU
 else
     DEVICE=cuda ACCELERATOR=gpu
@@ -145,13 +156,29 @@ else
     TRANSLATION=()
     TRAIN_SIZE=(--batch 512 --steps 40 --warmup 10) DECODE_SIZE=(--batch 256 --sentences 1024 --tokens 30 --repeats 3)
     FIT_SIZE=()
+    RECURRENT_LENGTHS=(4096 8192 16384) STATE_SIZE=(--lengths 1024 4096 16384)
+    SHAKESPEARE_SIZE=(--trainer.max_time 00:00:02:15)  # ends the run cleanly inside its share
     TESTS=(tests/cuda -m cuda)
-    SHARES=(install:30 environment:10 cuda_tests:110 bench_attention:50 bench_attention_all:30 bench_train:45
-            bench_train_compiled:70 bench_decode:30 budget_fit:155 budget_test:40)  # compiling takes most of its 70 s
+    SHARES=(install:30 environment:20 cuda_tests:130 bench_attention:40 bench_recurrent:30 bench_state:20
+            shakespeare_fit:150 bench_attention_all:40 bench_train:60 bench_decode:20 bench_train_compiled:30
+            budget_fit:155 budget_test:40)  # on an H200: the Shakespeare recipe trains in about 100 s
 fi
+# The stages a call runs: --only's, else the first part (all but the budget run's).
+if [ -n "$ONLY" ]; then
+    IFS=, read -ra SELECTED <<<"$ONLY"
+    for name in "${SELECTED[@]}"; do
+        printf '%s\n' "${SHARES[@]%%:*}" | grep -qx "$name" || { echo "gpu.sh: unknown stage $name (see --list)" >&2; exit 2; }
+    done
+else
+    SELECTED=()
+    for entry in "${SHARES[@]}"; do
+        case ${entry%%:*} in budget_*) ;; *) SELECTED+=("${entry%%:*}") ;; esac
+    done
+fi
+selected() { printf '%s\n' "${SELECTED[@]}" | grep -qx "$1"; }
 share() { local entry; for entry in "${SHARES[@]}"; do [ "${entry%%:*}" = "$1" ] && echo "${entry#*:}"; done; }
 if [ $LIST -eq 1 ]; then
-    printf '%s\n' "${SHARES[@]}" | tr ':' ' '
+    for name in "${SELECTED[@]}"; do echo "$name $(share "$name")"; done
     echo "total $TOTAL"
     exit 0
 fi
@@ -165,14 +192,25 @@ stage cuda_tests "$(share cuda_tests)" bash -c 'cd "$1" && shift && "$@"' _ "$RO
 stage bench_attention "$(share bench_attention)" "$PYTHON" -m zoo bench attention --device "$DEVICE" \
     --cases floor multi_head dot_product local linear --lengths "${LENGTHS[@]}" "${ATTENTION_SIZE[@]}" \
     --out bench_attention.json --plot bench_attention.png
+stage bench_recurrent "$(share bench_recurrent)" "$PYTHON" -m zoo bench attention --device "$DEVICE" --causal \
+    --no-padding --cases multi_head retention gla deltanet gated_deltanet mamba2 --lengths "${RECURRENT_LENGTHS[@]}" \
+    "${ATTENTION_SIZE[@]}" --out bench_recurrent.json --plot bench_recurrent.png
+stage bench_state "$(share bench_state)" "$PYTHON" -m zoo bench state --device "$DEVICE" "${STATE_SIZE[@]}" \
+    --out bench_state.json
+# nanoGPT's GPU recipe for shakespeare_char (configs/gpt_shakespeare.yaml) in bf16-mixed: its
+# validation loss beside nanoGPT's 1.4697 in about 3 minutes on one A100; the wall time is the stage's.
+stage shakespeare_fit "$(share shakespeare_fit)" "$PYTHON" -m zoo fit --model gpt --config "$ROOT/zoo/configs/gpt_shakespeare.yaml" \
+    --data.path "$DATA/tinyshakespeare/input.txt" --trainer.accelerator "$ACCELERATOR" --trainer.precision bf16-mixed \
+    "${SHAKESPEARE_SIZE[@]}" --trainer.logger CSVLogger --trainer.logger.save_dir runs \
+    --trainer.logger.name gpt_shakespeare --trainer.enable_progress_bar false
 stage bench_attention_all "$(share bench_attention_all)" "$PYTHON" -m zoo bench attention --device "$DEVICE" \
     --lengths "${ALL_LENGTHS[@]}" "${ATTENTION_SIZE[@]}" --out bench_attention_all.json --plot bench_attention_all.png
 stage bench_train "$(share bench_train)" "$PYTHON" -m zoo bench train --device "$DEVICE" --precision bf16-mixed \
     --data-path "$FRA_ENG" "${TRANSLATION[@]}" "${TRAIN_SIZE[@]}" --out bench_train.json
-stage bench_train_compiled "$(share bench_train_compiled)" "$PYTHON" -m zoo bench train --device "$DEVICE" \
-    --precision bf16-mixed --compile --data-path "$FRA_ENG" "${TRANSLATION[@]}" "${TRAIN_SIZE[@]}" --out bench_train_compiled.json
 stage bench_decode "$(share bench_decode)" "$PYTHON" -m zoo bench decode --device "$DEVICE" \
     --data-path "$FRA_ENG" "${TRANSLATION[@]}" "${DECODE_SIZE[@]}" --out bench_decode.json
+stage bench_train_compiled "$(share bench_train_compiled)" "$PYTHON" -m zoo bench train --device "$DEVICE" \
+    --precision bf16-mixed --compile --data-path "$FRA_ENG" "${TRANSLATION[@]}" "${TRAIN_SIZE[@]}" --out bench_train_compiled.json
 
 # The Transformer's budget run: the default recipe at a GPU-sized batch in bf16-mixed, for what
 # is left of its share after start-up; its schedule ends at the calibrated max_steps.
@@ -180,7 +218,7 @@ FIT_SHARE=$(share budget_fit)
 TRAIN_SECONDS=$((FIT_SHARE - 45))
 STEPS=$(calibrated_steps "$TRAIN_SECONDS" 2000)
 [ $DRY -eq 1 ] && STEPS=3
-echo "budget run: $STEPS steps, at most ${TRAIN_SECONDS}s of training" | tee "$RESULTS/budget.txt"
+selected budget_fit && echo "budget run: $STEPS steps, at most ${TRAIN_SECONDS}s of training" | tee "$RESULTS/budget.txt"
 stage budget_fit "$FIT_SHARE" "$PYTHON" -m zoo fit --model transformer --config "$ROOT/benchmarks/configs/transformer_gpu.yaml" \
     --data.path "$FRA_ENG" --trainer.accelerator "$ACCELERATOR" --trainer.max_steps "$STEPS" \
     --trainer.max_time "$(printf '00:00:%02d:%02d' $((TRAIN_SECONDS / 60)) $((TRAIN_SECONDS % 60)))" "${FIT_SIZE[@]}" \
@@ -193,6 +231,10 @@ stage budget_test "$(share budget_test)" "$PYTHON" -m zoo test --model transform
     --trainer.logger CSVLogger --trainer.logger.save_dir runs --trainer.logger.name transformer_gpu_test \
     --trainer.enable_progress_bar false
 
+# The Shakespeare run's validation losses (step, loss), for RESULTS.md beside nanoGPT's line.
+for metrics in "$RESULTS"/runs/gpt_shakespeare/version_*/metrics.csv; do
+    [ -f "$metrics" ] && "$PYTHON" -c "import csv, sys; rows = [r for r in csv.DictReader(open(sys.argv[1])) if r.get('val/loss')]; print('shakespeare val/loss by step:', *(f\"{r['step']}:{float(r['val/loss']):.4f}\" for r in rows))" "$metrics" | tee "$RESULTS/shakespeare.txt"
+done
 echo
 column -t -s $'\t' "$RESULTS/stages.tsv" 2>/dev/null || cat "$RESULTS/stages.tsv"
 echo "results: $RESULTS ($((SECONDS - START))s)"

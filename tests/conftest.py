@@ -15,14 +15,16 @@ os.environ.setdefault("WANDB_MODE", "offline")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip tests marked ``cuda`` on a machine without a CUDA device."""
+    """Skip tests marked ``cuda`` on a machine without a CUDA device. The marker is read, not
+    ``item.keywords``: those hold the folder's name too, which skipped the CPU twins in
+    ``tests/cuda`` with their GPU halves."""
     import torch
 
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is false)")
     for item in items:
-        if "cuda" in item.keywords:
+        if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
 
 

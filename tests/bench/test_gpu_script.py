@@ -1,5 +1,6 @@
-"""benchmarks/gpu.sh: its stages fit ten minutes with the largest share to the budget run, bad
-arguments are refused, and (slow) its CPU dry run takes every stage end to end."""
+"""benchmarks/gpu.sh: each call's stages fit ten minutes with the largest share to nanoGPT's
+Shakespeare recipe, bad arguments are refused, and (slow) its CPU dry run takes every stage end
+to end, the budget run's second call too."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import pytest
 from tests.helpers import PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "benchmarks" / "gpu.sh"
-STAGES = ["install", "environment", "cuda_tests", "bench_attention", "bench_attention_all", "bench_train",
-          "bench_train_compiled", "bench_decode", "budget_fit", "budget_test"]  # fmt: skip
+#: the first call's stages, in order; the Transformer's budget run is a second call's
+STAGES = ["install", "environment", "cuda_tests", "bench_attention", "bench_recurrent", "bench_state",
+          "shakespeare_fit", "bench_attention_all", "bench_train", "bench_decode", "bench_train_compiled"]  # fmt: skip
+BUDGET = ["budget_fit", "budget_test"]
 
 
 def _shares(*flags: str) -> tuple[dict[str, int], int]:
@@ -32,13 +35,23 @@ def test_the_scripts_parse(script: str) -> None:
     subprocess.run(["bash", "-n", str(PROJECT_ROOT / "benchmarks" / script)], check=True)
 
 
-def test_the_stages_fit_ten_minutes_and_the_budget_run_gets_the_most() -> None:
+def test_each_call_fits_ten_minutes_and_the_shakespeare_recipe_gets_the_most() -> None:
     shares, total = _shares()
     assert list(shares) == STAGES
     assert sum(shares.values()) <= total <= 570  # ten minutes less start-up and copying
-    assert max(shares, key=shares.get) == "budget_fit"
+    assert max(shares, key=shares.get) == "shakespeare_fit"
+    budget, _ = _shares("--only", ",".join(BUDGET))
+    assert list(budget) == BUDGET and sum(budget.values()) <= total
     dry, _ = _shares("--dry-run")
     assert list(dry) == STAGES
+
+
+def test_an_unknown_stage_is_refused_in_one_line() -> None:
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--list", "--only", "cuda_test"], check=False, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == "gpu.sh: unknown stage cuda_test (see --list)"
 
 
 def test_an_unknown_argument_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -65,20 +78,29 @@ def _fake_wheel(folder: Path) -> None:
 
 
 @pytest.mark.slow
+def _dry_run(tmp_path: Path, data: Path, out: Path, *only: str) -> None:
+    """Run the script's dry run into ``out``; assert every stage it ran says ``ok``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(["bash", str(SCRIPT), "--dry-run", "--data", str(data), "--wheels", str(tmp_path / "wheels"),
+                    "--out", str(out), "--python", sys.executable, *only], env=env, check=False, timeout=1200)  # fmt: skip
+    with (out / "stages.tsv").open() as handle:
+        stages = {row["stage"]: row["status"] for row in csv.DictReader(handle, delimiter="\t")}
+    assert stages == dict.fromkeys(only[1].split(",") if only else STAGES, "ok"), {
+        name: (status, (out / f"{name}.log").read_text()[-2000:]) for name, status in stages.items() if status != "ok"
+    }
+
+
+@pytest.mark.slow
 def test_the_dry_run_takes_every_stage_end_to_end(tmp_path: Path, shared_data: Path) -> None:
     _fake_wheel(tmp_path / "wheels")
     out = tmp_path / "results"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(["bash", str(SCRIPT), "--dry-run", "--data", str(shared_data), "--wheels", str(tmp_path / "wheels"),
-                    "--out", str(out), "--python", sys.executable], env=env, check=False, timeout=1200)  # fmt: skip
-    with (out / "stages.tsv").open() as handle:
-        stages = {row["stage"]: row["status"] for row in csv.DictReader(handle, delimiter="\t")}
-    assert stages == dict.fromkeys(STAGES, "ok"), {
-        name: (status, (out / f"{name}.log").read_text()[-2000:]) for name, status in stages.items() if status != "ok"
-    }
+    _dry_run(tmp_path, shared_data, out)
     assert "installed: zoo-gpu-probe" in (out / "install.log").read_text()  # the missing distribution, and only it
-    for result in ["bench_attention.json", "bench_attention.png", "bench_attention_all.json", "bench_train.json",
-                   "bench_train_compiled.json", "bench_decode.json", "cuda_tests.xml", "budget.txt"]:  # fmt: skip
+    for result in ["bench_attention.json", "bench_attention.png", "bench_recurrent.json", "bench_state.json",
+                   "bench_attention_all.json", "bench_train.json", "bench_train_compiled.json", "bench_decode.json",
+                   "cuda_tests.xml", "shakespeare.txt"]:  # fmt: skip
         assert (out / result).is_file(), result
-    metrics = next((out / "runs" / "transformer_gpu_test").glob("version_*/metrics.csv")).read_text()
+    assert "val/loss" in next((out / "runs" / "gpt_shakespeare").glob("version_*/metrics.csv")).read_text()
+    _dry_run(tmp_path, shared_data, tmp_path / "budget", "--only", ",".join(BUDGET))
+    metrics = next((tmp_path / "budget" / "runs" / "transformer_gpu_test").glob("version_*/metrics.csv")).read_text()
     assert "test/bleu" in metrics

@@ -39,12 +39,10 @@ def scoring_attentions() -> list[str]:
 
 def parity_cases() -> list[tuple[str, Case]]:
     """``(score, case)`` for every scoring attention and the cases it supports (``causal`` needs
-    ``supports_causal``)."""
+    ``supports_causal``, ``padding`` ``supports_bidirectional``: a causal recurrence has no other)."""
+    needs = {"padding": "supports_bidirectional", "causal": "supports_causal"}
     return [
-        (name, case)
-        for name in scoring_attentions()
-        for case in CASES
-        if case != "causal" or zoo.get_attention(name).supports_causal
+        (name, case) for name in scoring_attentions() for case in CASES if getattr(zoo.get_attention(name), needs[case])
     ]
 
 
@@ -64,7 +62,7 @@ class Parity:
 def _layer(score: str, seed: int) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return zoo.create_attention("multi_head", embed_dim=_EMBED, num_heads=_HEADS, score=score).eval()
+        return zoo.create_attention("multi_head", embed_dim=_EMBED, num_heads=_HEADS, attention=score).eval()
 
 
 def _inputs(score: str, case: Case, seed: int) -> tuple[Tensor, Tensor, dict]:

@@ -26,6 +26,16 @@ QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summa
 #: per registered model: a small, quick version of its data and schedule ({data}: the corpora)
 SMALL = {
     "nadaraya_watson": [],
+    "classifier": [
+        "--data",
+        "sst2",
+        "--data.path",
+        "{data}/sst2",
+        "--data.limit_train",
+        "2000",
+        "--model.warmup_steps",
+        "5",
+    ],
     "sentiment": ["--data.path", "{data}/sst2", "--data.limit_train", "2000", "--model.warmup_steps", "5"],
     "seq2seq": [
         "--data.path",

@@ -23,11 +23,14 @@ def test_cpu_float32_matches_itself(score: str, case: str) -> None:
     assert parity.finite and parity.error == 0.0
 
 
-@pytest.mark.parametrize("score", ["dot_product", "linear"])
-def test_cpu_bfloat16_autocast_is_close_to_float32(score: str) -> None:
-    parity = compare_with_cpu(score, "padding", "cpu", torch.bfloat16, autocast=True)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize(("score", "case"), parity_cases())
+def test_cpu_half_precision_autocast_is_close_to_float32(score: str, case: str, dtype: torch.dtype) -> None:
+    """The CPU twin of the CUDA comparison under autocast (it caught ``reformer`` filling half
+    scores with a float32-sized constant)."""
+    parity = compare_with_cpu(score, case, "cpu", dtype, autocast=True)
     assert parity.ok, parity
-    assert parity.error > 0  # bfloat16 really ran: the output is rounded
+    assert parity.error > 0  # half precision really ran: the output is rounded
 
 
 class _Overflows(zoo.DotProductAttention):
@@ -37,14 +40,16 @@ class _Overflows(zoo.DotProductAttention):
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         return super().score(queries, keys) * 1e5
 
-    def attend(self, queries, keys, values, mask, *, need_weights):
-        return super(zoo.DotProductAttention, self).attend(queries, keys, values, mask, need_weights=need_weights)
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
+        return super(zoo.DotProductAttention, self).attend(
+            queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
+        )
 
 
 class _NaNForEmptyRows(zoo.DotProductAttention):
     """Softmax over all-masked rows without the zoo's guard: NaN where no key is visible."""
 
-    def attend(self, queries, keys, values, mask, *, need_weights):
+    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
         scores = self.score(queries, keys).masked_fill(~mask, float("-inf"))
         return zoo.AttentionOutput(torch.softmax(scores, -1) @ values, None)
 

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 import zoo
+from tests.helpers.positions import takes_position
 from zoo.attention import AttentionOutput
 from zoo.attention.base import position_bias_grid
 from zoo.attention.masking import masked_softmax, with_causal
@@ -318,15 +319,9 @@ def test_built_in_variants_keep_the_contract_on_cuda(name: str) -> None:
 # -- with positional schemes ---------------------------------------------------------------------
 
 
-def _takes(name: str, position: str) -> bool:
-    """Whether the built-in ``name`` takes ``position`` (cross-attention takes none)."""
-    cls, kind = zoo.get_attention(name), zoo.POSITION_REGISTRY.get(position).kind
-    if issubclass(cls, zoo.AttentionLayer):
-        return name != "cross"
-    return {"absolute": True, "rotary": cls.supports_rotary, "bias": cls.supports_position_bias}[kind]
-
-
-POSITIONED = [(name, position) for name in BUILT_INS for position in zoo.list_positions() if _takes(name, position)]
+POSITIONED = [
+    (name, position) for name in BUILT_INS for position in zoo.list_positions() if takes_position(name, position)
+]
 
 
 @pytest.mark.parametrize(("name", "position"), POSITIONED, ids=[f"{n}-{p}" for n, p in POSITIONED])

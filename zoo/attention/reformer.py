@@ -140,7 +140,8 @@ class ReformerAttention(Attention):
             scores, keep, value_rows = self._per_query(q, k, visible, order, slot, scale)
         else:
             scores, keep, value_rows = self._chunks(q, k, visible, order, scale)
-        scores = scores.masked_fill(~keep, HIDDEN_SCORE)
+        # in float32 under autocast too (its matmuls give half scores, and HIDDEN_SCORE overflows half)
+        scores = scores.to(compute).masked_fill(~keep, HIDDEN_SCORE)
         lse = torch.logsumexp(scores, dim=-1, keepdim=True)
         weights = torch.exp(scores - lse) * keep  # a query that sees no key: all zero
         lse = torch.where(keep.any(-1, keepdim=True), lse, HIDDEN_SCORE)  # such a round counts for nothing

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
+from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 
 from zoo.provenance import RECORD_KEY, run_record
@@ -91,6 +92,25 @@ class ZooTask(L.LightningModule, HubMixin):
         if self.torch_compile and not self._model_compiled:
             self.model.compile()
             self._model_compiled = True
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip as the Trainer asks; under FSDP, by the norm over every shard.
+
+        Lightning's FSDP precision refuses ``gradient_clip_algorithm="norm"``, since one shard's
+        norm is not the model's; the sharded module's own ``clip_grad_norm_`` reduces over the
+        shards (Lightning's FSDP guide clips so). Every recipe clips, so without this none would
+        train under ``--trainer.strategy fsdp``.
+        """
+        sharded = isinstance(self.trainer.strategy, FSDPStrategy)
+        if sharded and gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            self.trainer.model.clip_grad_norm_(gradient_clip_val)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def setup(self, stage: str) -> None:
         """Adopt the data module's codec, so that checkpoints carry what predicting needs."""

@@ -165,7 +165,7 @@ def check_weights(h: Harness, g: torch.Generator) -> None:
         _check_blind_rows(h, module, inputs, output, sees if weights.dim() == 3 else sees.any(1), what, g, **mask)
         if not close(output, plain):
             fail(f"with {what}, need_weights=True changes the output (the explicit and the fast path disagree).")
-        if h.scoring and not close(output, weights @ inputs[2]):
+        if h.scoring and not close(output, weights @ inputs[2].cpu()):
             fail(f"with {what}, the output is not weights @ values.")
 
 

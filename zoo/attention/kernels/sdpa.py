@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.base import PositionBias, position_bias_grid
 from zoo.attention.masking import with_causal
 
-__all__ = ["fused_attention"]
+__all__ = ["fused_attention", "open_unseen_rows"]
 
 
 def fused_attention(
@@ -27,6 +28,9 @@ def fused_attention(
     bias, ``-inf`` where that hides a key. ``mask`` is :meth:`Attention.attend`'s; it gets leading
     unit axes up to the inputs' rank, since on CPU the fused kernel refuses a ``(heads, Lq, Lk)``
     mask and the math fallback would hold the scores.
+
+    A query with no visible key gets a zero output, as in the explicit path
+    (:func:`open_unseen_rows`).
     """
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     fused_causal = is_causal and mask is None and position_bias is None and num_queries == num_keys
@@ -37,7 +41,8 @@ def fused_attention(
         mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
     if mask is not None and mask.dim() < queries.dim():  # the fused kernels take a mask of the inputs' rank
         mask = mask[(None,) * (queries.dim() - mask.dim())]
-    return F.scaled_dot_product_attention(
+    mask, seen = open_unseen_rows(mask)
+    output = F.scaled_dot_product_attention(
         queries,
         keys,
         values,
@@ -47,3 +52,23 @@ def fused_attention(
         scale=scale,
         enable_gqa=enable_gqa,
     )
+    return output if seen is None else output.masked_fill(~seen, 0.0)
+
+
+def open_unseen_rows(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """``mask`` with every key shown to a query that sees none, and where the queries that see
+    some are (``(..., Lq, 1)``, True = sees a key); the caller zeroes the others' output.
+
+    The zoo answers a query with no visible key with a zero output (zero weights). PyTorch's
+    math, flash and memory-efficient kernels give zeros there too, but cuDNN's, picked on an H200
+    in float16 and bfloat16, gave non-zero rows, and NaN in the block kernels' causal case; a
+    fully masked row never reaches a kernel so (Hugging Face's SDPA masks "unmask unattended"
+    rows for the same reason). ``mask``: boolean (True = attend) or float (``-inf`` hides).
+    """
+    if mask is None:
+        return None, None
+    if mask.dtype == torch.bool:
+        seen = mask.any(-1, keepdim=True)
+        return mask | ~seen, seen
+    seen = mask.isfinite().any(-1, keepdim=True)
+    return mask.masked_fill(~seen, 0.0), seen
