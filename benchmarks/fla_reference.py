@@ -1,6 +1,6 @@
 """Compare ``zoo.attention.kernels`` with flash-linear-attention's pure-PyTorch reference functions, on CPU.
 
-Usage: python benchmarks/fla_reference.py FLA_ROOT [--site DIR] [--seed 0]
+Usage: python benchmarks/fla_reference.py FLA_ROOT [--site DIR] [--seed 0] [--time LENGTH ...]
 
 ``FLA_ROOT`` is an unpacked ``fla-core`` wheel (the folder that holds ``fla/ops``; since 0.5 the
 ``flash-linear-attention`` wheel holds only layers and models, its kernels come from
@@ -20,13 +20,23 @@ Every reference function and the matching zoo kernel get the same float64 inputs
 largest absolute differences of the outputs, final states and weight matrices are printed. Most
 references cast their inputs to float32, so differences near 1e-6 are agreement there; those that
 keep float64 (``delta_rule_chunkwise``, in chunks and as one) agree to rounding.
+
+``--time LENGTH ...`` then times the chunkwise forms side by side in float32 (batch 1, 8 heads of
+32, chunks of 64, forward only): fla's ``naive_chunk_simple_gla``, ``delta_rule_chunkwise`` and
+``naive_chunk_gated_delta_rule`` against the zoo's kernel of the same recurrence, the calls of one
+length in turn, after a warm-up, median of ``--repeats``. GLA's per-dimension decay has no chunked
+reference in fla (only ``naive_recurrent_gla``, a loop over tokens), so it is left out.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import statistics
 import sys
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -195,11 +205,55 @@ def compare_gated_delta_rule(
     )
 
 
+def time_chunkwise(root: Path, lengths: list[int], repeats: int, gen: torch.Generator) -> None:
+    """Median seconds of fla's chunked references and the zoo's chunkwise kernels, side by side."""
+    heads, dim, chunk = 8, 32, 64
+    simple_gla, delta_rule, gated = (
+        load_naive(root, family) for family in ("simple_gla", "delta_rule", "gated_delta_rule")
+    )
+    print(f"\nforward, float32, batch 1, {heads} heads of {dim}, chunks of {chunk}: median of {repeats} (ms)")
+    print(f"{'length':>6}  {'recurrence':18s} {'fla':>9} {'zoo':>9}  zoo/fla")
+    for length in lengths:
+        q, k, v = (torch.randn(1, heads, length, dim, generator=gen) for _ in range(3))
+        k = F.normalize(k, dim=-1)
+        beta = torch.rand(1, heads, length, generator=gen)
+        log_decay = -torch.rand(1, heads, length, generator=gen) * 0.1
+        fq, fk, fv, fbeta, fg = (fla_layout(x) for x in (q, k, v, beta, log_decay))
+        pairs: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
+            "scalar decay": (
+                partial(simple_gla.naive_chunk_simple_gla, fq, fk, fv, fg, chunk_size=chunk, scale=1.0),
+                partial(decay_chunkwise, q, k, v, log_decay.unsqueeze(-1), chunk_size=chunk),
+            ),
+            "delta rule": (
+                partial(delta_rule.delta_rule_chunkwise, q, k, v, beta, chunk_size=chunk),
+                partial(delta_rule_chunkwise, q * dim**-0.5, k, v, beta, chunk_size=chunk),
+            ),
+            "gated delta rule": (
+                partial(gated.naive_chunk_gated_delta_rule, fq, fk, fv, fg, fbeta, chunk_size=chunk, scale=1.0),
+                partial(delta_rule_chunkwise, q, k, v, beta, log_decay, chunk_size=chunk),
+            ),
+        }
+        for name, calls in pairs.items():
+            times: list[list[float]] = [[], []]
+            with torch.no_grad():
+                for call in calls:  # warm-up
+                    call()
+                for _ in range(repeats):
+                    for side, call in enumerate(calls):
+                        start = time.perf_counter()
+                        call()
+                        times[side].append(time.perf_counter() - start)
+            fla_ms, zoo_ms = (1000 * statistics.median(side) for side in times)
+            print(f"{length:>6}  {name:18s} {fla_ms:9.1f} {zoo_ms:9.1f}  {zoo_ms / fla_ms:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("fla_root", type=Path, help="an unpacked fla-core wheel: the folder holding fla/ops")
     parser.add_argument("--site", type=Path, default=None, help="a folder holding einops, put on the import path")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time", type=int, nargs="*", default=[], metavar="LENGTH", help="also time chunked forms")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls of each form and length")
     args = parser.parse_args()
     if args.site is not None:
         sys.path.insert(0, str(args.site))
@@ -215,6 +269,8 @@ def main() -> None:
     compare_gla(load_naive(args.fla_root, "gla"), q, k, v, state, gen)
     compare_delta_rule(load_naive(args.fla_root, "delta_rule"), q, k, v, state, beta)
     compare_gated_delta_rule(load_naive(args.fla_root, "gated_delta_rule"), q, k, v, state, beta, gen)
+    if args.time:
+        time_chunkwise(args.fla_root, args.time, args.repeats, gen)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from zoo.bench.report import environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +111,7 @@ def main() -> None:
     summary["time_ratio_zoo_to_nanogpt"] = ratios
     print(json.dumps(summary, indent=1))
     if args.out:
-        payload = {"environment": environment("cpu", sys.argv, program="python benchmarks/nanogpt_parity.py"),
+        payload = {"environment": environment(torch.device("cpu"), sys.argv[1:], program="python benchmarks/nanogpt_parity.py"),
                    "runs": runs, "summary": summary}  # fmt: skip
         args.out.write_text(json.dumps(payload, indent=1) + "\n")
 

@@ -57,6 +57,7 @@ def test_there_is_a_default_config_per_model_and_overlays_exist() -> None:
         "classifier_lra_text_cpu",
         "gpt_shakespeare",
         "gpt_shakespeare_cpu",
+        "gpt_shakespeare_cpu_tuned",
         "sentiment_imdb",
         "sentiment_local",
     }

@@ -166,10 +166,6 @@ def test_decoding_with_and_without_the_cache_agrees_with_teacher_forcing(device:
 
 
 @pytest.mark.cuda
-@pytest.mark.xfail(
-    reason="zoo.attention.masking.validate_valid_lens reads valid_lens.min()/max() on the host in every attention call",
-    strict=False,
-)
 def test_a_transformer_training_step_makes_no_host_sync() -> None:
     """A host sync per step (``.item()``, ``int(tensor)``, a data-dependent shape) stalls the GPU's
     queue; CUDA's sync debug mode turns each into an error."""
