@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.kernels.sdpa import open_unseen_rows
+from zoo.attention.kernels.sdpa import masked_sdpa
 
 __all__ = ["block_attention", "rows_from"]
 
@@ -75,10 +75,5 @@ def block_attention(
         if any(size != 1 for size in mask.shape[:-3]):
             mask = mask.expand(*batch, *mask.shape[-3:])
         attn_mask = flat(mask)
-    attn_mask, seen = open_unseen_rows(attn_mask)
-    output = F.scaled_dot_product_attention(
-        flat(queries), flat(keys), flat(values), attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
-    )
-    if seen is not None:  # a query that sees no key in its block: zero, whatever a kernel leaves there
-        output = output.masked_fill(~seen, 0.0)
+    output = masked_sdpa(flat(queries), flat(keys), flat(values), attn_mask, dropout_p=dropout_p, scale=scale)
     return output.unflatten(0, batch) if batch else output.squeeze(0)

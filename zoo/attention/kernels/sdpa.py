@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -11,7 +13,7 @@ from torch import Tensor
 from zoo.attention.base import PositionBias, position_bias_grid
 from zoo.attention.masking import with_causal
 
-__all__ = ["fused_attention", "open_unseen_rows"]
+__all__ = ["fused_attention", "masked_sdpa"]
 
 
 def fused_attention(
@@ -29,8 +31,7 @@ def fused_attention(
     unit axes up to the inputs' rank, since on CPU the fused kernel refuses a ``(heads, Lq, Lk)``
     mask and the math fallback would hold the scores.
 
-    A query with no visible key gets a zero output, as in the explicit path
-    (:func:`open_unseen_rows`).
+    A query with no visible key gets a zero output, as in the explicit path (:func:`masked_sdpa`).
     """
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     fused_causal = is_causal and mask is None and position_bias is None and num_queries == num_keys
@@ -41,34 +42,28 @@ def fused_attention(
         mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
     if mask is not None and mask.dim() < queries.dim():  # the fused kernels take a mask of the inputs' rank
         mask = mask[(None,) * (queries.dim() - mask.dim())]
-    mask, seen = open_unseen_rows(mask)
-    output = F.scaled_dot_product_attention(
-        queries,
-        keys,
-        values,
-        attn_mask=mask,
-        dropout_p=dropout_p,
-        is_causal=fused_causal,
-        scale=scale,
-        enable_gqa=enable_gqa,
+    return masked_sdpa(
+        queries, keys, values, mask, dropout_p=dropout_p, is_causal=fused_causal, scale=scale, enable_gqa=enable_gqa
     )
-    return output if seen is None else output.masked_fill(~seen, 0.0)
 
 
-def open_unseen_rows(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
-    """``mask`` with every key shown to a query that sees none, and where the queries that see
-    some are (``(..., Lq, 1)``, True = sees a key); the caller zeroes the others' output.
+def masked_sdpa(queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, **options: Any) -> Tensor:
+    """:func:`torch.nn.functional.scaled_dot_product_attention` (``options`` are its keywords)
+    with a zero output for every query that ``mask`` lets see no key.
 
     The zoo answers a query with no visible key with a zero output (zero weights). PyTorch's
     math, flash and memory-efficient kernels give zeros there too, but cuDNN's, picked on an H200
     in float16 and bfloat16, gave non-zero rows, and NaN in the block kernels' causal case; a
     fully masked row never reaches a kernel so (Hugging Face's SDPA masks "unmask unattended"
-    rows for the same reason). ``mask``: boolean (True = attend) or float (``-inf`` hides).
+    rows for the same reason): such a row is shown every key, and its output zeroed after.
+    ``mask``: boolean (True = attend) or float (``-inf`` hides).
     """
     if mask is None:
-        return None, None
+        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=None, **options)
     if mask.dtype == torch.bool:
-        seen = mask.any(-1, keepdim=True)
-        return mask | ~seen, seen
-    seen = mask.isfinite().any(-1, keepdim=True)
-    return mask.masked_fill(~seen, 0.0), seen
+        seen = mask.any(-1, keepdim=True)  # (..., Lq, 1)
+        mask = mask | ~seen
+    else:
+        seen = mask.isfinite().any(-1, keepdim=True)
+        mask = mask.masked_fill(~seen, 0.0)
+    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, **options).masked_fill(~seen, 0.0)
