@@ -7,7 +7,7 @@ import torch
 
 from zoo.attention import AttentionSpec
 from zoo.attention.multi_head import CrossAttention
-from zoo.layers import AddNorm, DecoderBlock, EncoderBlock
+from zoo.layers import AddNorm, BlockConfig, DecoderBlock, EncoderBlock
 from zoo.models.classifier import SequenceClassifier
 from zoo.models.transformer import Transformer
 
@@ -26,7 +26,7 @@ def test_add_norm_places_the_norm_after_the_sum_or_before_the_sublayer(norm_firs
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_block_is_two_residual_sublayers(norm_first: bool) -> None:
     torch.manual_seed(0)
-    block, x = EncoderBlock(8, 2, 16, norm_first=norm_first).eval(), torch.randn(2, 5, 8)
+    block, x = EncoderBlock(BlockConfig(8, 2, 16, norm_first=norm_first)).eval(), torch.randn(2, 5, 8)
     with torch.no_grad():
         norm1, norm2 = block.add_norm1.norm, block.add_norm2.norm
         if norm_first:
@@ -56,8 +56,8 @@ OLD_DECODER_KEYS = {
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_parameter_names_are_those_of_the_two_branch_blocks(norm_first: bool) -> None:
     """Checkpoints saved before the residual wrapper load unchanged: no key moved."""
-    assert set(EncoderBlock(8, 2, 16, norm_first=norm_first).state_dict()) == OLD_ENCODER_KEYS
-    assert set(DecoderBlock(8, 2, 16, norm_first=norm_first).state_dict()) == OLD_DECODER_KEYS
+    assert set(EncoderBlock(BlockConfig(8, 2, 16, norm_first=norm_first)).state_dict()) == OLD_ENCODER_KEYS
+    assert set(DecoderBlock(BlockConfig(8, 2, 16, norm_first=norm_first)).state_dict()) == OLD_DECODER_KEYS
 
 
 def attention_outputs(attentions: list[torch.nn.Module], x: torch.Tensor) -> list[torch.Tensor]:
@@ -72,8 +72,8 @@ def test_attention_dropout_is_separate_from_the_blocks_dropout(attention_dropout
     torch.manual_seed(0)
     x = torch.randn(2, 6, 8)
     spec = AttentionSpec(dropout=attention_dropout)
-    encoder = EncoderBlock(8, 2, 16, spec, dropout=0.5).train()
-    decoder = DecoderBlock(8, 2, 16, spec, dropout=0.5)
+    config = BlockConfig(8, 2, 16, dropout=0.5)
+    encoder, decoder = EncoderBlock(config, spec).train(), DecoderBlock(config, spec)
     attentions = [encoder.attention, decoder.self_attention, decoder.cross_attention]
     first, second = attention_outputs(attentions, x), attention_outputs(attentions, x)
     assert [torch.equal(a, b) for a, b in zip(first, second)] == [deterministic] * 3

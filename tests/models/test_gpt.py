@@ -113,6 +113,21 @@ def test_gpt2_initialisation_and_tied_embeddings() -> None:
     assert GPT(100, d_model=16, num_heads=2, num_layers=1, bias=False).blocks[0].attention.q_proj.bias is None
 
 
+def test_blocks_are_nanogpts_pre_ln_with_dropout_on_the_residual_branches_only() -> None:
+    """nanoGPT's block: ``x + drop(attn(ln(x)))``, ``x + drop(c_proj(gelu(c_fc(ln(x)))))``, no
+    dropout inside the MLP; recomputed here from the block's own modules in training mode."""
+    model = GPT(VOCAB, d_model=16, num_heads=2, num_layers=1, block_size=BLOCK, dropout=0.5, attention_dropout=0.0)
+    block, x = model.blocks[0].train(), torch.randn(2, 6, 16)
+    first, activation, _, second = block.ffn.net
+    torch.manual_seed(1)
+    out, _ = block(x)
+    torch.manual_seed(1)
+    h = x + block.add_norm1.dropout(block.attention(block.add_norm1.norm(x), is_causal=True).output)
+    expected = h + block.add_norm2.dropout(second(activation(first(block.add_norm2.norm(h)))))
+    torch.testing.assert_close(out, expected)
+    assert isinstance(activation, torch.nn.GELU)
+
+
 def test_a_non_causal_variant_is_refused_naming_the_causal_ones() -> None:
     with pytest.raises(
         zoo.IncompatibleAttentionError,

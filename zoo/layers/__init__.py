@@ -1,6 +1,7 @@
 """Building blocks shared by the architectures."""
 
 from zoo.layers.add_norm import AddNorm
+from zoo.layers.block_config import BlockConfig
 from zoo.layers.causal_block import CausalBlock
 from zoo.layers.decoder_block import DecoderBlock, KeyValue
 from zoo.layers.embedding import ScaledEmbedding, scaled_embedding
@@ -10,6 +11,7 @@ from zoo.positions import PositionalEncoding, sinusoidal_table
 
 __all__ = [
     "AddNorm",
+    "BlockConfig",
     "CausalBlock",
     "DecoderBlock",
     "KeyValue",

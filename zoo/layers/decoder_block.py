@@ -7,8 +7,7 @@ from torch import Tensor, nn
 from zoo.attention.cache import LayerCache
 from zoo.attention.multi_head import CrossAttention, SelfAttention
 from zoo.attention.spec import AttentionSpec
-from zoo.layers.add_norm import AddNorm
-from zoo.layers.feed_forward import PositionWiseFFN
+from zoo.layers.block_config import BlockConfig
 
 __all__ = ["DecoderBlock", "KeyValue"]
 
@@ -27,36 +26,26 @@ class DecoderBlock(nn.Module):
     projected once per source (:meth:`project_memory`).
 
     Args:
-        d_model: Feature size.
-        num_heads: Attention (query) heads, self and cross.
-        ffn_hidden: Inner size of the FFN.
+        config: The stack's sizes (heads: self and cross), dropout and norm placement.
         attention: The causal self-attention's :class:`~zoo.attention.spec.AttentionSpec` (its
             position scheme is the decoder stack's), or a registered name.
         cross_attention: The cross-attention's spec (no positions); ``None``: ``attention``'s
             without its position scheme.
-        dropout: Dropout on sublayer outputs and inside the FFN.
-        norm_first: Pre-LN instead of post-LN.
     """
 
     def __init__(
         self,
-        d_model: int,
-        num_heads: int,
-        ffn_hidden: int,
+        config: BlockConfig,
         attention: AttentionSpec | str = "dot_product",
         cross_attention: AttentionSpec | str | None = None,
-        *,
-        dropout: float = 0.0,
-        norm_first: bool = False,
     ) -> None:
         super().__init__()
         spec = AttentionSpec(attention) if isinstance(attention, str) else attention
-        self.self_attention = SelfAttention(d_model, num_heads, spec)
-        self.cross_attention = CrossAttention(
-            d_model, num_heads, spec.with_position(None) if cross_attention is None else cross_attention
-        )
-        self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
-        self.add_norm1, self.add_norm2, self.add_norm3 = (AddNorm(d_model, dropout, norm_first) for _ in range(3))
+        cross = spec.with_position(None) if cross_attention is None else cross_attention
+        self.self_attention = SelfAttention(config.d_model, config.num_heads, spec, bias=config.bias)
+        self.cross_attention = CrossAttention(config.d_model, config.num_heads, cross, bias=config.bias)
+        self.ffn = config.feed_forward()
+        self.add_norm1, self.add_norm2, self.add_norm3 = (config.add_norm() for _ in range(3))
 
     def project_memory(self, memory: Tensor) -> KeyValue:
         """The cross-attention keys and values of the encoder output ``(B, Ls, d_model)``."""

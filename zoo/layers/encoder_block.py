@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from torch import Tensor, nn
 
 from zoo.attention.multi_head import SelfAttention
 from zoo.attention.spec import AttentionSpec
-from zoo.layers.add_norm import AddNorm
-from zoo.layers.feed_forward import PositionWiseFFN
+from zoo.layers.block_config import BlockConfig
 
 __all__ = ["EncoderBlock"]
 
@@ -18,30 +19,19 @@ class EncoderBlock(nn.Module):
     Each sublayer sits in an :class:`~zoo.layers.AddNorm` residual wrapper, which places the norm.
 
     Args:
-        d_model: Feature size.
-        num_heads: Attention (query) heads.
-        ffn_hidden: Inner size of the FFN.
+        config: The stack's sizes, dropout and norm placement.
         attention: The self-attention's :class:`~zoo.attention.spec.AttentionSpec` (variant,
             key/value heads, rotary or bias positions, dropout on the weights), or a registered name.
-        dropout: Dropout on sublayer outputs and inside the FFN.
-        norm_first: Pre-LN instead of post-LN.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        ffn_hidden: int,
-        attention: AttentionSpec | str = "dot_product",
-        *,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-    ) -> None:
+    #: whether the self-attention is causal (:class:`~zoo.layers.CausalBlock`'s)
+    causal: ClassVar[bool] = False
+
+    def __init__(self, config: BlockConfig, attention: AttentionSpec | str = "dot_product") -> None:
         super().__init__()
-        self.attention = SelfAttention(d_model, num_heads, attention)
-        self.ffn = PositionWiseFFN(d_model, ffn_hidden, dropout)
-        self.add_norm1 = AddNorm(d_model, dropout, norm_first)
-        self.add_norm2 = AddNorm(d_model, dropout, norm_first)
+        self.attention = SelfAttention(config.d_model, config.num_heads, attention, bias=config.bias)
+        self.ffn = config.feed_forward()
+        self.add_norm1, self.add_norm2 = config.add_norm(), config.add_norm()
 
     def forward(
         self,
@@ -53,7 +43,10 @@ class EncoderBlock(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(B, L, d_model)``. Returns the new ``x`` and, if asked, ``(B, H, L, L)`` weights."""
         attended, weights = self.attention(
-            self.add_norm1.pre(x), valid_lens, attn_mask=attn_mask, need_weights=need_weights
+            self.add_norm1.pre(x), valid_lens, attn_mask=attn_mask, is_causal=self.causal, need_weights=need_weights
         )
-        x = self.add_norm1(x, attended)
-        return self.add_norm2(x, self.ffn(self.add_norm2.pre(x))), weights
+        return self._feed_forward(self.add_norm1(x, attended)), weights
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        """The second sublayer: the FFN in its residual wrapper."""
+        return self.add_norm2(x, self.ffn(self.add_norm2.pre(x)))

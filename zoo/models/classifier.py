@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from zoo.attention.masking import lengths_to_mask
 from zoo.attention.spec import AttentionChoice, layer_specs
-from zoo.layers import EncoderBlock, scaled_embedding
+from zoo.layers import BlockConfig, EncoderBlock, scaled_embedding
 from zoo.positions import create_position
 
 __all__ = ["SentimentClassifier", "SequenceClassifier"]
@@ -111,9 +111,8 @@ class SequenceClassifier(nn.Module):
             padding=True,
             role="the sequence classifier (padding masks)",
         )
-        self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, num_heads, ffn_hidden, spec, dropout=dropout, norm_first=norm_first) for spec in specs
-        )
+        config = BlockConfig(d_model, num_heads, ffn_hidden, dropout, norm_first)
+        self.blocks = nn.ModuleList(EncoderBlock(config, spec) for spec in specs)
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(2 * d_model if pooling == "mean_max" else d_model, num_classes)

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from zoo.attention.cache import LayerCache
 from zoo.attention.spec import AttentionChoice, layer_specs
-from zoo.layers import CausalBlock
+from zoo.layers import BlockConfig, CausalBlock
 from zoo.positions import create_position
 
 __all__ = ["GPT"]
@@ -92,10 +92,9 @@ class GPT(nn.Module):
             role="the GPT (causal self-attention)",
         )
         hidden = 4 * d_model if ffn_hidden is None else ffn_hidden
+        config = BlockConfig(d_model, num_heads, hidden, dropout, True, "gelu", bias, ffn_dropout=0.0)
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(
-            CausalBlock(d_model, num_heads, hidden, spec, dropout=dropout, bias=bias) for spec in specs
-        )
+        self.blocks = nn.ModuleList(CausalBlock(config, spec) for spec in specs)
         self.final_norm = nn.LayerNorm(d_model, bias=bias)
         self._init_weights(num_layers)
 
@@ -137,8 +136,11 @@ class GPT(nn.Module):
         x = self.dropout(self.position.embed(self.embedding(tokens), offset))
         new_caches = []
         for i, block in enumerate(self.blocks):
-            x, cache = block(x, caches[i] if caches else None, use_cache=use_cache)
-            new_caches.append(cache)
+            if use_cache:
+                x, cache = block.forward_cached(x, caches[i] if caches else None)
+                new_caches.append(cache)
+            else:
+                x, _ = block(x)
         logits = F.linear(self.final_norm(x), self.embedding.weight)
         return logits, new_caches if use_cache else None
 

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from zoo.attention.cache import LayerCache
 from zoo.attention.masking import lengths_to_mask
 from zoo.attention.spec import AttentionChoice, AttentionSpec, layer_specs
-from zoo.layers import DecoderBlock, EncoderBlock, KeyValue, scaled_embedding
+from zoo.layers import BlockConfig, DecoderBlock, EncoderBlock, KeyValue, scaled_embedding
 from zoo.positions import create_position
 
 __all__ = ["Transformer", "TransformerState", "cross_attention_specs"]
@@ -177,12 +177,10 @@ class Transformer(nn.Module):
             stack="decoder layer",
         )
         cross = cross_attention_specs(decoder, cross_attention, cross_attention_kwargs)
-        block = {"d_model": d_model, "num_heads": num_heads, "ffn_hidden": ffn_hidden}
-        options = {"dropout": dropout, "norm_first": norm_first}
-        self.encoder_blocks = nn.ModuleList(EncoderBlock(**block, attention=spec, **options) for spec in encoder)
+        config = BlockConfig(d_model, num_heads, ffn_hidden, dropout, norm_first)
+        self.encoder_blocks = nn.ModuleList(EncoderBlock(config, spec) for spec in encoder)
         self.decoder_blocks = nn.ModuleList(
-            DecoderBlock(**block, attention=spec, cross_attention=cross_spec, **options)
-            for spec, cross_spec in zip(decoder, cross)
+            DecoderBlock(config, spec, cross_spec) for spec, cross_spec in zip(decoder, cross)
         )
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()

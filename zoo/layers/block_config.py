@@ -1,0 +1,47 @@
+"""The sizes and options every residual block of a stack shares, written once for the stack."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zoo.layers.add_norm import AddNorm
+from zoo.layers.feed_forward import PositionWiseFFN
+
+__all__ = ["BlockConfig"]
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """What the encoder, decoder and causal blocks of one stack have in common (nanoGPT's
+    ``GPTConfig`` for a block): a model builds one and hands it to each block with that layer's
+    attention spec, so a size or an option is stated once rather than in every block's signature.
+
+    Args:
+        d_model: Feature size.
+        num_heads: Attention (query) heads.
+        ffn_hidden: Inner size of the position-wise FFN (GPT-2: ``4 * d_model``).
+        dropout: Dropout on every sublayer's output before its residual sum.
+        norm_first: Pre-LN (norms before the sublayers) instead of post-LN.
+        activation: The FFN's activation: ``relu``, ``gelu`` or ``silu``.
+        bias: Biases in the linear layers and layer norms (nanoGPT's ``bias``).
+        ffn_dropout: Dropout inside the FFN, after its activation; ``None``: ``dropout`` (the
+            Transformer's), ``0`` for nanoGPT's MLP, which drops out only its output.
+    """
+
+    d_model: int
+    num_heads: int
+    ffn_hidden: int
+    dropout: float = 0.0
+    norm_first: bool = False
+    activation: str = "relu"
+    bias: bool = True
+    ffn_dropout: float | None = None
+
+    def add_norm(self) -> AddNorm:
+        """A residual wrapper for one sublayer."""
+        return AddNorm(self.d_model, self.dropout, self.norm_first, self.bias)
+
+    def feed_forward(self) -> PositionWiseFFN:
+        """The block's FFN sublayer."""
+        inner = self.dropout if self.ffn_dropout is None else self.ffn_dropout
+        return PositionWiseFFN(self.d_model, self.ffn_hidden, inner, self.activation, self.bias)
