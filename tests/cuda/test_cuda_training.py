@@ -17,7 +17,7 @@ import torch
 
 from tests.helpers.steplog import read_losses
 from zoo.commands import main
-from zoo.models.decoding import greedy_decode
+from zoo.models.decoding import DecodeLimits, greedy_decode
 from zoo.models.transformer import Transformer
 from zoo.tasks import list_models
 
@@ -147,7 +147,7 @@ def test_decoding_with_and_without_the_cache_agrees_with_teacher_forcing(device:
         torch.arange(9, device=device) >= src_lens[:, None], 0
     )
     tgt_in = torch.cat([torch.full((3, 1), 2, device=device), torch.randint(4, 50, (3, 7), device=device)], dim=1)
-    limits = {"bos": 2, "eos": 3, "max_len": 12, "forbid": (0, 2)}
+    limits = DecodeLimits(bos=2, eos=3, max_len=12, forbid=(0, 2))
     for dtype, tolerance in ((torch.float32, 1e-4), (torch.bfloat16, 5e-2)):
         with torch.no_grad(), torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
             teacher_forced = model(src, src_lens, tgt_in)[0].float()
@@ -159,7 +159,7 @@ def test_decoding_with_and_without_the_cache_agrees_with_teacher_forcing(device:
                     logits, state = model.decode_step(tgt_in[:, t], state)
                     steps.append(logits.float())
                 torch.testing.assert_close(torch.stack(steps, 1), teacher_forced, atol=tolerance, rtol=tolerance)
-                decoded[use_cache] = greedy_decode(model, src, src_lens, **limits)
+                decoded[use_cache] = greedy_decode(model, src, src_lens, limits)
         assert all(len(tokens) > 0 for tokens in decoded[True])
         if dtype == torch.float32:  # in bfloat16 a near-tie may round either way
             assert decoded[True] == decoded[False]

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.models.decoding import beam_search, greedy_decode, length_penalty
+from zoo.models.decoding import DecodeLimits, beam_search, greedy_decode, length_penalty
 from zoo.models.seq2seq import Seq2SeqAttention
 
 PAD, BOS, EOS = 0, 1, 2
@@ -168,8 +168,8 @@ def test_greedy_decoding_equals_beam_search_of_width_one(attention: str) -> None
     for seed in range(6):
         model = _decoding_model(seed, attention)
         src, src_lens = _source(seed, LENGTHS)
-        greedy = greedy_decode(model, src, src_lens, bos=BOS, eos=EOS, max_len=20)
-        beam = beam_search(model, src, src_lens, bos=BOS, eos=EOS, max_len=20, beam_size=1)
+        greedy = greedy_decode(model, src, src_lens, DecodeLimits(BOS, EOS, max_len=20))
+        beam = beam_search(model, src, src_lens, DecodeLimits(BOS, EOS, max_len=20), beam_size=1)
         assert greedy == beam
         ended += sum(len(row) < 20 for row in greedy)
     assert 0 < ended < 6 * len(LENGTHS)  # some outputs ended with <eos>, some ran to max_len
@@ -183,8 +183,9 @@ def test_beam_search_finds_hypotheses_at_least_as_likely_as_greedy(attention: st
     for seed in range(12):
         model = _decoding_model(seed, attention)
         src, src_lens = _source(seed, LENGTHS)
-        greedy = greedy_decode(model, src, src_lens, bos=BOS, eos=EOS, max_len=max_len)
-        beam = beam_search(model, src, src_lens, bos=BOS, eos=EOS, max_len=max_len, beam_size=4, alpha=alpha)
+        limits = DecodeLimits(BOS, EOS, max_len)
+        greedy = greedy_decode(model, src, src_lens, limits)
+        beam = beam_search(model, src, src_lens, limits, beam_size=4, alpha=alpha)
         assert len(beam) == len(greedy) == len(LENGTHS)
         for row, (g, b) in enumerate(zip(greedy, beam)):
             assert not {BOS, EOS} & set(g) and not {BOS, EOS} & set(b)
@@ -343,6 +344,6 @@ def test_learns_to_copy() -> None:
 
     model.eval()
     src, src_lens, _, _ = _copy_batch(torch.Generator().manual_seed(1234), 32, vocab)
-    copies = greedy_decode(model, src, src_lens, bos=BOS, eos=EOS, max_len=12)
+    copies = greedy_decode(model, src, src_lens, DecodeLimits(BOS, EOS, max_len=12))
     exact = sum(copy == src[row, :n].tolist() for row, (copy, n) in enumerate(zip(copies, src_lens.tolist())))
     assert exact >= 0.8 * 32

@@ -8,7 +8,7 @@ import torch
 
 import zoo
 from tests.helpers.models import SMALL_VOCAB, small_transformer
-from zoo.models.decoding import beam_search, greedy_decode
+from zoo.models.decoding import DecodeLimits, beam_search, greedy_decode
 from zoo.models.transformer import Transformer
 
 PAD, BOS, EOS = 0, 2, 3
@@ -55,10 +55,10 @@ def test_greedy_and_beam_search_are_the_same_with_the_cache(attention: str, kwar
     outputs = {}
     for use_cache in (True, False):
         model.use_cache = use_cache
-        limits = {"bos": BOS, "eos": EOS, "max_len": 8, "forbid": (PAD, BOS)}
+        limits = DecodeLimits(BOS, EOS, max_len=8, forbid=(PAD, BOS))
         outputs[use_cache] = (
-            greedy_decode(model, src, src_lens, **limits),
-            beam_search(model, src, src_lens, beam_size=3, **limits),
+            greedy_decode(model, src, src_lens, limits),
+            beam_search(model, src, src_lens, limits, beam_size=3),
         )
     assert outputs[True] == outputs[False]
     assert any(outputs[True][0])

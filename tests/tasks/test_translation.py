@@ -41,18 +41,12 @@ def test_greedy_equals_beam_size_one(fra_eng, kind) -> None:
     fra_eng.setup("validate")
     batch = next(iter(fra_eng.val_dataloader()))
     greedy = task.translate_ids(batch["src"], batch["src_lens"], beam_size=1)
-    from zoo.models.decoding import beam_search
+    from zoo.models.decoding import DecodeLimits, beam_search
 
-    beam_one = beam_search(
-        task.model,
-        batch["src"],
-        batch["src_lens"],
-        bos=fra_eng.bos_idx,
-        eos=fra_eng.eos_idx,
-        max_len=task._decode_limit(batch["src_lens"]),
-        beam_size=1,
-        forbid=(0, fra_eng.bos_idx),
+    limits = DecodeLimits(
+        fra_eng.bos_idx, fra_eng.eos_idx, task._decode_limit(batch["src_lens"]), forbid=(0, fra_eng.bos_idx)
     )
+    beam_one = beam_search(task.model, batch["src"], batch["src_lens"], limits, beam_size=1)
     assert greedy == beam_one
     assert any(len(row) > 0 for row in greedy)
 

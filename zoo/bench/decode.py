@@ -24,7 +24,7 @@ from torch import Tensor
 from zoo.bench.measure import time_call
 from zoo.bench.report import markdown_table
 from zoo.bench.translation import TranslationSetup, build
-from zoo.models.decoding import beam_search, greedy_decode
+from zoo.models.decoding import DecodeLimits, beam_search, greedy_decode
 
 __all__ = ["DecodeBenchConfig", "decode_table", "run_decode_bench"]
 
@@ -78,19 +78,16 @@ def run_decode_bench(setup: TranslationSetup, config: DecodeBenchConfig, device:
     task, data = build(setup, checkpoint=config.checkpoint)
     model = task.model.to(device).eval()
     batches = _sources(data, config.sentences, device)
-    limits = {
-        "bos": data.bos_idx,
-        "eos": data.eos_idx,
-        "max_len": config.tokens,
-        "forbid": (data.padding_idx, data.bos_idx, data.eos_idx),
-    }
+    limits = DecodeLimits(
+        data.bos_idx, data.eos_idx, config.tokens, forbid=(data.padding_idx, data.bos_idx, data.eos_idx)
+    )
 
     def decode_all() -> None:
         for src, src_lens in batches:
             if config.beam_size == 1:
-                outputs = greedy_decode(model, src, src_lens, **limits)
+                outputs = greedy_decode(model, src, src_lens, limits)
             else:
-                outputs = beam_search(model, src, src_lens, beam_size=config.beam_size, alpha=0.0, **limits)
+                outputs = beam_search(model, src, src_lens, limits, beam_size=config.beam_size, alpha=0.0)
             if any(len(row) != config.tokens for row in outputs):
                 raise RuntimeError(
                     f"bench decode expected {config.tokens} tokens per sentence; the model stopped early."

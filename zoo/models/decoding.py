@@ -14,12 +14,13 @@ Beam search with ``beam_size=1`` returns exactly the greedy output.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-__all__ = ["EncoderDecoder", "beam_search", "greedy_decode", "length_penalty"]
+__all__ = ["DecodeLimits", "EncoderDecoder", "beam_search", "greedy_decode", "length_penalty"]
 
 
 class EncoderDecoder(Protocol):
@@ -32,27 +33,29 @@ class EncoderDecoder(Protocol):
     def reorder_state(self, state: Any, index: Tensor) -> Any: ...
 
 
-@torch.no_grad()
-def greedy_decode(
-    model: EncoderDecoder,
-    src: Tensor,
-    src_lens: Tensor,
-    *,
-    bos: int,
-    eos: int,
-    max_len: int,
-    forbid: Sequence[int] = (),
-) -> list[list[int]]:
-    """Pick the most likely token at every step, up to ``max_len`` tokens or ``<eos>``.
-
-    Tokens in ``forbid`` (padding, ``<bos>``) are never produced.
+@dataclass(frozen=True)
+class DecodeLimits:
+    """What every search needs besides the model and the sources (as a generation config holds
+    them): the token each output starts from and the one that ends it, the longest output, and the
+    tokens never produced (padding, ``<bos>``).
     """
+
+    bos: int
+    eos: int
+    max_len: int
+    forbid: Sequence[int] = ()
+
+
+@torch.no_grad()
+def greedy_decode(model: EncoderDecoder, src: Tensor, src_lens: Tensor, limits: DecodeLimits) -> list[list[int]]:
+    """Pick the most likely token at every step, up to ``limits.max_len`` tokens or ``<eos>``."""
+    bos, eos, forbid = limits.bos, limits.eos, limits.forbid
     state = model.encode(src, src_lens)
     batch = src.shape[0]
     tokens = torch.full((batch,), bos, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     steps: list[Tensor] = []
-    for _ in range(max_len):
+    for _ in range(limits.max_len):
         logits, state = model.decode_step(tokens, state)
         tokens = _forbid(logits, forbid).argmax(-1).masked_fill(finished, eos)
         steps.append(tokens)
@@ -73,24 +76,21 @@ def beam_search(
     model: EncoderDecoder,
     src: Tensor,
     src_lens: Tensor,
+    limits: DecodeLimits,
     *,
-    bos: int,
-    eos: int,
-    max_len: int,
     beam_size: int = 4,
     alpha: float = 0.6,
-    forbid: Sequence[int] = (),
 ) -> list[list[int]]:
     """Batched beam search; hypotheses are ranked by log-probability / ``length_penalty``.
 
     Each step expands every live beam, keeps the ``2 * beam_size`` best continuations, moves
     those among the ``beam_size`` best that end in ``<eos>`` to the finished list and
     continues with the best ``beam_size`` others. A source is done once it has ``beam_size``
-    finished hypotheses; at ``max_len`` its live beams compete with the finished ones.
-    Tokens in ``forbid`` (padding, ``<bos>``) are never produced.
+    finished hypotheses; at ``limits.max_len`` its live beams compete with the finished ones.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}.")
+    bos, eos, forbid = limits.bos, limits.eos, limits.forbid
     batch, k, device = src.shape[0], beam_size, src.device
     state = model.reorder_state(model.encode(src, src_lens), torch.arange(batch, device=device).repeat_interleave(k))
     scores = torch.full((batch, k), float("-inf"), device=device)
@@ -100,7 +100,7 @@ def beam_search(
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     done = [False] * batch
 
-    for step in range(max_len):
+    for step in range(limits.max_len):
         logits, state = model.decode_step(tokens, state)
         log_probs = torch.log_softmax(_forbid(logits.float(), forbid), dim=-1)  # (batch * k, V)
         vocab = log_probs.shape[-1]

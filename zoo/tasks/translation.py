@@ -20,7 +20,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 
 from zoo.errors import ConfigurationError
-from zoo.models.decoding import beam_search, greedy_decode
+from zoo.models.decoding import DecodeLimits, beam_search, greedy_decode
 from zoo.models.seq2seq import Seq2SeqAttention
 from zoo.models.transformer import Transformer
 from zoo.positions import LearnedPositions
@@ -144,16 +144,13 @@ class TranslationTask(ZooTask):
 
     def translate_ids(self, src: Tensor, src_lens: Tensor, *, beam_size: int = 1) -> list[list[int]]:
         """Output token ids per source: greedy for ``beam_size=1``, else beam search."""
-        limits = {
-            "bos": self.bos_idx,
-            "eos": self.eos_idx,
-            "max_len": self._decode_limit(src_lens),
-            "forbid": (self.padding_idx, self.bos_idx),
-        }
+        limits = DecodeLimits(
+            self.bos_idx, self.eos_idx, self._decode_limit(src_lens), forbid=(self.padding_idx, self.bos_idx)
+        )
         with self.inference():
             if beam_size == 1:
-                return greedy_decode(self.model, src, src_lens, **limits)
-            return beam_search(self.model, src, src_lens, beam_size=beam_size, alpha=self.alpha, **limits)
+                return greedy_decode(self.model, src, src_lens, limits)
+            return beam_search(self.model, src, src_lens, limits, beam_size=beam_size, alpha=self.alpha)
 
     def _detokenize(self, ids: list[list[int]]) -> list[str]:
         codec = self.require_codec()
