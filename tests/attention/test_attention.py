@@ -861,6 +861,12 @@ def test_require_attention_lists_compatible_names(no_causal: str) -> None:
     assert not {"multi_head", "self", "cross"} & set(compatible), "layers are not scoring attentions"
 
 
+def test_require_attention_refuses_a_need_it_does_not_know() -> None:
+    """A misspelt need must not pass as "not needed"."""
+    with pytest.raises(TypeError, match=r"unknown needs \['casual'\]; the needs are \['bidirectional', 'causal'"):
+        zoo.require_attention("dot_product", casual=True)
+
+
 def test_capability_flags_of_built_ins() -> None:
     assert zoo.DotProductAttention.has_fused_path and zoo.GaussianKernelAttention.has_fused_path
     assert not zoo.AdditiveAttention.has_fused_path

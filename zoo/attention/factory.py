@@ -7,12 +7,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from torch import nn
+from typing_extensions import TypedDict, Unpack
 
 from zoo.attention.base import Attention, AttentionLayer, IncompatibleAttentionError
 from zoo.registry import Registry
 
 __all__ = [
     "ATTENTION_REGISTRY",
+    "AttentionNeeds",
     "create_attention",
     "create_scoring_attention",
     "get_attention",
@@ -63,15 +65,28 @@ def scoring_names() -> list[str]:
     return [e.name for e in ATTENTION_REGISTRY.entries() if issubclass(e.obj, Attention)]
 
 
+class AttentionNeeds(TypedDict, total=False):
+    """What an architecture needs of its scoring attention; a need not given is not needed."""
+
+    causal: bool
+    padding: bool
+    weights: bool
+    cross: bool
+    bidirectional: bool
+
+
+#: each need: the capability flag a variant declares it with, and how a refusal names it
+_CAPABILITIES: dict[str, tuple[str, str]] = {
+    "causal": ("supports_causal", "causal masking"),
+    "padding": ("supports_padding_mask", "padding masks"),
+    "weights": ("supports_weights", "returning weights"),
+    "cross": ("supports_cross_attention", "attending over another sequence (cross-attention)"),
+    "bidirectional": ("supports_bidirectional", "attending in both directions (it is a causal recurrence)"),
+}
+
+
 def require_attention(
-    name: str,
-    *,
-    causal: bool = False,
-    padding: bool = False,
-    weights: bool = False,
-    cross: bool = False,
-    bidirectional: bool = False,
-    role: str = "this architecture",
+    name: str, *, role: str = "this architecture", **needs: Unpack[AttentionNeeds]
 ) -> type[Attention]:
     """Resolve a scoring attention name and check it can do what ``role`` needs.
 
@@ -79,34 +94,22 @@ def require_attention(
         UnknownNameError: ``name`` is not registered.
         IncompatibleAttentionError: it is a layer, or lacks a needed capability; the message
             lists the registered names that would work.
+        TypeError: a need that is not one of :class:`AttentionNeeds`'.
     """
+    if unknown := sorted(set(needs) - set(_CAPABILITIES)):
+        raise TypeError(f"require_attention() got unknown needs {unknown}; the needs are {sorted(_CAPABILITIES)}.")
     cls = ATTENTION_REGISTRY.get(name)
-    needs = {
-        "supports_causal": causal,
-        "supports_padding_mask": padding,
-        "supports_weights": weights,
-        "supports_cross_attention": cross,
-        "supports_bidirectional": bidirectional,
-    }
+    wanted = {flag: label for need, (flag, label) in _CAPABILITIES.items() if needs.get(need)}
 
     def fits(candidate: type[nn.Module]) -> bool:
-        return issubclass(candidate, Attention) and all(
-            getattr(candidate, flag) for flag, need in needs.items() if need
-        )
+        return issubclass(candidate, Attention) and all(getattr(candidate, flag) for flag in wanted)
 
     if not fits(cls):
-        labels = {
-            "supports_causal": "causal masking",
-            "supports_padding_mask": "padding masks",
-            "supports_weights": "returning weights",
-            "supports_cross_attention": "attending over another sequence (cross-attention)",
-            "supports_bidirectional": "attending in both directions (it is a causal recurrence)",
-        }
         if not issubclass(cls, Attention):
             reason = "it is an attention layer (it owns projections), not a scoring attention"
         else:
             reason = "it does not support " + " or ".join(
-                labels[f] for f, need in needs.items() if need and not getattr(cls, f)
+                label for flag, label in wanted.items() if not getattr(cls, flag)
             )
         compatible = [e.name for e in ATTENTION_REGISTRY.entries() if fits(e.obj)]
         raise IncompatibleAttentionError(

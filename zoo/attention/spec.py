@@ -27,9 +27,10 @@ from types import MappingProxyType
 from typing import Any
 
 from torch import nn
+from typing_extensions import Unpack
 
 from zoo.attention.base import Attention, IncompatibleAttentionError
-from zoo.attention.factory import ATTENTION_REGISTRY, create_scoring_attention, require_attention
+from zoo.attention.factory import ATTENTION_REGISTRY, AttentionNeeds, create_scoring_attention, require_attention
 from zoo.positions import POSITION_REGISTRY, PositionScheme
 from zoo.registry import check_kwargs
 
@@ -116,27 +117,10 @@ class AttentionSpec:
                 f"positions {self.name!r} takes: {', '.join(schemes)}."
             )
 
-    def require(
-        self,
-        *,
-        causal: bool = False,
-        padding: bool = False,
-        cross: bool = False,
-        weights: bool = False,
-        bidirectional: bool = False,
-        role: str = "this architecture",
-    ) -> AttentionSpec:
+    def require(self, *, role: str = "this architecture", **needs: Unpack[AttentionNeeds]) -> AttentionSpec:
         """This spec, if its variant can do what ``role`` needs; else an
         :class:`~zoo.attention.base.IncompatibleAttentionError` naming the names that can."""
-        require_attention(
-            self.name,
-            causal=causal,
-            padding=padding,
-            cross=cross,
-            weights=weights,
-            bidirectional=bidirectional,
-            role=role,
-        )
+        require_attention(self.name, role=role, **needs)
         return self
 
     def with_position(self, position: PositionScheme | None) -> AttentionSpec:
