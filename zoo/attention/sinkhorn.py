@@ -81,12 +81,10 @@ class SinkhornAttention(Attention):
         self.require_positive(block_size=block_size, sinkhorn_iters=sinkhorn_iters)
         if not temperature > 0:
             raise ValueError(f"SinkhornAttention: temperature must be positive, got {temperature!r}.")
-        self.block_size, self.sinkhorn_iters, self.temperature, self.scale = (
-            block_size,
-            sinkhorn_iters,
-            temperature,
-            scale,
-        )
+        self.block_size = block_size
+        self.sinkhorn_iters = sinkhorn_iters
+        self.temperature = temperature
+        self.scale = scale
 
     def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
         """Blocks are cut from one sequence: queries and keys must be it."""

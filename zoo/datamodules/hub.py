@@ -1,4 +1,5 @@
-"""Loading a Hugging Face Hub data set, with one line that says what to do when the Hub is out of reach.
+"""Loading a Hugging Face Hub data set, with one line that says what to do when the Hub is out of
+reach, and reading its text columns, with one line that names the rows that are not text.
 
 Without network, or with ``HF_DATASETS_OFFLINE=1`` / ``HF_HUB_OFFLINE=1`` (as CI sets) and no
 cached copy, ``datasets.load_dataset`` raises a ``ConnectionError`` ("Couldn't reach ... on the
@@ -13,10 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 import datasets
+import pyarrow as pa
 
 from zoo.errors import DataError
 
-__all__ = ["load_hub_dataset"]
+__all__ = ["load_hub_dataset", "text_rows"]
+
+#: the column types whose rows are text
+_TEXT_TYPES = (datasets.Value("string"), datasets.Value("large_string"))
 
 
 def load_hub_dataset(name: str, local_copy: str, **kwargs: Any) -> datasets.DatasetDict:
@@ -39,3 +44,19 @@ def load_hub_dataset(name: str, local_copy: str, **kwargs: Any) -> datasets.Data
             f"Could not download {name!r} from the Hugging Face Hub (no network, or offline mode): "
             f"give a local copy with {local_copy}."
         ) from None
+
+
+def text_rows(data: datasets.Dataset, column: str, where: str) -> pa.ChunkedArray:
+    """The rows of ``data``'s (existing) ``column``, refused unless every one is text.
+
+    Raises:
+        DataError: a row is missing or the column holds something else; the message starts with
+            ``where`` (``"The 'train' split of stanfordnlp/sst2"``).
+    """
+    rows = data.data.column(column)
+    if rows.null_count or data.features[column] not in _TEXT_TYPES:
+        raise DataError(
+            f"{where} has rows whose {column!r} is not text "
+            f"({rows.null_count} missing, type {data.features[column]}); drop or fix them."
+        )
+    return rows

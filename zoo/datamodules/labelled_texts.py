@@ -22,7 +22,7 @@ import datasets
 import numpy as np
 
 from zoo.datamodules.base import CorpusDataModule, existing_path
-from zoo.datamodules.hub import load_hub_dataset
+from zoo.datamodules.hub import load_hub_dataset, text_rows
 from zoo.errors import DataError
 from zoo.text.codecs import ClassificationCodec, check_texts
 from zoo.text.datasets import Columns, TokenIds
@@ -130,15 +130,7 @@ class LabelledTexts:
                 f"(columns: {data.column_names}). The {self.name} data module expects {corpus.layout}."
             )
         data = data.select_columns([corpus.text_column, corpus.label_column])
-        texts = data.data.column(corpus.text_column)
-        if texts.null_count or data.features[corpus.text_column] not in (
-            datasets.Value("string"),
-            datasets.Value("large_string"),
-        ):
-            raise DataError(
-                f"The {split!r} split of {self.source_name} has rows whose {corpus.text_column!r} is not text "
-                f"({texts.null_count} missing, type {data.features[corpus.text_column]}); drop or fix them."
-            )
+        text_rows(data, corpus.text_column, f"The {split!r} split of {self.source_name}")
         labels = np.asarray(data.data.column(corpus.label_column))
         bad_labels = sorted(set(np.unique(labels).tolist()) - set(range(_LABELS.num_classes)))
         if bad_labels:

@@ -27,7 +27,7 @@ from typing import Any
 
 import datasets
 
-from zoo.datamodules.hub import load_hub_dataset
+from zoo.datamodules.hub import load_hub_dataset, text_rows
 from zoo.errors import DataError
 
 __all__ = ["CorpusSplits", "TextCorpus", "files_identity", "text_files"]
@@ -167,15 +167,6 @@ class TextCorpus:
                 f"{where} has no column {self.column!r} (columns: {data.column_names}): "
                 "name the text column with --data.column."
             )
-        rows = data.data.column(self.column)
-        if rows.null_count or data.features[self.column] not in (
-            datasets.Value("string"),
-            datasets.Value("large_string"),
-        ):
-            raise DataError(
-                f"{where} has rows whose {self.column!r} is not text "
-                f"({rows.null_count} missing, type {data.features[self.column]}); drop or fix them."
-            )
-        text = "\n".join(rows.to_pylist())
+        text = "\n".join(text_rows(data, self.column, where).to_pylist())
         _refuse_empty(text, where, f"give a data set with text in its column {self.column!r}")
         return text.encode("utf-8") if self.as_bytes else text

@@ -82,12 +82,10 @@ class Seq2SeqAttention(nn.Module):
             raise ValueError(f"Seq2SeqAttention: dropout must be in [0, 1), got {dropout}.")
         if not 0 <= padding_idx < vocab_size:
             raise ValueError(f"padding_idx {padding_idx} is outside the vocabulary of {vocab_size} tokens.")
-        self.vocab_size, self.hidden_size, self.num_layers, self.padding_idx = (
-            vocab_size,
-            hidden_size,
-            num_layers,
-            padding_idx,
-        )
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.padding_idx = padding_idx
         rnn_dropout = dropout if num_layers > 1 else 0.0
 
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=padding_idx)

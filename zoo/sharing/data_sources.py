@@ -8,7 +8,7 @@ A data module without an entry (a plugin's) gets a card that says its source is 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 __all__ = ["DATA_SOURCES", "DataSource"]
@@ -34,8 +34,14 @@ class DataSource:
     hub_dataset: str | None = None
 
 
-_IMDB = "Maas et al. 2011, Learning Word Vectors for Sentiment Analysis (ACL): cite it"
-_IMDB_SPLIT = "a seeded 10% of the 25,000 training reviews held out for validation; tested on the 25,000 test reviews"
+#: the IMDB reviews, which two data modules read (as words and as bytes)
+_IMDB = DataSource(
+    corpus="IMDB movie reviews (Large Movie Review Dataset), from the Hugging Face Hub",
+    split="a seeded 10% of the 25,000 training reviews held out for validation; tested on the 25,000 test reviews",
+    licence="Maas et al. 2011, Learning Word Vectors for Sentiment Analysis (ACL): cite it",
+    languages=("en",),
+    hub_dataset="stanfordnlp/imdb",
+)
 
 DATA_SOURCES: Mapping[str, DataSource] = MappingProxyType(
     {
@@ -54,20 +60,8 @@ DATA_SOURCES: Mapping[str, DataSource] = MappingProxyType(
             languages=("en",),
             hub_dataset="stanfordnlp/sst2",
         ),
-        "imdb": DataSource(
-            corpus="IMDB movie reviews (Large Movie Review Dataset), from the Hugging Face Hub",
-            split=_IMDB_SPLIT,
-            licence=_IMDB,
-            languages=("en",),
-            hub_dataset="stanfordnlp/imdb",
-        ),
-        "lra_text": DataSource(
-            corpus="IMDB movie reviews read as bytes (the Long Range Arena's Text task)",
-            split=_IMDB_SPLIT,
-            licence=_IMDB,
-            languages=("en",),
-            hub_dataset="stanfordnlp/imdb",
-        ),
+        "imdb": _IMDB,
+        "lra_text": replace(_IMDB, corpus="IMDB movie reviews read as bytes (the Long Range Arena's Text task)"),
         "listops": DataSource(
             corpus="ListOps expressions (the Long Range Arena's task), generated from the data module's generator_seed",
             split="training, validation and test expressions generated apart",
