@@ -92,7 +92,9 @@ class GPT(nn.Module):
             role="the GPT (causal self-attention)",
         )
         hidden = 4 * d_model if ffn_hidden is None else ffn_hidden
-        config = BlockConfig(d_model, num_heads, hidden, dropout, True, "gelu", bias, ffn_dropout=0.0)
+        config = BlockConfig(
+            d_model, num_heads, hidden, dropout, norm_first=True, activation="gelu", bias=bias, ffn_dropout=0.0
+        )
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(CausalBlock(config, spec) for spec in specs)
         self.final_norm = nn.LayerNorm(d_model, bias=bias)
