@@ -14,6 +14,7 @@ from zoo.attention import (
     LinearAttention,
     LocalAttention,
     MultiHeadAttention,
+    RecurrentLayer,
     SelfAttention,
     causal_mask,
     create_attention,
@@ -22,6 +23,7 @@ from zoo.attention import (
     list_attention,
     masked_softmax,
     register_attention,
+    register_attention_layer,
     require_attention,
 )
 from zoo.errors import ZooError
@@ -61,6 +63,7 @@ __all__ = [
     "PositionWiseFFN",
     "PositionalEncoding",
     "Registry",
+    "RecurrentLayer",
     "SelfAttention",
     "UnknownArgumentError",
     "UnknownNameError",
@@ -79,6 +82,7 @@ __all__ = [
     "load_checkpoint",
     "masked_softmax",
     "register_attention",
+    "register_attention_layer",
     "register_position",
     "require_attention",
     "testing",

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from zoo.attention.legacy import migrate_attention
 from zoo.errors import CheckpointError
 from zoo.provenance import RECORD_KEY
 from zoo.tasks import ZooTask
@@ -146,6 +147,8 @@ def task_from_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike[str
     """
     name = checkpoint_model_name(checkpoint, path)
     hparams = {k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if not k.startswith("_")}
+    record = checkpoint.get(RECORD_KEY)
+    hparams = migrate_attention(hparams, record.get("format", 1) if isinstance(record, dict) else 1)
     model = MODEL_REGISTRY.create(name, **hparams)
     try:
         model.load_state_dict(checkpoint["state_dict"], strict=True)

@@ -36,12 +36,14 @@ def distribution(ep: metadata.EntryPoint) -> str:
 
 
 def load_entry_points(registry: Registry[Any]) -> None:
-    """Register every entry point of ``registry.entry_point_group``; record the names that fail
-    to load (``registry.failed_plugins``) and those several distributions claim
-    (``registry.conflicts``)."""
+    """Register every entry point of ``registry.entry_point_group`` (one group, or several);
+    record the names that fail to load (``registry.failed_plugins``) and those several
+    distributions, or two groups, claim (``registry.conflicts``)."""
+    groups = registry.entry_point_group
     claims: dict[str, list[metadata.EntryPoint]] = {}
-    for ep in metadata.entry_points(group=registry.entry_point_group or ""):
-        claims.setdefault(ep.name, []).append(ep)
+    for group in (groups,) if isinstance(groups, str) else groups or ():
+        for ep in metadata.entry_points(group=group):
+            claims.setdefault(ep.name, []).append(ep)
     for name, eps in claims.items():
         if len({(distribution(ep), ep.value) for ep in eps}) > 1:
             _record_conflict(registry, name, eps)

@@ -23,8 +23,9 @@ __all__ = ["RECORD_FORMAT", "RECORD_KEY", "package_versions", "run_record", "run
 RECORD_KEY = "zoo"
 """The checkpoint key of the zoo's record."""
 
-RECORD_FORMAT = 1
-"""Bump when the record's layout changes."""
+RECORD_FORMAT = 2
+"""Bump when the record's layout, or the layout of the weights it describes, changes (2: the
+recurrent families are attention layers; :mod:`zoo.attention.legacy` rebuilds format 1)."""
 
 _PACKAGES = ("lightning", "torchmetrics", "jsonargparse", "tokenizers", "sacrebleu", "datasets", "numpy")
 

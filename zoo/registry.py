@@ -110,7 +110,8 @@ class Registry(Generic[T]):
     Args:
         kind: What is registered, used in messages (``"attention"``).
         base: If given, registered classes must subclass it (a tuple allows several bases).
-        entry_point_group: The entry-point group installed plugins use (``"zoo.attention"``).
+        entry_point_group: The entry-point group installed plugins use (``"zoo.models"``), or
+            several (attention: ``("zoo.attention", "zoo.attention_layers")``, one per kind).
         builtin_modules: Modules of the zoo's own entries, imported on the first lookup (before
             the plugins), so that importing the registry's package stays light.
     """
@@ -119,7 +120,7 @@ class Registry(Generic[T]):
         self,
         kind: str,
         base: type | tuple[type, ...] | None = None,
-        entry_point_group: str | None = None,
+        entry_point_group: str | tuple[str, ...] | None = None,
         builtin_modules: tuple[str, ...] = (),
     ) -> None:
         self.kind = kind

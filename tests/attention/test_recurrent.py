@@ -1,8 +1,9 @@
-"""The recurrent families (retention, gla, deltanet, gated_deltanet, mamba2) against per-token
-float64 loops of each paper's recurrence, written here from the layer's parameters (not with the
-variants' kernels): every form, chunk sizes that do not divide the length, right and left padding,
-gradients, decoding from the state in a GPT (hybrid stacks included), refusals, and 16k tokens in
-float32."""
+"""The recurrent families (retention, gla, deltanet, gated_deltanet, mamba2) as layers against
+per-token float64 loops of each paper's layer, written here from the layer's parameters (not with
+its kernels): the projections, the short causal convolution (a sum over each channel's window),
+the recurrence and the output gate and norm; every form, chunk sizes that do not divide the
+length, right and left padding, gradients, decoding from the state and the convolution's window
+in a GPT (hybrid stacks included), refusals, and 16k tokens in float32."""
 
 from __future__ import annotations
 
@@ -15,88 +16,114 @@ from torch import Tensor
 
 import zoo
 from zoo.attention.cache import KeyValueCache, StateCache
+from zoo.attention.recurrent import RecurrentLayer
 from zoo.attention.spec import layer_specs
 from zoo.models import GPT
 
 FAMILIES = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2"]
 EMBED, HEADS, LENGTH = 8, 2, 71  # 71 is a multiple of no chunk size below but 1
-HEAD = EMBED // HEADS
 CHUNK_SIZES = (1, 7, 16, 64)
 EPS = 1e-5  # the output norms'
+#: every family with a convolution, retention too (off by default, as RetNet's); Mamba-2 with B
+#: and C shared by both heads, at a state size of its own
+OPTIONS = {"retention": {"conv_size": 4}, "mamba2": {"d_state": 6, "ngroups": 1}}
 
 
-def layer(family: str, seed: int = 0, **kwargs) -> zoo.SelfAttention:
-    """A float64 self-attention layer over ``family`` whose own parameters are moved off their
-    initial values (norm scales of 1, ``D`` of 1 would hide mistakes)."""
+def layer(family: str, seed: int = 0, **kwargs) -> RecurrentLayer:
+    """A float64 layer of ``family`` whose own parameters are moved off their initial values
+    (norm scales of 1, ``D`` of 1 would hide mistakes)."""
     torch.manual_seed(seed)
-    module = zoo.SelfAttention(EMBED, HEADS, zoo.AttentionSpec(family, kwargs)).double().eval()
+    module = zoo.create_attention(family, embed_dim=EMBED, num_heads=HEADS, **(OPTIONS.get(family, {}) | kwargs))
+    module = module.double().eval()
     with torch.no_grad():
-        for parameter in module.score_attention.parameters():
+        for parameter in module.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
     return module
 
 
-# -- the papers' recurrences, token by token, in their orientation: a (dv, dk) state, o_t = S_t q_t --
+# -- the papers' layers, token by token, in their orientation: a (dv, dk) state, o_t = S_t q_t ------
 
 
-def heads(x: Tensor) -> Tensor:
-    """``(B, T, H * w)`` -> ``(B, H, T, w)``."""
-    return x.unflatten(-1, (HEADS, -1)).transpose(1, 2)
+def heads(x: Tensor, count: int = HEADS) -> Tensor:
+    """``(B, T, count * w)`` -> ``(B, count, T, w)``."""
+    return x.unflatten(-1, (count, -1)).transpose(1, 2)
 
 
 def rms_norm(x: Tensor, weight: Tensor) -> Tensor:
     return x / (x.square().mean(-1, keepdim=True) + EPS).sqrt() * weight
 
 
-def reference(module: zoo.SelfAttention, x: Tensor, real: Tensor) -> Tensor:
-    """The layer's output: its projections, the family's recurrence per token (a padded token, where
-    ``real`` ``(B, T)`` is False, leaves the state alone and reads zero), its norm and gates."""
-    attention, family = module.score_attention, module.attention_name
-    q, k, v = (heads(F.linear(x, p.weight, p.bias)) for p in (module.q_proj, module.k_proj, module.v_proj))
+def convolved(x: Tensor, conv: torch.nn.Conv1d | None, real: Tensor) -> Tensor:
+    """Each channel's sum over its window of the last K inputs (padded tokens and those before the
+    start as zeros), plus the bias: the short convolution, token by token."""
+    if conv is None:
+        return x
+    x = x * real[..., None]
+    kernel = conv.weight.shape[-1]
+    out = torch.zeros_like(x)
+    for t in range(x.shape[1]):
+        for i in range(kernel):
+            source = t - kernel + 1 + i
+            if source >= 0:
+                out[:, t] += conv.weight[:, 0, i] * x[:, source]
+    return out + (0 if conv.bias is None else conv.bias)
+
+
+def reference(module: RecurrentLayer, x: Tensor, real: Tensor) -> Tensor:
+    """The layer's output: its projections and convolutions, the family's recurrence per token (a
+    padded token, where ``real`` ``(B, T)`` is False, leaves the state alone and reads zero), its
+    norm and gates."""
+    family = zoo.ATTENTION_REGISTRY.name_of(type(module))
+    projected = [F.linear(x, p.weight, p.bias) for p in (module.q_proj, module.k_proj, module.v_proj)]
+    q, k, v = (convolved(t, c, real) for t, c in zip(projected, (module.q_conv, module.k_conv, module.v_conv)))
+    if module.q_conv is not None or family in ("deltanet", "gated_deltanet", "mamba2"):
+        q, k, v = F.silu(q), F.silu(k), F.silu(v)
+    groups = module.qk_heads
+    q, k = (heads(t, groups).repeat_interleave(HEADS // groups, dim=1) for t in (q, k))
+    v = heads(v)
+    dk, dv = q.shape[-1], v.shape[-1]
     batch, length = x.shape[:2]
-    eye = torch.eye(HEAD, dtype=x.dtype)
-    state = x.new_zeros(batch, HEADS, HEAD, HEAD)
+    eye = torch.eye(dk, dtype=x.dtype)
+    state = x.new_zeros(batch, HEADS, dv, dk)
     outputs = torch.zeros_like(v)
     if family in ("deltanet", "gated_deltanet"):
-        q, k, v = F.silu(q), F.silu(k), F.silu(v)
         q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
-        beta = torch.sigmoid(heads(x @ attention.beta.weight.T))  # (B, H, T, 1)
+        beta = torch.sigmoid(heads(x @ module.beta.weight.T))  # (B, H, T, 1)
     if family in ("gated_deltanet", "mamba2"):
-        decay = attention.decay
+        decay = module.decay
         dt = heads(F.softplus(x @ decay.proj.weight.T + decay.dt_bias))  # (B, H, T, 1)
         a = torch.exp(-dt * decay.A_log.exp()[:, None, None])
     if family == "gla":
-        first, second = attention.decay_gate
+        first, second = module.decay_gate
         alpha = torch.sigmoid(heads(x @ first.weight.T @ second.weight.T + second.bias)) ** (1 / 16)  # (B, H, T, dk)
-    if family == "mamba2":
-        q, k, v = F.silu(q), F.silu(k), F.silu(v)  # C, B and x
     for t in range(length):
         q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]
         write = v_t.unsqueeze(-1) * k_t.unsqueeze(-2)  # v_t k_t^T
         if family == "retention":
             gamma = 1 - 2.0 ** (-5 - torch.arange(HEADS, dtype=x.dtype))
             updated = gamma[:, None, None] * state + write
-            read = updated @ q_t.unsqueeze(-1) / math.sqrt(HEAD)
+            read = updated @ q_t.unsqueeze(-1) / math.sqrt(dk)
         elif family == "gla":
             updated = state * alpha[:, :, t].unsqueeze(-2) + write  # Diag(alpha_t) on the key side
-            read = updated @ q_t.unsqueeze(-1) / math.sqrt(HEAD)
+            read = updated @ q_t.unsqueeze(-1) / math.sqrt(dk)
         elif family in ("deltanet", "gated_deltanet"):
             b = beta[:, :, t].unsqueeze(-1)
             kept = a[:, :, t].unsqueeze(-1) * state if family == "gated_deltanet" else state
             updated = kept @ (eye - b * k_t.unsqueeze(-1) * k_t.unsqueeze(-2)) + b * write
-            read = updated @ q_t.unsqueeze(-1) / math.sqrt(HEAD)
+            read = updated @ q_t.unsqueeze(-1) / math.sqrt(dk)
         else:  # mamba2: h_t = a_t h_{t-1} + B_t (dt_t x_t)^T, y_t = C_t h_t + D x_t (h kept as its transpose)
             updated = a[:, :, t].unsqueeze(-1) * state + dt[:, :, t].unsqueeze(-1) * write
-            read = updated @ q_t.unsqueeze(-1) + attention.D[:, None, None] * v_t.unsqueeze(-1)
+            read = updated @ q_t.unsqueeze(-1) + module.D[:, None, None] * v_t.unsqueeze(-1)
         keep = real[:, t, None, None, None]
         state = torch.where(keep, updated, state)
         outputs[:, :, t] = torch.where(keep[..., 0], read.squeeze(-1), 0.0)
     if family in ("retention", "gla", "gated_deltanet"):
-        outputs = rms_norm(outputs, attention.norm.weight) * F.silu(heads(x @ attention.gate.weight.T))
+        outputs = rms_norm(outputs, module.norm.weight) * F.silu(heads(x @ module.gate.weight.T))
     elif family == "deltanet":
-        outputs = rms_norm(outputs, attention.norm.weight)
-    else:
-        outputs = rms_norm(outputs * F.silu(heads(x @ attention.gate.weight.T)), attention.norm_weight)
+        outputs = rms_norm(outputs, module.norm.weight)
+    else:  # the gated RMSNorm over each group of heads that shares B and C: here all of them
+        gated = (outputs * F.silu(heads(x @ module.gate.weight.T))).transpose(1, 2).flatten(-2)
+        return module.out_proj(rms_norm(gated, module.norm_weight))
     return module.out_proj(outputs.transpose(1, 2).flatten(-2))
 
 
@@ -127,7 +154,7 @@ def test_every_form_matches_the_papers_recurrence(family: str, padding: str | No
     mask, real = padded(padding)
     expected = reference(module, x, real)
     for mode, chunk_size in FORMS:
-        module.score_attention.mode, module.score_attention.chunk_size = mode, chunk_size or 64
+        module.mode, module.chunk_size = mode, chunk_size or 64
         with torch.no_grad():
             output = module(x, is_causal=True, **mask).output
         form = f"{mode} {chunk_size or ''}"
@@ -151,7 +178,8 @@ def test_decoding_from_a_chunkwise_prompt_matches_the_papers_recurrence(family: 
             outputs.append(output)
     torch.testing.assert_close(torch.cat(outputs, dim=1), expected, atol=1e-10, rtol=0)
     assert isinstance(cache, StateCache) and cache.length == LENGTH
-    assert cache.state.shape == (2, HEADS, HEAD, HEAD)
+    assert cache.state.shape == (2, HEADS, module.key_head_dim, module.head_dim)
+    assert [w.shape[1] for w in cache.extra] == [3, 3, 3]  # each convolution's last 3 inputs
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -234,9 +262,15 @@ def test_what_a_causal_recurrence_cannot_do_is_refused_in_one_line(family: str) 
     assert "key padding masks only" in refusal(lambda: module(x, torch.tensor([[6] * 6, [3] * 6]), is_causal=True))
     assert "attending in both directions" in refusal(lambda: layer_specs(family, None, 2, role="an encoder"))
     assert "cannot be used by cross-attention" in refusal(lambda: zoo.CrossAttention(EMBED, HEADS, family))
-    alone = zoo.create_attention(family, embed_dim=EMBED, num_heads=HEADS)
-    q = torch.randn(2, HEADS, 6, HEAD)
-    assert "reads the layer's input" in refusal(lambda: alone(q, q, q, is_causal=True))
+    assert "an attention layer with projections of its own" in refusal(lambda: zoo.SelfAttention(EMBED, HEADS, family))
+    assert "takes a rotary scheme or none" in refusal(
+        lambda: zoo.create_attention(
+            family,
+            embed_dim=EMBED,
+            num_heads=HEADS,
+            position=zoo.create_position("alibi", d_model=EMBED, num_heads=HEADS),
+        )
+    )
 
 
 def test_a_bad_mode_is_refused() -> None:
@@ -252,8 +286,8 @@ def test_16k_tokens_in_float32_stay_finite_under_strong_decays(family: str) -> N
     """Decays summed over 16k tokens reach exp(-10^5): they must underflow to zero weights, never
     to NaN or inf, forwards and backwards."""
     torch.manual_seed(0)
-    module = zoo.SelfAttention(16, 2, family)
-    attention = module.score_attention
+    module = zoo.create_attention(family, embed_dim=16, num_heads=2)
+    attention = module
     with torch.no_grad():
         if family == "gla":
             attention.decay_gate[1].bias.fill_(-40.0)  # log decays of -2.5 per step and key dimension

@@ -1,9 +1,10 @@
-"""Attention variants behind one contract, and the registry that names them.
+"""Attention behind two contracts, scoring attentions and attention layers, and the registry that names both.
 
 Importing this package registers the built-in variants.
 """
 
-from zoo.attention.base import Attention, AttentionLayer, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.layer import AttentionLayer
 from zoo.attention.factory import (
     ATTENTION_REGISTRY,
     create_attention,
@@ -11,6 +12,7 @@ from zoo.attention.factory import (
     get_attention,
     list_attention,
     register_attention,
+    register_attention_layer,
     require_attention,
 )
 from zoo.attention.masking import causal_mask, lengths_to_mask, masked_softmax
@@ -30,14 +32,14 @@ from zoo.attention.sparse import FixedSparseAttention  # noqa: E402
 from zoo.attention.synthesizer import SynthesizerAttention  # noqa: E402
 from zoo.attention.sinkhorn import SinkhornAttention  # noqa: E402
 from zoo.attention.reformer import ReformerAttention  # noqa: E402
-from zoo.attention.recurrent import RecurrentAttention  # noqa: E402
+from zoo.attention.recurrent import RecurrentLayer  # noqa: E402
 from zoo.attention.retention import RetentionAttention  # noqa: E402
 from zoo.attention.gla import GatedLinearAttention  # noqa: E402
 from zoo.attention.deltanet import DeltaNetAttention, GatedDeltaNetAttention  # noqa: E402
 from zoo.attention.mamba2 import Mamba2Attention  # noqa: E402
 from zoo.attention.spec import AttentionSpec, layer_specs  # noqa: E402
 from zoo.attention.headed import HeadedAttention  # noqa: E402
-from zoo.attention.multi_head import CrossAttention, MultiHeadAttention, SelfAttention  # noqa: E402
+from zoo.attention.multi_head import CrossAttention, MultiHeadAttention, SelfAttention, self_attention_layer  # noqa: E402
 
 __all__ = [
     "ATTENTION_REGISTRY",
@@ -65,7 +67,7 @@ __all__ = [
     "MultiHeadAttention",
     "PerformerAttention",
     "ReformerAttention",
-    "RecurrentAttention",
+    "RecurrentLayer",
     "RetentionAttention",
     "SelfAttention",
     "SinkhornAttention",
@@ -79,5 +81,7 @@ __all__ = [
     "list_attention",
     "masked_softmax",
     "register_attention",
+    "register_attention_layer",
     "require_attention",
+    "self_attention_layer",
 ]

@@ -13,8 +13,9 @@ A call goes ``forward`` (validate the tensors and masks, merge the masks into on
 input) -> :meth:`Attention.attend`. A layer that validated and merged its masks itself enters at
 ``attend_masked``, so each call validates its masks once.
 
-An *attention layer* (subclass of :class:`AttentionLayer`) owns projections and heads, and runs a
-registered scoring attention per head.
+An *attention layer* (:class:`zoo.attention.layer.AttentionLayer`) owns its projections, gates,
+convolutions and cache: ``multi_head`` runs a registered scoring attention per head; the
+recurrent families are layers of their own.
 
 Each class declares what it supports as class attributes, so architectures can check a variant
 when they are built rather than fail (or silently ignore a mask) at run time.
@@ -41,7 +42,6 @@ from zoo.errors import ZooError
 
 __all__ = [
     "Attention",
-    "AttentionLayer",
     "AttentionOutput",
     "IncompatibleAttentionError",
     "PositionBias",
@@ -88,6 +88,26 @@ class _Capabilities:
     #: False for a causal recurrence (retention, DeltaNet), which encoders refuse
     supports_bidirectional: ClassVar[bool] = True
 
+    def check_request(self, mask: Tensor | None, *, is_causal: bool, need_weights: bool = False) -> None:
+        """Refuse, in one line, a call this module declares it cannot serve (the flags above)."""
+        name = type(self).__name__
+        if mask is not None and not self.supports_padding_mask:
+            raise IncompatibleAttentionError(f"{name} does not support padding masks (valid_lens / attn_mask).")
+        if mask is not None and not self.supports_query_mask and key_column(mask) is None:
+            raise IncompatibleAttentionError(
+                f"{name} takes key padding masks only, the same for every query (valid_lens of shape (B,), an "
+                f"attn_mask of shape (B, 1, Lk)); got a mask of shape {tuple(mask.shape)} that differs per query."
+            )
+        if is_causal and not self.supports_causal:
+            raise IncompatibleAttentionError(f"{name} does not support causal masking (is_causal=True).")
+        if need_weights and not self.supports_weights:
+            raise IncompatibleAttentionError(f"{name} cannot return attention weights (need_weights=True).")
+        if not is_causal and not self.supports_bidirectional:
+            raise IncompatibleAttentionError(
+                f"{name} is a causal recurrence: it attends to earlier positions only; call it with is_causal=True "
+                "(a decoder's self-attention), or use a variant that attends both ways."
+            )
+
 
 class Attention(_Capabilities, nn.Module):
     """Base class of scoring attentions (additive, dot-product, Gaussian kernel, plugins).
@@ -112,10 +132,6 @@ class Attention(_Capabilities, nn.Module):
     #: takes keys and values with fewer heads (axis -3) than the queries, each shared by a group
     #: of query heads (grouped-query attention); a layer repeats them for a variant without it
     supports_grouped_kv: ClassVar[bool] = False
-    #: reads the layer's input ``(B, Lq, embed_dim)`` (the ``layer_input`` a multi-head layer then
-    #: hands :meth:`attend`), as variants whose gates or decays depend on the data do; such a
-    #: constructor takes ``embed_dim`` to size its projections of it
-    reads_layer_input: ClassVar[bool] = False
     #: reads the content of the queries; a multi-head layer builds no query projection for a
     #: variant that reads only their shape (an instance may set it, as ``synthesizer`` does by mode)
     reads_queries: bool = True
@@ -127,6 +143,12 @@ class Attention(_Capabilities, nn.Module):
         """A subclass that replaces the score path (``attend`` or ``forward``) and does not say
         whether it adds a positional bias is taken not to: refused, never silently dropped."""
         super().__init_subclass__(**kwargs)
+        if "reads_layer_input" in cls.__dict__:
+            raise TypeError(
+                f"{cls.__name__}: reads_layer_input is gone. A variant whose gates read the layer's input is an "
+                "attention layer now: subclass zoo.AttentionLayer (or zoo.RecurrentLayer for a linear recurrence) "
+                "and register it with @zoo.register_attention_layer (docs/plugins.md, 'Writing a layer')."
+            )
         overrides = "attend" in cls.__dict__ or "forward" in cls.__dict__
         if overrides and "supports_position_bias" not in cls.__dict__:
             cls.supports_position_bias = False
@@ -190,57 +212,32 @@ class Attention(_Capabilities, nn.Module):
     def attend_masked(
         self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
         *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
-        layer_input: Tensor | None = None,
     ) -> AttentionOutput:  # fmt: skip
         """What :meth:`forward` does once its inputs are validated and its masks merged into one
         boolean ``mask``: refuse what the variant cannot do, answer an empty input, run :meth:`attend`.
 
         A layer that validates its own inputs and merges its masks once per call (the multi-head
-        layers) calls this instead of ``forward``, so nothing is validated twice; it hands a
-        variant that :attr:`reads_layer_input` the layer's input, which reaches :meth:`attend`.
+        layers) calls this instead of ``forward``, so nothing is validated twice.
         """
-        self.check_request(
-            mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias, layer_input=layer_input
-        )
+        self.check_request(mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias)
         self.check_layout(queries, keys, is_causal)
         keys, values = self._expand_groups(queries, keys, values)
         if not (queries.shape[-2] and keys.shape[-2]):  # nothing to score: no variant's attend() sees it
             return self.empty_output(queries, keys, values, need_weights)
         # passed only when given: a plugin's attend() written before positions keeps working
-        extra = _given(position_bias=position_bias, layer_input=layer_input)
+        extra = _given(position_bias=position_bias)
         return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, **extra)
 
     def check_request(
         self, mask: Tensor | None, *, is_causal: bool, need_weights: bool = False,
-        position_bias: PositionBias | None = None, layer_input: Tensor | None = None,
+        position_bias: PositionBias | None = None,
     ) -> None:  # fmt: skip
         """Refuse, in one line, what this variant declares it cannot do (the capability flags); run
         by :meth:`attend_masked`, and by a decoding path that does not go through it."""
-        name = type(self).__name__
-        if mask is not None and not self.supports_padding_mask:
-            raise IncompatibleAttentionError(f"{name} does not support padding masks (valid_lens / attn_mask).")
-        if mask is not None and not self.supports_query_mask and key_column(mask) is None:
-            raise IncompatibleAttentionError(
-                f"{name} takes key padding masks only, the same for every query (valid_lens of shape (B,), an "
-                f"attn_mask of shape (B, 1, Lk)); got a mask of shape {tuple(mask.shape)} that differs per query."
-            )
-        if is_causal and not self.supports_causal:
-            raise IncompatibleAttentionError(f"{name} does not support causal masking (is_causal=True).")
-        if need_weights and not self.supports_weights:
-            raise IncompatibleAttentionError(f"{name} cannot return attention weights (need_weights=True).")
-        if not is_causal and not self.supports_bidirectional:
-            raise IncompatibleAttentionError(
-                f"{name} is a causal recurrence: it attends to earlier positions only; call it with is_causal=True "
-                "(a decoder's self-attention), or use a variant that attends both ways."
-            )
-        if self.reads_layer_input and layer_input is None:
-            raise IncompatibleAttentionError(
-                f"{name} reads the layer's input (its gates depend on the data): run it inside a multi-head layer "
-                "(zoo.SelfAttention), which hands it layer_input."
-            )
+        super().check_request(mask, is_causal=is_causal, need_weights=need_weights)
         if position_bias is not None and not self.supports_position_bias:
             raise IncompatibleAttentionError(
-                f"{name} does not add a positional bias to its scores (position_bias); "
+                f"{type(self).__name__} does not add a positional bias to its scores (position_bias); "
                 "use an absolute or rotary scheme with it."
             )
 
@@ -253,7 +250,6 @@ class Attention(_Capabilities, nn.Module):
         mask: Tensor | None = None,
         *,
         position_bias: PositionBias | None = None,
-        layer_input: Tensor | None = None,
     ) -> tuple[Tensor, LayerCache]:
         """Causal attention of new positions over those in ``cache`` and themselves, for decoding.
 
@@ -264,15 +260,13 @@ class Attention(_Capabilities, nn.Module):
             mask: Boolean, True = attend, broadcastable to ``(B, H, Lq, L)`` over every position
                 seen (padding of left-padded prompts); None for none.
             position_bias: A bias scheme, for a variant that adds one.
-            layer_input: The layer's input at the new positions, for a variant that reads it.
 
         Returns:
-            The output ``(B, H, Lq, dv)`` and the cache extended by the new positions. Here every
-            key and value is kept (:class:`~zoo.attention.cache.KeyValueCache`); a recurrent
-            variant overrides this to keep its fixed-size state.
+            The output ``(B, H, Lq, dv)`` and the cache extended by the new positions: every key
+            and value (:class:`~zoo.attention.cache.KeyValueCache`).
         """
         cache = KeyValueCache(keys, values) if cache is None else cache.extend(keys, values)
-        extra = _given(position_bias=position_bias, layer_input=layer_input)
+        extra = _given(position_bias=position_bias)
         output = self.attend_masked(queries, cache.keys, cache.values, mask, is_causal=True, **extra).output
         return output, cache
 
@@ -412,7 +406,3 @@ def position_bias_grid(position_bias: PositionBias, num_queries: int, num_keys: 
     keys = torch.arange(num_keys, device=device)
     queries = torch.arange(num_queries, device=device) + (num_keys - num_queries)
     return position_bias(queries.unsqueeze(-1), keys)
-
-
-class AttentionLayer(_Capabilities, nn.Module):
-    """Base class of attention layers that own projections and heads (``multi_head``, ...)."""

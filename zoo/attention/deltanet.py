@@ -23,14 +23,12 @@ What the variants read, as in the papers and flash-linear-attention:
 Outputs: each head's RMSNorm (DeltaNet), times a swish gate ``silu(x W_g)`` of the layer's input
 (Gated DeltaNet), before the layer's output projection.
 
-Left out, and why:
+Widths and the convolution, as flash-linear-attention's ``DeltaNet`` and ``GatedDeltaNet`` set
+them: a short causal convolution (kernel 4) on queries, keys and values before their SiLU, on by
+default (``conv_size=0``: none; the model's positions then tell neighbouring tokens apart); keys
+and values the block's width (``expand_v``: Gated DeltaNet's paper doubles the values).
 
-* Short convolutions over queries, keys and values (on by default in flash-linear-attention):
-  a causal depthwise convolution in front of the layer's projections, which this layer does not
-  own; a decoder would then also carry its window in the cache. The model's positions (learned,
-  or ``rope`` on queries and keys) tell tokens apart here.
-* Gated DeltaNet's doubled value width: the layer's value projection sets it.
-* Negative eigenvalues (``b_t`` in ``(0, 2)``): an extension after the papers.
+Left out, and why: negative eigenvalues (``b_t`` in ``(0, 2)``), an extension after the papers.
 """
 
 from __future__ import annotations
@@ -39,28 +37,46 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.factory import register_attention
-from zoo.attention.recurrent import HeadNorm, Mode, Recurrence, RecurrentAttention, StepDecay
+from zoo.attention.factory import register_attention_layer
+from zoo.attention.recurrent import HeadNorm, Mode, Recurrence, RecurrentLayer, StepDecay
+from zoo.positions import PositionScheme
 
 __all__ = ["DeltaNetAttention", "GatedDeltaNetAttention"]
 
 
-@register_attention("deltanet", aliases=("delta_net",))
-class DeltaNetAttention(RecurrentAttention):
+@register_attention_layer("deltanet", aliases=("delta_net",))
+class DeltaNetAttention(RecurrentLayer):
     """DeltaNet (see the module docstring).
 
     Args:
-        embed_dim: The layer's width (filled by the layer): what ``b_t`` is projected from.
-        num_heads: The layer's heads (filled by the layer).
-        mode, chunk_size: The form (see :mod:`zoo.attention.recurrent`; the parallel form solves a
-            ``(T, T)`` triangular system, so ``auto`` keeps it to ``chunk_size`` steps).
+        embed_dim: The block's width: what ``b_t`` is projected from.
+        num_heads: Heads.
+        expand_v: The value width, in multiples of ``embed_dim``.
+        conv_size: The short convolution's kernel; 0: none.
+        mode, chunk_size, position, bias: As :class:`~zoo.attention.recurrent.RecurrentLayer`'s
+            (the parallel form solves a ``(T, T)`` triangular system, so ``auto`` keeps it to
+            ``chunk_size`` steps).
 
     Parameters of its own: ``beta`` (``embed_dim -> num_heads``, no bias), the write strengths;
     ``norm``, the per-head RMSNorm's scale.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, *, mode: Mode = "auto", chunk_size: int = 64) -> None:
-        super().__init__(embed_dim, num_heads, mode=mode, chunk_size=chunk_size)
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        expand_v: float = 1.0,
+        conv_size: int = 4,
+        mode: Mode = "auto",
+        chunk_size: int = 64,
+        position: PositionScheme | None = None,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(
+            embed_dim, num_heads, key_dim=embed_dim, value_dim=int(embed_dim * expand_v), conv_size=conv_size,
+            mode=mode, chunk_size=chunk_size, position=position, bias=bias,
+        )  # fmt: skip
         self.beta = nn.Linear(embed_dim, num_heads, bias=False)
         self.norm = HeadNorm(self.head_dim)
 
@@ -68,34 +84,48 @@ class DeltaNetAttention(RecurrentAttention):
         """``log a_t`` ``(B, H, T)``; None: DeltaNet does not decay."""
         return None
 
-    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor | None) -> Recurrence:
-        q = F.normalize(F.silu(queries), dim=-1) * self.head_dim**-0.5
+    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
+        q = F.normalize(F.silu(queries), dim=-1) * self.key_head_dim**-0.5
         k = F.normalize(F.silu(keys), dim=-1)
         beta = self.beta(layer_input).to(queries.dtype).sigmoid().transpose(-1, -2)  # (B, H, T)
         return Recurrence(q, k, F.silu(values), self.log_decay(layer_input, queries.dtype), beta)
 
-    def finish(self, output: Tensor, layer_input: Tensor | None) -> Tensor:
+    def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         return self.norm(output)
 
 
-@register_attention("gated_deltanet", aliases=("gated_delta_net",))
+@register_attention_layer("gated_deltanet", aliases=("gated_delta_net",))
 class GatedDeltaNetAttention(DeltaNetAttention):
     """Gated DeltaNet: DeltaNet with Mamba-2's decay and a swish output gate (see the module docstring).
 
     Args as :class:`DeltaNetAttention`'s.
 
     Parameters of its own, beside DeltaNet's: ``decay`` (a projection ``embed_dim -> num_heads``
-    and, per head, ``A_log`` and ``dt_bias``); ``gate`` (``embed_dim -> embed_dim``, no bias),
+    and, per head, ``A_log`` and ``dt_bias``); ``gate`` (``embed_dim -> value width``, no bias),
     the swish output gate.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, *, mode: Mode = "auto", chunk_size: int = 64) -> None:
-        super().__init__(embed_dim, num_heads, mode=mode, chunk_size=chunk_size)
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        expand_v: float = 1.0,
+        conv_size: int = 4,
+        mode: Mode = "auto",
+        chunk_size: int = 64,
+        position: PositionScheme | None = None,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(
+            embed_dim, num_heads, expand_v=expand_v, conv_size=conv_size, mode=mode, chunk_size=chunk_size,
+            position=position, bias=bias,
+        )  # fmt: skip
         self.decay = StepDecay(embed_dim, num_heads, a_range=(0.0, 16.0))
-        self.gate = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.gate = nn.Linear(embed_dim, self.v_proj.out_features, bias=False)
 
     def log_decay(self, layer_input: Tensor, dtype: torch.dtype) -> Tensor:
         return self.decay(layer_input, dtype)[1]
 
-    def finish(self, output: Tensor, layer_input: Tensor | None) -> Tensor:
+    def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         return self.norm(output, self.split_heads(self.gate(layer_input)))

@@ -1,4 +1,12 @@
-"""The attention registry and the functions users call to find, build and register variants."""
+"""The attention registry and the functions users call to find, build and register attention.
+
+One registry holds both kinds, so a name means one thing wherever it is given
+(``--model.attention`` takes either): scoring attentions (:class:`~zoo.attention.base.Attention`,
+run per head by the ``multi_head`` layer) and attention layers
+(:class:`~zoo.attention.layer.AttentionLayer`, which own their projections, gates, convolutions
+and cache). Plugins register through the entry-point groups ``zoo.attention`` and
+``zoo.attention_layers``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,8 @@ from typing import Any, TypeVar
 from torch import nn
 from typing_extensions import TypedDict, Unpack
 
-from zoo.attention.base import Attention, AttentionLayer, IncompatibleAttentionError
+from zoo.attention.base import Attention, IncompatibleAttentionError
+from zoo.attention.layer import AttentionLayer
 from zoo.registry import Registry
 
 __all__ = [
@@ -18,15 +27,18 @@ __all__ = [
     "create_attention",
     "create_scoring_attention",
     "get_attention",
+    "layer_names",
     "list_attention",
     "register_attention",
+    "register_attention_layer",
     "require_attention",
+    "scoring_names",
 ]
 
 ModuleT = TypeVar("ModuleT", bound=type[nn.Module])
 
 ATTENTION_REGISTRY: Registry[type[nn.Module]] = Registry(
-    "attention", base=(Attention, AttentionLayer), entry_point_group="zoo.attention"
+    "attention", base=(Attention, AttentionLayer), entry_point_group=("zoo.attention", "zoo.attention_layers")
 )
 
 
@@ -43,6 +55,30 @@ def register_attention(
                 return F.normalize(queries, dim=-1) @ F.normalize(keys, dim=-1).transpose(-2, -1)
     """
     return ATTENTION_REGISTRY.register(name, aliases=aliases, override=override)  # type: ignore[return-value]
+
+
+def register_attention_layer(
+    name: str | None = None, *, aliases: tuple[str, ...] | list[str] = (), override: bool = False
+) -> Callable[[ModuleT], ModuleT]:
+    """Class decorator registering a subclass of :class:`zoo.AttentionLayer` by name: a layer a
+    stack builds in place of the multi-head layer (``--model.attention NAME``).
+
+    Example::
+
+        @zoo.register_attention_layer("my_recurrence")
+        class MyRecurrence(zoo.RecurrentLayer):
+            ...
+    """
+
+    def decorator(cls: ModuleT) -> ModuleT:
+        if not (inspect.isclass(cls) and issubclass(cls, AttentionLayer)):
+            raise TypeError(
+                f"register_attention_layer takes a subclass of zoo.AttentionLayer; got {cls!r}. Register a scoring "
+                "attention (a zoo.Attention) with register_attention."
+            )
+        return ATTENTION_REGISTRY.register(name, aliases=aliases, override=override)(cls)  # type: ignore[return-value]
+
+    return decorator
 
 
 def list_attention(pattern: str | None = None) -> list[str]:
@@ -63,6 +99,17 @@ def create_attention(name: str, /, **kwargs: Any) -> nn.Module:
 def scoring_names() -> list[str]:
     """Names of registered scoring attentions (those usable per head inside a layer)."""
     return [e.name for e in ATTENTION_REGISTRY.entries() if issubclass(e.obj, Attention)]
+
+
+def layer_names() -> list[str]:
+    """Names of registered attention layers (those a stack builds by name)."""
+    return [e.name for e in ATTENTION_REGISTRY.entries() if issubclass(e.obj, AttentionLayer)]
+
+
+def _stackable(candidate: type[nn.Module]) -> bool:
+    """A scoring attention (a stack runs it per head in a multi-head layer), or a layer a stack
+    builds by name (not the multi-head layers themselves, which wrap a scoring attention)."""
+    return issubclass(candidate, Attention) or (issubclass(candidate, AttentionLayer) and candidate.stack_layer)
 
 
 class AttentionNeeds(TypedDict, total=False):
@@ -86,27 +133,39 @@ _CAPABILITIES: dict[str, tuple[str, str]] = {
 
 
 def require_attention(
-    name: str, *, role: str = "this architecture", **needs: Unpack[AttentionNeeds]
-) -> type[Attention]:
-    """Resolve a scoring attention name and check it can do what ``role`` needs.
+    name: str, *, role: str = "this architecture", layers: bool = False, **needs: Unpack[AttentionNeeds]
+) -> type[nn.Module]:
+    """Resolve an attention name and check it can do what ``role`` needs.
+
+    Args:
+        name: A registered name or alias.
+        role: What needs it, as a refusal names it.
+        layers: Whether a layer a stack builds by name also serves (a stack's attention), or
+            only a scoring attention (the heads of a multi-head layer).
+        needs: The capabilities wanted (:class:`AttentionNeeds`).
 
     Raises:
         UnknownNameError: ``name`` is not registered.
-        IncompatibleAttentionError: it is a layer, or lacks a needed capability; the message
-            lists the registered names that would work.
+        IncompatibleAttentionError: it is of a kind ``role`` cannot use, or lacks a needed
+            capability; the message lists the registered names that would work.
         TypeError: a need that is not one of :class:`AttentionNeeds`'.
     """
     if unknown := sorted(set(needs) - set(_CAPABILITIES)):
         raise TypeError(f"require_attention() got unknown needs {unknown}; the needs are {sorted(_CAPABILITIES)}.")
     cls = ATTENTION_REGISTRY.get(name)
     wanted = {flag: label for need, (flag, label) in _CAPABILITIES.items() if needs.get(need)}
+    kind_fits = _stackable if layers else (lambda candidate: issubclass(candidate, Attention))
 
     def fits(candidate: type[nn.Module]) -> bool:
-        return issubclass(candidate, Attention) and all(getattr(candidate, flag) for flag in wanted)
+        return kind_fits(candidate) and all(getattr(candidate, flag) for flag in wanted)
 
     if not fits(cls):
-        if not issubclass(cls, Attention):
-            reason = "it is an attention layer (it owns projections), not a scoring attention"
+        if not kind_fits(cls):
+            reason = (
+                "it is a multi-head layer, which a stack builds around a scoring attention: name the scoring attention"
+                if layers
+                else "it is an attention layer (it owns projections), not a scoring attention"
+            )
         else:
             reason = "it does not support " + " or ".join(
                 label for flag, label in wanted.items() if not getattr(cls, flag)
@@ -120,20 +179,17 @@ def require_attention(
 
 
 def create_scoring_attention(
-    name: str, *, head_dim: int, num_heads: int = 1, dropout: float = 0.0, embed_dim: int | None = None, **kwargs: Any
+    name: str, *, head_dim: int, num_heads: int = 1, dropout: float = 0.0, **kwargs: Any
 ) -> Attention:
     """Build a scoring attention for ``num_heads`` heads of size ``head_dim``.
 
     Constructors that take ``query_size`` / ``key_size`` (like ``additive``) get ``head_dim``
-    for them, those with per-head parameters ``num_heads`` (like ``local``'s relative bias),
-    those that read the layer's input (``reads_layer_input``: gates) its width ``embed_dim``, and
+    for them, those with per-head parameters ``num_heads`` (like ``local``'s relative bias), and
     ``dropout`` is passed on, unless ``kwargs`` sets them already.
     """
     cls = require_attention(name, role="an attention layer (per-head scoring)")
     params = inspect.signature(cls).parameters
     defaults = {"query_size": head_dim, "key_size": head_dim, "num_heads": num_heads, "dropout": dropout}
-    if embed_dim is not None:
-        defaults["embed_dim"] = embed_dim
     for key, value in defaults.items():
         if key in params and key not in kwargs:
             kwargs[key] = value

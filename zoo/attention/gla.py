@@ -8,7 +8,7 @@ Per head, with row vectors and a ``(dk, dv)`` state::
 The gate ``a_t`` in ``(0, 1)^dk`` comes from a low-rank projection of the layer's input ``x_t``,
 as in the paper and flash-linear-attention::
 
-    log a_t = logsigmoid(x_t W_1 W_2 + b) / 16        W_1: (embed_dim, 16), W_2: (16, H * dk)
+    log a_t = logsigmoid(x_t W_1 W_2 + b) / 16        W_1: (embed_dim, 16), W_2: (16, key width)
 
 The rank (16) keeps the gate's parameters few; dividing the log-sigmoid by 16 (the paper's
 normalizer ``tau``) keeps the gates near 1 at the start, so the state remembers over tens of
@@ -19,38 +19,45 @@ The output of each head is normalized (RMSNorm) and multiplied by a swish gate o
 input, ``silu(x W_g)``, before the layer's output projection: the paper's
 ``LayerNorm(o) * swish(x W_r)`` as flash-linear-attention fuses it.
 
-Left out, and why:
-
-* The halved key width (``expand_k = 0.5``): the layer's query and key projections set it.
-* A feature map on queries and keys and short convolutions: both off in the paper's and
-  flash-linear-attention's GLA by default.
+Widths and the convolution, as the paper and flash-linear-attention's ``GatedLinearAttention``
+set them: the keys (and queries) half the block's width (``expand_k = 0.5``), the values its width
+(``expand_v = 1``); a short causal convolution (kernel 4) on queries, keys and values with a SiLU
+after it, on by default here as in Zoology's GLA, since associative recall depends on it
+(flash-linear-attention's GLA has it off by default); ``conv_size=0`` turns it off, and queries,
+keys and values then get no feature map, as in the paper.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.factory import register_attention
-from zoo.attention.recurrent import HeadNorm, Mode, Recurrence, RecurrentAttention
+from zoo.attention.factory import register_attention_layer
+from zoo.attention.recurrent import HeadNorm, Mode, Recurrence, RecurrentLayer
+from zoo.positions import PositionScheme
 
 __all__ = ["GatedLinearAttention"]
 
 
-@register_attention("gla", aliases=("gated_linear_attention",))
-class GatedLinearAttention(RecurrentAttention):
+@register_attention_layer("gla", aliases=("gated_linear_attention",))
+class GatedLinearAttention(RecurrentLayer):
     """Gated linear attention (see the module docstring).
 
     Args:
-        embed_dim: The layer's width (filled by the layer): what the gates are projected from.
-        num_heads: The layer's heads (filled by the layer).
+        embed_dim: The block's width: what the gates are projected from.
+        num_heads: Heads.
+        expand_k: The query and key width, in multiples of ``embed_dim`` (the paper's 0.5).
+        expand_v: The value width, in multiples of ``embed_dim``.
         gate_rank: Rank of the decay gate's projection (the paper's 16).
         gate_normalizer: What the gate's log-sigmoid is divided by (the paper's 16).
-        mode, chunk_size: The form (see :mod:`zoo.attention.recurrent`).
+        conv_size: The short convolution's kernel; 0: none.
+        mode, chunk_size, position, bias: As :class:`~zoo.attention.recurrent.RecurrentLayer`'s.
 
-    Parameters of its own: ``decay_gate`` (``embed_dim -> gate_rank -> embed_dim``, a bias on the
-    second), the decay per key dimension; ``gate`` (``embed_dim -> embed_dim``, no bias), the swish
-    output gate; ``norm``, the per-head RMSNorm's scale.
+    Parameters of its own: ``decay_gate`` (``embed_dim -> gate_rank -> key width``, a bias on the
+    second), the decay per key dimension; ``gate`` (``embed_dim -> value width``, no bias), the
+    swish output gate; ``norm``, the per-head RMSNorm's scale.
     """
 
     def __init__(
@@ -58,24 +65,41 @@ class GatedLinearAttention(RecurrentAttention):
         embed_dim: int,
         num_heads: int,
         *,
+        expand_k: float = 0.5,
+        expand_v: float = 1.0,
         gate_rank: int = 16,
         gate_normalizer: float = 16.0,
+        conv_size: int = 4,
         mode: Mode = "auto",
         chunk_size: int = 64,
+        position: PositionScheme | None = None,
+        bias: bool = True,
     ) -> None:
-        super().__init__(embed_dim, num_heads, mode=mode, chunk_size=chunk_size)
-        self.require_positive(gate_rank=gate_rank)
+        key_dim, value_dim = int(embed_dim * expand_k), int(embed_dim * expand_v)
+        super().__init__(
+            embed_dim, num_heads, key_dim=key_dim, value_dim=value_dim, conv_size=conv_size, mode=mode,
+            chunk_size=chunk_size, position=position, bias=bias,
+        )  # fmt: skip
+        if not isinstance(gate_rank, int) or gate_rank < 1:
+            raise ValueError(f"GatedLinearAttention: gate_rank must be a positive integer, got {gate_rank!r}.")
         if gate_normalizer <= 0:
             raise ValueError(f"GatedLinearAttention: gate_normalizer must be positive, got {gate_normalizer}.")
         self.gate_normalizer = gate_normalizer
-        self.decay_gate = nn.Sequential(nn.Linear(embed_dim, gate_rank, bias=False), nn.Linear(gate_rank, embed_dim))
-        self.gate = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.decay_gate = nn.Sequential(nn.Linear(embed_dim, gate_rank, bias=False), nn.Linear(gate_rank, key_dim))
+        self.gate = nn.Linear(embed_dim, value_dim, bias=False)
         self.norm = HeadNorm(self.head_dim)
 
-    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor | None) -> Recurrence:
+    @classmethod
+    def legacy_layout(cls, embed_dim: int, num_heads: int) -> dict[str, Any]:
+        """Before it was a layer, GLA's keys were the block's width and it had no convolution."""
+        return {**super().legacy_layout(embed_dim, num_heads), "expand_k": 1.0}
+
+    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
+        if self.convolved:
+            queries, keys, values = F.silu(queries), F.silu(keys), F.silu(values)
         logits = self.split_heads(self.decay_gate(layer_input)).to(queries.dtype)  # (B, H, T, dk)
         log_decay = F.logsigmoid(logits) / self.gate_normalizer
-        return Recurrence(queries * self.head_dim**-0.5, keys, values, log_decay)
+        return Recurrence(queries * self.key_head_dim**-0.5, keys, values, log_decay)
 
-    def finish(self, output: Tensor, layer_input: Tensor | None) -> Tensor:
+    def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         return self.norm(output, self.split_heads(self.gate(layer_input)))

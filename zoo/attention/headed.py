@@ -32,9 +32,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionLayer, AttentionOutput
+from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import LayerCache
-from zoo.attention.masking import check_attn_mask, merge_masks, validate_valid_lens
+from zoo.attention.layer import AttentionLayer
+from zoo.attention.masking import layer_mask
 from zoo.attention.spec import AttentionSpec
 from zoo.positions import PositionScheme
 
@@ -43,6 +44,9 @@ __all__ = ["HeadedAttention"]
 
 class HeadedAttention(AttentionLayer):
     """Shared machinery of multi-head layers.
+
+    A stack builds one around the scoring attention it is named by (``stack_layer`` is False: the
+    name ``multi_head`` itself is no stack's attention).
 
     Args:
         embed_dim: Query feature size, and the size of the output.
@@ -54,6 +58,8 @@ class HeadedAttention(AttentionLayer):
         vdim: Value feature size (defaults to ``embed_dim``).
         bias: Whether the projections have biases.
     """
+
+    stack_layer = False
 
     def __init__(
         self,
@@ -67,6 +73,12 @@ class HeadedAttention(AttentionLayer):
     ) -> None:
         super().__init__()
         spec = AttentionSpec(attention) if isinstance(attention, str) else attention
+        if spec.is_layer:
+            raise IncompatibleAttentionError(
+                f"{spec.name!r} is an attention layer with projections of its own, not a scoring attention a "
+                "multi-head layer runs per head: build it with zoo.create_attention, or in a block through "
+                "zoo.attention.self_attention_layer."
+            )
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"embed_dim and num_heads must be positive; got {embed_dim} and {num_heads}.")
         if embed_dim % num_heads:
@@ -86,7 +98,7 @@ class HeadedAttention(AttentionLayer):
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.num_kv_heads = num_kv_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
-        self.score_attention = spec.build(self.head_dim, num_heads, embed_dim)
+        self.score_attention = spec.build(self.head_dim, num_heads)
         # A layer can do what its per-head attention can: these instance flags shadow the
         # class's, so check_attention and callers see, say, that a linformer layer is not causal.
         for flag in (
@@ -143,31 +155,6 @@ class HeadedAttention(AttentionLayer):
                 f"{name}: keys and values must have the same length; got {keys.shape[1]} and {values.shape[1]}."
             )
 
-    def _layer_mask(
-        self, queries: Tensor, keys: Tensor, valid_lens: Tensor | None, attn_mask: Tensor | None
-    ) -> Tensor | None:
-        """One boolean mask for all heads: broadcastable to ``(B, H, Lq, Lk)``."""
-        batch, num_queries, num_keys = queries.shape[0], queries.shape[1], keys.shape[1]
-        per_head = attn_mask is not None and attn_mask.dim() == 4
-        if attn_mask is not None:
-            target = (batch, self.num_heads, num_queries, num_keys) if per_head else (batch, num_queries, num_keys)
-            check_attn_mask(attn_mask, target, type(self).__name__)
-        if valid_lens is not None:
-            valid_lens = validate_valid_lens(valid_lens, queries.shape[:1], num_queries, num_keys)
-        mask = merge_masks(
-            queries.shape[:1],
-            num_queries,
-            num_keys,
-            valid_lens=valid_lens,
-            attn_mask=None if per_head else attn_mask,
-            device=queries.device,
-        )
-        if mask is not None:
-            mask = mask.unsqueeze(-3)  # a head axis
-        if per_head:
-            mask = attn_mask if mask is None else mask & attn_mask
-        return mask
-
     def forward(
         self,
         queries: Tensor,
@@ -187,7 +174,15 @@ class HeadedAttention(AttentionLayer):
         cross-attention layers feed it ``x`` (and ``memory``) in their own ``forward``.
         """
         self._check(queries, keys, values)
-        mask = self._layer_mask(queries, keys, valid_lens, attn_mask)
+        mask = layer_mask(
+            queries.shape[0],
+            queries.shape[1],
+            keys.shape[1],
+            self.num_heads,
+            valid_lens,
+            attn_mask,
+            owner=type(self).__name__,
+        )
         k, v = self.project_kv(keys, values)
         return self.attend_projected(queries, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
 
@@ -223,7 +218,7 @@ class HeadedAttention(AttentionLayer):
         """
         heads, weights = self.score_attention.attend_masked(
             self._queries(queries, k.shape[-2] - queries.shape[1]), k, v, attn_mask,
-            is_causal=is_causal, need_weights=need_weights, **self._extras(queries),
+            is_causal=is_causal, need_weights=need_weights, **self._extras(),
         )  # fmt: skip
         return AttentionOutput(self._merge(heads), weights)
 
@@ -240,7 +235,7 @@ class HeadedAttention(AttentionLayer):
         offset = 0 if cache is None else cache.length
         k, v = self.project_kv(x, x, offset=offset)
         heads, cache = self.score_attention.attend_cached(
-            self._queries(x, offset), k, v, cache, attn_mask, **self._extras(x)
+            self._queries(x, offset), k, v, cache, attn_mask, **self._extras()
         )
         return self._merge(heads), cache
 
@@ -249,15 +244,11 @@ class HeadedAttention(AttentionLayer):
         projected = queries if self.q_proj is None else self.q_proj(queries)  # unread: only its shape counts
         return self._rotate(self._split_heads(projected), offset)
 
-    def _extras(self, layer_input: Tensor) -> dict[str, PositionScheme | Tensor]:
-        """What the scoring attention takes besides queries, keys and values: the bias scheme, and
-        the layer's input for a variant that reads it (``reads_layer_input``)."""
-        extras: dict[str, PositionScheme | Tensor] = {}
+    def _extras(self) -> dict[str, PositionScheme]:
+        """What the scoring attention takes besides queries, keys and values: the bias scheme."""
         if self.position is not None and self.position.kind == "bias":
-            extras["position_bias"] = self.position
-        if self.score_attention.reads_layer_input:
-            extras["layer_input"] = layer_input
-        return extras
+            return {"position_bias": self.position}
+        return {}
 
     def _merge(self, heads: Tensor) -> Tensor:
         """Heads ``(B, H, Lq, d)`` merged and projected back to ``(B, Lq, embed_dim)``."""

@@ -1,23 +1,45 @@
-"""The registered multi-head attention layers, three ways of feeding :class:`HeadedAttention`.
+"""The registered multi-head attention layers, three ways of feeding :class:`HeadedAttention`, and
+the one function blocks build their self-attention layer with.
 
 :class:`MultiHeadAttention` (``multi_head``) takes queries, keys and values;
 :class:`SelfAttention` (``self``) attends over one sequence, with an optional positional scheme;
 :class:`CrossAttention` (``cross``) attends from one sequence over another (a decoder over its
 encoder's memory). Projections, heads, masks, grouped key/value heads and positions are
-:mod:`zoo.attention.headed`'s.
+:mod:`zoo.attention.headed`'s. :func:`self_attention_layer` builds a block's layer from its
+:class:`~zoo.attention.spec.AttentionSpec`: a ``self`` layer over a scoring attention, or the
+attention layer the spec names.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput
-from zoo.attention.factory import register_attention
+from zoo.attention.factory import ATTENTION_REGISTRY, register_attention
 from zoo.attention.headed import HeadedAttention
+from zoo.attention.layer import AttentionLayer
 from zoo.attention.spec import AttentionSpec
 
-__all__ = ["CrossAttention", "MultiHeadAttention", "SelfAttention"]
+__all__ = ["CrossAttention", "MultiHeadAttention", "SelfAttention", "self_attention_layer"]
+
+
+def self_attention_layer(
+    attention: AttentionSpec | str, embed_dim: int, num_heads: int, *, bias: bool = True
+) -> AttentionLayer:
+    """A block's self-attention layer of width ``embed_dim`` and ``num_heads`` heads: a
+    :class:`SelfAttention` running the spec's scoring attention per head, or the attention layer
+    the spec names, built with the spec's arguments, the stack's position scheme and ``bias``
+    (where its constructor takes them)."""
+    spec = AttentionSpec(attention) if isinstance(attention, str) else attention
+    if not spec.is_layer:
+        return SelfAttention(embed_dim, num_heads, spec, bias=bias)
+    accepted = inspect.signature(spec.variant).parameters
+    stack = {"position": spec.position, "bias": bias}
+    given = {key: value for key, value in stack.items() if key in accepted and value is not None}
+    return ATTENTION_REGISTRY.create(spec.name, embed_dim=embed_dim, num_heads=num_heads, **given, **dict(spec.kwargs))
 
 
 @register_attention("multi_head", aliases=("multihead",))

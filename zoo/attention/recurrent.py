@@ -1,16 +1,33 @@
-"""What the causal linear recurrences share: retention, GLA, DeltaNet, Gated DeltaNet and Mamba-2.
+"""The recurrent families as attention layers: retention, GLA, DeltaNet, Gated DeltaNet, Mamba-2.
 
-Each of them keeps, per head, a state ``S`` of shape ``(dk, dv)`` that every step decays and writes
-and every query reads, ``o_t = q_t S_t`` (:mod:`zoo.attention.kernels`, whose row-vector
-orientation this follows). A family says two things (:class:`RecurrentAttention`):
+Each family is one layer that owns what its paper and flash-linear-attention give it: query, key
+and value projections (their widths set by the family: GLA halves the keys, Mamba-2 widens the
+values by ``expand`` and shares its ``B`` and ``C`` across groups of heads), a short causal
+depthwise convolution on each of them (:mod:`zoo.attention.kernels.short_conv`, kernel 4, on by
+default for GLA, DeltaNet, Gated DeltaNet and Mamba-2, off for retention, whose paper has none),
+its gates, its output norm and its output projection. One forward of a layer::
 
-* :meth:`~RecurrentAttention.prepare`: what its recurrence reads at each step, a
-  :class:`Recurrence`: queries, keys and values from the layer's per-head projections (scaled,
-  activated, normalized as the paper does) and its gates from the layer's input: a decay per step
-  (a scalar, or one per key dimension) and, for the delta rule, a write strength ``beta``;
-* :meth:`~RecurrentAttention.finish`: what it does to the output (a per-head norm, an output gate).
+    q, k, v = conv(x W_q), conv(x W_k), conv(x W_v)        # (B, T, width), causal, per channel
+    q, k, v -> heads; q, k rotated (a rotary stack)        # (B, H, T, d)
+    recurrence = family.prepare(q, k, v, x)                # activations, decays, write strengths
+    o = recurrence(q, k, v)                                # one of three forms, below
+    y = out_proj(family.finish(o, x))                      # output gate and norm
 
-This base runs the recurrence in one of three forms, equal up to rounding (``mode``):
+Each family keeps, per head, a state ``S`` of shape ``(dk, dv)`` that every step decays and
+writes and every query reads, ``o_t = q_t S_t`` (:mod:`zoo.attention.kernels`, whose row-vector
+orientation this follows). A family says two things (:class:`RecurrentLayer`):
+
+* :meth:`~RecurrentLayer.prepare`: what its recurrence reads at each step, a :class:`Recurrence`:
+  queries, keys and values per head (activated, normalized, scaled as the paper does) and its
+  gates from the layer's input: a decay per step (a scalar, or one per key dimension) and, for
+  the delta rule, a write strength ``beta``;
+* :meth:`~RecurrentLayer.finish`: what it does to the output (a per-head norm, an output gate).
+
+The convolution's activation is SiLU, applied by the family's :meth:`~RecurrentLayer.prepare`
+(after a rotary scheme, which rotates the convolved queries and keys): DeltaNet and Mamba-2 apply
+SiLU with or without a convolution, GLA and retention only after one (:meth:`RecurrentLayer.convolved`).
+
+The recurrence runs in one of three forms, equal up to rounding (``mode``):
 
 * ``parallel``: the whole ``(T, T)`` matrix of decayed scores at once (quadratic; the fastest on
   short inputs, and the form that gives weights for heatmaps);
@@ -25,37 +42,41 @@ exponentiated, so 16k-token inputs neither overflow nor underflow in float32 (th
 docstrings say how). Half-precision inputs run the recurrence in float32, outside autocast: the
 state sums a whole sequence.
 
-Masks: a key padding mask only (``key_column`` of the merged mask): a padded step writes nothing,
-decays nothing and reads nothing (its recurrence output is zero), which keeps left-padded prompts
-exact. A mask that differs per query is refused in one line (``supports_query_mask = False``).
+Masks: a key padding mask only: a padded step writes nothing, decays nothing and reads nothing
+(its recurrence output is zero), and enters the convolution as zeros, which keeps left-padded
+prompts exact. A mask that differs per query is refused in one line (``supports_query_mask = False``).
 
-Decoding (:meth:`RecurrentAttention.attend_cached`): the layer's cache is a
+Decoding (:meth:`RecurrentLayer.attend_cached`): the layer's cache is a
 :class:`~zoo.attention.cache.StateCache` holding the ``(B, H, dk, dv)`` state after the positions
-seen, whatever their number. A prompt with no cache runs the form ``mode`` picks for its length
-(chunkwise past ``chunk_size``); each later token one recurrent step from the state.
+seen, and the convolutions' windows (their last ``conv_size - 1`` inputs), whatever the number of
+positions. A prompt with no cache runs the form ``mode`` picks for its length (chunkwise past
+``chunk_size``); each later token one recurrent step from the state.
 
 Capabilities: causal only (``supports_bidirectional = False``: encoders and cross-attention
-refuse these variants in one line naming those that work); one sequence, queries and keys of the
-same length; key padding; weights (the parallel form's decayed scores, which multiply the
-recurrence's values: not a distribution); no positional bias (there are no scores to add it to);
-rotary schemes (rotating queries and keys before a linear recurrence is well defined, and the
-state keeps keys rotated at their positions, as a key cache does). No dropout on weights: the
-chunkwise and recurrent forms never form them.
+refuse these layers in one line naming those that work); key padding; weights (the parallel
+form's decayed scores, which multiply the recurrence's values: not a distribution); rotary
+schemes, no bias scheme (there are no scores to add it to).
+
+Checkpoints written before the families were layers (zoo folder and checkpoint format 1: per-head
+scoring attentions under a ``multi_head`` layer, no convolutions) load into these layers: their
+keys are renamed here (:meth:`RecurrentLayer.legacy_state_dict`) and their hyperparameters are
+given the layout they had (:func:`zoo.attention.legacy.legacy_entry`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError, PositionBias
+from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import LayerCache, StateCache
 from zoo.attention.kernels import (
+    causal_conv1d,
     decay_chunkwise,
     decay_recurrent,
     decay_weights,
@@ -63,9 +84,11 @@ from zoo.attention.kernels import (
     delta_rule_recurrent,
     delta_rule_weights,
 )
-from zoo.attention.masking import key_column
+from zoo.attention.layer import AttentionLayer
+from zoo.attention.masking import key_column, layer_mask
+from zoo.positions import PositionScheme
 
-__all__ = ["Mode", "Recurrence", "RecurrentAttention", "HeadNorm", "StepDecay"]
+__all__ = ["HeadNorm", "Mode", "Recurrence", "RecurrentLayer", "StepDecay"]
 
 Mode = Literal["auto", "parallel", "chunkwise", "recurrent"]
 """Which form runs the recurrence (see :mod:`zoo.attention.recurrent`)."""
@@ -112,111 +135,190 @@ class Recurrence:
         return delta_rule_weights(self.q, self.k, self.beta, self.log_decay, mask=mask)
 
 
-class RecurrentAttention(Attention):
-    """Base class of the causal linear recurrences (see the module docstring).
+class RecurrentLayer(AttentionLayer):
+    """Base class of the recurrent families' layers (see the module docstring).
 
-    A subclass implements :meth:`prepare` (and :meth:`finish` if the paper changes the output).
-    ``reads_layer_input`` is True here, since gates come from the layer's input; a recurrence
-    that reads none sets it False and also runs on its own, as a scoring attention.
+    A subclass sizes the projections (``key_dim``, ``value_dim``, ``qk_heads``) in its
+    constructor, builds its gates, and implements :meth:`prepare` (and :meth:`finish` if the
+    paper changes the output).
 
     Args:
-        embed_dim: The layer's width: what gates are projected from (filled by the layer).
-        num_heads: The layer's heads (filled by the layer); must divide ``embed_dim``.
+        embed_dim: The block's width: the layer's input and output size.
+        num_heads: Value heads; each has its own state.
+        key_dim: Width of the query and key projections (all their heads).
+        value_dim: Width of the value projection; ``num_heads`` must divide it.
+        qk_heads: Query and key heads, each shared by ``num_heads // qk_heads`` value heads
+            (Mamba-2's ``ngroups``); ``None``: ``num_heads``.
+        conv_size: Kernel of the short convolution on queries, keys and values; 0: none.
+        conv_bias: Whether the convolution has a bias (Mamba-2's has).
         mode: ``auto``, ``parallel``, ``chunkwise`` or ``recurrent``: the form of training and
             full passes (and of a prompt when decoding).
         chunk_size: Steps per chunk of the chunkwise form; ``auto`` runs the parallel form up to it.
+        position: The stack's rotary scheme, or None.
+        bias: Biases in the query, key, value and output projections (the stack's ``bias``).
     """
 
     supports_causal = True
     supports_bidirectional = False
-    supports_cross_attention = False
     supports_padding_mask = True
     supports_query_mask = False
     supports_weights = True
-    supports_position_bias = False
     supports_rotary = True
-    reads_layer_input = True
+    fixed_state = True
 
-    def __init__(self, embed_dim: int, num_heads: int, *, mode: Mode = "auto", chunk_size: int = 64) -> None:
-        super().__init__(0.0)
-        self.require_positive(embed_dim=embed_dim, num_heads=num_heads, chunk_size=chunk_size)
-        if embed_dim % num_heads:
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        key_dim: int,
+        value_dim: int,
+        qk_heads: int | None = None,
+        conv_size: int = 4,
+        conv_bias: bool = False,
+        mode: Mode = "auto",
+        chunk_size: int = 64,
+        position: PositionScheme | None = None,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        qk_heads = num_heads if qk_heads is None else qk_heads
+        for label, value in (("embed_dim", embed_dim), ("num_heads", num_heads), ("chunk_size", chunk_size),
+                             ("key_dim", key_dim), ("value_dim", value_dim), ("qk_heads", qk_heads)):  # fmt: skip
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {label} must be a positive integer, got {value!r}.")
+        if not isinstance(conv_size, int) or conv_size < 0:
             raise ValueError(
-                f"{type(self).__name__}: embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})."
+                f"{name}: conv_size must be 0 (no convolution) or a positive kernel size, got {conv_size!r}."
+            )
+        if value_dim % num_heads or key_dim % qk_heads or num_heads % qk_heads:
+            raise ValueError(
+                f"{name}: num_heads ({num_heads}) must divide the value width ({value_dim}), and the query and key "
+                f"heads ({qk_heads}) both the key width ({key_dim}) and num_heads."
             )
         if mode not in get_args(Mode):
-            raise ValueError(f"{type(self).__name__}: mode must be one of {', '.join(get_args(Mode))}; got {mode!r}.")
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
-        self.mode, self.chunk_size = mode, chunk_size
+            raise ValueError(f"{name}: mode must be one of {', '.join(get_args(Mode))}; got {mode!r}.")
+        if position is not None and position.kind != "rotary":
+            raise IncompatibleAttentionError(
+                f"{name} takes a rotary scheme or none; a {position.kind} scheme has no scores to act on here."
+            )
+        self.embed_dim, self.num_heads, self.qk_heads = embed_dim, num_heads, qk_heads
+        self.key_head_dim, self.head_dim = key_dim // qk_heads, value_dim // num_heads
+        self.mode, self.chunk_size, self.conv_size = mode, chunk_size, conv_size
+        self.rotary = None if position is None else position.for_head_dim(self.key_head_dim)
+        self.q_proj = nn.Linear(embed_dim, key_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, key_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, value_dim, bias=bias)
+        self.out_proj = nn.Linear(value_dim, embed_dim, bias=bias)
+        self.q_conv, self.k_conv, self.v_conv = (
+            nn.Conv1d(width, width, conv_size, groups=width, bias=conv_bias) if conv_size else None
+            for width in (key_dim, key_dim, value_dim)
+        )
 
     # -- what a family defines ----------------------------------------------------------------------
 
-    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor | None) -> Recurrence:
-        """The recurrence's inputs from the per-head queries, keys and values ``(B, H, T, d)`` (in
-        the computation's dtype, float32 at least) and the layer's input ``(B, T, embed_dim)``."""
+    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
+        """The recurrence's inputs from the per-head queries and keys ``(B, H, T, dk)`` and values
+        ``(B, H, T, dv)`` (convolved, rotated, in the computation's dtype, float32 at least) and
+        the layer's input ``(B, T, embed_dim)``."""
         raise NotImplementedError(f"{type(self).__name__} must implement prepare().")
 
-    def finish(self, output: Tensor, layer_input: Tensor | None) -> Tensor:
+    def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         """The family's output ``(B, H, T, dv)`` from the recurrence's (none here: as it is)."""
         return output
 
     # -- shared ---------------------------------------------------------------------------------------
 
+    @property
+    def convolved(self) -> bool:
+        """Whether queries, keys and values pass the short convolution (whose activation, SiLU,
+        :meth:`prepare` applies)."""
+        return self.q_conv is not None
+
     def split_heads(self, x: Tensor) -> Tensor:
         """``(B, T, H * w)`` -> ``(B, H, T, w)``: a projection of the layer's input, per head."""
         return x.unflatten(-1, (self.num_heads, -1)).transpose(-3, -2)
 
-    def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
-        """A recurrence runs over one sequence: as many queries as keys (decoding goes through
-        :meth:`attend_cached`, which keeps the state)."""
-        if queries.shape[-2] != keys.shape[-2]:
-            raise IncompatibleAttentionError(
-                f"{type(self).__name__} is a recurrence over one sequence: it needs as many queries as keys; got "
-                f"{queries.shape[-2]} and {keys.shape[-2]}. Decode new positions through attend_cached, which keeps the state."
-            )
+    def forward(
+        self,
+        x: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """The whole sequence ``x`` ``(B, T, embed_dim)`` from a zero state: the output
+        ``(B, T, embed_dim)`` and, if asked, the parallel form's weights ``(B, H, T, T)``.
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False, layer_input: Tensor | None = None,
-    ) -> AttentionOutput:  # fmt: skip
-        """The whole sequence from a zero state, in the form ``mode`` picks (parallel with weights)."""
-        steps = _key_steps(mask, queries)
-        recurrence = self._prepare(queries, keys, values, layer_input)
-        form = "parallel" if need_weights else self._form(queries.shape[-2])
+        ``valid_lens`` ``(B,)`` or ``attn_mask`` ``(B, 1, T)`` (True = a real token) mark padding.
+        """
+        steps = self._steps(x, x.shape[1], valid_lens, attn_mask, is_causal=is_causal, need_weights=need_weights)
+        q, k, v, _ = self._project(x, steps, None, 0)
+        recurrence = self._prepare(q, k, v, x)
+        form = "parallel" if need_weights else self._form(x.shape[1])
         output, _ = self._run(recurrence, form, None, steps)
         weights = None
         if need_weights:
-            with torch.autocast(queries.device.type, enabled=False):
-                weights = recurrence.weights(steps).to(values.dtype)
-        return AttentionOutput(self._finish(output, recurrence, steps, layer_input, values.dtype), weights)
+            with torch.autocast(x.device.type, enabled=False):
+                weights = recurrence.weights(steps).to(x.dtype)
+        return AttentionOutput(self._output(output, recurrence, steps, x), weights)
 
     def attend_cached(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        cache: LayerCache | None,
-        mask: Tensor | None = None,
-        *,
-        position_bias: PositionBias | None = None,
-        layer_input: Tensor | None = None,
+        self, x: Tensor, cache: LayerCache | None, *, attn_mask: Tensor | None = None
     ) -> tuple[Tensor, LayerCache]:
-        """New positions after those in ``cache`` (a :class:`~zoo.attention.cache.StateCache`, or
-        None before the first): the output ``(B, H, Lq, dv)`` and the state after them.
+        """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
+        :class:`~zoo.attention.cache.StateCache`, or None before the first): the output and the
+        state and convolution windows after them.
 
-        ``mask`` (True = attend) broadcasts to ``(B, H, Lq, L)`` over every position seen; the
+        ``attn_mask`` (True = attend) broadcasts to ``(B, H, Lq, L)`` over every position seen; the
         state holds the earlier ones already, so only its last ``Lq`` key columns are read.
         """
-        self.check_request(mask, is_causal=True, position_bias=position_bias, layer_input=layer_input)
         if cache is not None and not isinstance(cache, StateCache):
             raise TypeError(f"{type(self).__name__} continues a StateCache; got a {type(cache).__name__}.")
-        keys, values = self._expand_groups(queries, keys, values)
-        count = queries.shape[-2]
-        steps = _key_steps(None if mask is None else mask[..., -count:], queries)
-        recurrence = self._prepare(queries, keys, values, layer_input)
+        count, offset = x.shape[1], 0 if cache is None else cache.length
+        mask = None if attn_mask is None else attn_mask[..., -count:]
+        steps = self._steps(x, count, None, mask, is_causal=True, need_weights=False)
+        q, k, v, windows = self._project(x, steps, None if cache is None else cache.extra, offset)
+        recurrence = self._prepare(q, k, v, x)
         output, state = self._run(recurrence, self._form(count), None if cache is None else cache.state, steps)
-        length = count if cache is None else cache.length + count
-        return self._finish(output, recurrence, steps, layer_input, values.dtype), StateCache(state, length)
+        return self._output(output, recurrence, steps, x), StateCache(state, offset + count, windows)
+
+    def _steps(
+        self, x: Tensor, length: int, valid_lens: Tensor | None, attn_mask: Tensor | None, *, is_causal: bool,
+        need_weights: bool,
+    ) -> Tensor | None:  # fmt: skip
+        """The masks validated, refused where this layer cannot serve them, and as the kernels
+        take them: ``(B, 1 or H, T)``, True at real tokens; None for none."""
+        mask = layer_mask(x.shape[0], length, length, self.num_heads, valid_lens, attn_mask, owner=type(self).__name__)
+        self.check_request(mask, is_causal=is_causal, need_weights=need_weights)
+        return None if mask is None else key_column(mask).squeeze(-1)
+
+    def _project(
+        self, x: Tensor, steps: Tensor | None, windows: tuple[Tensor, ...] | None, offset: int
+    ) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
+        """Queries, keys ``(B, H, T, dk)`` and values ``(B, H, T, dv)``: projected, convolved after
+        ``windows`` (padded steps as zeros), split into heads, rotated at ``offset ..``; and the
+        convolutions' windows after ``x`` (none without a convolution)."""
+        projected = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
+        new_windows: tuple[Tensor, ...] = ()
+        if self.convolved:
+            real = None if steps is None else steps.all(dim=1, keepdim=True).transpose(1, 2)  # (B, T, 1)
+            convs = (self.q_conv, self.k_conv, self.v_conv)
+            results = [
+                causal_conv1d(t if real is None else t * real, conv.weight, conv.bias, None if windows is None else w)
+                for t, conv, w in zip(projected, convs, windows or (None,) * 3)
+            ]
+            projected, new_windows = [y for y, _ in results], tuple(w for _, w in results)
+        q, k = (t.unflatten(-1, (self.qk_heads, -1)).transpose(1, 2) for t in projected[:2])
+        if self.rotary is not None:
+            positions = torch.arange(offset, offset + x.shape[1], device=x.device)
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        if self.qk_heads != self.num_heads:  # shared by groups of value heads
+            groups = self.num_heads // self.qk_heads
+            q, k = q.repeat_interleave(groups, dim=1), k.repeat_interleave(groups, dim=1)
+        return q, k, self.split_heads(projected[2]), new_windows
 
     def _form(self, length: int) -> Mode:
         """The form for ``length`` steps: ``mode``, or for ``auto`` the fastest (see the module docstring)."""
@@ -226,7 +328,7 @@ class RecurrentAttention(Attention):
             return "recurrent"
         return "parallel" if length <= self.chunk_size else "chunkwise"
 
-    def _prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor | None) -> Recurrence:
+    def _prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
         """:meth:`prepare` on queries, keys and values in float32 at least (the state's precision)."""
         dtype = torch.promote_types(queries.dtype, torch.float32)
         return self.prepare(queries.to(dtype), keys.to(dtype), values.to(dtype), layer_input)
@@ -240,34 +342,38 @@ class RecurrentAttention(Attention):
                 return recurrence.recurrent(state, steps)
             return recurrence.chunkwise(None if form == "parallel" else self.chunk_size, state, steps)
 
-    def _finish(
-        self,
-        output: Tensor,
-        recurrence: Recurrence,
-        steps: Tensor | None,
-        layer_input: Tensor | None,
-        dtype: torch.dtype,
-    ) -> Tensor:
-        """The skip connection (none at a padded step, which reads nothing) and :meth:`finish`, in
-        the computation's dtype; the result in ``dtype``."""
+    def _output(self, output: Tensor, recurrence: Recurrence, steps: Tensor | None, layer_input: Tensor) -> Tensor:
+        """The skip connection (none at a padded step, which reads nothing), :meth:`finish` in the
+        computation's dtype, the heads merged and projected back in the input's dtype."""
         if recurrence.skip is not None:
             skip = recurrence.skip
             output = output + (skip if steps is None else torch.where(steps.unsqueeze(-1), skip, skip.new_zeros(())))
-        return self.finish(output, layer_input).to(dtype)
+        heads = self.finish(output, layer_input).to(layer_input.dtype)
+        return self.out_proj(heads.transpose(1, 2).flatten(-2))
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        """Read a layer saved before the families were layers: its per-head attention's
+        parameters sat under ``score_attention.`` (see :meth:`legacy_state_dict`)."""
+        legacy = prefix + "score_attention."
+        for key in [key for key in state_dict if key.startswith(legacy)]:
+            state_dict[prefix + key[len(legacy) :]] = state_dict.pop(key)
+        self.legacy_state_dict(state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    @classmethod
+    def legacy_layout(cls, embed_dim: int, num_heads: int) -> dict[str, Any]:
+        """The arguments that rebuild a layer of this family saved before the families were
+        layers (format 1), in a stack of that width and heads: no convolution, here."""
+        return {"conv_size": 0}
+
+    def legacy_state_dict(self, state_dict: dict[str, Any], prefix: str) -> None:
+        """Rename or reshape, in place, what a family stored otherwise before it was a layer (none here)."""
 
     def extra_repr(self) -> str:
         return (
-            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, mode={self.mode!r}, chunk_size={self.chunk_size}"
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, conv_size={self.conv_size}, "
+            f"mode={self.mode!r}, chunk_size={self.chunk_size}"
         )
-
-
-def _key_steps(mask: Tensor | None, queries: Tensor) -> Tensor | None:
-    """A key padding mask (broadcastable to ``(*batch, Lq, T)``, the same for every query) as the
-    kernels take it: ``(*batch, T)`` with as many dimensions, True at real tokens; None for none."""
-    if mask is None:
-        return None
-    steps = key_column(mask).squeeze(-1)
-    return steps.reshape((1,) * (queries.dim() - 1 - steps.dim()) + tuple(steps.shape))
 
 
 class HeadNorm(nn.Module):

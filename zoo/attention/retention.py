@@ -13,13 +13,17 @@ Unrolled, ``o_i = sum_{j <= i} g_h^(i - j) (q_i . k_j) v_j``: the parallel form 
 The output of each head is normalized (RMSNorm over its features, RetNet's GroupNorm as
 torchscale and flash-linear-attention compute it) and multiplied by a swish gate of the layer's
 input, ``silu(x W_g)``, before the layer's output projection (RetNet's ``Y = swish(X W_G) *
-GroupNorm(retention)``). The gate is why the variant reads the layer's input.
+GroupNorm(retention)``).
+
+No short convolution by default (``conv_size=0``): RetNet has none, nor flash-linear-attention's
+``MultiScaleRetention``; with one (``conv_size=4``), queries, keys and values go through SiLU after
+it, as flash-linear-attention's layers do.
 
 Left out, and why:
 
 * xPos, RetNet's rotation of queries and keys: the stack's position scheme does it here
   (``--model.position rope`` rotates as xPos does; the decay plays the part of xPos's scale).
-* The doubled value width (RetNet's ``d_v = 2 d``): the layer's value projection sets the width.
+* The doubled value width (RetNet's ``d_v = 2 d``): ``expand_v`` (default 1) sets it.
 * torchscale's rescalings of the parallel form (the decay mask divided by the square root of its
   row sums, the scores by their absolute row sums): the per-head norm divides them out again (up
   to its epsilon); they only keep half-precision sums in range, which the float32 recurrence does
@@ -29,30 +33,49 @@ Left out, and why:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.factory import register_attention
-from zoo.attention.recurrent import HeadNorm, Mode, Recurrence, RecurrentAttention
+from zoo.attention.factory import register_attention_layer
+from zoo.attention.recurrent import HeadNorm, Mode, Recurrence, RecurrentLayer
+from zoo.positions import PositionScheme
 
 __all__ = ["RetentionAttention"]
 
 
-@register_attention("retention", aliases=("retnet", "multiscale_retention"))
-class RetentionAttention(RecurrentAttention):
+@register_attention_layer("retention", aliases=("retnet", "multiscale_retention"))
+class RetentionAttention(RecurrentLayer):
     """Multi-scale retention (see the module docstring).
 
     Args:
-        embed_dim: The layer's width (filled by the layer): the output gate's input and output.
-        num_heads: The layer's heads (filled by the layer): one decay each.
-        mode, chunk_size: The form (see :mod:`zoo.attention.recurrent`).
+        embed_dim: The block's width.
+        num_heads: Heads, one decay each.
+        expand_v: The value width, in multiples of ``embed_dim``.
+        conv_size: The short convolution's kernel; 0 (RetNet's): none.
+        mode, chunk_size, position, bias: As :class:`~zoo.attention.recurrent.RecurrentLayer`'s.
 
-    Parameters of its own: ``gate`` (``embed_dim -> embed_dim``, no bias), the swish output gate;
+    Parameters of its own: ``gate`` (``embed_dim -> value width``, no bias), the swish output gate;
     ``norm``, the per-head RMSNorm's scale.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, *, mode: Mode = "auto", chunk_size: int = 64) -> None:
-        super().__init__(embed_dim, num_heads, mode=mode, chunk_size=chunk_size)
-        self.gate = nn.Linear(embed_dim, embed_dim, bias=False)
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        expand_v: float = 1.0,
+        conv_size: int = 0,
+        mode: Mode = "auto",
+        chunk_size: int = 64,
+        position: PositionScheme | None = None,
+        bias: bool = True,
+    ) -> None:
+        value_dim = int(embed_dim * expand_v)
+        super().__init__(
+            embed_dim, num_heads, key_dim=embed_dim, value_dim=value_dim, conv_size=conv_size, mode=mode,
+            chunk_size=chunk_size, position=position, bias=bias,
+        )  # fmt: skip
+        self.gate = nn.Linear(embed_dim, value_dim, bias=False)
         self.norm = HeadNorm(self.head_dim)
 
     def log_decays(self, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -60,9 +83,11 @@ class RetentionAttention(RecurrentAttention):
         exponents = -5.0 - torch.arange(self.num_heads, dtype=dtype, device=device)
         return torch.log1p(-torch.exp2(exponents))
 
-    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor | None) -> Recurrence:
+    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
+        if self.convolved:
+            queries, keys, values = F.silu(queries), F.silu(keys), F.silu(values)
         log_decay = self.log_decays(queries.dtype, queries.device)[:, None, None]  # (H, 1, 1): every step
-        return Recurrence(queries * self.head_dim**-0.5, keys, values, log_decay)
+        return Recurrence(queries * self.key_head_dim**-0.5, keys, values, log_decay)
 
-    def finish(self, output: Tensor, layer_input: Tensor | None) -> Tensor:
+    def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         return self.norm(output, self.split_heads(self.gate(layer_input)))

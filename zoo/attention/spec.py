@@ -1,7 +1,8 @@
 """One layer's attention choice, handed unchanged from a model's arguments to the kernel.
 
-An :class:`AttentionSpec` holds what a multi-head layer needs to know about its attention: the
-registered scoring variant and its arguments, the key/value heads, the rotary or bias position
+An :class:`AttentionSpec` holds one layer's attention: a registered name (a scoring attention,
+which a multi-head layer runs per head, or an attention layer, which the stack builds as it is)
+and its arguments, the key/value heads of a multi-head layer, the rotary or bias position
 scheme of its stack, and the dropout on the weights. Models build one per layer from their
 arguments (:func:`layer_specs`), check each once against what the architecture needs
 (:meth:`AttentionSpec.require`), and hand it to the blocks and layers, which take the spec, not
@@ -14,7 +15,9 @@ nothing (:data:`POSITION_CAPABILITY`).
 
 **Hybrid stacks.** A model's ``attention`` is a name, or a list: one entry per layer, or a
 pattern repeated over the layers (``["local", "linear"]`` over 4 layers gives local, linear,
-local, linear), as Griffin, Samba and Jamba interleave local, full and recurrent layers. An entry
+local, linear), as Griffin, Samba and Jamba interleave local, full and recurrent layers; the
+entries may mix scoring attentions and layers (``[gated_deltanet, gated_deltanet,
+gated_deltanet, dot_product]``, Gated DeltaNet's hybrid). An entry
 is a name or a mapping ``{"name": NAME, **arguments}``; ``attention_kwargs`` go with a single
 name only, since the arguments of one variant rarely fit another.
 """
@@ -31,6 +34,7 @@ from typing_extensions import Unpack
 
 from zoo.attention.base import Attention, IncompatibleAttentionError
 from zoo.attention.factory import ATTENTION_REGISTRY, AttentionNeeds, create_scoring_attention, require_attention
+from zoo.attention.layer import AttentionLayer
 from zoo.positions import POSITION_REGISTRY, PositionScheme
 from zoo.registry import check_kwargs
 
@@ -58,22 +62,30 @@ POSITION_CAPABILITY: Mapping[str, str] = MappingProxyType(
 def takes_position(variant: type[nn.Module], kind: str) -> bool:
     """Whether a registered attention class can take a position scheme of ``kind`` (absolute: always)."""
     flag = POSITION_CAPABILITY.get(kind)
-    return flag is None or (issubclass(variant, Attention) and getattr(variant, flag))
+    return flag is None or (issubclass(variant, (Attention, AttentionLayer)) and getattr(variant, flag))
+
+
+#: what a stack fills in when it builds a layer by name, never an entry's argument
+STACK_ARGUMENTS = ("embed_dim", "num_heads", "position", "bias")
 
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """A layer's attention: the scoring variant, its arguments, key/value heads, positions, dropout.
+    """A layer's attention: the name, its arguments, key/value heads, positions, dropout.
 
-    Built once and checked when built: the name must be a registered scoring attention, the
-    arguments ones its constructor takes, and the position scheme one it can use; an error says
-    which names would work. Layers then take it as it is.
+    Built once and checked when built: the name must be a registered scoring attention or an
+    attention layer a stack builds by name, the arguments ones its constructor takes, and the
+    position scheme one it can use; an error says which names would work. Blocks then take it as
+    it is (:func:`zoo.attention.multi_head.self_attention_layer` builds the layer).
 
     Args:
-        name: Registered name (or alias) of the scoring attention each head runs.
-        kwargs: Its constructor arguments.
-        num_kv_heads: Key/value heads (grouped-query attention; 1 is multi-query); ``None``:
-            as many as query heads.
+        name: Registered name (or alias): the scoring attention each head of a multi-head layer
+            runs, or an attention layer.
+        kwargs: Its constructor arguments (a layer's width, heads, positions and biases are the
+            stack's).
+        num_kv_heads: Key/value heads of a multi-head layer (grouped-query attention; 1 is
+            multi-query); ``None``: as many as query heads. Layers that own their projections
+            size their own heads, and ignore it.
         position: The rotary or bias scheme of the layer's stack, shared by its layers; ``None``
             for none or for an absolute scheme, which acts on the embeddings in the model.
         dropout: Dropout on the attention weights during training.
@@ -86,7 +98,12 @@ class AttentionSpec:
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        variant = require_attention(self.name, role="an attention layer (per-head scoring)")
+        variant = require_attention(self.name, role="a stack's attention", layers=True)
+        if issubclass(variant, AttentionLayer) and (filled := sorted(set(self.kwargs) & set(STACK_ARGUMENTS))):
+            raise ValueError(
+                f"attention {self.name!r}: {', '.join(filled)} come from the model (its width, heads, position and "
+                "bias options); give the layer's own arguments only."
+            )
         check_kwargs(variant, dict(self.kwargs), what=f"attention {self.name!r}")
         if self.num_kv_heads is not None and (not isinstance(self.num_kv_heads, int) or self.num_kv_heads < 1):
             raise ValueError(f"num_kv_heads must be a positive integer or None; got {self.num_kv_heads!r}.")
@@ -96,11 +113,16 @@ class AttentionSpec:
             self._check_position(variant, self.position)
 
     @property
-    def variant(self) -> type[Attention]:
-        """The registered scoring attention class."""
-        return ATTENTION_REGISTRY.get(self.name)  # type: ignore[return-value]
+    def variant(self) -> type[nn.Module]:
+        """The registered class: a scoring attention or an attention layer."""
+        return ATTENTION_REGISTRY.get(self.name)
 
-    def _check_position(self, variant: type[Attention], position: PositionScheme) -> None:
+    @property
+    def is_layer(self) -> bool:
+        """Whether the name is an attention layer (built as it is) rather than a scoring attention."""
+        return issubclass(self.variant, AttentionLayer)
+
+    def _check_position(self, variant: type[nn.Module], position: PositionScheme) -> None:
         flag = POSITION_CAPABILITY.get(position.kind)
         if flag is None:
             raise ValueError(
@@ -120,20 +142,18 @@ class AttentionSpec:
     def require(self, *, role: str = "this architecture", **needs: Unpack[AttentionNeeds]) -> AttentionSpec:
         """This spec, if its variant can do what ``role`` needs; else an
         :class:`~zoo.attention.base.IncompatibleAttentionError` naming the names that can."""
-        require_attention(self.name, role=role, **needs)
+        require_attention(self.name, role=role, layers=True, **needs)
         return self
 
     def with_position(self, position: PositionScheme | None) -> AttentionSpec:
         """The same choice with another stack's position scheme (checked as at construction)."""
         return replace(self, position=position)
 
-    def build(self, head_dim: int, num_heads: int, embed_dim: int | None = None) -> Attention:
-        """The scoring attention for ``num_heads`` heads of size ``head_dim`` in a layer of width
-        ``embed_dim`` (what a variant that reads the layer's input projects from)."""
+    def build(self, head_dim: int, num_heads: int) -> Attention:
+        """The scoring attention for ``num_heads`` heads of size ``head_dim`` (a multi-head layer's)."""
         return create_scoring_attention(
-            self.name, head_dim=head_dim, num_heads=num_heads, dropout=self.dropout, embed_dim=embed_dim,
-            **dict(self.kwargs),
-        )  # fmt: skip
+            self.name, head_dim=head_dim, num_heads=num_heads, dropout=self.dropout, **dict(self.kwargs)
+        )
 
     def describe(self) -> str:
         """``name`` or ``name(key=value, ...)``: how summaries show the choice."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from zoo.attention.cache import LayerCache
-from zoo.attention.multi_head import CrossAttention, SelfAttention
+from zoo.attention.multi_head import CrossAttention, self_attention_layer
 from zoo.attention.spec import AttentionSpec
 from zoo.layers.block_config import BlockConfig
 
@@ -42,7 +42,7 @@ class DecoderBlock(nn.Module):
         super().__init__()
         spec = AttentionSpec(attention) if isinstance(attention, str) else attention
         cross = spec.with_position(None) if cross_attention is None else cross_attention
-        self.self_attention = SelfAttention(config.d_model, config.num_heads, spec, bias=config.bias)
+        self.self_attention = self_attention_layer(spec, config.d_model, config.num_heads, bias=config.bias)
         self.cross_attention = CrossAttention(config.d_model, config.num_heads, cross, bias=config.bias)
         self.ffn = config.feed_forward()
         self.add_norm1, self.add_norm2, self.add_norm3 = (config.add_norm() for _ in range(3))

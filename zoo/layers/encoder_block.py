@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from zoo.attention.multi_head import SelfAttention
+from zoo.attention.multi_head import self_attention_layer
 from zoo.attention.spec import AttentionSpec
 from zoo.layers.block_config import BlockConfig
 
@@ -20,8 +20,9 @@ class EncoderBlock(nn.Module):
 
     Args:
         config: The stack's sizes, dropout and norm placement.
-        attention: The self-attention's :class:`~zoo.attention.spec.AttentionSpec` (variant,
-            key/value heads, rotary or bias positions, dropout on the weights), or a registered name.
+        attention: The self-attention's :class:`~zoo.attention.spec.AttentionSpec` (a scoring
+            attention run per head, or an attention layer; key/value heads, rotary or bias
+            positions, dropout on the weights), or a registered name.
     """
 
     #: whether the self-attention is causal (:class:`~zoo.layers.CausalBlock`'s)
@@ -29,7 +30,7 @@ class EncoderBlock(nn.Module):
 
     def __init__(self, config: BlockConfig, attention: AttentionSpec | str = "dot_product") -> None:
         super().__init__()
-        self.attention = SelfAttention(config.d_model, config.num_heads, attention, bias=config.bias)
+        self.attention = self_attention_layer(attention, config.d_model, config.num_heads, bias=config.bias)
         self.ffn = config.feed_forward()
         self.add_norm1, self.add_norm2 = config.add_norm(), config.add_norm()
 

@@ -31,7 +31,9 @@ class GPT(nn.Module):
     The output projection is the token embedding (tied, as GPT-2's); weights start as GPT-2's:
     normal with standard deviation 0.02, the projections that end a residual branch (the
     attention's output, the MLP's second layer) scaled by ``1 / sqrt(2 * num_layers)``, biases
-    zero. Scoring attentions keep the initialisation they define for parameters of their own.
+    zero. Attention layers get the same for their ``q_proj``, ``k_proj``, ``v_proj`` and
+    ``out_proj``; scoring attentions and layers keep the initialisation they define for
+    parameters of their own (gates, convolutions, decays).
 
     Positions are a registered scheme (``position``, default ``learned`` as nanoGPT's): an
     absolute one is added to the embeddings and covers ``block_size`` positions; a rotary or bias
@@ -48,7 +50,8 @@ class GPT(nn.Module):
         dropout: Dropout on the embeddings and the residual branches, and on the attention
             weights unless ``attention_dropout`` says otherwise.
         bias: Biases in the linear layers and layer norms (nanoGPT's ``bias``).
-        attention: Registered causal scoring attention, or a list of entries (hybrid stacks).
+        attention: Registered causal scoring attention or attention layer, or a list of entries
+            (hybrid stacks, which may mix the two kinds).
         attention_kwargs: Extra keyword arguments for a single named attention.
         position: Registered positional scheme (``zoo list``).
         position_kwargs: Extra keyword arguments for it.
@@ -106,11 +109,13 @@ class GPT(nn.Module):
         nn.init.normal_(self.embedding.weight, std=INIT_STD)
         for block in self.blocks:
             layer, (first, _, _, second) = block.attention, block.ffn.net
-            for projection in (layer.q_proj, layer.k_proj, layer.v_proj, first, layer.out_proj, second):
+            projections = (getattr(layer, name, None) for name in ("q_proj", "k_proj", "v_proj", "out_proj"))
+            for projection in (*projections, first, second):
                 if projection is None:  # a variant that reads no queries or keys has no projection for them
                     continue
                 nn.init.normal_(
-                    projection.weight, std=residual_std if projection in (layer.out_proj, second) else INIT_STD
+                    projection.weight,
+                    std=residual_std if projection in (getattr(layer, "out_proj", None), second) else INIT_STD,
                 )
                 if projection.bias is not None:
                     nn.init.zeros_(projection.bias)

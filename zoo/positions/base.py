@@ -61,6 +61,11 @@ class PositionScheme(nn.Module):
         """What self-attention layers get: this scheme, or None for an absolute one."""
         return None if self.kind == "absolute" else self
 
+    def for_head_dim(self, head_dim: int) -> PositionScheme:
+        """This scheme for a layer whose heads have ``head_dim`` features: itself, unless it
+        sizes per-head vectors (a rotary scheme builds one of that size)."""
+        return self
+
 
 POSITION_REGISTRY: Registry[type[PositionScheme]] = Registry(
     "position", base=PositionScheme, entry_point_group="zoo.positions"

@@ -54,5 +54,10 @@ class RotaryEmbedding(PositionScheme):
         first, second = x.chunk(2, dim=-1)
         return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
 
+    def for_head_dim(self, head_dim: int) -> RotaryEmbedding:
+        """This scheme for heads of ``head_dim`` features (the same base): a layer whose query and
+        key heads are narrower or wider than the stack's (``gla``'s halved keys, Mamba-2's state)."""
+        return self if head_dim == self.head_dim else RotaryEmbedding(head_dim, self.base)
+
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, base={self.base}"

@@ -27,8 +27,10 @@ __all__ = ["CONFIG_NAME", "FOLDER_FORMAT", "ZOO_KEY", "ModelConfig"]
 
 #: The key of the zoo's own fields in ``config.json``.
 ZOO_KEY = "zoo"
-#: Bump when the folder's layout changes; a folder of a newer format is refused, not misread.
-FOLDER_FORMAT = 1
+#: Bump when the folder's layout, or its weights' layout, changes; a folder of a newer format is
+#: refused, not misread (2: the recurrent families are attention layers; format 1 migrates through
+#: :mod:`zoo.attention.legacy`).
+FOLDER_FORMAT = 2
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from huggingface_hub import ModelCard, ModelHubMixin, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from torch import nn
 
+from zoo.attention.legacy import migrate_attention
 from zoo.errors import CheckpointError, ConfigurationError
 from zoo.sharing.card import ModelFacts, model_card
 from zoo.sharing.codec_files import codec_file_names, read_codec, write_codec
@@ -232,7 +233,8 @@ class HubMixin(ModelHubMixin):
         saved = ModelConfig.from_json(config, f"{model_id}/{CONFIG_NAME}")
         # The mixin passes config.json's keys on as keyword arguments to classes that take **kwargs;
         # beside them, model_kwargs holds the caller's hyperparameters, which win.
-        hyperparameters = saved.hyperparameters | {k: v for k, v in model_kwargs.items() if k != ZOO_KEY}
+        stored = migrate_attention(saved.hyperparameters, saved.format)
+        hyperparameters = stored | {k: v for k, v in model_kwargs.items() if k != ZOO_KEY}
         task_class = MODEL_REGISTRY.get(saved.model)
         if not issubclass(task_class, cls):
             raise CheckpointError(

@@ -1,11 +1,14 @@
 """Conformance checks for attention variants: :func:`check_attention`.
 
-A plugin author runs them in their own test suite::
+A plugin author runs them in their own test suite, on a scoring attention or an attention layer::
 
     import zoo
 
     def test_cosine_attention_keeps_the_contract():
         zoo.testing.check_attention(CosineAttention)        # a class, a registered name or an instance
+
+    def test_my_recurrence_keeps_the_contract():
+        zoo.testing.check_attention(MyRecurrence, embed_dim=16, num_heads=4)   # a layer: the same checks
 
 The checks treat the variant as a black box: they perturb inputs and watch the outputs, so they
 hold whatever the implementation (explicit scores, a fused kernel, no score matrix at all):
@@ -28,6 +31,12 @@ hold whatever the implementation (explicit scores, a fused kernel, no score matr
   one (DistributedDataParallel fails on parameters that get none), and the gradients match
   finite differences in float64.
 
+**Layers.** An attention layer a stack builds by name (the recurrent families, a plugin's
+layer) is fed the block's input ``x`` as a stack feeds it: the same checks hold with ``x`` as the
+queries, keys and values at once (a later ``x`` must not change an earlier output, a hidden
+position must not change a visible one), and every parameter it owns (gates, convolutions,
+norms) must get a gradient. Such a layer takes a rotary or bias scheme as its ``position``.
+
 **Recurrent variants.** A variant whose ``attend_cached`` keeps a fixed-size state (a
 :class:`~zoo.attention.cache.StateCache`, as ``retention``, ``gla``, ``deltanet``,
 ``gated_deltanet`` and ``mamba2`` do; the kit asks it for a short prompt's cache) gets two more:
@@ -39,10 +48,7 @@ hold whatever the implementation (explicit scores, a fused kernel, no score matr
   positions seen, and ``select`` keeps the rows it picks.
 
 Its weights are the parallel form's decayed scores, not a distribution: they are checked to be
-zero where a query cannot see, not to be non-negative or to sum to one. A variant that reads the
-layer's input (``reads_layer_input``: gates from the data) is checked inside a ``self`` layer
-built over it, by name (register a plugin first); ``check_attention("self", attention="gla")``
-does the same explicitly. A causal-only variant (``supports_bidirectional = False``) is checked causally
+zero where a query cannot see, not to be non-negative or to sum to one. A causal-only variant (``supports_bidirectional = False``) is checked causally
 throughout (``causal`` too: the output at a position does not depend on later inputs) and must
 refuse a non-causal call; one that takes key padding only (``supports_query_mask = False``) is
 checked with key masks (lengths, left padding) and must refuse a mask per query.

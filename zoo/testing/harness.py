@@ -1,10 +1,11 @@
-"""The harness: one variant under test, built with small sizes (and a positional scheme where
-asked), fed seeded inputs on a device, and read back on the CPU.
+"""The harness: one variant under test, a scoring attention or an attention layer, built with
+small sizes (and a positional scheme where asked), fed seeded inputs on a device, and read back
+on the CPU.
 
-A scoring attention that reads the layer's input (``reads_layer_input``: gates from the data) is
-built inside a ``self`` layer, the only way it runs. A causal-only variant
-(``supports_bidirectional = False``) is called with ``is_causal=True`` unless a check says
-otherwise, and what a query may see is then the causal mask with the padding mask.
+A layer a stack builds by name (a recurrent family, a plugin's layer) is built with ``embed_dim``
+8 and ``num_heads`` 2 unless given, and a rotary or bias scheme as its ``position``. A causal-only
+variant (``supports_bidirectional = False``) is called with ``is_causal=True`` unless a check
+says otherwise, and what a query may see is then the causal mask with the padding mask.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError, SelfAttention
+from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError
 from zoo.attention.masking import causal_mask
 from zoo.attention.spec import POSITION_CAPABILITY, AttentionSpec
 from zoo.positions import create_position, get_position
@@ -134,23 +135,24 @@ def build_harness(
                 f"check_attention(position={position!r}): build the layer with the position in its AttentionSpec and "
                 "pass it without position=."
             )
-        if isinstance(module, Attention) and module.reads_layer_input:
-            raise TypeError(
-                f"check_attention: {label} reads the layer's input, so it is checked inside a self-attention layer; "
-                "pass its class or registered name (the kit builds the layer), or a layer built over it."
-            )
     else:
         cls = ATTENTION_REGISTRY.get(variant) if isinstance(variant, str) else variant
         label = repr(variant) if isinstance(variant, str) else cls.__name__
         if not (inspect.isclass(cls) and issubclass(cls, (Attention, AttentionLayer))):
             raise TypeError(f"check_attention takes a subclass of zoo.Attention or zoo.AttentionLayer, got {cls!r}.")
-        if issubclass(cls, Attention) and cls.reads_layer_input:
-            return _in_a_layer(cls, label, kwargs, position, kind)
         kwargs = _constructor_defaults(cls, kwargs)
         if issubclass(cls, AttentionLayer) and kind in POSITION_CAPABILITY:  # the layer refuses what it cannot take
             scheme = create_position(position, d_model=kwargs["embed_dim"], num_heads=kwargs["num_heads"])  # type: ignore[arg-type]
-            spec = kwargs.get("attention", "dot_product")
-            kwargs["attention"] = (AttentionSpec(spec) if isinstance(spec, str) else spec).with_position(scheme)
+            if cls.stack_layer:
+                flag = POSITION_CAPABILITY[kind]
+                if not getattr(cls, flag):
+                    raise IncompatibleAttentionError(
+                        f"{label} with position {position!r}: {cls.__name__} declares {flag}=False."
+                    )
+                kwargs["position"] = scheme
+            else:
+                spec = kwargs.get("attention", "dot_product")
+                kwargs["attention"] = (AttentionSpec(spec) if isinstance(spec, str) else spec).with_position(scheme)
         module = cls(**kwargs)
     if position is not None:
         label = f"{label} with position {position!r}"
@@ -163,27 +165,6 @@ def build_harness(
             dq, dk = (8, 8) if module.requires_equal_qk_dims else (6, 4)
         placement = Placement(position, kind, on_scores=True) if position is not None and kind is not None else None
         return Harness(label, module, "qkv", (dq, dk, 5), out_dim=5, position=placement)
-    return _layer_harness(module, label, position, kind)
-
-
-def _in_a_layer(
-    cls: type[Attention], label: str, kwargs: dict[str, Any], position: str | None, kind: str | None
-) -> Harness:
-    """The harness of a scoring attention that reads the layer's input: a ``self`` layer over it
-    (``embed_dim`` and ``num_heads`` in ``kwargs`` size the layer, the rest go to the variant)."""
-    name = ATTENTION_REGISTRY.name_of(cls)
-    if name is None:
-        raise TypeError(
-            f"check_attention: {cls.__name__} reads the layer's input, so it is checked inside a self-attention layer, "
-            "which builds its attention by name: register it first (@zoo.register_attention)."
-        )
-    kwargs = dict(kwargs)
-    embed_dim, num_heads = kwargs.pop("embed_dim", 8), kwargs.pop("num_heads", 2)
-    spec = AttentionSpec(name, kwargs)
-    if kind in POSITION_CAPABILITY:
-        spec = spec.with_position(create_position(position, d_model=embed_dim, num_heads=num_heads))  # type: ignore[arg-type]
-    module = SelfAttention(embed_dim, num_heads, spec)
-    label = f"{label} (in a self-attention layer)" + (f" with position {position!r}" if position is not None else "")
     return _layer_harness(module, label, position, kind)
 
 
@@ -204,17 +185,14 @@ def _layer_harness(module: nn.Module, label: str, position: str | None, kind: st
 
 
 def _constructor_defaults(cls: type[nn.Module], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Small sizes for the constructor arguments the contract's inputs need, unless given. A
-    scoring attention runs on one head of 8 features: ``embed_dim`` and ``num_heads``, where it
-    requires them (a recurrent variant's base takes them), are 8 and 1."""
+    """Small sizes for the constructor arguments the contract's inputs need, unless given: a
+    scoring attention runs on one head of 8 features, a layer is 8 wide with 2 heads."""
     params = inspect.signature(cls).parameters
     if issubclass(cls, Attention):
         defaults = {
             "query_size": 8 if cls.requires_equal_qk_dims else 6,
             "key_size": 8 if cls.requires_equal_qk_dims else 4,
         }
-        required = {"embed_dim": 8, "num_heads": 1}
-        defaults |= {k: v for k, v in required.items() if k in params and params[k].default is inspect.Parameter.empty}
     else:
         defaults = {"embed_dim": 8, "num_heads": 2}
     return {**{k: v for k, v in defaults.items() if k in params}, **kwargs}

@@ -16,6 +16,11 @@ holds what they share):
 * :mod:`~zoo.attention.kernels.decay`: a decay per step, scalar (RetNet retention, Mamba-2's SSD)
   or per key dimension (gated linear attention);
 * :mod:`~zoo.attention.kernels.delta_rule`: the delta rule, optionally decayed (DeltaNet, Gated DeltaNet).
+
+What the recurrent layers put in front of their recurrence:
+
+* :mod:`~zoo.attention.kernels.short_conv`: a short causal depthwise convolution that continues
+  from a window of earlier inputs.
 """
 
 from zoo.attention.kernels.blocks import block_attention, rows_from
@@ -23,9 +28,11 @@ from zoo.attention.kernels.delta_rule import delta_rule_chunkwise, delta_rule_re
 from zoo.attention.kernels.prefix import sums_before
 from zoo.attention.kernels.sdpa import fused_attention
 from zoo.attention.kernels.decay import decay_chunkwise, decay_recurrent, decay_weights
+from zoo.attention.kernels.short_conv import causal_conv1d
 
 __all__ = [
     "block_attention",
+    "causal_conv1d",
     "decay_chunkwise",
     "decay_recurrent",
     "decay_weights",

@@ -1,0 +1,40 @@
+"""A short causal depthwise convolution over a sequence, continuing from a window of earlier inputs.
+
+The recurrent families put one (kernel 4) on their queries, keys and values before the recurrence,
+as Mamba-2, flash-linear-attention and Zoology do: each channel mixes its last ``K`` inputs,
+``y_t[c] = sum_i w[c, i] x_{t - K + 1 + i}[c] + b[c]``, which gives a linear recurrence the local
+token shifts it cannot make with a decaying state (and which recall depends on). Decoding carries
+the last ``K - 1`` inputs between steps (the *window*), so one token at a time equals one pass.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["causal_conv1d"]
+
+
+def causal_conv1d(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, window: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """The convolution of ``x`` after ``window``, and the window after ``x``.
+
+    Args:
+        x: ``(B, T, C)``.
+        weight: ``(C, 1, K)``, one filter per channel (``nn.Conv1d``'s depthwise layout).
+        bias: ``(C,)`` or None.
+        window: The ``K - 1`` inputs before ``x``, ``(B, K - 1, C)``; None: zeros (a sequence's start).
+
+    Returns:
+        ``y`` ``(B, T, C)`` and the last ``K - 1`` inputs of ``window`` and ``x``, ``(B, K - 1, C)``.
+    """
+    kernel = weight.shape[-1]
+    if window is None:
+        window = x.new_zeros(x.shape[0], kernel - 1, x.shape[-1])
+    history = torch.cat([window.to(x.dtype), x], dim=1)  # (B, K - 1 + T, C)
+    y = F.conv1d(
+        history.transpose(1, 2), weight.to(x.dtype), None if bias is None else bias.to(x.dtype), groups=x.shape[-1]
+    )
+    return y.transpose(1, 2), history[:, history.shape[1] - (kernel - 1) :]
