@@ -23,7 +23,7 @@ from tests.helpers.training import quiet_trainer
 from zoo.commands import main
 from zoo.datamodules import FraEngDataModule, SST2DataModule, SyntheticRegressionDataModule
 from zoo.errors import CheckpointError
-from zoo.provenance import package_versions
+from zoo.provenance import RECORD_FORMAT, package_versions
 from zoo.tasks import NadarayaWatson, Sentiment, Seq2SeqTranslator, TransformerTranslator
 
 INPUTS: dict[str, list[Any]] = {
@@ -83,7 +83,7 @@ MODELS = list(INPUTS)
 def test_every_checkpoint_loads_with_weights_only_and_records_the_run(trained, name) -> None:
     checkpoint = torch.load(trained[name][1], weights_only=True)
     record = checkpoint["zoo"]
-    assert record["model"] == name and record["seed"] == 0 and record["format"] == 1
+    assert record["model"] == name and record["seed"] == 0 and record["format"] == RECORD_FORMAT
     assert record["versions"] == package_versions()
     assert (
         record["versions"]["torch"] == str(torch.__version__) and record["versions"]["attention-zoo"] == zoo.__version__

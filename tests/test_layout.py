@@ -1,31 +1,74 @@
-"""The package's shape: imports point one way between its packages and top-level modules."""
+"""The package's shape: imports point one way between its modules, and between its packages and
+top-level modules, imports under ``if TYPE_CHECKING:`` included."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import PROJECT_ROOT
-from tests.helpers.imports import import_cycles, import_edges
+from tests.helpers.imports import Edges, import_cycles, import_edges, package_edges
 
 
-def test_no_import_cycle_between_the_zoos_packages_and_modules() -> None:
-    edges = import_edges(PROJECT_ROOT / "zoo")
+def _cycles_with_their_imports(edges: Edges) -> str:
     cycles = import_cycles(edges)
-    where = [f"{a} -> {b}: {edges[a, b][0]}" for cycle in cycles for a in cycle for b in cycle if (a, b) in edges]
-    assert not cycles, "import cycles:\n" + "\n".join(where)
+    return "\n".join(
+        f"{a} -> {b}: {edges[a, b][0]}" for cycle in cycles for a in cycle for b in cycle if (a, b) in edges
+    )
 
 
-def test_the_graph_sees_imports_inside_functions_and_not_type_checking_ones(tmp_path: Path) -> None:
-    package = tmp_path / "zoo"
-    for name, source in {
-        "__init__.py": "",
-        "a/__init__.py": "def f():\n    from zoo.b import x\n",
-        "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from zoo.c import y\nfrom . import a\n",
-        "c.py": "from zoo import b\n",
-    }.items():
+@pytest.mark.parametrize("level", ["modules", "packages"])
+def test_no_import_cycle_in_the_zoo(level: str) -> None:
+    edges = import_edges(PROJECT_ROOT / "zoo")
+    if level == "packages":
+        edges = package_edges(edges)
+    assert not import_cycles(edges), f"import cycles between {level}:\n" + _cycles_with_their_imports(edges)
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    package = root / "zoo"
+    for name, source in files.items():
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(textwrap.dedent(source))
+    return package
+
+
+def test_the_graph_sees_imports_inside_functions_and_type_checking_ones(tmp_path: Path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a/__init__.py": "def f():\n    from zoo.b import x\n",
+            "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from zoo.c import y\nfrom . import a\n",
+            "c.py": "from zoo import b\n",
+        },
+    )
     edges = import_edges(package)
-    assert set(edges) == {("zoo.a", "zoo.b"), ("zoo.b", "zoo.a"), ("zoo.c", "zoo.b")}
-    assert import_cycles(edges) == [["zoo.a", "zoo.b"]]
+    assert set(edges) == {("zoo.a", "zoo.b"), ("zoo.b", "zoo.c"), ("zoo.b", "zoo.a"), ("zoo.c", "zoo.b")}
+    assert edges["zoo.b", "zoo.c"] == ["zoo/b.py:3"]
+    assert import_cycles(edges) == [["zoo.a", "zoo.b", "zoo.c"]]
+
+
+def test_a_cycle_inside_a_package_is_one_between_modules_not_packages(tmp_path: Path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a/__init__.py": "from zoo.a.low import x\nfrom zoo.a.high import y\n",
+            "a/low.py": "from zoo.b import z\nfrom zoo.a import high\n",
+            "a/high.py": "from .low import x\n",
+            "b.py": "",
+        },
+    )
+    edges = import_edges(package)
+    assert set(edges) == {
+        ("zoo.a", "zoo.a.low"),
+        ("zoo.a", "zoo.a.high"),
+        ("zoo.a.low", "zoo.b"),
+        ("zoo.a.low", "zoo.a.high"),
+        ("zoo.a.high", "zoo.a.low"),
+    }, "a package's __init__ counts for the modules it imports, not for those that import its submodules"
+    assert import_cycles(edges) == [["zoo.a.high", "zoo.a.low"]]
+    assert set(package_edges(edges)) == {("zoo.a", "zoo.b")} and import_cycles(package_edges(edges)) == []

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from zoo.attention.legacy import migrate_attention
 from zoo.errors import CheckpointError
 from zoo.provenance import RECORD_KEY
 from zoo.tasks import ZooTask
+from zoo.tasks.rebuild import rebuild_task
 from zoo.tasks.registry import MODEL_REGISTRY
 
 __all__ = ["checkpoint_model_name", "load_checkpoint", "read_checkpoint", "task_from_checkpoint", "verify_checkpoint"]
@@ -138,25 +138,23 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
 def task_from_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike[str]) -> ZooTask:
     """The task of a checkpoint :func:`read_checkpoint` read from ``path`` (named in errors),
     on the CPU, in the mode it is built in: rebuilt from its hyperparameters through the model
-    registry, its weights loaded strictly and its codec restored.
+    registry, its weights loaded strictly (:func:`~zoo.tasks.rebuild.rebuild_task`, as
+    ``from_pretrained`` rebuilds a folder's) and its codec restored.
 
     Raises:
-        CheckpointError: the checkpoint is not from a zoo model, or its weights do not fit the
-            model its hyperparameters describe.
+        CheckpointError: the checkpoint is not from a zoo model, lacks a hyperparameter the model
+            needs, or its weights do not fit the model its hyperparameters describe.
         UnknownNameError: the model (or its attention) is not registered in this process.
     """
-    name = checkpoint_model_name(checkpoint, path)
-    hparams = {k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if not k.startswith("_")}
-    record = checkpoint.get(RECORD_KEY)
-    hparams = migrate_attention(hparams, record.get("format", 1) if isinstance(record, dict) else 1)
-    model = MODEL_REGISTRY.create(name, **hparams)
-    try:
-        model.load_state_dict(checkpoint["state_dict"], strict=True)
-    except RuntimeError as exc:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        raise CheckpointError(
-            f"The weights in {str(path)!r} do not fit the {name!r} model its hyperparameters describe: "
-            f"{' '.join(lines[1:3]) or lines[0]}"
-        ) from exc
+    where, record = str(path), checkpoint.get(RECORD_KEY)
+    model = rebuild_task(
+        checkpoint_model_name(checkpoint, path),
+        checkpoint.get("hyper_parameters") or {},
+        checkpoint["state_dict"],
+        saved_format=record.get("format", 1) if isinstance(record, dict) else 1,
+        task_class=ZooTask,
+        hyperparameters_from=where,
+        weights_from=where,
+    )
     model.on_load_checkpoint(checkpoint)
     return model

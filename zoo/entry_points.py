@@ -8,19 +8,18 @@ neither: picking one would depend on the order of ``sys.path``, so it is recorde
 (looking it up raises :class:`~zoo.registry.DuplicateNameError` naming both) and every other
 name keeps working.
 
-Plugins that are not installed (``--import`` modules) are :mod:`zoo.plugins`' job.
+Plugins that are not installed (``--import`` modules) are :mod:`zoo.plugins`' job. This module
+imports nothing of the zoo: the registry imports it, and it reaches a registry through
+:class:`PluginHost`, the part of one that loading plugins uses.
 """
 
 from __future__ import annotations
 
 import warnings
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from zoo.registry import Registry
-
-__all__ = ["PluginLoadWarning", "distribution", "load_entry_points"]
+__all__ = ["PluginHost", "PluginLoadWarning", "distribution", "load_entry_points"]
 
 #: How far up a plugin's warning points: past this module and the registry's lookup, at its caller.
 _CALLER = 5
@@ -30,12 +29,28 @@ class PluginLoadWarning(UserWarning):
     """An entry-point plugin could not be loaded and was skipped."""
 
 
+class PluginHost(Protocol):
+    """What loading entry points needs of a registry (:class:`~zoo.registry.Registry` is one)."""
+
+    #: What is registered, used in warnings (``"attention"``).
+    kind: str
+    #: The entry-point group to load (``"zoo.attention"``).
+    entry_point_group: str | None
+    #: Entry-point names that could not be registered, with the reason.
+    failed_plugins: dict[str, str]
+    #: Entry-point names claimed by more than one distribution, with those distributions.
+    conflicts: dict[str, tuple[str, ...]]
+
+    def add_plugin(self, name: str, obj: Any, *, source: str) -> None:
+        """Register a plugin's ``obj`` under its entry-point ``name``, credited to distribution ``source``."""
+
+
 def distribution(ep: metadata.EntryPoint) -> str:
     """The name of the distribution that declares ``ep`` (its module path if unknown)."""
     return ep.dist.name if ep.dist is not None else ep.value.split(":")[0]
 
 
-def load_entry_points(registry: Registry[Any]) -> None:
+def load_entry_points(registry: PluginHost) -> None:
     """Register every entry point of ``registry.entry_point_group`` (one group, or several);
     record the names that fail to load (``registry.failed_plugins``) and those several
     distributions, or two groups, claim (``registry.conflicts``)."""
@@ -51,7 +66,7 @@ def load_entry_points(registry: Registry[Any]) -> None:
             _load(registry, eps[0])
 
 
-def _load(registry: Registry[Any], ep: metadata.EntryPoint) -> None:
+def _load(registry: PluginHost, ep: metadata.EntryPoint) -> None:
     """Import one entry point and register it under its name; report and skip a failure."""
     dist = distribution(ep)
     try:
@@ -66,7 +81,7 @@ def _load(registry: Registry[Any], ep: metadata.EntryPoint) -> None:
         )
 
 
-def _record_conflict(registry: Registry[Any], name: str, eps: list[metadata.EntryPoint]) -> None:
+def _record_conflict(registry: PluginHost, name: str, eps: list[metadata.EntryPoint]) -> None:
     """Refuse a name that several distributions claim, and say which ones."""
     claimants = tuple(sorted({f"{distribution(ep)} ({ep.value})" for ep in eps}))
     registry.conflicts[name] = claimants

@@ -1,6 +1,11 @@
-"""The import graph of the ``zoo`` package, read from its source: which package or top-level
-module imports which, counting imports inside functions and leaving out those under
-``if TYPE_CHECKING:`` (they never run)."""
+"""The import graph of the ``zoo`` package, read from its source, at two levels: which module
+imports which (:func:`import_edges`), and which package or top-level module imports which
+(:func:`package_edges`).
+
+Every import statement counts: at the top of a module, inside a function, and under
+``if TYPE_CHECKING:``. A type checker follows the last kind, so a cycle through it is a cycle
+in the design even though it never runs.
+"""
 
 from __future__ import annotations
 
@@ -8,26 +13,28 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["import_cycles", "import_edges"]
+__all__ = ["Edges", "import_cycles", "import_edges", "package_edges"]
+
+Edges = dict[tuple[str, str], list[str]]
+"""``(importer, imported) -> [file:line, ...]``."""
 
 
-def _unit(module: str) -> str | None:
+def _unit(module: str) -> str:
     """The package or top-level module of ``zoo`` that a module belongs to (``zoo`` for the root)."""
     parts = module.split(".")
-    if parts[0] != "zoo":
-        return None
     return "zoo" if len(parts) == 1 else f"zoo.{parts[1]}"
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    hidden: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            hidden.update(id(child) for statement in node.body for child in ast.walk(statement))
-    return hidden
+def _is_module(name: str, root: Path) -> bool:
+    """Whether ``name`` (``zoo.tasks.hub``) is a module or package of the zoo at ``root``."""
+    path = root.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _imported(node: ast.AST, module: str, is_package: bool, root: Path) -> Iterator[str]:
+    """The modules an import statement names: ``from x import y`` names ``x.y`` where that is a
+    module, and ``x`` otherwise. A package's own ``__init__`` is not counted for its submodules:
+    Python runs it first, but a package importing its parts is no cycle with them."""
     if isinstance(node, ast.Import):
         yield from (alias.name for alias in node.names)
     elif isinstance(node, ast.ImportFrom):
@@ -37,36 +44,38 @@ def _imported(node: ast.AST, module: str, is_package: bool, root: Path) -> Itera
             target = ".".join(base + ([node.module] if node.module else []))
         else:
             target = node.module or ""
-        if target == "zoo":  # from zoo import x: a submodule or a name of the root
-            for alias in node.names:
-                exists = (root / alias.name).is_dir() or (root / f"{alias.name}.py").is_file()
-                yield f"zoo.{alias.name}" if exists else "zoo"
-        else:
-            yield target
+        for alias in node.names:
+            submodule = f"{target}.{alias.name}"
+            yield submodule if _is_module(submodule, root) else target
 
 
-def import_edges(root: Path) -> dict[tuple[str, str], list[str]]:
-    """``(importer, imported) -> [file:line, ...]`` between the units of the package at ``root``."""
-    edges: dict[tuple[str, str], list[str]] = {}
+def import_edges(root: Path) -> Edges:
+    """The imports between the modules of the package at ``root`` (a package is named by its
+    ``__init__``: ``zoo.tasks``)."""
+    edges: Edges = {}
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root.parent).with_suffix("")
         is_package = path.name == "__init__.py"
         module = ".".join(relative.parts[:-1] if is_package else relative.parts)
-        source = _unit(module)
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        hidden = _type_checking_nodes(tree)
-        for node in ast.walk(tree):
-            if id(node) in hidden:
-                continue
-            for target in _imported(node, module, is_package, root):
-                unit = _unit(target)
-                if unit is not None and unit != source:
-                    edges.setdefault((source, unit), []).append(f"{path.relative_to(root.parent)}:{node.lineno}")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for target in dict.fromkeys(_imported(node, module, is_package, root)):  # each module once a statement
+                if target.split(".")[0] == root.name and target != module:
+                    edges.setdefault((module, target), []).append(f"{path.relative_to(root.parent)}:{node.lineno}")
     return edges
 
 
-def import_cycles(edges: dict[tuple[str, str], list[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one unit (Tarjan's algorithm)."""
+def package_edges(edges: Edges) -> Edges:
+    """Module edges collapsed onto the zoo's packages and top-level modules (``zoo.tasks``,
+    ``zoo.registry``), leaving out the imports inside one of them."""
+    collapsed: Edges = {}
+    for (source, target), places in edges.items():
+        if _unit(source) != _unit(target):
+            collapsed.setdefault((_unit(source), _unit(target)), []).extend(places)
+    return collapsed
+
+
+def import_cycles(edges: Edges) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm)."""
     graph: dict[str, set[str]] = {}
     for source, target in edges:
         graph.setdefault(source, set()).add(target)

@@ -2,9 +2,9 @@
 
 ``safetensors`` stores named tensors and nothing else, so reading a stranger's file runs no code.
 :func:`safetensors.torch.save_model` writes a tensor that several parameters share (tied
-embeddings) once, and :func:`~safetensors.torch.load_model` ties it back. Loading is strict: a
-tensor the model lacks, one the file lacks, or one of another shape is a
-:class:`~zoo.errors.CheckpointError` of one line naming it.
+embeddings) once. Reading gives the tensors by name; :func:`zoo.tasks.rebuild.rebuild_task` loads
+them into the model strictly, as it loads a checkpoint's (a tensor held once loads into every
+parameter tied to it).
 """
 
 from __future__ import annotations
@@ -13,16 +13,14 @@ from pathlib import Path
 
 from huggingface_hub.constants import SAFETENSORS_SINGLE_FILE
 from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
-from torch import nn
+from safetensors.torch import load_file, save_model
+from torch import Tensor, nn
 
 from zoo.errors import CheckpointError
 
-__all__ = ["WEIGHTS_NAME", "load_weights", "save_weights"]
+__all__ = ["WEIGHTS_NAME", "read_weights", "save_weights"]
 
 WEIGHTS_NAME = SAFETENSORS_SINGLE_FILE
-#: How many tensor names an error lists before it counts the rest.
-_SHOWN = 5
 
 
 def save_weights(module: nn.Module, folder: Path) -> None:
@@ -30,33 +28,16 @@ def save_weights(module: nn.Module, folder: Path) -> None:
     save_model(module, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
 
 
-def load_weights(module: nn.Module, folder: Path, model: str) -> None:
-    """Load ``folder/model.safetensors`` into ``module`` (the registered ``model``, named in errors).
+def read_weights(folder: Path) -> dict[str, Tensor]:
+    """The tensors of ``folder/model.safetensors``, by name, on the CPU.
 
     Raises:
-        CheckpointError: the file is missing or unreadable, or its tensors are not exactly the
-            module's (one missing, unexpected or of another shape).
+        CheckpointError: the file is missing or unreadable.
     """
     path = folder / WEIGHTS_NAME
     if not path.is_file():
         raise CheckpointError(f"{folder} has no {WEIGHTS_NAME}: the weights are not there.")
-    fit = f"{path} does not fit the {model!r} model its config.json describes"
     try:
-        missing, unexpected = load_model(module, str(path), strict=False)
+        return load_file(path)
     except SafetensorError as exc:
         raise CheckpointError(f"{path} is not a readable safetensors file ({exc}).") from exc
-    except RuntimeError as exc:  # shapes: load_state_dict reports every mismatch on lines of its own
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        raise CheckpointError(f"{fit}: {' '.join(lines[1:3]) or lines[0]}") from exc
-    problems = [
-        f"{label} {_names(names)}" for label, names in (("missing", missing), ("unexpected", unexpected)) if names
-    ]
-    if problems:
-        raise CheckpointError(f"{fit}: {'; '.join(problems)}.")
-
-
-def _names(names: list[str] | set[str]) -> str:
-    """``tensor a`` / ``tensors a, b, c and 4 more``, sorted."""
-    ordered = sorted(names)
-    shown = ", ".join(ordered[:_SHOWN]) + (f" and {len(ordered) - _SHOWN} more" if len(ordered) > _SHOWN else "")
-    return f"tensor{'s' if len(ordered) > 1 else ''} {shown}"

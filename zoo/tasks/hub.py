@@ -10,11 +10,13 @@ Hub and calls :meth:`HubMixin._from_pretrained`. Where the zoo departs from the 
 
 * ``config.json`` is written here, not from the constructor arguments the mixin captures when a
   model is built: those lack the architecture's defaults and the registered name.
-* A model is rebuilt by the registered name ``config.json`` holds, through the model registry
-  as :func:`zoo.load_checkpoint` rebuilds it, whatever class ``from_pretrained`` is called on:
+* A model is rebuilt by the registered name ``config.json`` holds, through the model registry,
+  by :func:`~zoo.tasks.rebuild.rebuild_task` as :func:`zoo.load_checkpoint` rebuilds it,
+  whatever class ``from_pretrained`` is called on:
   ``ZooTask.from_pretrained`` (which is ``zoo.from_pretrained``) loads any zoo model,
   ``Classifier.from_pretrained`` a classifier or a model derived from it, and refuses others.
-* Loading is strict (:mod:`zoo.sharing.weights`) and reads only JSON and safetensors.
+* Loading is strict (:func:`~zoo.tasks.rebuild.rebuild_task`) and reads only JSON and
+  safetensors (:mod:`zoo.sharing.weights`).
   ``PyTorchModelHubMixin`` is not used: it builds ``cls(**config)``, loads weights leniently by
   default and falls back to unpickling a ``pytorch_model.bin``.
 * ``save_pretrained`` writes into a temporary sibling folder renamed into place at the end, and
@@ -27,28 +29,29 @@ from __future__ import annotations
 import inspect
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from huggingface_hub import ModelCard, ModelHubMixin, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from torch import nn
 
-from zoo.attention.legacy import migrate_attention
 from zoo.errors import CheckpointError, ConfigurationError
 from zoo.sharing.card import ModelFacts, model_card
 from zoo.sharing.codec_files import codec_file_names, read_codec, write_codec
 from zoo.sharing.config import CONFIG_NAME, ZOO_KEY, ModelConfig
 from zoo.sharing.staging import staged_folder
-from zoo.sharing.weights import WEIGHTS_NAME, load_weights, save_weights
+from zoo.sharing.weights import WEIGHTS_NAME, read_weights, save_weights
 from zoo.summary import attention_by_layer
+from zoo.tasks.rebuild import rebuild_task
 from zoo.tasks.registry import MODEL_REGISTRY
 from zoo.text.codecs import Codec
 
 if TYPE_CHECKING:
     from zoo.sharing.runs import TrainingRun
-    from zoo.tasks.base import ZooTask
 
 __all__ = ["HubMixin"]
+
+Task = TypeVar("Task", bound="HubMixin")
 
 #: The methods that use a model on raw inputs, as a card lists them.
 _USES = ("predict", "generate")
@@ -137,7 +140,7 @@ class HubMixin(ModelHubMixin):
 
     @classmethod
     def from_pretrained(
-        cls,
+        cls: type[Task],
         pretrained_model_name_or_path: str | Path,
         *,
         device: str = "cpu",
@@ -147,7 +150,7 @@ class HubMixin(ModelHubMixin):
         local_files_only: bool = False,
         token: str | bool | None = None,
         **hyperparameters: Any,
-    ) -> ZooTask:
+    ) -> Task:
         """The model of an exported folder, or of a Hub model id, in evaluation mode, ready to use::
 
             model = zoo.from_pretrained("exports/sentiment-sst2")    # or "user/sentiment-sst2"
@@ -202,7 +205,7 @@ class HubMixin(ModelHubMixin):
 
     @classmethod
     def _from_pretrained(
-        cls,
+        cls: type[Task],
         *,
         model_id: str,
         revision: str | None,
@@ -213,7 +216,7 @@ class HubMixin(ModelHubMixin):
         config: dict[str, Any] | None = None,
         device: str = "cpu",
         **model_kwargs: Any,
-    ) -> ZooTask:
+    ) -> Task:
         if os.path.isdir(model_id):
             folder = Path(model_id)
         else:
@@ -233,21 +236,16 @@ class HubMixin(ModelHubMixin):
         saved = ModelConfig.from_json(config, f"{model_id}/{CONFIG_NAME}")
         # The mixin passes config.json's keys on as keyword arguments to classes that take **kwargs;
         # beside them, model_kwargs holds the caller's hyperparameters, which win.
-        stored = migrate_attention(saved.hyperparameters, saved.format)
-        hyperparameters = stored | {k: v for k, v in model_kwargs.items() if k != ZOO_KEY}
-        task_class = MODEL_REGISTRY.get(saved.model)
-        if not issubclass(task_class, cls):
-            raise CheckpointError(
-                f"{model_id!r} holds a {saved.model!r} model, not a {cls.__name__}: load it with zoo.from_pretrained."
-            )
-        missing = [name for name in _required_arguments(task_class) if name not in hyperparameters]
-        if missing:
-            raise CheckpointError(
-                f"{model_id}/{CONFIG_NAME} lacks {', '.join(repr(name) for name in missing)}, which the "
-                f"{saved.model!r} model needs."
-            )
-        task = MODEL_REGISTRY.create(saved.model, **hyperparameters)
-        load_weights(task, folder, saved.model)
+        hyperparameters = saved.hyperparameters | {k: v for k, v in model_kwargs.items() if k != ZOO_KEY}
+        task = rebuild_task(
+            saved.model,
+            hyperparameters,
+            read_weights(folder),
+            saved_format=saved.format,
+            task_class=cls,
+            hyperparameters_from=f"{model_id}/{CONFIG_NAME}",
+            weights_from=str(folder / WEIGHTS_NAME),
+        )
         if saved.codec is not None and not task.codecs:
             raise CheckpointError(f"{model_id}/{CONFIG_NAME} names a codec, but the {saved.model!r} model reads none.")
         if saved.codec is None and task.codecs:
@@ -270,10 +268,3 @@ def _implements(task_class: type, name: str) -> bool:
     raises NotImplementedError)."""
     method = getattr(task_class, name, None)
     return callable(method) and method.__qualname__ != f"ZooTask.{name}"
-
-
-def _required_arguments(task_class: type) -> list[str]:
-    """The constructor arguments of ``task_class`` without a default (``vocab_size``)."""
-    parameters = inspect.signature(task_class.__init__).parameters.values()  # __init__: the mixin's __new__ takes *args
-    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p.name for p in parameters if p.name != "self" and p.kind in keyword and p.default is p.empty]
