@@ -36,7 +36,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from zoo.datamodules.base import CorpusDataModule, check_minimums
+from zoo.datamodules.base import SplitsDataModule, check_minimums
 from zoo.datamodules.download import download
 from zoo.datamodules.registry import register_datamodule
 from zoo.datamodules.text_corpus import TextCorpus
@@ -45,7 +45,6 @@ from zoo.errors import DataError
 from zoo.text.codecs import CODEC_VERSION, check_texts, restore_codec
 from zoo.text.datasets import Columns
 from zoo.text.files import atomic_write_text
-from zoo.text.inputs import predict_inputs
 from zoo.text.language import LANGUAGE_CODECS, BPECodec, ByteLevelCodec, CharCodec, LanguageCodec
 
 __all__ = ["TOKENIZERS", "TextDataModule"]
@@ -65,7 +64,7 @@ def _report(message: str, *args: object) -> None:
 
 
 @register_datamodule("text")
-class TextDataModule(CorpusDataModule):
+class TextDataModule(SplitsDataModule[Tensor]):
     """Any text as windows of token ids, for a decoder-only language model (see the module docstring).
 
     Batches are ``{"tokens": LongTensor (B, L)}``; a model predicts ``tokens[:, 1:]`` from
@@ -196,7 +195,7 @@ class TextDataModule(CorpusDataModule):
         self.corpus.splits()
         self._codec = self._load_or_build_codec()
 
-    def build_split(self, split: str) -> Tensor:  # type: ignore[override]
+    def build_split(self, split: str) -> Tensor:
         """The ids of ``split``, in the smallest integer type that holds them.
 
         Raises:
@@ -206,32 +205,33 @@ class TextDataModule(CorpusDataModule):
         if split == "test" and splits.test_source == "validation":
             _report("%s has no test split of its own: the test stage reads the validation split", self.name)
             if "validation" in self._datasets:
-                return self._datasets["validation"]  # type: ignore[return-value]
+                return self._datasets["validation"]
         ids = torch.from_numpy(self.codec.encode_array(getattr(splits, split)))
         self._check_length(split, len(ids))
         _report("%s %s: %d tokens (%s)", self.name, split, len(ids), self.codec.unit)
         return ids
 
-    def train_dataloader(self) -> DataLoader:
+    def training_batches(self, split: Tensor) -> DataLoader:
         """``train_windows`` random windows of the training split per epoch, drawn from ``(seed, epoch)``;
         under several processes, each draws others; resumable mid-epoch."""
-        ids: Tensor = self._dataset("train", "fit")  # type: ignore[assignment]
         return random_windows(
-            ids, self.block_size, self.batch_size, self.train_windows, self.seed, self.trainer, **self._loader_kwargs()
+            split,
+            self.block_size,
+            self.batch_size,
+            self.train_windows,
+            self.seed,
+            self.trainer,
+            **self._loader_kwargs(),
         )
 
-    def val_dataloader(self) -> DataLoader:
-        """Every validation target once, in fixed windows; under several processes, whole batches each."""
-        return self._evaluation_loader(self._dataset("validation", "validate"))
+    def evaluation_batches(self, split: Tensor) -> DataLoader:
+        """Every validation or test target once, in fixed windows; under several processes, whole batches each."""
+        return evaluation_windows(split, self.block_size, self.batch_size, self.trainer, **self._loader_kwargs())
 
-    def test_dataloader(self) -> DataLoader:
-        """Every test target once, in fixed windows; under several processes, whole batches each."""
-        return self._evaluation_loader(self._dataset("test", "test"))
-
-    def predict_dataloader(self) -> DataLoader:
+    @property
+    def predict_batch_size(self) -> int:
         """One prompt per batch: ``{"tokens": (1, L), "text": [prompt]}`` (nothing pads prompts of other lengths)."""
-        dataset = self.predict_dataset(predict_inputs(self.predict_texts, self.predict_file))
-        return DataLoader(dataset, batch_size=1, **self._loader_kwargs())
+        return 1
 
     def predict_dataset(self, inputs: list[Any]) -> Columns:
         """Items ``{"tokens": ids, "text": prompt}``.
@@ -250,9 +250,6 @@ class TextDataModule(CorpusDataModule):
         return Columns(tokens=tokens, text=inputs)
 
     # -- internals -----------------------------------------------------------------------------------
-
-    def _evaluation_loader(self, ids: Tensor) -> DataLoader:  # type: ignore[override]
-        return evaluation_windows(ids, self.block_size, self.batch_size, self.trainer, **self._loader_kwargs())
 
     def _corpus_path(self) -> Path | None:
         """``path``, or the verified public copy (downloaded into ``cache_dir`` when missing)."""
