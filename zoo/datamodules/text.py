@@ -44,7 +44,7 @@ from zoo.datamodules.windows import evaluation_windows, random_windows
 from zoo.errors import DataError
 from zoo.text.codecs import CODEC_VERSION, check_texts, restore_codec
 from zoo.text.datasets import Columns
-from zoo.text.files import atomic_write_text
+from zoo.text.files import load_or_build
 from zoo.text.language import LANGUAGE_CODECS, BPECodec, ByteLevelCodec, CharCodec, LanguageCodec
 
 __all__ = ["TOKENIZERS", "TextDataModule"]
@@ -266,27 +266,20 @@ class TextDataModule(SplitsDataModule[Tensor]):
         return self.corpus.identity()
 
     def _load_or_build_codec(self) -> LanguageCodec:
-        """The byte codec, or the cached codec for these settings, or one built from the corpus and cached.
-
-        Processes that build it at the same time (ranks of a multi-GPU run) write the same
-        content atomically; any one wins.
-        """
+        """The byte codec, or the cached codec for these settings, or one built from the corpus and cached."""
         if self.tokenizer == "byte":
             return ByteLevelCodec()
-        file = self.codec_file
-        if file.is_file():
-            try:
-                return restore_codec(json.loads(file.read_text(encoding="utf-8")), LANGUAGE_CODECS)  # type: ignore[return-value]
-            except (ValueError, TypeError) as exc:  # JSON or codec state unreadable; unchained, as text_corpus explains
-                raise DataError(f"{file} is not a readable codec ({exc}); delete it to rebuild.") from None
+        return load_or_build(
+            self.codec_file, what="codec", build=self._build_codec, read=_read_codec, write=_codec_text
+        )
+
+    def _build_codec(self) -> LanguageCodec:
+        """The characters of the whole corpus, or a BPE trained on the training split."""
         splits = self.corpus.splits()
         if self.tokenizer == "char":
-            codec: LanguageCodec = CharCodec.from_texts([splits.train, splits.validation, splits.test])  # type: ignore[list-item]
-        else:
-            _report("Training a %d-id byte-level BPE on the %s training split", self.bpe_vocab_size, self.name)
-            codec = BPECodec.train([splits.train], self.bpe_vocab_size)  # type: ignore[list-item]
-        atomic_write_text(file, json.dumps(codec.state_dict()))
-        return codec
+            return CharCodec.from_texts([splits.train, splits.validation, splits.test])  # type: ignore[list-item]
+        _report("Training a %d-id byte-level BPE on the %s training split", self.bpe_vocab_size, self.name)
+        return BPECodec.train([splits.train], self.bpe_vocab_size)  # type: ignore[list-item]
 
     def _check_length(self, split: str, tokens: int) -> None:
         """Refuse a split shorter than one window, naming both sizes and the fix."""
@@ -301,6 +294,16 @@ class TextDataModule(SplitsDataModule[Tensor]):
             f"The {split} split of {self.name} holds {tokens:,} tokens, fewer than one window of block_size + 1 = "
             f"{window:,}: {', or '.join(fixes)}."
         )
+
+
+def _read_codec(text: str) -> LanguageCodec:
+    """The codec of a cache file's text (:func:`_codec_text`)."""
+    return restore_codec(json.loads(text), LANGUAGE_CODECS)  # type: ignore[return-value]
+
+
+def _codec_text(codec: LanguageCodec) -> str:
+    """A codec as a cache file's text: its state as JSON."""
+    return json.dumps(codec.state_dict())
 
 
 def _existing(path: str | None) -> Path | None:
