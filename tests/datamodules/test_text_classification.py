@@ -29,7 +29,6 @@ from tests.helpers import PROJECT_ROOT, SHARED_DATA
 from tests.helpers.cli import QUIET
 from zoo.datamodules.registry import DATAMODULE_REGISTRY
 from zoo.datamodules.text_classification import IMDBDataModule, SST2DataModule
-from zoo.text import files
 from zoo.text.words import Vocabulary, tokenize
 
 LIMIT = 2000
@@ -181,39 +180,16 @@ def test_vocabulary_encode_decode() -> None:
         Vocabulary(["good", "good"])
 
 
-def test_vocabulary_save_load_round_trip_leaves_no_temp_files(tmp_path: Path) -> None:
+def test_vocabulary_json_round_trip() -> None:
     vocab = Vocabulary(["é", "good", "n't"])
-    file = tmp_path / "cache" / "vocab.json"
-    vocab.save(file)
-    assert Vocabulary.load(file) == vocab
-    assert os.listdir(file.parent) == ["vocab.json"]
+    assert Vocabulary.from_json(vocab.to_json()) == vocab
 
 
-def test_vocabulary_save_failure_keeps_old_file_and_no_temp_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    file = tmp_path / "vocab.json"
-    Vocabulary(["old"]).save(file)
-
-    def fail(*args: object, **kwargs: object) -> None:
-        raise OSError("disk full")
-
-    monkeypatch.setattr(files.os, "fsync", fail)  # the write fails after the temp file exists
-    with pytest.raises(OSError, match="disk full"):
-        Vocabulary(["new"]).save(file)
-    monkeypatch.undo()
-    assert os.listdir(tmp_path) == ["vocab.json"]
-    assert Vocabulary.load(file).tokens == ["<pad>", "<unk>", "old"]
-
-
-def test_vocabulary_load_rejects_other_files(tmp_path: Path) -> None:
-    file = tmp_path / "other.json"
-    file.write_text(json.dumps({"tokens": ["a"]}))
+def test_vocabulary_json_rejects_other_json() -> None:
     with pytest.raises(ValueError, match="not an attention-zoo vocabulary"):
-        Vocabulary.load(file)
-    file.write_text("{not json")
-    with pytest.raises(ValueError, match="delete it"):
-        Vocabulary.load(file)
+        Vocabulary.from_json(json.dumps({"tokens": ["a"]}))
+    with pytest.raises(ValueError, match="not an attention-zoo vocabulary"):
+        Vocabulary.from_json("{not json")
 
 
 # -- which texts the vocabulary sees -------------------------------------------------------------

@@ -1,10 +1,18 @@
 """What the corpus data modules share: checked arguments, the cache, the stage-to-split table,
-the setup loop, the loaders (bucketed by length; resumable for training, whole batches per process for
-evaluation; pinned on a GPU) and the predict inputs.
+the setup loop, the four loaders and the predict inputs (:class:`SplitsDataModule`), and the
+batching of corpora whose splits are rows (:class:`CorpusDataModule`).
+
+A split may be rows (sentence pairs, labelled texts, expressions) or one token stream (a
+language model's text, :class:`~zoo.datamodules.text.TextDataModule`). :class:`SplitsDataModule`
+serves any of them through two hooks, :meth:`~SplitsDataModule.training_batches` and
+:meth:`~SplitsDataModule.evaluation_batches`, so that each kind says only how its batches are
+drawn, and none replaces a loader. :class:`CorpusDataModule` fills them for rows: bucketed by
+length, resumable for training, whole batches per process for evaluation (all loaders pinned on
+a GPU).
 
 A corpus module says only what is specific to it: how to read and split the corpus
-(:meth:`CorpusDataModule.build_split`), its collator, the length each training example is
-bucketed by, and its :class:`~zoo.text.codecs.Codec`, through which tasks reach everything else.
+(:meth:`SplitsDataModule.build_split`), its collator, the length each training row is bucketed
+by, and its :class:`~zoo.text.codecs.Codec`, through which tasks reach everything else.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import lightning as L
 import numpy as np
@@ -27,11 +35,22 @@ from zoo.text.codecs import Codec
 from zoo.text.datasets import Columns
 from zoo.text.inputs import predict_inputs
 
-__all__ = ["SPLITS", "STAGE_SPLITS", "CorpusDataModule", "check_minimums", "default_cache_dir", "existing_path"]
+__all__ = [
+    "SPLITS",
+    "STAGE_SPLITS",
+    "CorpusDataModule",
+    "SplitsDataModule",
+    "check_minimums",
+    "default_cache_dir",
+    "existing_path",
+]
 
 SPLITS = ("train", "validation", "test")
 STAGE_SPLITS = {"fit": ("train", "validation"), "validate": ("validation",), "test": ("test",), "predict": ()}
 """The splits each Lightning stage reads; ``setup(None)`` reads all of :data:`SPLITS`."""
+
+SplitT = TypeVar("SplitT")
+"""What an encoded split is: rows (:class:`~zoo.text.datasets.Columns`), or a token stream (a tensor of ids)."""
 
 
 def default_cache_dir(name: str) -> Path:
@@ -67,9 +86,9 @@ def existing_path(path: str | None, *, directory: bool, what: str, expected: str
     return resolved
 
 
-class CorpusDataModule(L.LightningDataModule):
-    """A corpus served as encoded splits; subclasses read it (see the module docstring) and set
-    ``name`` and ``collator``.
+class SplitsDataModule(L.LightningDataModule, Generic[SplitT]):
+    """A corpus served as encoded splits of type ``SplitT``; subclasses read it (see the module
+    docstring), set ``name`` and ``collator``, and say how a split's batches are drawn.
 
     Args:
         batch_size: Examples per batch.
@@ -110,7 +129,7 @@ class CorpusDataModule(L.LightningDataModule):
         self.seed = seed
         self.predict_texts = predict_texts
         self.predict_file = predict_file
-        self._datasets: dict[str, Columns] = {}
+        self._datasets: dict[str, SplitT] = {}
 
     # -- what a corpus module provides -------------------------------------------------------------
 
@@ -122,17 +141,28 @@ class CorpusDataModule(L.LightningDataModule):
     collator: Any
     """Turns a list of dataset items into a batch (a picklable object)."""
 
-    def build_split(self, split: str) -> Columns:
-        """The encoded rows of ``split`` (one of :data:`SPLITS`)."""
+    def build_split(self, split: str) -> SplitT:
+        """The encoded ``split`` (one of :data:`SPLITS`)."""
         raise NotImplementedError
 
-    def sort_keys(self, rows: Columns) -> np.ndarray:
-        """One number per row of a split; batches group rows with close numbers (little padding)."""
+    def training_batches(self, split: SplitT) -> DataLoader:
+        """The training loader of ``split``: its order a function of ``seed`` and the epoch, and
+        resumable mid-epoch, so that a run resumes exactly."""
+        raise NotImplementedError
+
+    def evaluation_batches(self, split: SplitT) -> DataLoader:
+        """The validation or test loader of ``split``: every example once; under several processes,
+        whole batches each (no repeats)."""
         raise NotImplementedError
 
     def predict_dataset(self, inputs: list[Any]) -> Columns:
         """The rows of the raw inputs to predict."""
         raise NotImplementedError
+
+    @property
+    def predict_batch_size(self) -> int:
+        """Inputs per predict batch: ``batch_size``, unless the corpus module cannot batch them."""
+        return self.batch_size
 
     # -- shared machinery -----------------------------------------------------------------------------
 
@@ -154,42 +184,56 @@ class CorpusDataModule(L.LightningDataModule):
                 self._datasets[split] = self.build_split(split)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled batches of rows of similar length, in an order fixed by ``seed`` and the epoch,
-        so that a run resumes exactly."""
-        dataset = self._dataset("train", "fit")
-        sampler = BucketBatchSampler(
-            EpochShuffleSampler(len(dataset), self.seed),
-            self.batch_size,
-            sort_keys=self.sort_keys(dataset),
-            seed=self.seed,
-        )
-        return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())
+        """The training split's batches (:meth:`training_batches`)."""
+        return self.training_batches(self._dataset("train", "fit"))
 
     def val_dataloader(self) -> DataLoader:
-        """Validation batches of rows of similar length; under several processes, each gets whole
-        batches (no repeats)."""
-        return self._evaluation_loader(self._dataset("validation", "validate"))
+        """The validation split's batches (:meth:`evaluation_batches`)."""
+        return self.evaluation_batches(self._dataset("validation", "validate"))
 
     def test_dataloader(self) -> DataLoader:
-        """Test batches of rows of similar length; under several processes, each gets whole batches (no repeats)."""
-        return self._evaluation_loader(self._dataset("test", "test"))
+        """The test split's batches (:meth:`evaluation_batches`)."""
+        return self.evaluation_batches(self._dataset("test", "test"))
 
     def predict_dataloader(self) -> DataLoader:
         """Batches of ``predict_texts`` or the lines of ``predict_file``."""
         dataset = self.predict_dataset(predict_inputs(self.predict_texts, self.predict_file))
-        return DataLoader(dataset, batch_size=self.batch_size, **self._loader_kwargs())
+        return DataLoader(dataset, batch_size=self.predict_batch_size, **self._loader_kwargs())
 
-    def _dataset(self, split: str, stage: str) -> Columns:
+    def _dataset(self, split: str, stage: str) -> SplitT:
         if split not in self._datasets:
             raise RuntimeError(
                 f"The {split} split of {self.name} is not set up: call setup({stage!r}) first (a Trainer does this itself)."
             )
         return self._datasets[split]
 
-    def _evaluation_loader(self, dataset: Columns) -> DataLoader:
-        return evaluation_loader(
-            dataset, self.batch_size, self.trainer, sort_keys=self.sort_keys(dataset), **self._loader_kwargs()
-        )
-
     def _loader_kwargs(self) -> dict[str, Any]:
         return {"collate_fn": self.collator, **loader_options(self.trainer, self.num_workers)}
+
+
+class CorpusDataModule(SplitsDataModule[Columns]):
+    """A corpus whose splits are rows of their own lengths, batched with rows of similar length
+    (little padding); subclasses also say the length of each row (:meth:`sort_keys`). The
+    arguments are those of :class:`SplitsDataModule`.
+    """
+
+    def sort_keys(self, rows: Columns) -> np.ndarray:
+        """One number per row of a split; batches group rows with close numbers (little padding)."""
+        raise NotImplementedError
+
+    def training_batches(self, split: Columns) -> DataLoader:
+        """Shuffled batches of rows of similar length, in an order fixed by ``seed`` and the epoch,
+        so that a run resumes exactly."""
+        sampler = BucketBatchSampler(
+            EpochShuffleSampler(len(split), self.seed),
+            self.batch_size,
+            sort_keys=self.sort_keys(split),
+            seed=self.seed,
+        )
+        return ResumableDataLoader(split, batch_sampler=sampler, **self._loader_kwargs())
+
+    def evaluation_batches(self, split: Columns) -> DataLoader:
+        """Batches of rows of similar length; under several processes, each gets whole batches (no repeats)."""
+        return evaluation_loader(
+            split, self.batch_size, self.trainer, sort_keys=self.sort_keys(split), **self._loader_kwargs()
+        )

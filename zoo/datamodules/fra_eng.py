@@ -73,6 +73,7 @@ from zoo.errors import DataError
 from zoo.text.codecs import TranslationCodec
 from zoo.text.collators import TranslationCollator
 from zoo.text.datasets import Columns, TokenIds
+from zoo.text.files import load_or_build
 from zoo.text.subwords import BOS_ID, EOS_ID, PAD_ID, SUBWORD_TOKENIZER_VERSION, SubwordTokenizer
 
 __all__ = [
@@ -307,20 +308,24 @@ class FraEngDataModule(CorpusDataModule):
             )
 
     def _load_or_train_tokenizer(self) -> SubwordTokenizer:
-        """Reuse the cached tokenizer for these settings, or train it on the training pairs and cache it.
+        """Reuse the cached tokenizer for these settings, or train it on the training pairs and cache it."""
+        return load_or_build(
+            self.tokenizer_file, what="subword tokenizer", build=self._train_tokenizer,
+            read=SubwordTokenizer.from_json, write=SubwordTokenizer.to_json,
+        )  # fmt: skip
 
-        Processes that train at the same time write the same content atomically; any one wins.
-        """
-        file = self.tokenizer_file
-        if file.is_file():
-            return SubwordTokenizer.load(file)
+    def _train_tokenizer(self) -> SubwordTokenizer:
+        """A joint BPE of ``vocab_size`` ids, trained on both sides of the training pairs in use."""
         pairs = self.train_pairs()
-        _report("Training a %d-id BPE tokenizer on %d pairs into %s", self.requested_vocab_size, len(pairs), file)
-        tokenizer = SubwordTokenizer.train(
+        _report(
+            "Training a %d-id BPE tokenizer on %d pairs into %s",
+            self.requested_vocab_size,
+            len(pairs),
+            self.tokenizer_file,
+        )
+        return SubwordTokenizer.train(
             itertools.chain.from_iterable(pairs), self.requested_vocab_size, length=2 * len(pairs)
         )
-        tokenizer.save(file)
-        return tokenizer
 
     def _encode_train(self) -> Columns:
         """Encode the training pairs; drop (and count) those over ``max_train_length`` on either side."""

@@ -36,7 +36,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from zoo.datamodules.base import CorpusDataModule, check_minimums
+from zoo.datamodules.base import SplitsDataModule, check_minimums
 from zoo.datamodules.download import download
 from zoo.datamodules.registry import register_datamodule
 from zoo.datamodules.text_corpus import TextCorpus
@@ -44,8 +44,7 @@ from zoo.datamodules.windows import evaluation_windows, random_windows
 from zoo.errors import DataError
 from zoo.text.codecs import CODEC_VERSION, check_texts, restore_codec
 from zoo.text.datasets import Columns
-from zoo.text.files import atomic_write_text
-from zoo.text.inputs import predict_inputs
+from zoo.text.files import load_or_build
 from zoo.text.language import LANGUAGE_CODECS, BPECodec, ByteLevelCodec, CharCodec, LanguageCodec
 
 __all__ = ["TOKENIZERS", "TextDataModule"]
@@ -65,7 +64,7 @@ def _report(message: str, *args: object) -> None:
 
 
 @register_datamodule("text")
-class TextDataModule(CorpusDataModule):
+class TextDataModule(SplitsDataModule[Tensor]):
     """Any text as windows of token ids, for a decoder-only language model (see the module docstring).
 
     Batches are ``{"tokens": LongTensor (B, L)}``; a model predicts ``tokens[:, 1:]`` from
@@ -196,7 +195,7 @@ class TextDataModule(CorpusDataModule):
         self.corpus.splits()
         self._codec = self._load_or_build_codec()
 
-    def build_split(self, split: str) -> Tensor:  # type: ignore[override]
+    def build_split(self, split: str) -> Tensor:
         """The ids of ``split``, in the smallest integer type that holds them.
 
         Raises:
@@ -206,32 +205,33 @@ class TextDataModule(CorpusDataModule):
         if split == "test" and splits.test_source == "validation":
             _report("%s has no test split of its own: the test stage reads the validation split", self.name)
             if "validation" in self._datasets:
-                return self._datasets["validation"]  # type: ignore[return-value]
+                return self._datasets["validation"]
         ids = torch.from_numpy(self.codec.encode_array(getattr(splits, split)))
         self._check_length(split, len(ids))
         _report("%s %s: %d tokens (%s)", self.name, split, len(ids), self.codec.unit)
         return ids
 
-    def train_dataloader(self) -> DataLoader:
+    def training_batches(self, split: Tensor) -> DataLoader:
         """``train_windows`` random windows of the training split per epoch, drawn from ``(seed, epoch)``;
         under several processes, each draws others; resumable mid-epoch."""
-        ids: Tensor = self._dataset("train", "fit")  # type: ignore[assignment]
         return random_windows(
-            ids, self.block_size, self.batch_size, self.train_windows, self.seed, self.trainer, **self._loader_kwargs()
+            split,
+            self.block_size,
+            self.batch_size,
+            self.train_windows,
+            self.seed,
+            self.trainer,
+            **self._loader_kwargs(),
         )
 
-    def val_dataloader(self) -> DataLoader:
-        """Every validation target once, in fixed windows; under several processes, whole batches each."""
-        return self._evaluation_loader(self._dataset("validation", "validate"))
+    def evaluation_batches(self, split: Tensor) -> DataLoader:
+        """Every validation or test target once, in fixed windows; under several processes, whole batches each."""
+        return evaluation_windows(split, self.block_size, self.batch_size, self.trainer, **self._loader_kwargs())
 
-    def test_dataloader(self) -> DataLoader:
-        """Every test target once, in fixed windows; under several processes, whole batches each."""
-        return self._evaluation_loader(self._dataset("test", "test"))
-
-    def predict_dataloader(self) -> DataLoader:
+    @property
+    def predict_batch_size(self) -> int:
         """One prompt per batch: ``{"tokens": (1, L), "text": [prompt]}`` (nothing pads prompts of other lengths)."""
-        dataset = self.predict_dataset(predict_inputs(self.predict_texts, self.predict_file))
-        return DataLoader(dataset, batch_size=1, **self._loader_kwargs())
+        return 1
 
     def predict_dataset(self, inputs: list[Any]) -> Columns:
         """Items ``{"tokens": ids, "text": prompt}``.
@@ -251,9 +251,6 @@ class TextDataModule(CorpusDataModule):
 
     # -- internals -----------------------------------------------------------------------------------
 
-    def _evaluation_loader(self, ids: Tensor) -> DataLoader:  # type: ignore[override]
-        return evaluation_windows(ids, self.block_size, self.batch_size, self.trainer, **self._loader_kwargs())
-
     def _corpus_path(self) -> Path | None:
         """``path``, or the verified public copy (downloaded into ``cache_dir`` when missing)."""
         if self.path is not None or self.dataset is not None:
@@ -269,27 +266,20 @@ class TextDataModule(CorpusDataModule):
         return self.corpus.identity()
 
     def _load_or_build_codec(self) -> LanguageCodec:
-        """The byte codec, or the cached codec for these settings, or one built from the corpus and cached.
-
-        Processes that build it at the same time (ranks of a multi-GPU run) write the same
-        content atomically; any one wins.
-        """
+        """The byte codec, or the cached codec for these settings, or one built from the corpus and cached."""
         if self.tokenizer == "byte":
             return ByteLevelCodec()
-        file = self.codec_file
-        if file.is_file():
-            try:
-                return restore_codec(json.loads(file.read_text(encoding="utf-8")), LANGUAGE_CODECS)  # type: ignore[return-value]
-            except (ValueError, TypeError) as exc:  # JSON or codec state unreadable; unchained, as text_corpus explains
-                raise DataError(f"{file} is not a readable codec ({exc}); delete it to rebuild.") from None
+        return load_or_build(
+            self.codec_file, what="codec", build=self._build_codec, read=_read_codec, write=_codec_text
+        )
+
+    def _build_codec(self) -> LanguageCodec:
+        """The characters of the whole corpus, or a BPE trained on the training split."""
         splits = self.corpus.splits()
         if self.tokenizer == "char":
-            codec: LanguageCodec = CharCodec.from_texts([splits.train, splits.validation, splits.test])  # type: ignore[list-item]
-        else:
-            _report("Training a %d-id byte-level BPE on the %s training split", self.bpe_vocab_size, self.name)
-            codec = BPECodec.train([splits.train], self.bpe_vocab_size)  # type: ignore[list-item]
-        atomic_write_text(file, json.dumps(codec.state_dict()))
-        return codec
+            return CharCodec.from_texts([splits.train, splits.validation, splits.test])  # type: ignore[list-item]
+        _report("Training a %d-id byte-level BPE on the %s training split", self.bpe_vocab_size, self.name)
+        return BPECodec.train([splits.train], self.bpe_vocab_size)  # type: ignore[list-item]
 
     def _check_length(self, split: str, tokens: int) -> None:
         """Refuse a split shorter than one window, naming both sizes and the fix."""
@@ -304,6 +294,16 @@ class TextDataModule(CorpusDataModule):
             f"The {split} split of {self.name} holds {tokens:,} tokens, fewer than one window of block_size + 1 = "
             f"{window:,}: {', or '.join(fixes)}."
         )
+
+
+def _read_codec(text: str) -> LanguageCodec:
+    """The codec of a cache file's text (:func:`_codec_text`)."""
+    return restore_codec(json.loads(text), LANGUAGE_CODECS)  # type: ignore[return-value]
+
+
+def _codec_text(codec: LanguageCodec) -> str:
+    """A codec as a cache file's text: its state as JSON."""
+    return json.dumps(codec.state_dict())
 
 
 def _existing(path: str | None) -> Path | None:

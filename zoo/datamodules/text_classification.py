@@ -28,6 +28,7 @@ from zoo.datamodules.labelled_texts import CLASS_NAMES, IMDB, SST2, LabelledText
 from zoo.datamodules.registry import register_datamodule
 from zoo.text.codecs import CODEC_VERSION, TextClassificationCodec
 from zoo.text.collators import PadCollator
+from zoo.text.files import load_or_build
 from zoo.text.words import PAD_ID, Vocabulary, tokenize
 
 __all__ = ["CLASS_NAMES", "IMDBDataModule", "SST2DataModule", "TextClassificationDataModule", "TextSplit"]
@@ -102,19 +103,18 @@ class TextClassificationDataModule(LabelledTextDataModule):
         self._vocab = self._load_or_build_vocabulary()
 
     def _load_or_build_vocabulary(self) -> Vocabulary:
-        """Reuse the cached vocabulary for these settings, or build it from the training texts.
+        """Reuse the cached vocabulary for these settings, or build it from the training texts and cache it
+        (ranks of a multi-GPU run, each linking ``vocab_size`` into its model, may build it at once)."""
+        return load_or_build(
+            self.vocab_file, what="vocabulary", build=self._build_vocabulary,
+            read=Vocabulary.from_json, write=Vocabulary.to_json,
+        )  # fmt: skip
 
-        Processes that build it at the same time (ranks of a multi-GPU run, each linking
-        ``vocab_size`` into its model) write identical files atomically, so any of them wins.
-        """
-        file = self.vocab_file
-        if file.exists():
-            return Vocabulary.load(file)
+    def _build_vocabulary(self) -> Vocabulary:
+        """The ``max_vocab_size`` most frequent words of the training texts seen ``min_freq`` times or more."""
         train = self.split("train")
-        log.info("Building the %s vocabulary from %d training texts into %s", self.name, len(train), file)
-        vocab = Vocabulary.build(map(tokenize, train.texts), max_size=self.max_vocab_size, min_freq=self.min_freq)
-        vocab.save(file)
-        return vocab
+        log.info("Building the %s vocabulary from %d training texts into %s", self.name, len(train), self.vocab_file)
+        return Vocabulary.build(map(tokenize, train.texts), max_size=self.max_vocab_size, min_freq=self.min_freq)
 
 
 @register_datamodule("sst2")

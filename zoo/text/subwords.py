@@ -23,16 +23,13 @@ encodes to them (the literal string ``"<eos>"`` in a sentence is spelled out in 
 from __future__ import annotations
 
 import json
-import os
 import unicodedata
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import ClassVar
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from zoo.errors import DataError
-from zoo.text.files import atomic_write_text
 
 __all__ = [
     "BOS_ID",
@@ -67,7 +64,7 @@ def normalize_text(text: str) -> str:
 class SubwordTokenizer:
     """Encodes text to subword ids and back; wraps a trained ``tokenizers.Tokenizer``.
 
-    Build one with :meth:`train`, or :meth:`load` one written by :meth:`save`.
+    Build one with :meth:`train`, or rebuild one from :meth:`to_json`'s text with :meth:`from_json`.
     """
 
     pad_id: ClassVar[int] = PAD_ID
@@ -160,34 +157,6 @@ class SubwordTokenizer:
         except Exception as exc:  # the library raises a bare Exception for unreadable JSON
             raise DataError(f"not a readable subword tokenizer ({exc}).") from exc
         return cls(tokenizer)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the tokenizer as ``tokenizers`` JSON, atomically (temp file, then rename).
-
-        Concurrent writers of the same cache entry (ranks of a multi-GPU run) cannot leave a torn
-        file; a reader sees the old file or a complete new one.
-        """
-        atomic_write_text(path, self.to_json())
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> SubwordTokenizer:
-        """Read a tokenizer written by :meth:`save`.
-
-        Raises:
-            FileNotFoundError: ``path`` does not exist.
-            ValueError: the file is not a tokenizer of this kind.
-        """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"No subword tokenizer at {path}.")
-        try:
-            tokenizer = Tokenizer.from_file(str(path))
-        except Exception as exc:  # the library raises a bare Exception for unreadable JSON
-            raise DataError(f"{path} is not a readable tokenizer file ({exc}); delete it to rebuild.") from exc
-        try:
-            return cls(tokenizer)
-        except ValueError as exc:
-            raise DataError(f"{path}: {exc} Delete it to rebuild.") from exc
 
     def __repr__(self) -> str:
         return f"SubwordTokenizer(vocab_size={self.vocab_size})"

@@ -15,16 +15,13 @@ then alphabetically, so building twice from the same text gives the same ids.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import ClassVar
 
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 
 from zoo.errors import DataError
-from zoo.text.files import atomic_write_text
 
 __all__ = ["PAD_ID", "PAD_TOKEN", "SPECIAL_TOKENS", "UNK_ID", "UNK_TOKEN", "Vocabulary", "tokenize"]
 
@@ -197,19 +194,3 @@ class Vocabulary:
         except Exception as exc:  # the library raises a bare Exception for unreadable JSON
             raise DataError(f"{where} is not an attention-zoo vocabulary ({exc}).") from exc
         return cls.from_tokenizer(tokenizer, where=where)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the tokenizer JSON atomically: a concurrent reader sees the old file or the new one."""
-        atomic_write_text(path, self.to_json())
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Vocabulary:
-        """Read a vocabulary written by :meth:`save`.
-
-        Raises:
-            DataError: the file is not a vocabulary of this format (delete it to rebuild).
-        """
-        try:
-            return cls.from_json(Path(path).read_text(encoding="utf-8"), where=str(path))
-        except DataError as exc:
-            raise DataError(f"{str(exc).rstrip('.')}; delete it to rebuild.") from exc
