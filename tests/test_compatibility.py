@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import zoo
 from tests.helpers import PROJECT_ROOT
@@ -44,3 +45,34 @@ def test_state_dict_keys_are_those_the_older_main_wrote(case: str) -> None:
             attention=attention, position=position, num_kv_heads=1,
         )  # fmt: skip
     assert list(model.state_dict()) == KEYS[case]
+
+
+RECURRENT = "gpt_recurrent_91a790e"
+
+
+def _continuation(model: zoo.tasks.LanguageModel, prompt: str) -> tuple[list[int], torch.Tensor]:
+    tokens = torch.tensor([model.codec.encode(prompt)])
+    with torch.no_grad():
+        logits, _ = model.model(tokens)
+        drawn = torch.stack(list(model.model.generate(tokens, 40, temperature=0)), 1)
+    return drawn[0].tolist(), logits[0, -1]
+
+
+@pytest.mark.parametrize("source", ["checkpoint", "folder"])
+def test_recurrent_layers_saved_before_they_were_layers_generate_the_same(source: str, tmp_path) -> None:
+    """Format 1: the five recurrent families as per-head scoring attentions, without convolutions.
+    They rebuild in their old layout, generate the same text and give the same logits; exported
+    again, the folder is of today's format and rebuilds the same model."""
+    expected = json.loads((FIXTURES / f"{RECURRENT}.json").read_text())
+    if source == "checkpoint":
+        model = zoo.load_checkpoint(FIXTURES / f"{RECURRENT}.ckpt")
+    else:
+        model = zoo.from_pretrained(FIXTURES / RECURRENT)
+    tokens, logits = _continuation(model, expected["prompt"])
+    assert tokens == expected["greedy_40"]
+    torch.testing.assert_close(logits, torch.tensor(expected["last_logits"]), atol=1e-5, rtol=0)
+    assert [block.attention.conv_size for block in model.model.blocks[:5]] == [0] * 5
+    model.save_pretrained(tmp_path / "again")
+    saved = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert saved["zoo"]["format"] == 2 and saved["attention"][0] == {"name": "gla", "conv_size": 0, "expand_k": 1.0}
+    assert _continuation(zoo.from_pretrained(tmp_path / "again"), expected["prompt"])[0] == tokens

@@ -72,3 +72,16 @@ def test_a_cycle_inside_a_package_is_one_between_modules_not_packages(tmp_path: 
     }, "a package's __init__ counts for the modules it imports, not for those that import its submodules"
     assert import_cycles(edges) == [["zoo.a.high", "zoo.a.low"]]
     assert set(package_edges(edges)) == {("zoo.a", "zoo.b")} and import_cycles(package_edges(edges)) == []
+
+
+def test_the_kernels_import_nothing_of_the_attention_contract() -> None:
+    """``zoo/attention/kernels`` is tensor machinery: it may read the masks' helpers, never the
+    contract (``base``, ``layer``, ``spec``), the registry or a variant."""
+    edges = import_edges(PROJECT_ROOT / "zoo")
+    allowed = ("zoo.attention.kernels", "zoo.attention.masking")
+    outside = [
+        f"{source} -> {target}: {places[0]}"
+        for (source, target), places in edges.items()
+        if source.startswith("zoo.attention.kernels") and not target.startswith(allowed)
+    ]
+    assert not outside, "\n".join(outside)

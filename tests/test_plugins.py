@@ -60,6 +60,24 @@ class BidirectionalOnly(CosineAttention):
     supports_causal = False
 
 
+from zoo.attention.recurrent import Recurrence, RecurrentLayer
+
+
+class DecayingSum(RecurrentLayer):
+    """A layer of its own: a running sum of key-value products that decays by a gate of the input."""
+
+    calls = 0
+
+    def __init__(self, embed_dim: int, num_heads: int, *, conv_size: int = 4, **options) -> None:
+        super().__init__(embed_dim, num_heads, key_dim=embed_dim, value_dim=embed_dim, conv_size=conv_size, **options)
+        self.forget = torch.nn.Linear(embed_dim, num_heads)
+
+    def prepare(self, queries, keys, values, layer_input):
+        type(self).calls += 1
+        log_decay = torch.nn.functional.logsigmoid(self.forget(layer_input)).to(queries.dtype)
+        return Recurrence(queries, keys, values, log_decay.transpose(-1, -2).unsqueeze(-1))
+
+
 from zoo.datamodules import SyntheticRegressionDataModule
 from zoo.tasks import NadarayaWatson
 
@@ -117,6 +135,7 @@ def installed(tmp_path: Path) -> object:
                 "plugin_cosine": f"{MODULE}:CosineAttention",
                 "plugin_bidirectional": f"{MODULE}:BidirectionalOnly",
             },
+            "zoo.attention_layers": {"plugin_decaying_sum": f"{MODULE}:DecayingSum"},
             "zoo.models": {"plugin_regression": f"{MODULE}:PluginRegression"},
             "zoo.datamodules": {"plugin_points": f"{MODULE}:FewerPoints"},
         },
@@ -145,7 +164,9 @@ def test_list_shows_plugins_of_every_group_with_their_distribution(installed, ca
     out = capsys.readouterr().out
     attention, models = out.split("models:")
     models, data = models.split("data modules:")
-    assert f"plugin_cosine [from {DIST}]" in attention and f"plugin_bidirectional [from {DIST}]" in attention
+    scoring, layers = attention.split("attention layers:")
+    assert f"plugin_cosine [from {DIST}]" in scoring and f"plugin_bidirectional [from {DIST}]" in scoring
+    assert f"plugin_decaying_sum [from {DIST}]" in layers and "plugin_decaying_sum" not in scoring
     assert f"plugin_regression [from {DIST}]" in models
     assert f"plugin_points [from {DIST}]" in data
     assert "dot_product (aliases: scaled_dot_product)\n" in attention, "built-ins carry no source tag"
@@ -169,6 +190,29 @@ def test_plugin_model_data_and_attention_train_from_the_cli(installed, in_tmp, c
     config = (run / "config.yaml").read_text()
     assert f"class_path: {MODULE}.FewerPoints" in config, "the plugin model's default data is the plugin's"
     assert "num_train: 20" in config and "attention: plugin_cosine" in config
+
+
+def test_an_installed_layer_trains_a_gpt_in_a_hybrid_stack_and_keeps_the_contract(installed, in_tmp) -> None:
+    corpus = in_tmp / "corpus.txt"
+    corpus.write_text("a layer of its own, found through its entry point.\n" * 40)
+    main(
+        [
+            "fit",
+            "--model",
+            "gpt",
+            "--data",
+            "zoo.datamodules.text.TextDataModule",
+            *flags("data", path=corpus, block_size=16, batch_size=4),
+            *flags("model", d_model=16, num_heads=2, num_layers=2),
+            "--model.attention",
+            "[plugin_decaying_sum, dot_product]",
+            "--trainer.max_steps",
+            "2",
+            *QUIET,
+        ]
+    )
+    assert installed.DecayingSum.calls > 0
+    assert zoo.check_attention("plugin_decaying_sum", dtypes=()).passed[-2:] == ("state_decoding", "state_size")
 
 
 def test_transformer_trains_with_an_installed_attention(installed, shared_data, in_tmp) -> None:

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from zoo.attention import ATTENTION_REGISTRY
+from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer
 from zoo.cli import ZooCLI
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import ZooError
@@ -32,6 +33,7 @@ from zoo.generate import generate_from_checkpoint
 from zoo.plugins import import_plugins, pop_import_flags
 from zoo.positions import POSITION_REGISTRY
 from zoo.predict import from_checkpoint_alone, predict_from_checkpoint
+from zoo.registry import Registry
 from zoo.tasks import MODEL_REGISTRY
 from zoo.version import __version__
 
@@ -39,23 +41,34 @@ __all__ = ["USER_ERRORS", "main", "print_registries"]
 
 
 def print_registries(pattern: str | None = None) -> None:
-    """Print every registered attention, position scheme, model and data module with aliases and source."""
-    registries = (
-        ("attention", ATTENTION_REGISTRY),
+    """Print every registered attention (scoring attentions and attention layers apart), position
+    scheme, model and data module with aliases and source; plugins that failed to load last in
+    their registry's section."""
+    _print_section("attention (scoring, run per head by multi_head)", ATTENTION_REGISTRY, pattern, Attention)
+    _print_section("attention layers", ATTENTION_REGISTRY, pattern, AttentionLayer, failures=True)
+    for title, registry in (
         ("positions", POSITION_REGISTRY),
         ("models", MODEL_REGISTRY),
         ("data modules", DATAMODULE_REGISTRY),
-    )
-    for title, registry in registries:
-        print(f"{title}:")
-        for entry in registry.entries():
-            if pattern is not None and entry.name not in registry.list(pattern):
-                continue
-            aliases = f" (aliases: {', '.join(entry.aliases)})" if entry.aliases else ""
-            source = "" if entry.source == "attention-zoo" else f" [from {entry.source}]"
-            print(f"  {entry.name}{aliases}{source}")
-        for name, error in sorted(registry.failed_plugins.items()):
-            print(f"  {name} [failed to load: {error}]")
+    ):
+        _print_section(title, registry, pattern, object, failures=True)
+
+
+def _print_section(
+    title: str, registry: Registry[Any], pattern: str | None, kind: type, *, failures: bool = False
+) -> None:
+    """The entries of ``registry`` that are ``kind`` (and match ``pattern``), one a line."""
+    print(f"{title}:")
+    names = set(registry.list(pattern))
+    for entry in registry.entries():
+        of_kind = kind is object or (isinstance(entry.obj, type) and issubclass(entry.obj, kind))
+        if entry.name not in names or not of_kind:
+            continue
+        aliases = f" (aliases: {', '.join(entry.aliases)})" if entry.aliases else ""
+        source = "" if entry.source == "attention-zoo" else f" [from {entry.source}]"
+        print(f"  {entry.name}{aliases}{source}")
+    for name, error in sorted(registry.failed_plugins.items()) if failures else ():
+        print(f"  {name} [failed to load: {error}]")
 
 
 #: Mistakes of configuration or input, shown as one line without a traceback: the zoo's own,

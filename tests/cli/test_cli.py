@@ -24,8 +24,11 @@ def _run_dir(root: Path, model: str) -> Path:
 def test_list_prints_every_registry_with_aliases(capsys) -> None:
     main(["list"])
     out = capsys.readouterr().out
+    scoring, layers = out.split("positions:")[0].split("attention layers:")
+    assert "dot_product (aliases: scaled_dot_product)" in scoring and "gla" not in scoring
+    assert "gated_deltanet (aliases: gated_delta_net)" in layers and "dot_product" not in layers
     for expected in (
-        "attention:",
+        "attention (scoring, run per head by multi_head):",
         "additive (aliases: bahdanau)",
         "multi_head",
         "models:",

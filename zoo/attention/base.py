@@ -23,13 +23,13 @@ when they are built rather than fail (or silently ignore a mask) at run time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from zoo.attention.cache import KeyValueCache, LayerCache
+from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
 from zoo.attention.masking import (
     check_attn_mask,
     key_column,
@@ -47,11 +47,6 @@ __all__ = [
     "PositionBias",
     "position_bias_grid",
 ]
-
-PositionBias = Callable[[Tensor, Tensor], Tensor]
-"""A bias positional scheme: integer query and key positions that broadcast together to ``S``
--> a float bias ``(heads, *S)`` added to the scores (see :mod:`zoo.positions`)."""
-
 
 class IncompatibleAttentionError(ZooError, ValueError):
     """An attention variant was asked for something it declares it cannot do."""
@@ -398,11 +393,3 @@ class Attention(_Capabilities, nn.Module):
 def _given(**options: object) -> dict[str, object]:
     """The keyword arguments that are set: what a hook gets only when there is something to get."""
     return {name: value for name, value in options.items() if value is not None}
-
-
-def position_bias_grid(position_bias: PositionBias, num_queries: int, num_keys: int, device: torch.device) -> Tensor:
-    """``position_bias`` on the full grid ``(heads, Lq, Lk)``: query ``i`` at ``Lk - Lq + i``
-    (bottom-right, as causal masks align), key ``j`` at ``j``."""
-    keys = torch.arange(num_keys, device=device)
-    queries = torch.arange(num_queries, device=device) + (num_keys - num_queries)
-    return position_bias(queries.unsqueeze(-1), keys)

@@ -11,13 +11,12 @@ causal ``multi_head``:
 * every registered scoring attention (plugins included) on per-head inputs
   ``(batch, heads, L, d_model / heads)``, as ``multi_head`` runs it, and ``additive_broadcast``,
   the straightforward formulation of ``additive``;
-* a scoring attention that reads the layer's input (the recurrent families: their gates come from
-  it) as a layer case instead: a ``self`` layer over it, which hands it that input, under the
-  variant's name.
+* every registered attention layer a stack builds by name (the recurrent families, plugins'
+  layers) as a layer case over ``x``, under its name.
 
 Each case names a baseline (``multi_head`` against ``floor``, ``additive`` against
 ``additive_broadcast``, other scoring attentions against ``dot_product``, a layer over a variant
-against ``multi_head``, the same layer over ``dot_product``); the report gives the ratios of time
+against ``multi_head``, the multi-head layer over ``dot_product``); the report gives the ratios of time
 and memory to it, and each case's growth exponent, the slope of log time against log length over
 the lengths measured. A case that runs past ``time_limit`` or out of memory at one length is
 skipped at the longer ones. A case whose variant cannot run the sweep is left out, with a line
@@ -36,8 +35,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from zoo.attention import AttentionSpec, MultiHeadAttention, SelfAttention, create_scoring_attention, get_attention
-from zoo.attention.factory import scoring_names
+from zoo.attention import AttentionSpec, MultiHeadAttention, create_attention, create_scoring_attention, get_attention
+from zoo.attention.factory import layer_names, scoring_names
 from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
 from zoo.bench.report import markdown_table
 from zoo.bench.sweep import OnLength, SweepSettings, Workload, growth, sweep_lengths, time_cell
@@ -201,19 +200,22 @@ def attention_cases() -> list[Case]:
             ),
         ),
     ]
-    for name in scoring_names():
-        if get_attention(name).reads_layer_input:  # gates from the layer's input: it runs in a layer
+    for name in layer_names():
+        if get_attention(name).stack_layer:
             cases.append(
                 Case(
                     name,
                     "layer",
-                    f"zoo self layer over {name!r} (it reads the layer's input)",
+                    f"zoo attention layer {name!r}",
                     "multi_head",
-                    _layer_workload(lambda c, name=name: SelfAttention(c.d_model, c.heads, name), _self_attend_x),
+                    _layer_workload(
+                        lambda c, name=name: create_attention(name, embed_dim=c.d_model, num_heads=c.heads),
+                        _self_attend_x,
+                    ),
                     variant=name,
                 )
             )
-            continue
+    for name in scoring_names():
         baseline = {"additive": "additive_broadcast", "dot_product": None}.get(name, "dot_product")
         cases.append(
             Case(

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import PositionBias, position_bias_grid
+from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
 from zoo.attention.masking import with_causal
 
 __all__ = ["fused_attention", "masked_sdpa"]
