@@ -1,5 +1,5 @@
 """The one stack builder: each stack's position scheme and a block per layer, the order of the
-seeded draws, and errors naming the layer."""
+seeded draws, errors naming the layer, and the three models building their stacks with it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from torch import nn
 
 import zoo
 from zoo.attention import ATTENTION_REGISTRY
-from zoo.layers import BlockConfig, CausalBlock, DecoderBlock, EncoderBlock, StackConfig, StackPlan, build_stacks
+from zoo.layers import BlockConfig, CausalBlock, DecoderBlock, EncoderBlock, Stack, StackConfig, StackPlan, build_stacks
+from zoo.models import GPT, SequenceClassifier, Transformer, classifier, gpt, transformer
 
 CONFIG = BlockConfig(8, 2, 16)
 ENCODER = StackPlan(2, EncoderBlock, role="an encoder", padding=True, layer_name="encoder layer")
@@ -64,3 +65,56 @@ def test_the_attention_dropout_defaults_to_the_blocks() -> None:
 def test_an_error_names_the_stack_and_its_layer() -> None:
     with pytest.raises(zoo.IncompatibleAttentionError, match=r"a decoder, decoder layers 2, 4: .*causal masking"):
         build_stacks(StackConfig(CONFIG, ["dot_product", "bigbird"]), ENCODER, DECODER)
+
+
+#: a hybrid list per model (GPT's mixes in gla, an attention layer that owns its projections), and
+#: the stacks the model holds: (position scheme, blocks) attributes
+HYBRIDS = {
+    "gpt": ["gla", "dot_product"],
+    "classifier": ["local", "dot_product"],
+    "transformer": ["local", "dot_product"],
+}
+STACKS = {
+    "gpt": [("position", "blocks")],
+    "classifier": [("position", "blocks")],
+    "transformer": [("encoder_position", "encoder_blocks"), ("decoder_position", "decoder_blocks")],
+}
+MODULES = {"gpt": gpt, "classifier": classifier, "transformer": transformer}
+
+
+def small(model: str) -> nn.Module:
+    """A four-layer ``model`` (each stack) with its hybrid list."""
+    sizes = {"d_model": 8, "num_heads": 2, "attention": HYBRIDS[model]}
+    if model == "gpt":
+        return GPT(20, block_size=8, num_layers=4, **sizes)
+    if model == "classifier":
+        return SequenceClassifier(20, num_layers=4, **sizes)
+    return Transformer(20, num_encoder_layers=4, num_decoder_layers=4, **sizes)
+
+
+@pytest.mark.parametrize("model", sorted(STACKS))
+def test_a_hybrid_list_gives_every_stack_of_each_model_the_attention_of_each_layer(model: str) -> None:
+    built = small(model)
+    for _, blocks in STACKS[model]:
+        assert attention_names(getattr(built, blocks)) == HYBRIDS[model] * 2
+
+
+@pytest.mark.parametrize("model", sorted(STACKS))
+def test_every_model_holds_the_stacks_the_builder_built(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    stacks: list[Stack] = []
+
+    def recording(config: StackConfig, *plans: StackPlan) -> list[Stack]:
+        stacks.extend(build_stacks(config, *plans))
+        return stacks
+
+    monkeypatch.setattr(MODULES[model], "build_stacks", recording)
+    built = small(model)
+    assert len(stacks) == len(STACKS[model])
+    for stack, (position, blocks) in zip(stacks, STACKS[model]):
+        assert getattr(built, position) is stack.position and getattr(built, blocks) is stack.blocks
+
+
+def test_the_transformers_decoder_blocks_take_their_cross_attention_from_each_layer() -> None:
+    model = Transformer(20, d_model=8, num_heads=2, num_decoder_layers=2, attention=["local", "dot_product"])
+    assert [type(block) for block in model.decoder_blocks] == [DecoderBlock] * 2
+    assert [block.cross_attention.attention_name for block in model.decoder_blocks] == ["dot_product"] * 2
