@@ -7,6 +7,7 @@ from zoo.layers.decoder_block import DecoderBlock, KeyValue
 from zoo.layers.embedding import ScaledEmbedding, scaled_embedding
 from zoo.layers.encoder_block import EncoderBlock
 from zoo.layers.feed_forward import PositionWiseFFN
+from zoo.layers.stack import Stack, StackConfig, StackPlan, build_stacks
 from zoo.positions import PositionalEncoding, sinusoidal_table
 
 __all__ = [
@@ -21,4 +22,8 @@ __all__ = [
     "ScaledEmbedding",
     "scaled_embedding",
     "sinusoidal_table",
+    "Stack",
+    "StackConfig",
+    "StackPlan",
+    "build_stacks",
 ]

@@ -14,9 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention.masking import lengths_to_mask
-from zoo.attention.spec import AttentionChoice, layer_specs
-from zoo.layers import BlockConfig, EncoderBlock, scaled_embedding
-from zoo.positions import create_position
+from zoo.attention.spec import AttentionChoice
+from zoo.layers import BlockConfig, EncoderBlock, StackConfig, StackPlan, build_stacks, scaled_embedding
 
 __all__ = ["SentimentClassifier", "SequenceClassifier"]
 
@@ -98,21 +97,14 @@ class SequenceClassifier(nn.Module):
         #: the learned classification token (``pooling="cls"``), prepended at position 0
         self.cls_token = nn.Parameter(torch.randn(d_model)) if pooling == "cls" else None
         self.num_prefix_tokens = int(self.cls_token is not None)
-        self.position = create_position(
-            position, d_model=d_model, num_heads=num_heads, max_len=max_len, **(position_kwargs or {})
-        )
-        specs = layer_specs(
-            attention,
-            attention_kwargs,
-            num_layers,
-            num_kv_heads=num_kv_heads,
-            position=self.position.for_attention,
-            dropout=dropout if attention_dropout is None else attention_dropout,
-            padding=True,
-            role="the sequence classifier (padding masks)",
-        )
         config = BlockConfig(d_model, num_heads, ffn_hidden, dropout, norm_first)
-        self.blocks = nn.ModuleList(EncoderBlock(config, spec) for spec in specs)
+        stack_config = StackConfig(
+            config, attention, attention_kwargs, num_kv_heads, attention_dropout, position, position_kwargs, max_len
+        )
+        [(self.position, self.blocks)] = build_stacks(
+            stack_config,
+            StackPlan(num_layers, EncoderBlock, role="the sequence classifier (padding masks)", padding=True),
+        )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(2 * d_model if pooling == "mean_max" else d_model, num_classes)

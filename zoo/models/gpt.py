@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.cache import LayerCache
-from zoo.attention.spec import AttentionChoice, layer_specs
-from zoo.layers import BlockConfig, CausalBlock
-from zoo.positions import create_position
+from zoo.attention.spec import AttentionChoice
+from zoo.layers import BlockConfig, CausalBlock, StackConfig, StackPlan, build_stacks
 
 __all__ = ["GPT"]
 
@@ -81,25 +80,18 @@ class GPT(nn.Module):
             raise ValueError(f"block_size must be a positive number of tokens, got {block_size}.")
         self.block_size = block_size
         self.embedding = nn.Embedding(vocab_size, d_model)
-        self.position = create_position(
-            position, d_model=d_model, num_heads=num_heads, causal=True, max_len=block_size, **(position_kwargs or {})
-        )
-        specs = layer_specs(
-            attention,
-            attention_kwargs,
-            num_layers,
-            num_kv_heads=num_kv_heads,
-            position=self.position.for_attention,
-            dropout=dropout if attention_dropout is None else attention_dropout,
-            causal=True,
-            role="the GPT (causal self-attention)",
-        )
         hidden = 4 * d_model if ffn_hidden is None else ffn_hidden
         config = BlockConfig(
             d_model, num_heads, hidden, dropout, norm_first=True, activation="gelu", bias=bias, ffn_dropout=0.0
         )
+        stack_config = StackConfig(
+            config, attention, attention_kwargs, num_kv_heads, attention_dropout, position, position_kwargs, block_size
+        )
+        [(self.position, self.blocks)] = build_stacks(
+            stack_config,
+            StackPlan(num_layers, CausalBlock, role="the GPT (causal self-attention)", causal=True),
+        )
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(CausalBlock(config, spec) for spec in specs)
         self.final_norm = nn.LayerNorm(d_model, bias=bias)
         self._init_weights(num_layers)
 

@@ -12,11 +12,19 @@ from torch import Tensor, nn
 
 from zoo.attention.cache import LayerCache
 from zoo.attention.masking import lengths_to_mask
-from zoo.attention.spec import AttentionChoice, AttentionSpec, layer_specs
-from zoo.layers import BlockConfig, DecoderBlock, EncoderBlock, KeyValue, scaled_embedding
-from zoo.positions import create_position
+from zoo.attention.spec import AttentionChoice, AttentionSpec
+from zoo.layers import (
+    BlockConfig,
+    DecoderBlock,
+    EncoderBlock,
+    KeyValue,
+    StackConfig,
+    StackPlan,
+    build_stacks,
+    scaled_embedding,
+)
 
-__all__ = ["Transformer", "TransformerState", "cross_attention_specs"]
+__all__ = ["Transformer", "TransformerState", "cross_attention_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -24,30 +32,25 @@ log = logging.getLogger(__name__)
 DEFAULT_CROSS_ATTENTION = "dot_product"
 
 
-def cross_attention_specs(
-    decoder: list[AttentionSpec], cross_attention: str | None, cross_attention_kwargs: dict[str, Any] | None
-) -> list[AttentionSpec]:
-    """The cross-attention spec of each decoder layer, from its self-attention spec.
+def cross_attention_spec(
+    spec: AttentionSpec, cross_attention: str | None, cross_attention_kwargs: dict[str, Any] | None
+) -> AttentionSpec:
+    """The cross-attention spec of a decoder layer, from its self-attention spec.
 
-    ``cross_attention=None`` means each layer's own variant when it can attend over another
+    ``cross_attention=None`` means the layer's own variant when it can attend over another
     sequence, else ``dot_product`` (a sliding window, ``local``, is defined by positions within
     one sequence). Arguments carry over only with the name. Cross-attention takes no positions.
     """
-    specs = []
-    for spec in decoder:
-        name = cross_attention
-        if name is None:
-            name = spec.name if spec.variant.supports_cross_attention else DEFAULT_CROSS_ATTENTION
-            if name != spec.name:
-                log.info("%r attends within one sequence only; its cross-attention uses %r.", spec.name, name)
-        kwargs = cross_attention_kwargs
-        if kwargs is None:
-            kwargs = dict(spec.kwargs) if name == spec.name else {}
-        cross = AttentionSpec(name, kwargs, spec.num_kv_heads, None, spec.dropout)
-        specs.append(
-            cross.require(padding=True, cross=True, bidirectional=True, role="the Transformer's cross-attention")
-        )
-    return specs
+    name = cross_attention
+    if name is None:
+        name = spec.name if spec.variant.supports_cross_attention else DEFAULT_CROSS_ATTENTION
+        if name != spec.name:
+            log.info("%r attends within one sequence only; its cross-attention uses %r.", spec.name, name)
+    kwargs = cross_attention_kwargs
+    if kwargs is None:
+        kwargs = dict(spec.kwargs) if name == spec.name else {}
+    cross = AttentionSpec(name, kwargs, spec.num_kv_heads, None, spec.dropout)
+    return cross.require(padding=True, cross=True, bidirectional=True, role="the Transformer's cross-attention")
 
 
 @dataclass
@@ -112,7 +115,7 @@ class Transformer(nn.Module):
         tie_embeddings: Share the embedding matrix with the output projection.
         use_cache: Decode with cached keys/values (False re-runs the decoder over the prefix).
         cross_attention: Scoring attention of the decoder's cross-attention; ``None``: see
-            :func:`cross_attention_specs`.
+            :func:`cross_attention_spec`.
         cross_attention_kwargs: Its keyword arguments (``None``: ``attention_kwargs`` if it is
             the same variant).
         num_kv_heads: Key/value heads of every attention (grouped-query attention, 1 =
@@ -151,37 +154,34 @@ class Transformer(nn.Module):
         self.padding_idx, self.use_cache = padding_idx, use_cache
         self.embedding = scaled_embedding(vocab_size, d_model, padding_idx)
         self.embedding_dropout = nn.Dropout(dropout)
-        sizes = {"d_model": d_model, "num_heads": num_heads, "max_len": max_len, **(position_kwargs or {})}
-        self.encoder_position = create_position(position, causal=False, **sizes)
-        self.decoder_position = create_position(position, causal=True, **sizes)
-        choice = {
-            "attention": attention,
-            "attention_kwargs": attention_kwargs,
-            "num_kv_heads": num_kv_heads,
-            "dropout": dropout if attention_dropout is None else attention_dropout,
-            "padding": True,
-        }
-        encoder = layer_specs(
-            **choice,
-            num_layers=num_encoder_layers,
-            position=self.encoder_position.for_attention,
-            role="the Transformer's encoder (padding masks)",
-            stack="encoder layer",
-        )
-        decoder = layer_specs(
-            **choice,
-            num_layers=num_decoder_layers,
-            position=self.decoder_position.for_attention,
-            causal=True,
-            role="the Transformer's decoder (causal and padding masks)",
-            stack="decoder layer",
-        )
-        cross = cross_attention_specs(decoder, cross_attention, cross_attention_kwargs)
         config = BlockConfig(d_model, num_heads, ffn_hidden, dropout, norm_first)
-        self.encoder_blocks = nn.ModuleList(EncoderBlock(config, spec) for spec in encoder)
-        self.decoder_blocks = nn.ModuleList(
-            DecoderBlock(config, spec, cross_spec) for spec, cross_spec in zip(decoder, cross)
+        stack_config = StackConfig(
+            config, attention, attention_kwargs, num_kv_heads, attention_dropout, position, position_kwargs, max_len
         )
+
+        def decoder_block(config: BlockConfig, spec: AttentionSpec) -> DecoderBlock:
+            return DecoderBlock(config, spec, cross_attention_spec(spec, cross_attention, cross_attention_kwargs))
+
+        encoder, decoder = build_stacks(
+            stack_config,
+            StackPlan(
+                num_encoder_layers,
+                EncoderBlock,
+                role="the Transformer's encoder (padding masks)",
+                padding=True,
+                layer_name="encoder layer",
+            ),
+            StackPlan(
+                num_decoder_layers,
+                decoder_block,
+                role="the Transformer's decoder (causal and padding masks)",
+                causal=True,
+                padding=True,
+                layer_name="decoder layer",
+            ),
+        )
+        self.encoder_position, self.decoder_position = encoder.position, decoder.position
+        self.encoder_blocks, self.decoder_blocks = encoder.blocks, decoder.blocks
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.output = None if tie_embeddings else nn.Linear(d_model, vocab_size)
