@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+import zoo
 from zoo.bench.attention import AttentionBenchConfig, run_attention_bench
 from zoo.bench.cli import main
 from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, state_table
@@ -25,7 +26,10 @@ def test_a_state_does_not_grow_with_the_context_and_a_key_value_cache_does() -> 
     config = StateBenchConfig(lengths=[8, 24], attentions=["gla", "mamba2", "dot_product"], **TINY)
     records = run_state_bench(config, torch.device("cpu"))
     sizes = {r["attention"]: [result["cache_bytes"] for result in r["results"]] for r in records}
-    assert sizes["gla"] == sizes["mamba2"] == [2 * 8 * 8 * 4] * 2  # (B, H, dk, dv) float32
+    for name in ("gla", "mamba2"):  # (B, H, dk, dv) float32, and the three convolutions' last 3 inputs
+        layer = zoo.create_attention(name, embed_dim=16, num_heads=2)
+        windows = 3 * (2 * layer.q_proj.out_features + layer.v_proj.out_features)
+        assert sizes[name] == [(2 * layer.key_head_dim * layer.head_dim + windows) * 4] * 2
     assert sizes["dot_product"] == [2 * 2 * 8 * n * 4 for n in (9, 25)]  # keys and values of every position
     assert all(r["results"][0]["step_peak_bytes"] > 0 and r["results"][1]["time_ms"]["median"] > 0 for r in records)
     table = state_table(records, config.lengths)

@@ -83,7 +83,10 @@ def test_a_hybrid_transformer_trains_with_its_own_cross_attention(shared_data, i
             "layers 2, 4: attention 'linear' got unexpected keyword argument(s) 'window'",
         ),
         ("[local, dot_product, linear]", "a list of 3 attention entries neither gives one per layer"),
-        ("[local, multi_head]", "layers 2, 4: Attention 'multi_head' cannot be used by an attention layer"),
+        (
+            "[local, multi_head]",
+            "layers 2, 4: Attention 'multi_head' cannot be used by a stack's attention: it is a multi-head layer",
+        ),
     ],
 )
 def test_a_wrong_entry_is_one_line_naming_the_layer(shared_data, in_tmp, capsys, attention, message) -> None:

@@ -45,8 +45,10 @@ LLAMA_REFUSED = {
     "sinkhorn": "rotary",
     "reformer": "rotary",
     "synthesizer": "rotary",
-    **dict.fromkeys(["retention", "gla", "deltanet", "gated_deltanet", "mamba2"], "masks that differ per query"),
 }
+#: attention layers own their projections: a Hugging Face model's layer owns them there, so these
+#: are no attention function of it
+ZOO_LAYERS = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2"]
 
 
 def llama(attention: str, **config: object) -> torch.nn.Module:
@@ -267,6 +269,14 @@ def test_llama_refuses_a_variant_that_cannot_serve_it_with_the_zoos_message(atte
         message = str(error.value)
         assert f"'zoo_{attention}'" in message and "\n" not in message
         assert "Compatible attn_implementation names: " + ", ".join(f"zoo_{n}" for n in LLAMA_VARIANTS) in message
+
+
+@pytest.mark.parametrize("layer", ZOO_LAYERS)
+def test_attention_layers_are_no_attention_function(layer: str) -> None:
+    assert layer not in zoo_hf.scoring_attention_names()
+    with pytest.raises(zoo.IncompatibleAttentionError, match="it is an attention layer") as error:
+        zoo_hf.register(layer)
+    assert "\n" not in str(error.value)
 
 
 def test_bert_runs_a_variant_llama_refuses() -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "position_bias_grid",
 ]
 
+
 class IncompatibleAttentionError(ZooError, ValueError):
     """An attention variant was asked for something it declares it cannot do."""
 

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import LayerCache
+from zoo.attention.factory import require_attention
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.masking import layer_mask
 from zoo.attention.spec import AttentionSpec
@@ -60,6 +61,9 @@ class HeadedAttention(AttentionLayer):
     """
 
     stack_layer = False
+    #: a multi-head layer attends over another sequence when its scoring attention can (the
+    #: instance's flag says whether it does)
+    supports_cross_attention = True
 
     def __init__(
         self,
@@ -72,6 +76,8 @@ class HeadedAttention(AttentionLayer):
         bias: bool = True,
     ) -> None:
         super().__init__()
+        if isinstance(attention, str):  # a name is refused as the heads' attention, not a stack's
+            require_attention(attention, role="an attention layer (per-head scoring)")
         spec = AttentionSpec(attention) if isinstance(attention, str) else attention
         if spec.is_layer:
             raise IncompatibleAttentionError(

@@ -1,8 +1,10 @@
 """``python -m zoo bench state``: what one new token costs to decode after a long context.
 
-For each attention, one ``self`` layer (``d_model`` 256 and 8 heads by default) encodes a context
-of ``L`` random positions into its cache (``attend_cached`` with none: a recurrent variant runs
-its chunkwise form and keeps a state, ``dot_product`` keeps every key and value), then decodes
+For each attention, one block's self-attention layer (``d_model`` 256 and 8 heads by default: the
+layer a recurrent family is, or a ``self`` layer over a scoring attention) encodes a context of
+``L`` random positions into its cache (``attend_cached`` with none: a recurrent layer runs its
+chunkwise form and keeps a state and its convolutions' windows, ``dot_product`` keeps every key
+and value), then decodes
 one more position from that cache, ``repeats`` times after ``warmup`` untimed calls, each from the
 same context. Reported per length: the time of that step (median and quartiles), the bytes the
 cache holds after it, and the step's peak memory above what it started with. A recurrent
@@ -23,9 +25,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo.attention import SelfAttention, get_attention
+from zoo.attention import get_attention, self_attention_layer
 from zoo.attention.cache import LayerCache
-from zoo.attention.factory import scoring_names
+from zoo.attention.factory import layer_names
+from zoo.attention.layer import AttentionLayer
 from zoo.bench.measure import peak_memory, time_call
 from zoo.bench.report import markdown_table
 
@@ -33,8 +36,8 @@ __all__ = ["StateBenchConfig", "recurrent_names", "run_state_bench", "state_tabl
 
 
 def recurrent_names() -> list[str]:
-    """The registered causal recurrences (``supports_bidirectional = False``), plugins included."""
-    return [name for name in scoring_names() if not get_attention(name).supports_bidirectional]
+    """The registered layers that decode from a fixed-size state (``fixed_state``), plugins included."""
+    return [name for name in layer_names() if get_attention(name).fixed_state]
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class StateBenchConfig:
     seed: int = 0
 
 
-def _step(layer: SelfAttention, x: Tensor, cache: LayerCache) -> Callable[[], LayerCache]:
+def _step(layer: AttentionLayer, x: Tensor, cache: LayerCache) -> Callable[[], LayerCache]:
     """One new position ``x`` ``(B, 1, d_model)`` decoded after ``cache``: the extended cache."""
 
     def call() -> LayerCache:
@@ -66,7 +69,7 @@ def _measure(name: str, config: StateBenchConfig, length: int, device: torch.dev
     """One attention at one context length."""
     generator = torch.Generator().manual_seed(config.seed * 100_003 + length)
     torch.manual_seed(config.seed)
-    layer = SelfAttention(config.d_model, config.heads, name).to(device).eval()
+    layer = self_attention_layer(name, config.d_model, config.heads).to(device).eval()
     context = torch.randn(config.batch, length + 1, config.d_model, generator=generator).to(device)
     _, cache = layer.attend_cached(context[:, :length], None)
     step = _step(layer, context[:, length:], cache)

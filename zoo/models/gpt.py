@@ -101,13 +101,13 @@ class GPT(nn.Module):
         nn.init.normal_(self.embedding.weight, std=INIT_STD)
         for block in self.blocks:
             layer, (first, _, _, second) = block.attention, block.ffn.net
-            projections = (getattr(layer, name, None) for name in ("q_proj", "k_proj", "v_proj", "out_proj"))
-            for projection in (*projections, first, second):
+            q, k, v, out = (getattr(layer, name, None) for name in ("q_proj", "k_proj", "v_proj", "out_proj"))
+            for projection in (q, k, v, first, out, second):  # nanoGPT's order: the seeded weights are its
                 if projection is None:  # a variant that reads no queries or keys has no projection for them
                     continue
                 nn.init.normal_(
                     projection.weight,
-                    std=residual_std if projection in (getattr(layer, "out_proj", None), second) else INIT_STD,
+                    std=residual_std if projection in (out, second) else INIT_STD,
                 )
                 if projection.bias is not None:
                     nn.init.zeros_(projection.bias)
