@@ -262,7 +262,7 @@ def test_what_a_causal_recurrence_cannot_do_is_refused_in_one_line(family: str) 
     assert "key padding masks only" in refusal(lambda: module(x, torch.tensor([[6] * 6, [3] * 6]), is_causal=True))
     assert "attending in both directions" in refusal(lambda: layer_specs(family, None, 2, role="an encoder"))
     assert "cannot be used by cross-attention" in refusal(lambda: zoo.CrossAttention(EMBED, HEADS, family))
-    assert "an attention layer with projections of its own" in refusal(lambda: zoo.SelfAttention(EMBED, HEADS, family))
+    assert "it is an attention layer (it owns projections)" in refusal(lambda: zoo.SelfAttention(EMBED, HEADS, family))
     assert "takes a rotary scheme or none" in refusal(
         lambda: zoo.create_attention(
             family,

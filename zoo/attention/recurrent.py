@@ -103,6 +103,11 @@ class Recurrence:
     or anything that broadcasts to it. With ``beta`` ``(B, H, T)``, the delta rule:
     ``S_t = (I - beta_t k_t^T k_t) a_t S_{t-1} + beta_t k_t^T v_t``, ``log_decay`` ``(B, H, T)`` or
     None (no decay). ``skip`` is added to the recurrence's output (Mamba-2's ``D x``).
+
+    A decaying state may take queries and keys of fewer heads ``G`` than the values' ``H``, each
+    shared by ``H / G`` value heads (Mamba-2's groups of ``B`` and ``C``): the kernels then see a
+    group axis and broadcast the shared queries and keys over it, so the scores of a group are
+    formed once, not once a head.
     """
 
     q: Tensor
@@ -115,9 +120,9 @@ class Recurrence:
     def chunkwise(self, chunk_size: int | None, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """The chunkwise form (``chunk_size=None``: the parallel form) from ``state``: the output and final state."""
         if self.beta is None:
-            return decay_chunkwise(
-                self.q, self.k, self.v, self.log_decay, chunk_size=chunk_size, initial_state=state, mask=mask
-            )
+            q, k, v, log_decay, state, mask = self._grouped(state, mask)
+            output, final = decay_chunkwise(q, k, v, log_decay, chunk_size=chunk_size, initial_state=state, mask=mask)
+            return self._ungrouped(output), self._ungrouped(final)
         return delta_rule_chunkwise(
             self.q, self.k, self.v, self.beta, self.log_decay, chunk_size=chunk_size, initial_state=state, mask=mask
         )
@@ -125,14 +130,48 @@ class Recurrence:
     def recurrent(self, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """The recurrent form, one step at a time from ``state``: the output and final state."""
         if self.beta is None:
-            return decay_recurrent(self.q, self.k, self.v, self.log_decay, state=state, mask=mask)
+            q, k, v, log_decay, state, mask = self._grouped(state, mask)
+            output, final = decay_recurrent(q, k, v, log_decay, state=state, mask=mask)
+            return self._ungrouped(output), self._ungrouped(final)
         return delta_rule_recurrent(self.q, self.k, self.v, self.beta, self.log_decay, state=state, mask=mask)
 
     def weights(self, mask: Tensor | None) -> Tensor:
         """The parallel form's ``(B, H, T, T)`` weights: the output from a zero state is ``weights @ v``."""
         if self.beta is None:
-            return decay_weights(self.q, self.k, self.log_decay, mask=mask)
+            q, k, v, log_decay, _, mask = self._grouped(None, mask)
+            return self._ungrouped(decay_weights(q, k, log_decay, mask=mask))
         return delta_rule_weights(self.q, self.k, self.beta, self.log_decay, mask=mask)
+
+    @property
+    def groups(self) -> int:
+        """Value heads per query and key head (1: one each)."""
+        return self.v.shape[-3] // self.q.shape[-3]
+
+    def _grouped(
+        self, state: Tensor | None, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Queries, keys, values, log decays, state and mask with the heads split into ``(G, H / G)``
+        (a query and key axis of 1 over each group) where the queries and keys are shared; as they are otherwise."""
+        assert self.log_decay is not None
+        if self.groups == 1:
+            return self.q, self.k, self.v, self.log_decay, state, mask
+        split = (self.q.shape[-3], self.groups)
+
+        def per_head(x: Tensor, axis: int) -> Tensor:  # a head axis of H, or of 1 (broadcast)
+            return x.unsqueeze(axis) if x.shape[axis] == 1 else x.unflatten(axis, split)
+
+        return (
+            self.q.unsqueeze(-3),
+            self.k.unsqueeze(-3),
+            self.v.unflatten(-3, split),
+            per_head(self.log_decay, -3),
+            None if state is None else state.unflatten(-3, split),
+            None if mask is None else per_head(mask, -2),
+        )
+
+    def _ungrouped(self, x: Tensor) -> Tensor:
+        """A result with the heads split into groups as ``(B, H, ...)``."""
+        return x if self.groups == 1 else x.flatten(-4, -3)
 
 
 class RecurrentLayer(AttentionLayer):
@@ -219,8 +258,8 @@ class RecurrentLayer(AttentionLayer):
     # -- what a family defines ----------------------------------------------------------------------
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
-        """The recurrence's inputs from the per-head queries and keys ``(B, H, T, dk)`` and values
-        ``(B, H, T, dv)`` (convolved, rotated, in the computation's dtype, float32 at least) and
+        """The recurrence's inputs from the per-head queries and keys ``(B, qk_heads, T, dk)`` and
+        values ``(B, H, T, dv)`` (convolved, rotated, in the computation's dtype, float32 at least) and
         the layer's input ``(B, T, embed_dim)``."""
         raise NotImplementedError(f"{type(self).__name__} must implement prepare().")
 
@@ -298,9 +337,9 @@ class RecurrentLayer(AttentionLayer):
     def _project(
         self, x: Tensor, steps: Tensor | None, windows: tuple[Tensor, ...] | None, offset: int
     ) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
-        """Queries, keys ``(B, H, T, dk)`` and values ``(B, H, T, dv)``: projected, convolved after
-        ``windows`` (padded steps as zeros), split into heads, rotated at ``offset ..``; and the
-        convolutions' windows after ``x`` (none without a convolution)."""
+        """Queries, keys ``(B, qk_heads, T, dk)`` and values ``(B, H, T, dv)``: projected, convolved
+        after ``windows`` (padded steps as zeros), split into heads, rotated at ``offset ..``; and
+        the convolutions' windows after ``x`` (none without a convolution)."""
         projected = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
         new_windows: tuple[Tensor, ...] = ()
         if self.convolved:
@@ -315,9 +354,6 @@ class RecurrentLayer(AttentionLayer):
         if self.rotary is not None:
             positions = torch.arange(offset, offset + x.shape[1], device=x.device)
             q, k = self.rotary(q, positions), self.rotary(k, positions)
-        if self.qk_heads != self.num_heads:  # shared by groups of value heads
-            groups = self.num_heads // self.qk_heads
-            q, k = q.repeat_interleave(groups, dim=1), k.repeat_interleave(groups, dim=1)
         return q, k, self.split_heads(projected[2]), new_windows
 
     def _form(self, length: int) -> Mode:

@@ -15,7 +15,7 @@ from tests.attention.kernels.inputs import (
     randn,
     uniform,
 )
-from zoo.attention.kernels import decay_chunkwise, decay_recurrent, decay_weights
+from zoo.attention.kernels import decay, decay_chunkwise, decay_recurrent, decay_weights
 
 
 def decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, **options) -> tuple[Tensor, ...]:
@@ -167,3 +167,23 @@ def test_the_recurrent_state_does_not_grow_with_the_input(generator: torch.Gener
 def test_a_chunk_size_below_one_is_refused(generator: torch.Generator) -> None:
     with pytest.raises(ValueError, match="chunk_size"):
         decay_chunkwise(*inputs(4, generator), chunk_size=0)
+
+
+@pytest.mark.parametrize("span_limit", [40.0, -1.0])
+def test_both_forms_of_a_sub_chunks_own_weights_match_the_reference(
+    span_limit: float, generator: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mild gates (a drop of at most 8 over a sub-chunk) take one matrix product per sub-chunk;
+    with the limit below any drop, every sub-chunk's weights are formed per key dimension. Both
+    give the recurrence, gradients included."""
+    monkeypatch.setattr(decay, "SPAN_LIMIT", span_limit)
+    q, k, v = qkv(70, DK, DV, generator)
+    log_decay = uniform(*BATCH, 70, DK, low=-0.5, high=0.0, generator=generator).requires_grad_()
+    mask = padding_mask(70)
+    expected, _ = reference(q, k, v, log_decay, q.new_zeros(*BATCH, DK, DV), mask)
+    for chunk_size in (16, 64, None):
+        output, _ = decay_chunkwise(q, k, v, log_decay, chunk_size=chunk_size, mask=mask)
+        assert_matches(output, expected)
+    (gradient,) = torch.autograd.grad((output * v).sum(), log_decay)
+    (expected_gradient,) = torch.autograd.grad((expected * v).sum(), log_decay)
+    assert_matches(gradient, expected_gradient)

@@ -26,11 +26,13 @@ Three forms compute it, equal up to rounding:
 
 Each starts from a given state and returns the final state, so any form can continue another.
 
-Conventions: queries and keys ``(*batch, T, dk)``, values ``(*batch, T, dv)``, state
-``(*batch, dk, dv)`` read as ``o_t = q_t S_t``, outputs ``(*batch, T, dv)``; ``*batch`` holds the
-heads too. Nothing is scaled or normalized here: callers scale the queries (by ``dk ** -0.5`` if
-they want it). ``mask`` ``(*batch, T)`` is True at real tokens; a padded step is an identity step
-(no write, no decay) with a zero output, which keeps left-padded batched decoding exact.
+Conventions: queries and keys ``(*batch, T, dk)``, values ``(*batch, T, dv)``, state ``(*batch,
+dk, dv)`` read as ``o_t = q_t S_t``, outputs ``(*batch, T, dv)``; ``*batch`` holds the heads too,
+and the inputs' batch shapes need only broadcast together (queries and keys shared by a group of
+heads have an axis of 1 there: their scores are formed once for the group). Nothing is scaled or
+normalized here: callers scale the queries (by ``dk ** -0.5`` if they want it). ``mask``
+``(*batch, T)`` is True at real tokens; a padded step is an identity step (no write, no decay)
+with a zero output, which keeps left-padded batched decoding exact.
 
 Numerics: log decays are summed (never decays multiplied) within a chunk (the parallel form:
 within the input, so it loses float32 precision on long, strongly decaying inputs; it is meant for
@@ -43,8 +45,16 @@ flash-linear-attention does:
 * a key in an earlier sub-chunk than the query is measured from the query sub-chunk's first step
   ``r``: ``(q_i exp(b_i - b_r)) . (k_j exp(b_r - b_j))``, both exponents ``<= 0``, one matrix
   product per query sub-chunk;
-* within a sub-chunk the ``(16, 16, dk)`` products ``q_id k_jd exp(b_id - b_jd)`` are formed
-  explicitly, masked to ``-inf`` above the diagonal before ``exp``.
+* within a sub-chunk, one matrix product too, ``(q_i exp(b_i - b_r)) . (k_j exp(b_r - b_j))``,
+  whenever every sub-chunk's log decays sum to no less than ``-SPAN_LIMIT`` (40) in each key
+  dimension: the keys' factor is then at most ``exp(40)``, far inside float32, and the products
+  above the diagonal are dropped with ``torch.where``. That holds unless a gate forgets nearly
+  everything at every step of 16 (GLA's ``logsigmoid(z) / 16`` below ``-2.5`` on average, ``z``
+  below about ``-40``); where it does not, the ``(16, 16, dk)`` products ``q_id k_jd exp(b_id -
+  b_jd)`` are formed explicitly, masked to ``-inf`` above the diagonal before ``exp``, as
+  flash-linear-attention's kernel does inside its sub-chunks. The explicit form costs 16 times
+  the queries' size in memory and time; profiling GLA at 8k tokens found it the step's largest
+  cost. The choice is made once per call, from the largest span of the batch.
 """
 
 from __future__ import annotations
@@ -62,18 +72,24 @@ from zoo.attention.kernels.recurrence import (
     zero_padding,
 )
 
-__all__ = ["SUB_CHUNK_SIZE", "decay_chunkwise", "decay_recurrent", "decay_weights"]
+__all__ = ["SPAN_LIMIT", "SUB_CHUNK_SIZE", "decay_chunkwise", "decay_recurrent", "decay_weights"]
 
 SUB_CHUNK_SIZE = 16
-"""Steps per sub-chunk of the weights inside a chunk; a diagonal sub-chunk costs ``(16, 16, dk)``."""
+"""Steps per sub-chunk of the weights inside a chunk; a diagonal sub-chunk costs ``(16, 16, dk)``
+when its decays are too strong for a matrix product."""
+
+SPAN_LIMIT = 40.0
+"""The largest drop of the log decays within a sub-chunk (per key dimension) for which its own
+weights are one matrix product: factors up to ``exp(40)``, about ``2e17``."""
 
 
 def _prepare(
     q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, mask: Tensor | None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Broadcast ``log_decay`` to ``(*batch, T, w)`` (``w``: 1 or ``dk``, as given) and zero every
-    input at the padded steps."""
-    log_decay = torch.broadcast_to(log_decay, (*q.shape[:-1], log_decay.shape[-1]))
+    """Broadcast ``log_decay`` to ``(*batch, T, w)`` (``w``: 1 or ``dk``, as given; ``*batch`` what
+    the inputs' batch shapes broadcast to) and zero every input at the padded steps."""
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], log_decay.shape[:-2])
+    log_decay = torch.broadcast_to(log_decay, (*batch, q.shape[-2], log_decay.shape[-1]))
     return zero_padding(mask, q, k, v, log_decay)
 
 
@@ -119,10 +135,13 @@ def _intra_chunk_weights(q: Tensor, k: Tensor, cum: Tensor) -> Tensor:
     k_to_ref = k.unsqueeze(-3) * to_ref.exp()
     weights = (q_from_ref @ k_to_ref.mT).unflatten(-1, (num_sub, sub))  # (*batch, N, M, s, M, s)
 
-    # Keys of the query's own sub-chunk, one explicit product per key dimension.
-    causal = torch.ones(sub, sub, dtype=torch.bool, device=q.device).tril().unsqueeze(-1)
-    diff = torch.where(causal, cum_sub.unsqueeze(-2) - cum_sub.unsqueeze(-3), neg_inf)  # (*batch, N, M, s, s, dk)
-    diagonal = (q_sub.unsqueeze(-2) * k_sub.unsqueeze(-3) * diff.exp()).sum(-1)  # (*batch, N, M, s, s)
+    # Keys of the query's own sub-chunk: one product when the decays allow it, else one per key dimension.
+    causal = torch.ones(sub, sub, dtype=torch.bool, device=q.device).tril()
+    if float((ref - cum_sub[..., -1:, :]).detach().amax()) <= SPAN_LIMIT:
+        diagonal = torch.where(causal, q_from_ref @ (k_sub * (ref - cum_sub).exp()).mT, 0.0)  # (*batch, N, M, s, s)
+    else:
+        diff = torch.where(causal.unsqueeze(-1), cum_sub.unsqueeze(-2) - cum_sub.unsqueeze(-3), neg_inf)
+        diagonal = (q_sub.unsqueeze(-2) * k_sub.unsqueeze(-3) * diff.exp()).sum(-1)  # via (*batch, N, M, s, s, dk)
     block_eye = torch.eye(num_sub, dtype=q.dtype, device=q.device)[:, None, :, None]  # (M, 1, M, 1)
     weights = weights + diagonal.unsqueeze(-2) * block_eye
     return weights.flatten(-4, -3).flatten(-2, -1)[..., :c, :c]

@@ -85,10 +85,11 @@ def causal_decay(cum_log_decay: Tensor) -> Tensor:
 
 
 def initial_or_zeros(initial_state: Tensor | None, k: Tensor, v: Tensor) -> Tensor:
-    """The given ``(*batch, dk, dv)`` state, or zeros shaped from ``k`` and ``v``."""
+    """The given ``(*batch, dk, dv)`` state, or zeros shaped from ``k`` and ``v`` (their batch
+    shapes broadcast)."""
     if initial_state is not None:
         return initial_state
-    return k.new_zeros(*k.shape[:-2], k.shape[-1], v.shape[-1])
+    return k.new_zeros(*torch.broadcast_shapes(k.shape[:-2], v.shape[:-2]), k.shape[-1], v.shape[-1])
 
 
 def pass_states(initial_state: Tensor, chunk_decay: Tensor, chunk_update: Tensor) -> tuple[Tensor, Tensor]:
