@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from typing_extensions import TypedDict, Unpack
 
 import zoo
 from tests.helpers import PROJECT_ROOT, write_distribution
@@ -22,6 +23,8 @@ from zoo.registry import (
     Registry,
     UnknownArgumentError,
     UnknownNameError,
+    accepted_keywords,
+    check_kwargs,
 )
 
 
@@ -665,3 +668,20 @@ def test_loading_the_figures_leaves_the_plotting_backend_alone() -> None:
         " import zoo.bench.report; print(matplotlib.get_backend())"
     )
     assert _fresh_python(code) == "svg"
+
+
+class _SharedOptions(TypedDict, total=False):
+    depth: int
+    width: int
+
+
+def _with_shared_options(name: str, *, scale: float = 1.0, **options: Unpack[_SharedOptions]) -> None:
+    """Takes its own arguments and the shared ones, as a recurrent family does (PEP 692)."""
+
+
+def test_check_kwargs_reads_the_options_a_typed_dict_unpacks() -> None:
+    assert accepted_keywords(_with_shared_options) == ["name", "scale", "depth", "width"]
+    check_kwargs(_with_shared_options, {"scale": 2.0, "depth": 3}, what="f")
+    with pytest.raises(UnknownArgumentError, match=r"'widht' \(did you mean 'width'\?\)"):
+        check_kwargs(_with_shared_options, {"widht": 3}, what="f")
+    assert accepted_keywords(lambda **anything: None) is None  # a plain **kwargs takes any

@@ -23,9 +23,12 @@ import fnmatch
 import importlib
 import inspect
 import re
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
+
+from typing_extensions import Unpack
 
 from zoo.entry_points import PluginLoadWarning, load_entry_points
 from zoo.errors import ZooError
@@ -38,10 +41,13 @@ __all__ = [
     "RegistryError",
     "UnknownArgumentError",
     "UnknownNameError",
+    "accepted_keywords",
 ]
 
 T = TypeVar("T")
 
+#: ``Unpack`` as ``typing`` and ``typing_extensions`` spell it (one object from Python 3.12 on)
+_UNPACK = {Unpack, getattr(typing, "Unpack", Unpack)}
 _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 BUILTIN_SOURCE = "attention-zoo"
 
@@ -351,20 +357,32 @@ class Registry(Generic[T]):
         self._load_plugins()
 
 
+def accepted_keywords(factory: Callable[..., Any]) -> list[str] | None:
+    """The keyword arguments ``factory`` accepts, those of a ``**kwargs: Unpack[SomeTypedDict]``
+    included (PEP 692: options several constructors share, written once); None where it accepts
+    any (a plain ``**kwargs``) or has no signature to read."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+        return None
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    accepted = [name for name, p in params.items() if p.kind in named]
+    var = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+    if var is None:
+        return accepted
+    function = factory.__init__ if inspect.isclass(factory) else factory
+    annotation = typing.get_type_hints(function, include_extras=True).get(var.name)
+    if typing.get_origin(annotation) not in _UNPACK:
+        return None
+    (options,) = typing.get_args(annotation)
+    return accepted + [key for key in typing.get_type_hints(options) if key not in accepted]
+
+
 def check_kwargs(factory: Callable[..., Any], kwargs: dict[str, Any], *, what: str) -> None:
     """Raise :class:`UnknownArgumentError` if ``factory`` would reject a keyword in ``kwargs``."""
-    try:
-        signature = inspect.signature(factory)
-    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+    accepted = accepted_keywords(factory)
+    if accepted is None:
         return
-    params = signature.parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = [
-        n
-        for n, p in params.items()
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    ]
     unknown = [key for key in kwargs if key not in accepted]
     if unknown:
         parts = []

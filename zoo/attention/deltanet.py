@@ -36,10 +36,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.recurrent import HeadNorm, Mode, Recurrence, RecurrentLayer, StepDecay
-from zoo.positions import PositionScheme
+from zoo.attention.recurrent import HeadNorm, Recurrence, RecurrentLayer, RecurrentOptions, StepDecay
 
 __all__ = ["DeltaNetAttention", "GatedDeltaNetAttention"]
 
@@ -52,31 +52,17 @@ class DeltaNetAttention(RecurrentLayer):
         embed_dim: The block's width: what ``b_t`` is projected from.
         num_heads: Heads.
         expand_v: The value width, in multiples of ``embed_dim``.
-        conv_size: The short convolution's kernel; 0: none.
-        mode, chunk_size, position, bias: As :class:`~zoo.attention.recurrent.RecurrentLayer`'s
-            (the parallel form solves a ``(T, T)`` triangular system, so ``auto`` keeps it to
-            ``chunk_size`` steps).
+        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4; the parallel
+            form solves a ``(T, T)`` triangular system, so ``auto`` keeps it to ``chunk_size`` steps).
 
     Parameters of its own: ``beta`` (``embed_dim -> num_heads``, no bias), the write strengths;
     ``norm``, the per-head RMSNorm's scale.
     """
 
     def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        expand_v: float = 1.0,
-        conv_size: int = 4,
-        mode: Mode = "auto",
-        chunk_size: int = 64,
-        position: PositionScheme | None = None,
-        bias: bool = True,
+        self, embed_dim: int, num_heads: int, *, expand_v: float = 1.0, **options: Unpack[RecurrentOptions]
     ) -> None:
-        super().__init__(
-            embed_dim, num_heads, key_dim=embed_dim, value_dim=int(embed_dim * expand_v), conv_size=conv_size,
-            mode=mode, chunk_size=chunk_size, position=position, bias=bias,
-        )  # fmt: skip
+        super().__init__(embed_dim, num_heads, key_dim=embed_dim, value_dim=int(embed_dim * expand_v), **options)
         self.beta = nn.Linear(embed_dim, num_heads, bias=False)
         self.norm = HeadNorm(self.head_dim)
 
@@ -106,21 +92,9 @@ class GatedDeltaNetAttention(DeltaNetAttention):
     """
 
     def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        expand_v: float = 1.0,
-        conv_size: int = 4,
-        mode: Mode = "auto",
-        chunk_size: int = 64,
-        position: PositionScheme | None = None,
-        bias: bool = True,
+        self, embed_dim: int, num_heads: int, *, expand_v: float = 1.0, **options: Unpack[RecurrentOptions]
     ) -> None:
-        super().__init__(
-            embed_dim, num_heads, expand_v=expand_v, conv_size=conv_size, mode=mode, chunk_size=chunk_size,
-            position=position, bias=bias,
-        )  # fmt: skip
+        super().__init__(embed_dim, num_heads, expand_v=expand_v, **options)
         self.decay = StepDecay(embed_dim, num_heads, a_range=(0.0, 16.0))
         self.gate = nn.Linear(embed_dim, self.v_proj.out_features, bias=False)
 

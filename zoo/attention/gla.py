@@ -33,10 +33,10 @@ from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
+from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.recurrent import HeadNorm, Mode, Recurrence, RecurrentLayer
-from zoo.positions import PositionScheme
+from zoo.attention.recurrent import HeadNorm, Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["GatedLinearAttention"]
 
@@ -52,8 +52,7 @@ class GatedLinearAttention(RecurrentLayer):
         expand_v: The value width, in multiples of ``embed_dim``.
         gate_rank: Rank of the decay gate's projection (the paper's 16).
         gate_normalizer: What the gate's log-sigmoid is divided by (the paper's 16).
-        conv_size: The short convolution's kernel; 0: none.
-        mode, chunk_size, position, bias: As :class:`~zoo.attention.recurrent.RecurrentLayer`'s.
+        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4).
 
     Parameters of its own: ``decay_gate`` (``embed_dim -> gate_rank -> key width``, a bias on the
     second), the decay per key dimension; ``gate`` (``embed_dim -> value width``, no bias), the
@@ -69,17 +68,10 @@ class GatedLinearAttention(RecurrentLayer):
         expand_v: float = 1.0,
         gate_rank: int = 16,
         gate_normalizer: float = 16.0,
-        conv_size: int = 4,
-        mode: Mode = "auto",
-        chunk_size: int = 64,
-        position: PositionScheme | None = None,
-        bias: bool = True,
+        **options: Unpack[RecurrentOptions],
     ) -> None:
         key_dim, value_dim = int(embed_dim * expand_k), int(embed_dim * expand_v)
-        super().__init__(
-            embed_dim, num_heads, key_dim=key_dim, value_dim=value_dim, conv_size=conv_size, mode=mode,
-            chunk_size=chunk_size, position=position, bias=bias,
-        )  # fmt: skip
+        super().__init__(embed_dim, num_heads, key_dim=key_dim, value_dim=value_dim, **options)
         if not isinstance(gate_rank, int) or gate_rank < 1:
             raise ValueError(f"GatedLinearAttention: gate_rank must be a positive integer, got {gate_rank!r}.")
         if gate_normalizer <= 0:

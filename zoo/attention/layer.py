@@ -7,7 +7,9 @@ self-attention and calls it two ways:
 
 * ``forward(x, valid_lens=None, *, attn_mask=None, is_causal=False, need_weights=False)``: the
   whole sequence, returning an :class:`~zoo.attention.base.AttentionOutput` (``(B, L, embed_dim)``
-  and, when asked, weights ``(B, H, L, L)``);
+  and, when asked, weights ``(B, H, L, L)``). The base class validates and merges the masks once
+  (:func:`~zoo.attention.masking.layer_mask`), refuses what the layer declares it cannot do, and
+  hands :meth:`AttentionLayer.attend` the one boolean mask: a layer implements ``attend``;
 * ``attend_cached(x, cache, *, attn_mask=None)``: new positions after those in ``cache`` (None
   before the first), returning the output and the cache extended by them
   (:mod:`zoo.attention.cache`).
@@ -23,9 +25,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from torch import nn
+from torch import Tensor, nn
 
-from zoo.attention.base import _Capabilities
+from zoo.attention.base import AttentionOutput, _Capabilities
+from zoo.attention.masking import layer_mask
 
 __all__ = ["AttentionLayer"]
 
@@ -51,3 +54,28 @@ class AttentionLayer(_Capabilities, nn.Module):
     #: a stack builds it by name, from ``embed_dim`` and ``num_heads`` (False for the multi-head
     #: layers, which a stack builds around the scoring attention it is named by)
     stack_layer: ClassVar[bool] = True
+
+    embed_dim: int
+    num_heads: int
+
+    def forward(
+        self, x: Tensor, valid_lens: Tensor | None = None,
+        *, attn_mask: Tensor | None = None, is_causal: bool = False, need_weights: bool = False,
+    ) -> AttentionOutput:  # fmt: skip
+        """Attend over ``x`` ``(B, L, embed_dim)``; ``valid_lens`` ``(B,)`` or ``(B, L)`` and a
+        boolean ``attn_mask`` (True = attend, broadcastable to ``(B, L, L)``, or ``(B, H, L, L)``)
+        mark what each position may see. Returns the output ``(B, L, embed_dim)`` and, if asked,
+        the weights ``(B, H, L, L)``."""
+        mask = self.layer_mask(x, valid_lens, attn_mask)
+        self.check_request(mask, is_causal=is_causal, need_weights=need_weights)
+        return self.attend(x, mask, is_causal=is_causal, need_weights=need_weights)
+
+    def attend(self, x: Tensor, mask: Tensor | None, *, is_causal: bool, need_weights: bool) -> AttentionOutput:
+        """The layer's computation on ``x`` under one boolean ``mask`` broadcastable to
+        ``(B, H, L, L)`` (True = attend; None: nothing masked; causality comes as ``is_causal``)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement attend(x, mask, *, is_causal, need_weights).")
+
+    def layer_mask(self, x: Tensor, valid_lens: Tensor | None, attn_mask: Tensor | None) -> Tensor | None:
+        """The masks of a call over ``x`` validated and merged into one (see :func:`~zoo.attention.masking.layer_mask`)."""
+        length = x.shape[-2]
+        return layer_mask(x.shape[0], length, length, self.num_heads, valid_lens, attn_mask, owner=type(self).__name__)

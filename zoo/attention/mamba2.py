@@ -35,10 +35,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.recurrent import Mode, Recurrence, RecurrentLayer, StepDecay
-from zoo.positions import PositionScheme
+from zoo.attention.recurrent import Recurrence, RecurrentLayer, RecurrentOptions, StepDecay
 
 __all__ = ["Mamba2Attention"]
 
@@ -54,8 +54,7 @@ class Mamba2Attention(RecurrentLayer):
         d_state: The state size per head: the width of each group's ``B`` and ``C``.
         ngroups: Groups of heads that share ``B`` and ``C`` (and the norm's groups); must divide
             ``num_heads``.
-        conv_size: The short convolution's kernel; 0: none.
-        mode, chunk_size, position, bias: As :class:`~zoo.attention.recurrent.RecurrentLayer`'s.
+        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4, with a bias).
 
     Parameters of its own: ``decay`` (a projection ``embed_dim -> num_heads`` and, per head,
     ``A_log`` and ``dt_bias``); ``D`` per head (the skip, starting at 1); ``gate``
@@ -70,17 +69,18 @@ class Mamba2Attention(RecurrentLayer):
         expand: float = 2.0,
         d_state: int = 128,
         ngroups: int = 1,
-        conv_size: int = 4,
-        mode: Mode = "auto",
-        chunk_size: int = 64,
-        position: PositionScheme | None = None,
-        bias: bool = True,
+        **options: Unpack[RecurrentOptions],
     ) -> None:
         inner = int(embed_dim * expand)
         super().__init__(
-            embed_dim, num_heads, key_dim=ngroups * d_state, value_dim=inner, qk_heads=ngroups, conv_size=conv_size,
-            conv_bias=True, mode=mode, chunk_size=chunk_size, position=position, bias=bias,
-        )  # fmt: skip
+            embed_dim,
+            num_heads,
+            key_dim=ngroups * d_state,
+            value_dim=inner,
+            qk_heads=ngroups,
+            conv_bias=True,
+            **options,
+        )
         self.ngroups = ngroups
         self.decay = StepDecay(embed_dim, num_heads, a_range=(1.0, 16.0))
         self.D = nn.Parameter(torch.ones(num_heads))

@@ -12,8 +12,6 @@ attention layer the spec names.
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 from torch import Tensor, nn
 
@@ -22,6 +20,7 @@ from zoo.attention.factory import ATTENTION_REGISTRY, register_attention
 from zoo.attention.headed import HeadedAttention
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.spec import AttentionSpec
+from zoo.registry import accepted_keywords
 
 __all__ = ["CrossAttention", "MultiHeadAttention", "SelfAttention", "self_attention_layer"]
 
@@ -36,7 +35,7 @@ def self_attention_layer(
     spec = AttentionSpec(attention) if isinstance(attention, str) else attention
     if not spec.is_layer:
         return SelfAttention(embed_dim, num_heads, spec, bias=bias)
-    accepted = inspect.signature(spec.variant).parameters
+    accepted = accepted_keywords(spec.variant) or ()
     stack = {"position": spec.position, "bias": bias}
     given = {key: value for key, value in stack.items() if key in accepted and value is not None}
     return ATTENTION_REGISTRY.create(spec.name, embed_dim=embed_dim, num_heads=num_heads, **given, **dict(spec.kwargs))
@@ -97,17 +96,15 @@ class SelfAttention(HeadedAttention):
     ) -> None:
         super().__init__(embed_dim, num_heads, attention, bias=bias)
 
-    def forward(
-        self,
-        x: Tensor,
-        valid_lens: Tensor | None = None,
-        *,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        """``x``: ``(B, L, embed_dim)``; ``valid_lens``: ``(B,)`` or ``(B, L)``."""
-        return super().forward(x, x, x, valid_lens, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights)
+    #: the layer contract's forward over ``x`` (:class:`~zoo.attention.layer.AttentionLayer`), not
+    #: the multi-head layers' over queries, keys and values: it merges the masks once and calls attend
+    forward = AttentionLayer.forward
+
+    def attend(self, x: Tensor, mask: Tensor | None, *, is_causal: bool, need_weights: bool) -> AttentionOutput:
+        """``x`` ``(B, L, embed_dim)`` over itself under the merged ``mask``."""
+        self._check(x, x, x)
+        k, v = self.project_kv(x, x)
+        return self.attend_projected(x, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
 
 
 @register_attention("cross", aliases=("cross_attention", "encoder_decoder"))

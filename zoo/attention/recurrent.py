@@ -72,6 +72,7 @@ from typing import Any, Literal, get_args
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from typing_extensions import TypedDict
 
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import LayerCache, StateCache
@@ -85,13 +86,25 @@ from zoo.attention.kernels import (
     delta_rule_weights,
 )
 from zoo.attention.layer import AttentionLayer
-from zoo.attention.masking import key_column, layer_mask
+from zoo.attention.masking import key_column
 from zoo.positions import PositionScheme
 
-__all__ = ["HeadNorm", "Mode", "Recurrence", "RecurrentLayer", "StepDecay"]
+__all__ = ["HeadNorm", "Mode", "Recurrence", "RecurrentLayer", "RecurrentOptions", "StepDecay"]
 
 Mode = Literal["auto", "parallel", "chunkwise", "recurrent"]
 """Which form runs the recurrence (see :mod:`zoo.attention.recurrent`)."""
+
+
+class RecurrentOptions(TypedDict, total=False):
+    """The arguments every family's layer takes beside its own, as :class:`RecurrentLayer`
+    documents them: a family's constructor takes them as ``**options: Unpack[RecurrentOptions]``
+    and hands them on, so they are written once (and checked by name, as any argument is)."""
+
+    conv_size: int
+    mode: Mode
+    chunk_size: int
+    position: PositionScheme | None
+    bias: bool
 
 
 @dataclass(frozen=True)
@@ -279,21 +292,11 @@ class RecurrentLayer(AttentionLayer):
         """``(B, T, H * w)`` -> ``(B, H, T, w)``: a projection of the layer's input, per head."""
         return x.unflatten(-1, (self.num_heads, -1)).transpose(-3, -2)
 
-    def forward(
-        self,
-        x: Tensor,
-        valid_lens: Tensor | None = None,
-        *,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
+    def attend(self, x: Tensor, mask: Tensor | None, *, is_causal: bool, need_weights: bool) -> AttentionOutput:
         """The whole sequence ``x`` ``(B, T, embed_dim)`` from a zero state: the output
-        ``(B, T, embed_dim)`` and, if asked, the parallel form's weights ``(B, H, T, T)``.
-
-        ``valid_lens`` ``(B,)`` or ``attn_mask`` ``(B, 1, T)`` (True = a real token) mark padding.
-        """
-        steps = self._steps(x, x.shape[1], valid_lens, attn_mask, is_causal=is_causal, need_weights=need_weights)
+        ``(B, T, embed_dim)`` and, if asked, the parallel form's weights ``(B, H, T, T)``;
+        ``mask`` marks the real tokens (a key padding mask, checked by :meth:`forward`)."""
+        steps = _key_steps(mask)
         q, k, v, _ = self._project(x, steps, None, 0)
         recurrence = self._prepare(q, k, v, x)
         form = "parallel" if need_weights else self._form(x.shape[1])
@@ -317,22 +320,13 @@ class RecurrentLayer(AttentionLayer):
         if cache is not None and not isinstance(cache, StateCache):
             raise TypeError(f"{type(self).__name__} continues a StateCache; got a {type(cache).__name__}.")
         count, offset = x.shape[1], 0 if cache is None else cache.length
-        mask = None if attn_mask is None else attn_mask[..., -count:]
-        steps = self._steps(x, count, None, mask, is_causal=True, need_weights=False)
+        mask = self.layer_mask(x, None, None if attn_mask is None else attn_mask[..., -count:])
+        self.check_request(mask, is_causal=True)
+        steps = _key_steps(mask)
         q, k, v, windows = self._project(x, steps, None if cache is None else cache.extra, offset)
         recurrence = self._prepare(q, k, v, x)
         output, state = self._run(recurrence, self._form(count), None if cache is None else cache.state, steps)
         return self._output(output, recurrence, steps, x), StateCache(state, offset + count, windows)
-
-    def _steps(
-        self, x: Tensor, length: int, valid_lens: Tensor | None, attn_mask: Tensor | None, *, is_causal: bool,
-        need_weights: bool,
-    ) -> Tensor | None:  # fmt: skip
-        """The masks validated, refused where this layer cannot serve them, and as the kernels
-        take them: ``(B, 1 or H, T)``, True at real tokens; None for none."""
-        mask = layer_mask(x.shape[0], length, length, self.num_heads, valid_lens, attn_mask, owner=type(self).__name__)
-        self.check_request(mask, is_causal=is_causal, need_weights=need_weights)
-        return None if mask is None else key_column(mask).squeeze(-1)
 
     def _project(
         self, x: Tensor, steps: Tensor | None, windows: tuple[Tensor, ...] | None, offset: int
@@ -410,6 +404,12 @@ class RecurrentLayer(AttentionLayer):
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, conv_size={self.conv_size}, "
             f"mode={self.mode!r}, chunk_size={self.chunk_size}"
         )
+
+
+def _key_steps(mask: Tensor | None) -> Tensor | None:
+    """A layer's key padding mask ``(B, 1 or H, L, L)``, the same for every query, as the kernels
+    take it: ``(B, 1 or H, T)``, True at real tokens; None for none."""
+    return None if mask is None else key_column(mask).squeeze(-1)
 
 
 class HeadNorm(nn.Module):

@@ -35,10 +35,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.recurrent import HeadNorm, Mode, Recurrence, RecurrentLayer
-from zoo.positions import PositionScheme
+from zoo.attention.recurrent import HeadNorm, Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["RetentionAttention"]
 
@@ -51,30 +51,18 @@ class RetentionAttention(RecurrentLayer):
         embed_dim: The block's width.
         num_heads: Heads, one decay each.
         expand_v: The value width, in multiples of ``embed_dim``.
-        conv_size: The short convolution's kernel; 0 (RetNet's): none.
-        mode, chunk_size, position, bias: As :class:`~zoo.attention.recurrent.RecurrentLayer`'s.
+        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 0 here, RetNet's).
 
     Parameters of its own: ``gate`` (``embed_dim -> value width``, no bias), the swish output gate;
     ``norm``, the per-head RMSNorm's scale.
     """
 
     def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        expand_v: float = 1.0,
-        conv_size: int = 0,
-        mode: Mode = "auto",
-        chunk_size: int = 64,
-        position: PositionScheme | None = None,
-        bias: bool = True,
+        self, embed_dim: int, num_heads: int, *, expand_v: float = 1.0, **options: Unpack[RecurrentOptions]
     ) -> None:
         value_dim = int(embed_dim * expand_v)
-        super().__init__(
-            embed_dim, num_heads, key_dim=embed_dim, value_dim=value_dim, conv_size=conv_size, mode=mode,
-            chunk_size=chunk_size, position=position, bias=bias,
-        )  # fmt: skip
+        options.setdefault("conv_size", 0)  # RetNet has none
+        super().__init__(embed_dim, num_heads, key_dim=embed_dim, value_dim=value_dim, **options)
         self.gate = nn.Linear(embed_dim, value_dim, bias=False)
         self.norm = HeadNorm(self.head_dim)
 

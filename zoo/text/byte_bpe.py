@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from zoo.errors import DataError
+from zoo.text.subwords import tokenizer_from_json
 
 __all__ = ["ByteLevelBPE", "pieces"]
 
@@ -116,11 +117,7 @@ class ByteLevelBPE:
         Raises:
             DataError: the text is not a byte-level BPE tokenizer.
         """
-        try:
-            tokenizer = Tokenizer.from_str(text)
-        except Exception as exc:  # the library raises a bare Exception for unreadable JSON
-            raise DataError(f"not a readable tokenizer ({exc}).") from exc
-        return cls(tokenizer)
+        return cls(tokenizer_from_json(text, "tokenizer"))
 
     def __repr__(self) -> str:
         return f"ByteLevelBPE(vocab_size={self.vocab_size})"

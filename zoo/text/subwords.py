@@ -40,6 +40,7 @@ __all__ = [
     "UNK_ID",
     "SubwordTokenizer",
     "normalize_text",
+    "tokenizer_from_json",
 ]
 
 SUBWORD_TOKENIZER_VERSION = 1
@@ -59,6 +60,16 @@ def normalize_text(text: str) -> str:
     'Va ! Cours'
     """
     return " ".join(unicodedata.normalize("NFKC", text).translate(_INVISIBLE).split())
+
+
+def tokenizer_from_json(text: str, what: str) -> Tokenizer:
+    """A Hugging Face ``tokenizers`` tokenizer from its JSON ``text``, or a one-line
+    :class:`~zoo.errors.DataError` naming ``what`` was unreadable (the library raises a bare
+    ``Exception`` for unreadable JSON)."""
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as exc:
+        raise DataError(f"not a readable {what} ({exc}).") from exc
 
 
 class SubwordTokenizer:
@@ -150,13 +161,9 @@ class SubwordTokenizer:
         """Rebuild a tokenizer from :meth:`to_json`'s text.
 
         Raises:
-            ValueError: the text is not a tokenizer of this kind.
+            DataError: the text is not a readable tokenizer.
         """
-        try:
-            tokenizer = Tokenizer.from_str(text)
-        except Exception as exc:  # the library raises a bare Exception for unreadable JSON
-            raise DataError(f"not a readable subword tokenizer ({exc}).") from exc
-        return cls(tokenizer)
+        return cls(tokenizer_from_json(text, "subword tokenizer"))
 
     def __repr__(self) -> str:
         return f"SubwordTokenizer(vocab_size={self.vocab_size})"
