@@ -39,10 +39,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 NANOGPT_FLAGS = [
     "config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20", "--log_interval=1",
-    "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128", "--lr_decay_iters=2000",
-    "--dropout=0.0",
+    "--block_size=64", "--batch_size=12", "--lr_decay_iters=2000", "--dropout=0.0",
 ]  # fmt: skip
-"""nanoGPT's README command for a CPU (``--max_iters`` and ``--out_dir`` are added per run)."""
+"""nanoGPT's README command for a CPU, but for its shape (``--n_layer``, ``--n_head``, ``--n_embd``:
+:func:`shape_flags`), ``--max_iters`` and ``--out_dir``, added per run."""
+
+#: the README command's shape: 4 layers, 4 heads, width 128
+README_SHAPE = (4, 4, 128)
+
+
+def shape_flags(layers: int, heads: int, width: int) -> tuple[list[str], list[str]]:
+    """The same model shape as nanoGPT's flags and as the zoo's (the zoo's recipe has the README's)."""
+    nanogpt = [f"--n_layer={layers}", f"--n_head={heads}", f"--n_embd={width}"]
+    if (layers, heads, width) == README_SHAPE:
+        return nanogpt, []
+    return nanogpt, [f"--model.num_layers={layers}", f"--model.num_heads={heads}", f"--model.d_model={width}"]
+
 
 _ITERATION = re.compile(r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms")
 _EVALUATION = re.compile(r"^step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
@@ -55,10 +67,10 @@ def prepare_nanogpt(nanogpt: Path, data: Path) -> None:
     subprocess.run([sys.executable, "prepare.py"], cwd=folder, check=True, capture_output=True)
 
 
-def run_nanogpt(nanogpt: Path, iterations: int) -> dict[str, Any]:
+def run_nanogpt(nanogpt: Path, iterations: int, shape: list[str]) -> dict[str, Any]:
     """One nanoGPT run: its iteration times (evaluation iterations left out) and validation losses."""
     with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, "train.py", *NANOGPT_FLAGS, f"--max_iters={iterations}", f"--out_dir={out}"]
+        command = [sys.executable, "train.py", *NANOGPT_FLAGS, *shape, f"--max_iters={iterations}", f"--out_dir={out}"]
         lines = subprocess.run(command, cwd=nanogpt, check=True, capture_output=True, text=True).stdout.splitlines()
     evaluations = {int(m[1]): float(m[3]) for line in lines if (m := _EVALUATION.match(line))}
     times = [float(m[2]) / 1e3 for line in lines if (m := _ITERATION.match(line)) and int(m[1]) not in evaluations]
@@ -92,12 +104,17 @@ def main() -> None:
     options.add_argument("--iterations", type=int, default=2000)
     options.add_argument("--rounds", type=int, default=2)
     options.add_argument("--out", type=Path)
+    options.add_argument(
+        "--shape", type=int, nargs=3, default=README_SHAPE, metavar=("LAYERS", "HEADS", "WIDTH"),
+        help="the model's layers, heads and width, the same for both (default: the README command's 4 4 128)",
+    )  # fmt: skip
     args, extra = options.parse_known_args()
-    extra = [a for a in extra if a != "--"]
+    nanogpt_shape, zoo_shape = shape_flags(*args.shape)
+    extra = [*zoo_shape, *(a for a in extra if a != "--")]
     prepare_nanogpt(args.nanogpt, args.data)
     runs: dict[str, list[dict[str, Any]]] = {"nanogpt": [], "zoo": []}
     for round_ in range(args.rounds):
-        runs["nanogpt"].append(run_nanogpt(args.nanogpt, args.iterations))
+        runs["nanogpt"].append(run_nanogpt(args.nanogpt, args.iterations, nanogpt_shape))
         runs["zoo"].append(run_zoo(args.data, args.iterations, extra))
         for name in runs:
             last = runs[name][-1]
