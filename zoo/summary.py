@@ -15,7 +15,9 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
+from zoo.attention.factory import ATTENTION_REGISTRY
 from zoo.attention.headed import HeadedAttention
+from zoo.attention.layer import AttentionLayer
 from zoo.distributed import run_directory
 
 __all__ = ["RUN_DIRECTORY_LABEL", "attention_by_layer", "run_summary"]
@@ -64,7 +66,8 @@ def run_summary(trainer: L.Trainer, subcommand: str) -> list[str]:
 
 
 def attention_by_layer(model: nn.Module) -> list[str]:
-    """One line per stack of attention layers: what each layer's heads run, in order.
+    """One line per stack of attention layers: what each layer's heads run (or, for a layer of its
+    own such as a recurrent family, its registered name), in order.
 
     ``model.blocks.0.attention`` and ``model.blocks.1.attention`` form the stack
     ``blocks.attention``; a hybrid stack reads ``blocks.attention: local, dot_product, local,
@@ -73,8 +76,13 @@ def attention_by_layer(model: nn.Module) -> list[str]:
     stacks: dict[str, list[str]] = {}
     for name, module in model.named_modules():
         if isinstance(module, HeadedAttention):
-            stack = re.sub(r"\.\d+(?=\.|$)", "", name).removeprefix("model.")
-            stacks.setdefault(stack, []).append(module.spec.describe())
+            described = module.spec.describe()
+        elif isinstance(module, AttentionLayer) and module.stack_layer:  # a layer built by its registered name
+            described = ATTENTION_REGISTRY.name_of(type(module)) or type(module).__name__
+        else:
+            continue
+        stack = re.sub(r"\.\d+(?=\.|$)", "", name).removeprefix("model.")
+        stacks.setdefault(stack, []).append(described)
     lines = []
     for stack, specs in stacks.items():
         shown = f"{specs[0]} (all {len(specs)})" if len(specs) > 1 and len(set(specs)) == 1 else ", ".join(specs)

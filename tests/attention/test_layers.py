@@ -17,6 +17,7 @@ from zoo.attention.legacy import migrate_attention
 from zoo.attention.recurrent import Recurrence, RecurrentLayer
 from zoo.attention.spec import AttentionSpec, layer_specs
 from zoo.models import GPT
+from zoo.summary import attention_by_layer
 
 
 class ForgettingSum(RecurrentLayer):
@@ -77,6 +78,9 @@ def test_gated_deltanets_hybrid_mixes_layers_and_a_softmax_layer_and_decodes_eac
         _, caches = model(prompt, use_cache=True)
     assert [type(c) for c in caches] == [StateCache] * 3 + [KeyValueCache]
     assert [len(c.extra) for c in caches[:3]] == [3, 3, 3]  # the three convolutions' windows
+    assert attention_by_layer(model) == [
+        "blocks.attention: gated_deltanet, gated_deltanet, gated_deltanet, dot_product"
+    ]
 
 
 def test_a_spec_refuses_what_a_layer_cannot_be_given_in_one_line() -> None:
