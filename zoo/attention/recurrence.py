@@ -1,0 +1,103 @@
+"""What a recurrent family's recurrence reads at each step, and the three forms that run it.
+
+A family's :meth:`~zoo.attention.recurrent.RecurrentLayer.prepare` returns a :class:`Recurrence`;
+the layer runs it in the form its ``mode`` picks (:mod:`zoo.attention.recurrent`), through the
+kernels of :mod:`zoo.attention.kernels`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from zoo.attention.kernels import (
+    decay_chunkwise,
+    decay_recurrent,
+    decay_weights,
+    delta_rule_chunkwise,
+    delta_rule_recurrent,
+    delta_rule_weights,
+)
+
+__all__ = ["Recurrence"]
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    """What a family's recurrence reads at each step, per head (``(B, H, T, ...)``).
+
+    Without ``beta``, a decaying state: ``S_t = Diag(exp(log_decay_t)) S_{t-1} + k_t^T v_t``, with
+    ``log_decay`` ``(B, H, T, 1)`` (a scalar decay) or ``(B, H, T, dk)`` (one per key dimension),
+    or anything that broadcasts to it. With ``beta`` ``(B, H, T)``, the delta rule:
+    ``S_t = (I - beta_t k_t^T k_t) a_t S_{t-1} + beta_t k_t^T v_t``, ``log_decay`` ``(B, H, T)`` or
+    None (no decay). ``skip`` is added to the recurrence's output (Mamba-2's ``D x``).
+
+    A decaying state may take queries and keys of fewer heads ``G`` than the values' ``H``, each
+    shared by ``H / G`` value heads (Mamba-2's groups of ``B`` and ``C``): the kernels then see a
+    group axis and broadcast the shared queries and keys over it, so the scores of a group are
+    formed once, not once a head.
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    log_decay: Tensor | None
+    beta: Tensor | None = None
+    skip: Tensor | None = None
+
+    def chunkwise(self, chunk_size: int | None, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The chunkwise form (``chunk_size=None``: the parallel form) from ``state``: the output and final state."""
+        if self.beta is None:
+            q, k, v, log_decay, state, mask = self._grouped(state, mask)
+            output, final = decay_chunkwise(q, k, v, log_decay, chunk_size=chunk_size, initial_state=state, mask=mask)
+            return self._ungrouped(output), self._ungrouped(final)
+        return delta_rule_chunkwise(
+            self.q, self.k, self.v, self.beta, self.log_decay, chunk_size=chunk_size, initial_state=state, mask=mask
+        )
+
+    def recurrent(self, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The recurrent form, one step at a time from ``state``: the output and final state."""
+        if self.beta is None:
+            q, k, v, log_decay, state, mask = self._grouped(state, mask)
+            output, final = decay_recurrent(q, k, v, log_decay, state=state, mask=mask)
+            return self._ungrouped(output), self._ungrouped(final)
+        return delta_rule_recurrent(self.q, self.k, self.v, self.beta, self.log_decay, state=state, mask=mask)
+
+    def weights(self, mask: Tensor | None) -> Tensor:
+        """The parallel form's ``(B, H, T, T)`` weights: the output from a zero state is ``weights @ v``."""
+        if self.beta is None:
+            q, k, v, log_decay, _, mask = self._grouped(None, mask)
+            return self._ungrouped(decay_weights(q, k, log_decay, mask=mask))
+        return delta_rule_weights(self.q, self.k, self.beta, self.log_decay, mask=mask)
+
+    @property
+    def groups(self) -> int:
+        """Value heads per query and key head (1: one each)."""
+        return self.v.shape[-3] // self.q.shape[-3]
+
+    def _grouped(
+        self, state: Tensor | None, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Queries, keys, values, log decays, state and mask with the heads split into ``(G, H / G)``
+        (a query and key axis of 1 over each group) where the queries and keys are shared; as they are otherwise."""
+        assert self.log_decay is not None
+        if self.groups == 1:
+            return self.q, self.k, self.v, self.log_decay, state, mask
+        split = (self.q.shape[-3], self.groups)
+
+        def per_head(x: Tensor, axis: int) -> Tensor:  # a head axis of H, or of 1 (broadcast)
+            return x.unsqueeze(axis) if x.shape[axis] == 1 else x.unflatten(axis, split)
+
+        return (
+            self.q.unsqueeze(-3),
+            self.k.unsqueeze(-3),
+            self.v.unflatten(-3, split),
+            per_head(self.log_decay, -3),
+            None if state is None else state.unflatten(-3, split),
+            None if mask is None else per_head(mask, -2),
+        )
+
+    def _ungrouped(self, x: Tensor) -> Tensor:
+        """A result with the heads split into groups as ``(B, H, ...)``."""
+        return x if self.groups == 1 else x.flatten(-4, -3)
