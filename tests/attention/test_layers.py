@@ -123,3 +123,22 @@ def test_format_1_hyperparameters_get_the_layout_they_were_saved_with() -> None:
     single = migrate_attention({"attention": "deltanet", "attention_kwargs": {"mode": "chunkwise"}}, 1)
     assert single["attention_kwargs"] == {"conv_size": 0, "mode": "chunkwise"}
     assert migrate_attention(old, 2) is old and old["attention"][0] == "gla"
+
+
+class _TakesAnything(ForgettingSum):
+    """A layer whose constructor takes any keyword (a plain ``**kwargs``)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, **kwargs) -> None:
+        super().__init__(embed_dim, num_heads, **kwargs)
+
+
+def test_a_layer_taking_any_keyword_still_gets_the_stacks_position_and_bias() -> None:
+    zoo.register_attention_layer("test_takes_anything")(_TakesAnything)
+    try:
+        model = GPT(
+            11, d_model=16, num_heads=2, num_layers=1, bias=False, position="rope", attention="test_takes_anything"
+        )
+    finally:
+        zoo.ATTENTION_REGISTRY.unregister("test_takes_anything")
+    layer = model.blocks[0].attention
+    assert layer.rotary is not None and layer.q_proj.bias is None

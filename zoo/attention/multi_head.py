@@ -35,9 +35,9 @@ def self_attention_layer(
     spec = AttentionSpec(attention) if isinstance(attention, str) else attention
     if not spec.is_layer:
         return SelfAttention(embed_dim, num_heads, spec, bias=bias)
-    accepted = accepted_keywords(spec.variant) or ()
+    accepted = accepted_keywords(spec.variant)  # None: a constructor that takes any keyword
     stack = {"position": spec.position, "bias": bias}
-    given = {key: value for key, value in stack.items() if key in accepted and value is not None}
+    given = {key: value for key, value in stack.items() if value is not None and (accepted is None or key in accepted)}
     return ATTENTION_REGISTRY.create(spec.name, embed_dim=embed_dim, num_heads=num_heads, **given, **dict(spec.kwargs))
 
 
