@@ -4,6 +4,7 @@ Importing this package registers the built-in variants.
 """
 
 from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.context import AttentionContext
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.factory import (
     ATTENTION_REGISTRY,
@@ -46,6 +47,7 @@ __all__ = [
     "AdditiveAttention",
     "AveragePooling",
     "Attention",
+    "AttentionContext",
     "AttentionLayer",
     "AttentionOutput",
     "AttentionSpec",

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.patterns import SparsePatternAttention
 
@@ -79,10 +80,7 @@ class BigBirdAttention(SparsePatternAttention):
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
         return torch.matmul(queries, keys.transpose(-2, -1)) * scale
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """The block-sparse pattern, or exact attention (said once) when the sequence is too short for it."""
         if math.ceil(keys.shape[-2] / self.block_size) < self.min_blocks():
             if not self._warned_exact:
@@ -93,8 +91,8 @@ class BigBirdAttention(SparsePatternAttention):
                     stacklevel=2,
                 )
                 self._warned_exact = True
-            return Attention.attend(self, queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
-        return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
+            return Attention.attend(self, queries, keys, values, context)
+        return super().attend(queries, keys, values, context)
 
     def random_blocks(self, num_blocks: int, device: torch.device) -> Tensor:
         """``(num_blocks, r)``: the random key blocks of each query block, none in its window or global."""

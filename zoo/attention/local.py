@@ -53,6 +53,7 @@ from zoo.attention.base import (
     AttentionOutput,
     PositionBias,
 )
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.kernels import block_attention, rows_from
 from zoo.attention.masking import mask_at, masked_softmax
@@ -106,12 +107,15 @@ class LocalAttention(Attention):
                 "Use the layer's own head count, or num_heads=1 to share one bias across a batch."
             )
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """Blockwise attention within the window; ``mask`` and ``position_bias`` are read only at
         the scored pairs."""
+        mask, is_causal, need_weights, position_bias = (
+            context.mask,
+            context.is_causal,
+            context.need_weights,
+            context.position_bias,
+        )
         before, after = (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
         return self._attend_blocks(queries, keys, values, mask, before, after, need_weights, position_bias)
 

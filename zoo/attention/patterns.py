@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.kernels import block_attention, rows_from
 from zoo.attention.masking import mask_at, masked_softmax
 
@@ -82,11 +83,9 @@ class SparsePatternAttention(Attention):
         """A non-causal pattern needs queries and keys of one sequence."""
         self.check_one_sequence(queries, keys, is_causal, "pattern")
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """Blockwise attention over each block's candidate keys, then the dense global rows."""
+        mask, is_causal, need_weights = context.mask, context.is_causal, context.need_weights
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         offset = num_keys - num_queries  # key position of query 0 (bottom-right)
         block = self.block_size

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention import AttentionSpec, MultiHeadAttention, create_attention, create_scoring_attention, get_attention
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import layer_names, scoring_names
 from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
 from zoo.bench.report import markdown_table
@@ -148,8 +149,9 @@ def _self_attend(layer: nn.Module, x: Tensor, valid_lens: Tensor | None, causal:
 
 
 def _self_attend_x(layer: nn.Module, x: Tensor, valid_lens: Tensor | None, causal: bool) -> Tensor:
-    """A zoo ``self`` layer's output (it takes ``x`` alone)."""
-    return layer(x, valid_lens, is_causal=causal).output
+    """A zoo layer's output over ``x`` alone, under the context a model builds once a forward."""
+    context = AttentionContext.build(x.shape[0], x.shape[1], valid_lens=valid_lens, is_causal=causal)
+    return layer(x, context).output
 
 
 def attention_cases() -> list[Case]:
