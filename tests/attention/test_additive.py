@@ -7,7 +7,7 @@ import torch
 from torch.func import functional_call
 
 import zoo
-from zoo.attention.additive import AdditiveScores, _chunks
+from zoo.attention.variants.additive import AdditiveScores, _chunks
 
 
 def broadcast_scores(attention: zoo.AdditiveAttention, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:

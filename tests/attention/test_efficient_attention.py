@@ -13,7 +13,7 @@ import torch
 import zoo
 from tests.helpers.layers import run_layer
 from zoo.attention import IncompatibleAttentionError, require_attention
-from zoo.attention.performer import orthogonal_gaussian
+from zoo.attention.variants.performer import orthogonal_gaussian
 from zoo.testing import check_attention
 
 # -- naive formulations ------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from torch import Tensor
 from zoo.attention.base import AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
-from zoo.attention.linear import LinearAttention
+from zoo.attention.variants.linear import LinearAttention
 
 __all__ = ["PerformerAttention", "orthogonal_gaussian"]
 

@@ -19,7 +19,7 @@ pattern keeps full attention's expressiveness, at linear cost.
 
 Cost: each query scores ``(5 + num_random_blocks) * block_size`` keys, each global query every
 key: time and memory ``O(L block_size (5 + r))`` (blockwise, through
-:class:`~zoo.attention.patterns.SparsePatternAttention`). The pattern needs at least
+:class:`~zoo.attention.variants.patterns.SparsePatternAttention`). The pattern needs at least
 ``5 + num_random_blocks`` blocks; a shorter sequence is computed exactly (full attention), and a
 warning says so once.
 """
@@ -36,7 +36,7 @@ from torch import Tensor
 from zoo.attention.base import Attention, AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
-from zoo.attention.patterns import SparsePatternAttention
+from zoo.attention.variants.patterns import SparsePatternAttention
 
 __all__ = ["BigBirdAttention"]
 

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from zoo.attention.factory import register_attention
-from zoo.attention.patterns import SparsePatternAttention
+from zoo.attention.variants.patterns import SparsePatternAttention
 
 __all__ = ["FixedSparseAttention"]
 

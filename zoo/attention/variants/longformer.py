@@ -13,7 +13,7 @@ distant ordinary positions flows only through the global ones (or through depth,
 layer). The paper's dilated windows are not included.
 
 Cost: time and memory ``O(L (w + g))`` for window ``w`` and ``g`` global positions: the window
-and global keys blockwise (:class:`~zoo.attention.patterns.SparsePatternAttention`), the ``g``
+and global keys blockwise (:class:`~zoo.attention.variants.patterns.SparsePatternAttention`), the ``g``
 global queries as dense rows.
 """
 
@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from zoo.attention.factory import register_attention
-from zoo.attention.patterns import SparsePatternAttention
+from zoo.attention.variants.patterns import SparsePatternAttention
 
 __all__ = ["LongformerAttention"]
 
