@@ -205,6 +205,24 @@ def test_t5_bias_equals_the_scheme(is_causal: bool, length: int) -> None:
     torch.testing.assert_close(output, expected, atol=TOLERANCE, rtol=TOLERANCE)
 
 
+@pytest.mark.parametrize("scheme_name", ["alibi", "t5"])
+def test_a_scheme_of_the_distance_alone_goes_as_its_table_over_distances(scheme_name: str) -> None:
+    """A bias scheme called at query 0 over :func:`relative_distances` gives a table whose
+    bucket is the distance's index: a variant can pass its scheme without knowing its kind."""
+    torch.manual_seed(0)
+    scheme = zoo.create_position(scheme_name, d_model=HEADS * DIM, num_heads=HEADS, causal=True)
+    length = 300
+    distances = flex.relative_distances(length)
+    with torch.no_grad():
+        table = scheme(torch.zeros(1, dtype=torch.long), distances)  # (H, 2L - 1)
+        q, k, v = _inputs(2, 37, length)
+        output = flex.flex_attend(
+            q, k, v, mask=flex.causal(), score_mod=flex.bucketed_bias(table, torch.arange(len(distances)))
+        )
+    expected = _variant_output(zoo.create_attention("dot_product"), q, k, v, None, True, position_bias=scheme)
+    torch.testing.assert_close(output, expected, atol=TOLERANCE, rtol=TOLERANCE)
+
+
 def test_local_relative_bias_and_alibi_together() -> None:
     """``local``'s learned bias per distance (a bucket table whose bucket is the distance's
     column) chained with ALiBi, over fewer queries than keys."""

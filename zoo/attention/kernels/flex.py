@@ -287,6 +287,11 @@ def bucketed_bias(table: Tensor, buckets: Tensor) -> ScoreMod:
             :func:`relative_distances` ``(length)``, ``length >= max(Lq, Lk)``: for ``t5``,
             ``t5_bucket(relative_distances(length), ...)``; for ``local``'s relative bias, the
             column of the distance ``p - j``, ``(window // 2 - distances).clamp(0, columns - 1)``.
+
+    Any bias scheme that reads the distance ``key - query`` alone (``alibi``, ``t5``: a
+    ``PositionBias``) goes through here without knowing its kind: its table over the distances,
+    ``scheme(zeros(1), relative_distances(length))`` ``(H, 2 * length - 1)``, with the buckets
+    ``arange(2 * length - 1)``; gradients then reach the scheme's parameters through the table.
     """
     middle = (buckets.shape[0] - 1) // 2  # the index of distance 0
     shared = table.shape[0] == 1
