@@ -43,16 +43,18 @@ zoo's chunkwise form through stand-ins of these ops written from fla's documenta
   float32, the state in float32 (``promote_types(dtype, float32)`` here). ``chunk_delta_rule``
   refuses float32 (an assertion in fla 0.6.0), so an ungated delta rule in float32 runs in
   ``chunk_gated_delta_rule`` with zero log decays, which is the same recurrence. Errors are
-  float32 rounding inside fla's chunks (TF32 in its matrix products), within the tolerances of
-  fla's own tests (a relative RMS error of 0.005 on outputs and states).
+  rounding inside fla's chunks (its matrix products may run in TF32 on float32 inputs);
+  ``tests/cuda/test_fla_cuda.py`` holds them to the tolerances of fla's own tests (a relative
+  RMS error of 0.005 on outputs and states).
 * fla chooses its own chunk size (64): the zoo's ``chunk_size`` does not enter, and the result
   does not depend on it beyond rounding.
 * Gradients flow to everything the recurrence reads (fla's ops are autograd functions), except
   through ``g_gamma``: a per-head decay that requires a gradient is passed as ``g`` instead.
 
 :func:`fla_available` says whether the kernels can run: ``fla-core`` (and Triton) installed and a
-CUDA device. Tested with fla-core 0.6.0 (pure Python, ``torch>=2.7``, ``triton>=3.3``), PyTorch
-2.11 and Triton 3.6; ``pip install attention-zoo[fla]``.
+CUDA device. Written for fla-core 0.6.0 (pure Python; ``torch>=2.7``, ``triton>=3.3``, which the
+GPU machine's PyTorch 2.11 and Triton 3.6 meet), its signatures read from that release;
+``pip install attention-zoo[fla]``.
 """
 
 from __future__ import annotations

@@ -44,16 +44,18 @@ Exactness (what the tests hold, in float32 to 1e-5 against the variants' own for
 * the biases are ``alibi``'s (``-slope_h |p - j|``, or ``-slope_h (p - j)`` for a causal scheme)
   and a bucket table's, ``table[h, bucket(j - p)]`` (``t5``; ``local``'s relative bias);
 * a query with no visible key gets a zero output, as in the zoo (flex gives 0 for a fully masked
-  row: checked for the eager path on the CPU and for the compiled one on CUDA);
+  row: checked for the eager path on the CPU; ``tests/cuda/test_flex_cuda.py`` checks the
+  compiled one);
 * there is no dropout: flex has none, so a variant training with dropout keeps its own path.
 
 Devices and dtypes (:func:`flex_supported`). CUDA: float16, bfloat16, float32, forward and
 backward, compiled (gradients also reach a bias table the score function reads, such as a
-``t5`` table). CPU: eager ``flex_attention`` in float32, float64 and bfloat16, forward only
+``t5`` table: ``tests/cuda/test_flex_cuda.py`` holds bfloat16 against the variants in float32).
+CPU: eager ``flex_attention`` in float32, float64 and bfloat16, forward only
 (PyTorch raises on a CPU input that requires gradients), with the ``(B, H, Lq, Lk)`` scores
 materialized: a reference and a test bench, not a fast path. Needs
-``torch.nn.attention.flex_attention`` (PyTorch 2.5 on; tested with 2.11 on CUDA and 2.13 on the
-CPU); without it :func:`flex_supported` says False.
+``torch.nn.attention.flex_attention`` (PyTorch 2.5 on; tested with 2.13 on the CPU, written for
+the GPU machine's 2.11); without it :func:`flex_supported` says False.
 """
 
 from __future__ import annotations
