@@ -18,6 +18,7 @@ from zoo.datamodules.recall.base import (
     ShuffledSetBatches,
     distinct_integers,
     evaluation_batches,
+    shared_generator,
     split_generator,
     weighted_draws_without_replacement,
 )
@@ -144,8 +145,10 @@ def test_a_resumed_training_loader_serves_the_rest_of_the_interrupted_epoch() ->
 
 
 def test_splits_and_sets_draw_apart_and_every_call_draws_the_same() -> None:
+    keys = [(), (0,), (0, 0), (1,), (0, 1), (1, 0)]  # trailing zeros too: a plain list of seeds confuses them
     draws = {
-        (split, key): split_generator(7, split, key).integers(1 << 30) for split in ("train", "test") for key in (0, 1)
+        (split, key): split_generator(7, split, *key).integers(1 << 60) for split in ("train", "test") for key in keys
     }
-    assert len(set(draws.values())) == 4
-    assert split_generator(7, "train", 1).integers(1 << 30) == draws["train", 1]
+    assert len(set(draws.values())) == len(draws)
+    assert split_generator(7, "train", 0, 1).integers(1 << 60) == draws["train", (0, 1)]
+    assert shared_generator(7).integers(1 << 60) not in draws.values()

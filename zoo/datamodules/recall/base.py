@@ -22,8 +22,8 @@ training data every step (Mamba's tasks) draws batch ``i`` of epoch ``e`` from
 ``(generator_seed, seed, e, i)`` (:class:`GeneratedBatches`). Evaluation batches each set in order,
 and processes share whole batches (:class:`~zoo.datamodules.loaders.WholeBatchSampler`).
 
-**Determinism**: every draw comes from a NumPy ``Generator`` seeded by a list of integers
-(:func:`split_generator`: the data module's ``generator_seed``, the split, the set), never from a
+**Determinism**: every draw comes from a NumPy ``Generator`` spawned from the data module's
+``generator_seed`` with the split and the set as its key (:func:`split_generator`), never from a
 global random state, so every process, platform and run builds the same data.
 """
 
@@ -67,14 +67,16 @@ _SPLIT_CODES = {split: code for code, split in enumerate(SPLITS)}
 
 
 def split_generator(generator_seed: int, split: str, *keys: int) -> np.random.Generator:
-    """The generator of one set of ``split``: seeded by ``[generator_seed, split's code, *keys]``, so
-    that splits and sets draw apart and every process draws the same."""
-    return np.random.default_rng([generator_seed, _SPLIT_CODES[split], *keys])
+    """The generator of one set of ``split``: ``generator_seed``'s stream spawned with the key
+    ``(split's code, *keys)`` (NumPy's ``SeedSequence`` spawn keys, which tell ``(0,)`` from
+    ``(0, 0)`` where a plain list of seeds would not), so that splits and sets draw apart and every
+    process draws the same."""
+    return np.random.default_rng(np.random.SeedSequence(generator_seed, spawn_key=(_SPLIT_CODES[split], *keys)))
 
 
 def shared_generator(generator_seed: int) -> np.random.Generator:
     """The generator of what every split shares (MAD's memorization map), apart from every split's."""
-    return np.random.default_rng([generator_seed, len(SPLITS)])
+    return np.random.default_rng(np.random.SeedSequence(generator_seed, spawn_key=(len(SPLITS),)))
 
 
 def distinct_integers(rng: np.random.Generator, rows: int, k: int, n: int) -> np.ndarray:
