@@ -7,9 +7,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
+from jsonargparse import ArgumentParser
 
 from tests.helpers.statistics import chi_square_p, two_sample_chi_square_p
+from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.datamodules.loaders import ResumableDataLoader
 from zoo.datamodules.recall.base import (
     Examples,
@@ -152,3 +155,20 @@ def test_splits_and_sets_draw_apart_and_every_call_draws_the_same() -> None:
     assert len(set(draws.values())) == len(draws)
     assert split_generator(7, "train", 0, 1).integers(1 << 60) == draws["train", (0, 1)]
     assert shared_generator(7).integers(1 << 60) not in draws.values()
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "sizes"),
+    [
+        ("mqar", ["--data.mixture", "zoology"], (8_192, 1_024)),
+        ("mad", ["--data.task", "noisy-in-context-recall", "--data.setting", "frac_noise=0.4"], (32, 127)),
+        ("selective_copying", ["--data.test_lengths", "[256, 1024]", "--data.num_tokens", "8"], (16, 1_024)),
+        ("induction_heads", ["--data.test_lengths", "[64, 128]", "--data.vocab_size", "20"], (20, 256)),
+    ],
+)
+def test_the_command_line_builds_each_module_from_its_arguments(name: str, arguments: list[str], sizes) -> None:
+    module = DATAMODULE_REGISTRY.get(name)
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(module, "data")
+    data = module(**vars(parser.parse_args(arguments).data))
+    assert (data.vocab_size, data.block_size) == sizes  # what the CLI links into a model

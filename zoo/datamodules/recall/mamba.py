@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 import numpy as np
+from torch.utils.data import DataLoader
 
 from zoo.datamodules.base import check_minimums
 from zoo.datamodules.recall.base import IGNORE_INDEX, Examples, RecallDataModule, distinct_integers, split_generator
@@ -164,7 +165,7 @@ class _LengthExtrapolation(RecallDataModule):
             for index, length in enumerate(lengths)
         ]
 
-    def train_dataloader(self):
+    def train_dataloader(self) -> DataLoader:
         """``train_batches`` fresh batches at ``seq_len`` per epoch; resumable mid-epoch."""
         return self.generated_train_dataloader(self.examples(self.seq_len), self.train_batches)
 
