@@ -37,6 +37,10 @@ The recurrence runs in one of three forms, equal up to rounding (``mode``):
 * ``auto`` (the default): ``parallel`` up to ``chunk_size`` steps, else ``chunkwise``; a single
   step, ``recurrent``. ``need_weights=True`` takes the parallel form.
 
+On CUDA with the ``fla`` extra installed, the chunkwise form runs in flash-linear-attention's
+Triton kernels (:mod:`zoo.attention.kernels.fla`; :mod:`zoo.attention.backends` says when, and
+how to force either); decoding steps stay the zoo's recurrent form.
+
 Decays are summed in log space within a chunk only, and only non-positive differences are
 exponentiated, so 16k-token inputs neither overflow nor underflow in float32 (the kernels'
 docstrings say how). Half-precision inputs run the recurrence in float32, outside autocast: the
@@ -73,10 +77,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import TypedDict
 
+from zoo.attention.backends import choose, requested_backend
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import LayerCache, StateCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.kernels import causal_conv1d
+from zoo.attention.kernels.fla import fla_available, fla_chunk
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.recurrence import Recurrence
 from zoo.attention.rotation import rotate_heads
@@ -213,7 +219,7 @@ class RecurrentLayer(AttentionLayer):
         q, k, v, _ = self._project(x, steps, None, 0, context)
         recurrence = self._prepare(q, k, v, x)
         form = "parallel" if context.need_weights else self._form(x.shape[1])
-        output, _ = self._run(recurrence, form, None, steps)
+        output, _ = self._run(recurrence, form, None, steps, weights=context.need_weights)
         weights = None
         if context.need_weights:
             with torch.autocast(x.device.type, enabled=False):
@@ -283,13 +289,32 @@ class RecurrentLayer(AttentionLayer):
         return self.prepare(queries.to(dtype), keys.to(dtype), values.to(dtype), layer_input)
 
     def _run(
-        self, recurrence: Recurrence, form: Mode, state: Tensor | None, steps: Tensor | None
+        self, recurrence: Recurrence, form: Mode, state: Tensor | None, steps: Tensor | None, *, weights: bool = False
     ) -> tuple[Tensor, Tensor]:
-        """The recurrence in ``form`` from ``state`` (zeros if None), outside autocast."""
-        with torch.autocast(recurrence.q.device.type, enabled=False):
+        """The recurrence in ``form`` from ``state`` (zeros if None), outside autocast: the
+        chunkwise form in flash-linear-attention's kernels where the backend takes them
+        (:mod:`zoo.attention.backends`; forced, the parallel form too, unless ``weights`` are
+        wanted, which they do not give)."""
+        device = recurrence.q.device
+        with torch.autocast(device.type, enabled=False):
             if form == "recurrent":
                 return recurrence.recurrent(state, steps)
+            fused = choose("fla", "it returns no weights" if weights else self._fla_refusal(device), device=device)
+            if fused and (form == "chunkwise" or requested_backend() == "fla"):  # forced: the parallel form too
+                return fla_chunk(recurrence, state, steps)
             return recurrence.chunkwise(None if form == "parallel" else self.chunk_size, state, steps)
+
+    def fused_backend(self, device: torch.device, dtype: torch.dtype) -> tuple[str, str | None]:
+        """``("fla", why not)``: flash-linear-attention's chunk kernels run the chunkwise form
+        (:mod:`zoo.attention.backends`) where they are installed, on CUDA."""
+        return "fla", self._fla_refusal(torch.device(device))
+
+    @staticmethod
+    def _fla_refusal(device: torch.device) -> str | None:
+        """Why flash-linear-attention's kernels cannot run the chunkwise form here, or None."""
+        if not fla_available(device):
+            return "its kernels need the fla extra (pip install attention-zoo[fla]) and a CUDA device"
+        return None
 
     def _output(self, output: Tensor, recurrence: Recurrence, steps: Tensor | None, layer_input: Tensor) -> Tensor:
         """The skip connection (none at a padded step, which reads nothing), :meth:`finish` in the

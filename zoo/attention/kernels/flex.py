@@ -20,7 +20,8 @@ and runs the kernel:
   :func:`relative_distances` (the distances to bucket), :func:`chain_scores` (several at once).
 * :func:`block_mask_for`: the block mask of a :class:`FlexMask` for one shape, built once per
   (description, batch, ``Lq``, ``Lk``, device) and then taken from a bounded LRU cache
-  (:func:`block_mask_cache_info`, :func:`clear_block_masks`);
+  (:func:`block_mask_cache_info`, :func:`clear_block_masks`); :func:`build_block_mask` builds one
+  uncached (a mask that reads a call's data);
 * :func:`flex_attend`: the attention ``(B, H, Lq, d)`` -> ``(B, H, Lq, dv)``, compiled on CUDA
   (``torch.compile(flex_attention)``, built once, on first use), eager on the CPU;
 * :func:`flex_supported`: whether flex runs for a device, dtype and need of gradients.
@@ -349,6 +350,16 @@ def _cached_block_mask(
     mask: FlexMask, batch: int | None, num_queries: int, num_keys: int, device: torch.device
 ) -> BlockMask:
     """:func:`block_mask_for`'s work, cached by the mask's description and the shape."""
+    return build_block_mask(mask, batch, num_queries, num_keys, device)
+
+
+def build_block_mask(
+    mask: FlexMask, batch: int | None, num_queries: int, num_keys: int, device: torch.device | str
+) -> BlockMask:
+    """The block mask of ``mask`` for one shape, built now (:func:`block_mask_for` caches it
+    across calls; a mask that reads a call's data, such as its padding, is built once a forward
+    and kept with that forward instead). ``batch`` None: one mask for every sequence."""
+    device = torch.device(device)
     mask_mod = _mask_at_query_positions(mask.mask_mod, num_keys - num_queries)
     if device.type == "cuda":
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):

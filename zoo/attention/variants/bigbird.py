@@ -36,6 +36,7 @@ from torch import Tensor
 from zoo.attention.base import Attention, AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
+from zoo.attention.kernels import flex
 from zoo.attention.variants.patterns import SparsePatternAttention
 
 __all__ = ["BigBirdAttention"]
@@ -93,6 +94,11 @@ class BigBirdAttention(SparsePatternAttention):
                 self._warned_exact = True
             return Attention.attend(self, queries, keys, values, context)
         return super().attend(queries, keys, values, context)
+
+    def flex_pattern(self, num_keys: int, is_causal: bool, device: torch.device) -> flex.FlexMask:
+        """The window, the global blocks and the random blocks of a sequence long enough for the
+        pattern (a shorter one never reaches flex: :meth:`attend` computes it exactly)."""
+        return flex.bigbird(self.block_size, self.random_blocks(math.ceil(num_keys / self.block_size), device))
 
     def random_blocks(self, num_blocks: int, device: torch.device) -> Tensor:
         """``(num_blocks, r)``: the random key blocks of each query block, none in its window or global."""

@@ -11,13 +11,14 @@ from torch import Tensor
 from zoo.attention.base import Attention, AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
-from zoo.attention.kernels import fused_attention
+from zoo.attention.flex_variant import FlexVariant
+from zoo.attention.kernels import flex, fused_attention
 
 __all__ = ["DotProductAttention"]
 
 
 @register_attention("dot_product", aliases=("scaled_dot_product",))
-class DotProductAttention(Attention):
+class DotProductAttention(FlexVariant, Attention):
     """Scaled dot-product attention (Vaswani et al., 2017).
 
     Scores are ``q . k * scale`` with ``scale = 1 / sqrt(d)`` by default. When weights are not
@@ -32,6 +33,7 @@ class DotProductAttention(Attention):
     """
 
     has_fused_path: ClassVar[bool] = True
+    flex_needs_bias: ClassVar[bool] = True  # without a bias scheme, SDPA's flash kernel runs it
     supports_position_bias: ClassVar[bool] = True
     supports_grouped_kv: ClassVar[bool] = True
 
@@ -49,8 +51,12 @@ class DotProductAttention(Attention):
         """The explicit formulation when weights are asked for, else the fused kernel.
 
         Grouped key/value heads (fewer at axis -3 than the queries) go to the kernel as they are
-        (``enable_gqa``), and are repeated for the explicit formulation.
+        (``enable_gqa``), and are repeated for the explicit formulation. With a bias scheme
+        FlexAttention takes it where the backend allows (:mod:`zoo.attention.flex_variant`): the
+        bias as a table over distances, never an ``(H, Lq, Lk)`` float mask.
         """
+        if (flexed := self.attend_flex(queries, keys, values, context)) is not None:
+            return flexed
         grouped = keys.dim() >= 3 and queries.dim() >= 3 and keys.shape[-3] != queries.shape[-3]
         if context.need_weights:
             if grouped:
@@ -63,6 +69,10 @@ class DotProductAttention(Attention):
             dropout_p=self.active_dropout, scale=self._scale(queries), enable_gqa=grouped,
         )  # fmt: skip
         return AttentionOutput(output, None)
+
+    def flex_pattern(self, num_keys: int, is_causal: bool, device: torch.device) -> flex.FlexMask | None:
+        """Causality, or every pair."""
+        return flex.causal() if is_causal else None
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}" if self.scale is not None else ""

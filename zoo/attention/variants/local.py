@@ -55,14 +55,15 @@ from zoo.attention.base import (
 )
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
-from zoo.attention.kernels import block_attention, rows_from
+from zoo.attention.flex_variant import FlexVariant
+from zoo.attention.kernels import block_attention, flex, rows_from
 from zoo.attention.masking import mask_at, masked_softmax
 
 __all__ = ["LocalAttention"]
 
 
 @register_attention("local", aliases=("sliding_window",))
-class LocalAttention(Attention):
+class LocalAttention(FlexVariant, Attention):
     """Scaled dot-product attention within a sliding window (see the module docstring).
 
     Args:
@@ -108,8 +109,11 @@ class LocalAttention(Attention):
             )
 
     def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
-        """Blockwise attention within the window; ``mask`` and ``position_bias`` are read only at
-        the scored pairs."""
+        """FlexAttention where the backend takes it (:mod:`zoo.attention.flex_variant`); else
+        blockwise attention within the window, ``mask`` and ``position_bias`` read only at the
+        scored pairs."""
+        if (flexed := self.attend_flex(queries, keys, values, context)) is not None:
+            return flexed
         mask, is_causal, need_weights, position_bias = (
             context.mask,
             context.is_causal,
@@ -176,6 +180,18 @@ class LocalAttention(Attention):
             -1, key_index.expand_as(weights), weights
         )
         return AttentionOutput(output, dense.flatten(-3, -2)[..., :num_queries, :])
+
+    def flex_pattern(self, num_keys: int, is_causal: bool, device: torch.device) -> flex.FlexMask:
+        """The window, on positions."""
+        return flex.sliding_window(self.window, is_causal=is_causal)
+
+    def flex_scores(self, length: int, device: torch.device) -> list[flex.ScoreMod]:
+        """The learned relative bias, a table over the distance ``p - j`` (its column
+        ``p - j + window // 2``, clamped as :meth:`_bias_at` reads it)."""
+        if self.relative_bias is None:
+            return []
+        columns = (self.window // 2 - flex.relative_distances(length, device)).clamp(0, self.relative_bias.shape[1] - 1)
+        return [flex.bucketed_bias(self.relative_bias, columns)]
 
     def _bias_at(self, distance: Tensor, dtype: torch.dtype) -> Tensor | None:
         """The learned bias at each (block, query, key) ``distance``: ``(heads, nb, block, span)``

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from zoo.attention.factory import register_attention
+from zoo.attention.kernels import flex
 from zoo.attention.variants.patterns import SparsePatternAttention
 
 __all__ = ["LongformerAttention"]
@@ -69,6 +70,10 @@ class LongformerAttention(SparsePatternAttention):
     def _reach(self, is_causal: bool) -> tuple[int, int]:
         """Keys the window reaches before and after its query."""
         return (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
+
+    def flex_pattern(self, num_keys: int, is_causal: bool, device: torch.device) -> flex.FlexMask:
+        """The window and the global positions, on positions."""
+        return flex.longformer(self.window, self.global_positions.to(device), is_causal=is_causal)
 
     def global_queries(self, num_keys: int, device: torch.device) -> Tensor:
         return self.global_positions[self.global_positions < num_keys].to(device)
