@@ -13,11 +13,21 @@ import pytest
 import torch
 
 import zoo
+from zoo.attention.backends import attention_backend
 from zoo.attention.kernels import flex
 from zoo.positions.alibi import ALiBi
 from zoo.positions.t5 import T5RelativeBias, t5_bucket
 
 pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(autouse=True)
+def _references_in_the_zoos_forms():
+    """The variants compute the references in their own forms (on CUDA, ``auto`` would hand them
+    to flex too); the kernel under test is called directly."""
+    with attention_backend("zoo"):
+        yield
+
 
 BATCH, HEADS, LENGTH, DIM = 3, 4, 1000, 64
 TOLERANCE = 2e-2  # bfloat16 against float32, as the SDPA kernels' tests allow

@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Literal, get_args
 
 import torch
@@ -42,7 +41,10 @@ Backend = Literal["auto", "zoo", "flex", "fla"]
 #: the environment variable that forces a backend for a process (``auto`` when unset)
 BACKEND_ENV = "ZOO_ATTENTION_BACKEND"
 
-_forced: ContextVar[Backend | None] = ContextVar("zoo_attention_backend", default=None)
+#: the backend :func:`attention_backend` forces now (a process-wide setting, as
+#: :func:`torch.nn.attention.sdpa_kernel`'s is; a plain global, which ``torch.compile`` reads
+#: without breaking its graph), or None
+_forced: list[Backend | None] = [None]
 
 
 class BackendError(ZooError, ValueError):
@@ -60,7 +62,7 @@ def _checked(name: str, source: str) -> Backend:
 def requested_backend() -> Backend:
     """The backend asked for here: :func:`attention_backend`'s, else ``ZOO_ATTENTION_BACKEND``'s,
     else ``auto``."""
-    forced = _forced.get()
+    forced = _forced[0]
     if forced is not None:
         return forced
     return _checked(os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto", BACKEND_ENV)
@@ -69,11 +71,11 @@ def requested_backend() -> Backend:
 @contextmanager
 def attention_backend(name: Backend) -> Iterator[None]:
     """Force ``name`` for every attention call inside the block (``auto`` lifts a forcing)."""
-    token = _forced.set(_checked(name, "attention_backend"))
+    previous, _forced[0] = _forced[0], _checked(name, "attention_backend")
     try:
         yield
     finally:
-        _forced.reset(token)
+        _forced[0] = previous
 
 
 def choose(fused: Literal["flex", "fla"], runs: str | None, *, fast_on: str = "cuda", device: torch.device) -> bool:

@@ -55,7 +55,7 @@ class DotProductAttention(FlexVariant, Attention):
         FlexAttention takes it where the backend allows (:mod:`zoo.attention.flex_variant`): the
         bias as a table over distances, never an ``(H, Lq, Lk)`` float mask.
         """
-        if (flexed := self.attend_flex(queries, keys, values, context)) is not None:
+        if context.position_bias is not None and (flexed := self.attend_flex(queries, keys, values, context)):
             return flexed
         grouped = keys.dim() >= 3 and queries.dim() >= 3 and keys.shape[-3] != queries.shape[-3]
         if context.need_weights:
