@@ -15,13 +15,15 @@
 # `timeout` with its share of the ten minutes; a stage that fails or runs out of time is recorded
 # and the next one runs.
 #
-# A call runs the first part by default (issue 44's): the CUDA tests (the backends' included, four
-# at a time), the backends against the zoo's forms (the recurrent families on fla's kernels and
-# fla's own layers, causal, 4k-32k; the mask-defined variants on FlexAttention, 4k-16k; bfloat16,
-# forward and backward, against SDPA's flash kernel), and nanoGPT's Shakespeare GPU recipe beside
-# nanoGPT's own train.py, both compiled. The second part (every variant's speed in float32,
-# decoding from a state, the Transformer's training and decoding) and the Transformer's budget run
-# need calls of their own (--only with their stages; --list names them).
+# A call runs the first part by default: the CUDA tests (the backends' included, eight processes
+# on the one GPU; they took more than 150 s on an H200). The backends need a call of their own
+# (--only install,environment,bench_backends_recurrent,bench_backends_flex,shakespeare_parity): the
+# recurrent families on fla's kernels and fla's own layers, causal, 4k-32k, and the mask-defined
+# variants on FlexAttention, 4k-16k, bfloat16, forward and backward, against SDPA's flash kernel
+# (the first call of a case, where Triton compiles and autotunes, may take --first-call-limit);
+# nanoGPT's Shakespeare GPU recipe beside nanoGPT's own train.py, both compiled. The older
+# measurements (every variant's speed in float32, decoding from a state, the Transformer's
+# training and decoding) and the Transformer's budget run are calls of their own too.
 # --dry-run runs the stages on the CPU at tiny sizes, to test the script without a GPU
 # (tests/bench/test_gpu_script.py does); --list prints the selected stages and their shares, and
 # runs nothing.
@@ -185,16 +187,17 @@ else
     FIT_SIZE=()
     RECURRENT_LENGTHS=(4096 16384 32768) FLEX_LENGTHS=(4096 16384) STATE_SIZE=(--lengths 1024 4096 16384)
     SHAKESPEARE_SIZE=(--trainer.max_time 00:00:02:15)  # ends the run cleanly inside its share
-    TESTS=(tests/cuda -m cuda -n 4 --dist loadfile)  # four processes on the one GPU (pytest-xdist is there)
-    BACKEND_SIZE=(--batch 1 --d-model 1024 --heads 16 --warmup 2 --repeats 5 --time-limit 3 --dtype bfloat16)
+    TESTS=(tests/cuda -m cuda -n 8 --dist loadfile --tb=line -rf --timeout 240)  # pytest-xdist, pytest-timeout are there
+    BACKEND_SIZE=(--batch 1 --d-model 1024 --heads 16 --warmup 2 --repeats 5 --time-limit 3 --first-call-limit 100
+                  --dtype bfloat16)
     PARITY=(--recipe gpu --iterations 2000 --rounds 1 --target 1.4697)  # nanoGPT's README loss
-    SHARES=(install:25 environment:10 cuda_tests:150 bench_backends_recurrent:110 bench_backends_flex:95
-            shakespeare_parity:170 bench_attention:40 bench_recurrent:30 bench_state:20
+    SHARES=(install:25 environment:20 cuda_tests:500 bench_backends_recurrent:150 bench_backends_flex:130
+            shakespeare_parity:240 bench_attention:40 bench_recurrent:30 bench_state:20
             shakespeare_fit:150 bench_attention_all:40 bench_train:60 bench_decode:20 bench_train_compiled:30
             budget_fit:155 budget_test:40)  # on an H200: the Shakespeare recipe trains in about 100 s
 fi
 # The stages a call runs: --only's, else the first part.
-FIRST_PART=(install environment cuda_tests bench_backends_recurrent bench_backends_flex shakespeare_parity)
+FIRST_PART=(install environment cuda_tests)
 if [ -n "$ONLY" ]; then
     IFS=, read -ra SELECTED <<<"$ONLY"
     for name in "${SELECTED[@]}"; do

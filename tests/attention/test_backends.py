@@ -105,6 +105,9 @@ def test_a_forced_backend_that_cannot_run_a_call_is_refused_in_one_line() -> Non
             layer(x, AttentionContext(need_weights=True))
     with attention_backend("fla"), pytest.raises(BackendError, match="this variant runs on 'zoo' or 'flex'"):
         layer(x, AttentionContext())
+    plain = _layer("dot_product", {})
+    with torch.no_grad(), attention_backend("flex"), pytest.raises(BackendError, match="SDPA's fused kernel already"):
+        plain(x, AttentionContext())
 
 
 def test_the_backend_is_forced_by_the_environment_and_a_bad_name_is_one_line(monkeypatch) -> None:
@@ -161,8 +164,12 @@ def test_a_runs_summary_names_each_layers_fused_backend(monkeypatch: pytest.Monk
     monkeypatch.setattr(recurrent_module, "fla_available", lambda device: True)
     model = GPT(11, d_model=32, num_heads=2, num_layers=3, attention=["gla", "local", "dot_product"])
     assert attention_by_layer(model, torch.device("cuda"), torch.bfloat16) == [
-        "blocks.attention: gla [fla], local [flex], dot_product"  # no bias scheme: SDPA's kernel, the zoo's form
+        "blocks.attention: gla [fla], local, dot_product"  # auto takes no flex yet; SDPA's kernel is dot_product's
     ]
+    with attention_backend("flex"):
+        assert attention_by_layer(model, torch.device("cuda"), torch.bfloat16) == [
+            "blocks.attention: gla, local [flex], dot_product"
+        ]
     assert (
         attention_by_layer(model, torch.device("cpu"))
         == attention_by_layer(model)

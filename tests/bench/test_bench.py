@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,21 @@ def test_round_robin_interleaves_calls_and_drops_only_the_one_that_fails() -> No
 def test_round_robin_stops_a_call_over_the_time_limit() -> None:
     results = time_round_robin({"slow": (lambda: sum(range(10**6)), None)}, warmup=0, repeats=2, time_limit=1e-9)
     assert isinstance(results["slow"], TooSlow)
+
+
+def test_the_first_call_compiles_under_its_own_limit() -> None:
+    """A first call that compiles (here: sleeps) past ``time_limit`` stays in under ``first_call_limit``."""
+    calls = []
+
+    def compiles_once() -> None:
+        time.sleep(0.2 if not calls else 0.0)
+        calls.append(1)
+
+    results = time_round_robin({"jit": (compiles_once, None)}, warmup=1, repeats=2, time_limit=0.1, first_call_limit=5)
+    assert not isinstance(results["jit"], Exception) and len(calls) == 3
+    calls.clear()
+    results = time_round_robin({"jit": (compiles_once, None)}, warmup=1, repeats=2, time_limit=0.1)
+    assert isinstance(results["jit"], TooSlow)
 
 
 def test_cpu_peak_memory_counts_the_tensors_a_call_holds() -> None:

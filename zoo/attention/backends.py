@@ -11,10 +11,16 @@ same on a GPU:
 * ``fla``: flash-linear-attention's Triton chunk kernels (:mod:`zoo.attention.kernels.fla`, the
   ``fla`` extra), for the recurrent families' chunkwise form.
 
-``auto`` (the default) takes the fused backend where it is exact and fast: on CUDA, in a dtype the
-kernel takes, with no attention dropout in training and no weights asked for (neither kernel has
-them), and for flex with no mask but key padding; else the zoo's form. On the CPU ``auto`` is
-always the zoo's form (flex runs eagerly there, forward only, and fla not at all). A backend is
+``auto`` (the default) takes a fused backend in :data:`AUTO_FUSED` where it is exact: on CUDA, in
+a dtype the kernel takes, with no weights asked for (neither kernel has them; nor has flex
+attention dropout, nor a mask but key padding); else the zoo's form. That is ``fla``, which a user
+asks for by installing the ``fla`` extra, and not yet ``flex``: on the one H200 measured (RESULTS
+25), the zoo's block forms of ``local``, ``longformer``, ``sparse`` and ``bigbird`` ran in 2.8 to
+13 ms at 16k tokens (forward and backward, bfloat16, five times under SDPA's dense kernel),
+flex's compiled kernel took about 10 s to compile a case and failed to compile one (ALiBi's bias
+table at heads of 64 in bfloat16: Triton's shared memory), and its steady speed was not reached
+in the time lent; flex runs where it is forced until a measurement shows it faster. On the CPU
+``auto`` is always the zoo's form (flex runs eagerly there, forward only, and fla not at all). A backend is
 forced for a block of code with :func:`attention_backend` (as :func:`torch.nn.attention.sdpa_kernel`
 forces SDPA's) or for a process with ``ZOO_ATTENTION_BACKEND``; a forced backend that cannot run a
 call is refused in one line naming why, never replaced silently. :func:`backend_of` says which
@@ -33,13 +39,24 @@ from torch import nn
 
 from zoo.errors import ZooError
 
-__all__ = ["BACKEND_ENV", "Backend", "BackendError", "attention_backend", "backend_of", "requested_backend"]
+__all__ = [
+    "AUTO_FUSED",
+    "BACKEND_ENV",
+    "Backend",
+    "BackendError",
+    "attention_backend",
+    "backend_of",
+    "requested_backend",
+]
 
 Backend = Literal["auto", "zoo", "flex", "fla"]
 """A backend's name (see the module docstring)."""
 
 #: the environment variable that forces a backend for a process (``auto`` when unset)
 BACKEND_ENV = "ZOO_ATTENTION_BACKEND"
+
+#: the fused backends ``auto`` takes where they run (the module docstring says why flex is not yet one)
+AUTO_FUSED: frozenset[str] = frozenset({"fla"})
 
 #: the backend :func:`attention_backend` forces now (a process-wide setting, as
 #: :func:`torch.nn.attention.sdpa_kernel`'s is; a plain global, which ``torch.compile`` reads
@@ -95,7 +112,7 @@ def choose(fused: Literal["flex", "fla"], runs: str | None, *, fast_on: str = "c
     if requested == "zoo":
         return False
     if requested == "auto":
-        return runs is None and device.type == fast_on
+        return fused in AUTO_FUSED and runs is None and device.type == fast_on
     if requested != fused:
         raise BackendError(
             f"the attention backend {requested!r} is forced, but this variant runs on 'zoo' or {fused!r}; "

@@ -105,12 +105,15 @@ def time_round_robin(
     warmup: int,
     repeats: int,
     time_limit: float | None = None,
+    first_call_limit: float | None = None,
 ) -> dict[str, Summary | Exception]:
     """Time each of ``calls`` (``name: (fn, reset)``) ``repeats`` times after ``warmup`` untimed
     rounds, one call of each in turn per round; ``reset`` runs untimed before each call.
 
     A call that raises, or takes longer than ``time_limit`` seconds (:class:`TooSlow`), drops out
-    of the later rounds; its entry is that exception, and the others go on.
+    of the later rounds; its entry is that exception, and the others go on. The first call of
+    each, where compilers and autotuners run (``torch.compile``, Triton), is held to
+    ``first_call_limit`` instead (None: ``time_limit``).
     """
     samples: dict[str, list[float]] = {name: [] for name in calls}
     failed: dict[str, Exception] = {}
@@ -123,8 +126,9 @@ def time_round_robin(
             except Exception as error:  # reported as this call's result; the others still run
                 failed[name] = error
                 continue
-            if time_limit is not None and elapsed > time_limit:
-                failed[name] = TooSlow(f"one call took {elapsed:.1f} s, over the limit of {time_limit:g} s")
+            limit = first_call_limit if index == 0 and first_call_limit is not None else time_limit
+            if limit is not None and elapsed > limit:
+                failed[name] = TooSlow(f"one call took {elapsed:.1f} s, over the limit of {limit:g} s")
             elif index >= warmup:
                 samples[name].append(elapsed)
     return {name: failed.get(name) or Summary.of(samples[name]) for name in calls}

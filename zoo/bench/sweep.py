@@ -45,6 +45,8 @@ class SweepSettings:
     warmup: int = 2
     repeats: int = 10
     time_limit: float = 60.0
+    #: seconds the first call of a case may take, where compilers and autotuners run (None: ``time_limit``)
+    first_call_limit: float | None = None
     memory: bool = True
 
 
@@ -75,6 +77,7 @@ def _measure_length(
         warmup=settings.warmup,
         repeats=settings.repeats,
         time_limit=settings.time_limit,
+        first_call_limit=settings.first_call_limit,
     )
     for name, timing in timings.items():
         if isinstance(timing, Exception):

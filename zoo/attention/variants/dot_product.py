@@ -8,6 +8,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from zoo.attention.backends import requested_backend
 from zoo.attention.base import Attention, AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
@@ -55,8 +56,9 @@ class DotProductAttention(FlexVariant, Attention):
         FlexAttention takes it where the backend allows (:mod:`zoo.attention.flex_variant`): the
         bias as a table over distances, never an ``(H, Lq, Lk)`` float mask.
         """
-        if context.position_bias is not None and (flexed := self.attend_flex(queries, keys, values, context)):
-            return flexed
+        if context.position_bias is not None or requested_backend() == "flex":  # else SDPA's kernel is its own
+            if (flexed := self.attend_flex(queries, keys, values, context)) is not None:
+                return flexed
         grouped = keys.dim() >= 3 and queries.dim() >= 3 and keys.shape[-3] != queries.shape[-3]
         if context.need_weights:
             if grouped:
