@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
+import zoo.compare.run as runs
 import zoo.compare.runner as runner
 from zoo.commands import main
 from zoo.compare import CompareConfig, Comparison, paired_differences, parse_budget, parse_grid, summarize, t_quantile
@@ -134,7 +136,9 @@ class FakeChild:
         self.commands: list[list[str]] = []
         self.fail_on: str | None = None
 
-    def __call__(self, command: list[str], log: Path, threads: int) -> ChildResult:
+    def __call__(
+        self, command: list[str], log: Path, threads: int, env: dict | None = None, cwd: Path | None = None
+    ) -> ChildResult:
         self.commands.append(command)
         if self.fail_on is not None and self.fail_on in command:
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -157,10 +161,9 @@ class FakeChild:
 @pytest.fixture
 def fake_child(monkeypatch: pytest.MonkeyPatch) -> FakeChild:
     fake = FakeChild()
-    monkeypatch.setattr(runner, "run_child", fake)
-    monkeypatch.setattr(
-        runner, "resolve_base", lambda base: {"data": {"init_args": {"seed": 0}}, "model": {"class_path": "x.Y"}}
-    )
+    monkeypatch.setattr(runs, "run_child", fake)
+    resolved = {"data": {"init_args": {"seed": 0}}, "model": {"class_path": "x.Y", "init_args": {"attention": "a"}}}
+    monkeypatch.setattr(runner, "resolve_base", lambda base: resolved)
     return fake
 
 
@@ -172,14 +175,20 @@ def test_resume_runs_only_what_has_no_record(tmp_path: Path, fake_child: FakeChi
     assert len(fake_child.commands) == 8 and len(records) == 4
     assert {r["metrics"]["test/mse"] for r in records} == {0.5, 1.5}
     assert all(f"--data.seed={r['seed']}" in r["command"] for r in records)
-    # interrupted after three runs: the fourth's record is missing and its directory half written
+    # stopped: the third run finished while nobody waited (a SLURM job of a comparison stopped
+    # meanwhile), so its line is missing but its directory holds its record; the fourth was cut
+    # off, its directory half written
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
-    (tmp_path / "records.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    (tmp_path / "records.jsonl").write_text("\n".join(lines[:2]) + "\n")
     missing = json.loads(lines[3])["run_dir"]
+    (Path(missing) / "record.json").unlink()
     (Path(missing) / "stale.txt").write_text("from the interrupted attempt")
     fake_child.commands.clear()
     records = Comparison(config).run()
-    assert len(fake_child.commands) == 2 and len(records) == 4
+    assert len(fake_child.commands) == 2 and len(records) == 4  # the fourth alone ran again
+    assert sorted(json.loads(line)["run"] for line in (tmp_path / "records.jsonl").read_text().splitlines()) == sorted(
+        json.loads(line)["run"] for line in lines
+    )
     assert not (Path(missing) / "stale.txt").exists()
     fake_child.commands.clear()
     Comparison(config).run()
@@ -232,6 +241,7 @@ def test_time_budget_is_calibrated_once(tmp_path: Path, fake_child: FakeChild) -
     assert "--trainer.max_steps 360 --trainer.max_epochs -1 --trainer.max_time 00:00:01:30" in record["command"]
     assert json.loads((tmp_path / "calibration.json").read_text()) == {"base": 0.25}
     (tmp_path / "records.jsonl").unlink()
+    shutil.rmtree(tmp_path / "runs")  # the run starts over, its calibration is kept
     fake_child.commands.clear()
     Comparison(config).run()
     assert len(fake_child.commands) == 2  # fit and test, no second calibration
@@ -287,7 +297,7 @@ def test_compare_end_to_end_on_a_tiny_grid(
     assert Path("cmp/plot.png").stat().st_size > 1000
     # started again: every run has its record, so no process starts
     calls: list[list[str]] = []
-    monkeypatch.setattr(runner, "run_child", lambda *a: calls.append(a[0]))
+    monkeypatch.setattr(runs, "run_child", lambda *a: calls.append(a[0]))
     main(args)
     assert calls == [] and "4 runs recorded" in capsys.readouterr().out
 
