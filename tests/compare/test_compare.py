@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 import zoo.compare.run as runs
-import zoo.compare.runner as runner
+from tests.helpers.compare import FakeChild
 from zoo.commands import main
 from zoo.compare import CompareConfig, Comparison, paired_differences, parse_budget, parse_grid, summarize, t_quantile
 from zoo.compare.grid import combinations
-from zoo.compare.process import ChildResult
 from zoo.errors import ConfigurationError
 
 # -- statistics --------------------------------------------------------------------------------
@@ -127,44 +126,6 @@ def test_budgets_become_trainer_flags() -> None:
 
 
 # -- resume and calibration with a stand-in child ------------------------------------------------
-
-
-class FakeChild:
-    """Stands in for ``run_child``: writes what a fit (timing) or a test (metrics) would, counts calls."""
-
-    def __init__(self) -> None:
-        self.commands: list[list[str]] = []
-        self.fail_on: str | None = None
-
-    def __call__(
-        self, command: list[str], log: Path, threads: int, env: dict | None = None, cwd: Path | None = None
-    ) -> ChildResult:
-        self.commands.append(command)
-        if self.fail_on is not None and self.fail_on in command:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text("Traceback ...\nerror: no attention named 'nope'\n")
-            return ChildResult(2, 1.0, 100.0)
-        flags = dict(arg.split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
-        directory = Path(flags["--trainer.logger.init_args.save_dir"], flags["--trainer.logger.init_args.name"])
-        stage = flags["--trainer.logger.init_args.version"]
-        (directory / stage).mkdir(parents=True, exist_ok=True)
-        log.write_text("done\n")
-        seed = int(flags["--seed_everything"])
-        if stage == "fit":
-            timing = {"steps": 3, "seconds_per_step": 0.2, "wall_seconds_per_step": 0.25, "samples_per_second": 4.0}
-            (directory / "fit" / "timing.json").write_text(json.dumps(timing))
-        else:
-            (directory / stage / "metrics.csv").write_text(f"epoch,step,test/mse\n0,0,{seed + 0.5}\n")
-        return ChildResult(0, 1.0, 100.0)
-
-
-@pytest.fixture
-def fake_child(monkeypatch: pytest.MonkeyPatch) -> FakeChild:
-    fake = FakeChild()
-    monkeypatch.setattr(runs, "run_child", fake)
-    resolved = {"data": {"init_args": {"seed": 0}}, "model": {"class_path": "x.Y", "init_args": {"attention": "a"}}}
-    monkeypatch.setattr(runner, "resolve_base", lambda base: resolved)
-    return fake
 
 
 def test_resume_runs_only_what_has_no_record(tmp_path: Path, fake_child: FakeChild) -> None:
