@@ -96,11 +96,13 @@ class SlurmLauncher(Launcher):
             "tasks_per_node": 1,
             **({"slurm_partition": partition} if partition else {}),
             **({"slurm_array_parallelism": parallel} if array and parallel else {}),
-            **{f"slurm_{key}": value for key, value in (parameters or {}).items()},
         }
+        generic = submitit.AutoExecutor._typed_parameters()  # the settings every executor takes, unprefixed
+        for key, value in (parameters or {}).items():
+            settings[key if key in generic else f"slurm_{key}"] = value
         try:
             self.executor.update_parameters(**settings)
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, NameError) as error:  # submitit's NameError: an unknown setting
             raise ConfigurationError(f"submitit refuses the SLURM settings: {str(error).splitlines()[0]}") from None
 
     def run(self, specs: Sequence[RunSpec], on_done: OnDone) -> list[RunFailed]:
