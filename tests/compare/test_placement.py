@@ -143,6 +143,29 @@ def test_a_grid_key_that_is_no_flag_is_refused_before_any_run(
     assert len(err) == 2  # and the line saying how to see the traceback
 
 
+# -- SLURM's retries (submitit's debug executor: the jobs run in this process) ---------------------------
+
+
+@pytest.mark.parametrize("array", [False, True])
+def test_a_failed_slurm_job_is_submitted_again_then_recorded_as_failed(
+    tmp_path: Path, fake_child: FakeChild, array: bool
+) -> None:
+    pytest.importorskip("submitit")
+    from zoo.compare.slurm import SlurmLauncher
+
+    fake_child.fail_times = {"--seed_everything=0": 1, "--seed_everything=1": 99}  # once, always
+    launcher = SlurmLauncher(tmp_path / "slurm", cluster="debug", array=array, parallel=1)
+    comparison = Comparison(CompareConfig(base=["--model", "m"], seeds=3, out=tmp_path), launcher)
+    records = comparison.run()
+    assert sorted(record["run"] for record in records) == ["base/seed0", "base/seed2"]
+    assert [str(failure) for failure in comparison.failures] == [
+        f"Run base/seed1 failed (fit exited with 2): error: no attention named 'nope' (full output: "
+        f"{tmp_path / 'runs' / 'base' / 'seed1' / 'fit.log'})."
+    ]
+    tries = [next(arg for arg in command if arg.startswith("--seed_everything=")) for command in fake_child.commands]
+    assert sorted(tries) == ["--seed_everything=0"] * 3 + ["--seed_everything=1"] * 2 + ["--seed_everything=2"] * 2
+
+
 # -- the launchers' bad input --------------------------------------------------------------------
 
 

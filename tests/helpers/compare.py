@@ -27,6 +27,7 @@ class FakeChild:
         self.envs: list[dict] = []
         self.spans: list[tuple[float, float, str | None]] = []  # start, end, CUDA_VISIBLE_DEVICES
         self.fail_on: str | None = None
+        self.fail_times: dict[str, int] = {}  # fails this many more calls whose command holds the key
         self.seconds = 0.0
         self._lock = threading.Lock()
 
@@ -40,7 +41,10 @@ class FakeChild:
         time.sleep(self.seconds)
         with self._lock:
             self.spans.append((start, time.perf_counter(), (env or {}).get("CUDA_VISIBLE_DEVICES")))
-        if self.fail_on is not None and self.fail_on in command:
+        failing = [key for key, times in self.fail_times.items() if times > 0 and key in command]
+        for key in failing:
+            self.fail_times[key] -= 1
+        if failing or (self.fail_on is not None and self.fail_on in command):
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text("Traceback ...\nerror: no attention named 'nope'\n")
             return ChildResult(2, 1.0, 100.0)

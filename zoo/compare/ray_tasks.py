@@ -26,6 +26,8 @@ from zoo.errors import ConfigurationError
 
 __all__ = ["RayLauncher"]
 
+#: How long one wait for a finished run lasts: Ctrl-C is seen between two waits.
+WAIT_SECONDS = 0.5
 #: How long a Ctrl-C waits for the cancelled tasks to stop their children.
 CANCEL_SECONDS = 30.0
 
@@ -123,19 +125,20 @@ class RayLauncher(Launcher):
 
     def run(self, specs: Sequence[RunSpec], on_done: OnDone) -> list[RunFailed]:
         ray = self.ray
-        task = ray.remote(runs.execute).options(
-            num_cpus=self.threads,
-            num_gpus=self.gpus_per_run,
-            max_retries=self.retries,
-            retry_exceptions=[RunFailed],
-        )
+        task = ray.remote(runs.execute)
+        resources = {
+            "num_cpus": self.threads,
+            "num_gpus": self.gpus_per_run,
+            "max_retries": self.retries,
+            "retry_exceptions": [RunFailed],
+        }
         waiting, running, failures = list(specs), {}, []
         try:
             while waiting or running:
                 while waiting and len(running) < (self.limit or len(waiting) + len(running)):
                     spec = waiting.pop(0)
-                    running[task.options(name=f"zoo compare {spec.key}").remote(spec)] = spec
-                ready, _ = ray.wait(list(running), num_returns=1)
+                    running[task.options(name=f"zoo compare {spec.key}", **resources).remote(spec)] = spec
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_SECONDS)
                 for ref in ready:
                     spec = running.pop(ref)
                     try:
