@@ -1,17 +1,16 @@
 """``zoo compare``: grid and budget parsing, statistics against hand-computed values, resume,
-time-budget calibration (with a stand-in child), and one tiny real grid end to end."""
+time-budget calibration (with a stand-in child), the report. A tiny real grid end to end, on
+every launcher: test_launchers.py."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-import zoo.compare.run as runs
 from tests.helpers.compare import FakeChild
 from zoo.commands import main
 from zoo.compare import CompareConfig, Comparison, paired_differences, parse_budget, parse_grid, summarize, t_quantile
@@ -208,59 +207,7 @@ def test_time_budget_is_calibrated_once(tmp_path: Path, fake_child: FakeChild) -
     assert len(fake_child.commands) == 2  # fit and test, no second calibration
 
 
-# -- end to end ------------------------------------------------------------------------------
-
-
-def test_compare_end_to_end_on_a_tiny_grid(
-    in_tmp: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two kernels x two seeds, five steps each, two runs at once: real fits and tests, records and report."""
-    args = [
-        "compare",
-        "--model",
-        "nadaraya_watson",
-        "--grid",
-        "model.attention=average,gaussian_kernel",
-        "--seeds",
-        "2",
-        "--budget",
-        "5steps",
-        "--parallel",
-        "2",
-        "--out",
-        "cmp",
-    ]
-    main(args)
-    printed = capsys.readouterr().out.replace("  ", " ").replace("  ", " ")
-    assert "| `attention=gaussian_kernel` | 2 " in printed and "## Paired differences" in printed  # the tables, printed
-    records = [json.loads(line) for line in Path("cmp/records.jsonl").read_text().splitlines()]
-    assert sorted(r["run"] for r in records) == [
-        "attention=average/seed0",
-        "attention=average/seed1",
-        "attention=gaussian_kernel/seed0",
-        "attention=gaussian_kernel/seed1",
-    ]
-    for record in records:
-        assert Path(record["run_dir"], "fit", "checkpoints", "last.ckpt").is_file()
-        assert record["steps"] == 5 and record["peak_rss_mib"] > 50 and record["samples_per_second"] > 0
-        assert record["parallel"] == 2 and record["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
-        assert set(record["metrics"]) == {"test/mse", "test/mse_truth"}
-    mse = {r["run"]: r["metrics"]["test/mse"] for r in records}
-    for seed in (0, 1):  # the learned kernel beats average pooling even after five steps
-        assert mse[f"attention=gaussian_kernel/seed{seed}"] < mse[f"attention=average/seed{seed}"]
-    report = Path("cmp/report.md").read_text()
-    assert "| `attention=gaussian_kernel` | 2 " in report.replace("  ", " ").replace("  ", " ")
-    assert "## Paired differences against `attention=average`" in report
-    assert (
-        "Data (before the grid and seeds): `SyntheticRegressionDataModule(num_train=50, num_val=50, num_test=50, noise=0.5, seed=0)`"
-        in report
-    )
-    assert Path("cmp/plot.png").stat().st_size > 1000
-    # started again: every run has its record, so no process starts
-    calls: list[list[str]] = []
-    monkeypatch.setattr(runs, "run_child", lambda *a: calls.append(a[0]))
-    main(args)
-    assert calls == [] and "4 runs recorded" in capsys.readouterr().out
+# -- report ----------------------------------------------------------------------------------
 
 
 def test_report_table_and_paired_differences_by_hand(tmp_path: Path) -> None:

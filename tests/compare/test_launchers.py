@@ -194,12 +194,14 @@ def test_a_failed_ray_run_is_retried_once_then_recorded_as_failed(
     )
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    """The processes whose command line holds ``text``."""
+def _processes_mentioning(text: str, cwd: Path | None = None) -> list[int]:
+    """The processes whose command line holds ``text`` (and that run in ``cwd``, if given)."""
     found = []
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
-            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+            if not entry.name.isdigit() or (cwd is not None and Path(os.readlink(entry / "cwd")) != cwd):
+                continue
+            if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
                 found.append(int(entry.name))
     return found
 
@@ -226,6 +228,37 @@ def test_ctrl_c_cancels_every_ray_run(ray_session: None, tmp_path: Path) -> None
         time.sleep(0.2)
     assert _processes_mentioning(f"{out}/runs/base") == []
     assert load_records(out / "records.jsonl") == []
+
+
+def test_asha_stops_the_run_that_cannot_win(
+    ray_session: None, in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tune trials under ASHA, one at a time: the learned kernel first, trained to the end; then
+    average pooling, worse at the first rung (one validation), stopped there and recorded as
+    stopped; its fit ends (no process left) and the report lists it apart."""
+    pytest.importorskip("ray.tune")
+    printed = _compare(["compare", "--model", "nadaraya_watson", "--grid", "model.attention=gaussian_kernel,average",
+                        "--budget", "20steps", "--out", "cmp", "--launcher", "ray", "--ray_scheduler", "asha",
+                        "--parallel", "1", "--cpus_per_run", "1"])  # fmt: skip
+    finished, stopped = load_records(Path("cmp/records.jsonl"))
+    assert finished["run"] == "attention=gaussian_kernel/seed0" and finished["steps"] == 20
+    assert set(finished["metrics"]) == {"test/mse", "test/mse_truth"}
+    assert stopped["run"] == "attention=average/seed0" and stopped["metrics"] == {}
+    assert (stopped["stopped"]["by"], stopped["stopped"]["metric"], stopped["stopped"]["step"]) == (
+        "asha",
+        "val/mse",
+        1,
+    )
+    deadline = time.monotonic() + 10
+    while _processes_mentioning("-m zoo", cwd=in_tmp) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_mentioning("-m zoo", cwd=in_tmp) == []
+    assert len(Path("cmp/runs/attention=average/seed0/fit/validation.jsonl").read_text().splitlines()) < 20
+    report = Path("cmp/report.md").read_text()
+    assert (
+        "Stopped by ASHA (recorded; not in the tables):\n\n- attention=average/seed0, after step 1: val/mse" in report
+    )
+    assert "| `attention=average`" not in report and "2 runs recorded" in printed
 
 
 # -- SLURM (submitit's local executor) ---------------------------------------------------------------

@@ -99,6 +99,17 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="ray: a running cluster (HOST:PORT, ray://HOST:PORT, auto); default: start Ray here",
     )
+    where.add_argument(
+        "--ray_scheduler", choices=("asha",), default=None,
+        help="ray: run the runs as Ray Tune trials under ASHA, which stops the runs that cannot win "
+        "(by the validation metric the model's checkpoints monitor)",
+    )  # fmt: skip
+    where.add_argument(
+        "--ray_asha_grace", type=int, default=1, help="ray, asha: validations every run gets before it can be stopped"
+    )
+    where.add_argument(
+        "--ray_asha_reduction", type=float, default=2.0, help="ray, asha: the best 1/N of the runs at a rung go on"
+    )
     where.add_argument("--slurm_partition", default=None, help="slurm: the partition (default: the cluster's)")
     where.add_argument("--slurm_time_min", type=int, default=60, help="slurm: each job's time limit in minutes")
     where.add_argument("--slurm_array", action="store_true", help="slurm: submit the runs as one job array")
@@ -132,6 +143,17 @@ def _launcher(options: argparse.Namespace) -> Launcher:
     retries = 1 if options.retries is None else options.retries
     if retries < 0:
         raise ConfigurationError(f"--retries must be 0 or more, got {retries}.")
+    if options.launcher == "ray" and options.ray_scheduler == "asha":
+        from zoo.compare.asha import AshaLauncher
+
+        return AshaLauncher(
+            grace=options.ray_asha_grace,
+            reduction=options.ray_asha_reduction,
+            storage=options.out / "tune",
+            address=options.ray_address,
+            retries=retries,
+            **resources,
+        )
     if options.launcher == "ray":
         from zoo.compare.ray_tasks import RayLauncher
 
@@ -187,14 +209,27 @@ def main(args: list[str]) -> None:
         name=options.name,
     )
     comparison = Comparison(config, _launcher(options))
-    records = comparison.run()
     launcher = comparison.launcher
+    if getattr(launcher, "metric", "") is None:  # ASHA compares the metric the checkpoints monitor
+        if comparison.monitor is None:
+            raise ConfigurationError("--ray_scheduler asha needs a registered model: its checkpoints' metric.")
+        launcher.metric, launcher.mode = comparison.monitor
+    records = comparison.run()
+    stopped = [record for record in records if record.get("stopped")]
+    records = [record for record in records if not record.get("stopped")]
     header = (
         f"`python -m zoo fit {shlex.join(base)}` with {', '.join(f'`{k}` in {v}' for k, v in axes.items()) or 'no grid'}; "
         f"{config.seeds} seed(s); budget {options.budget or 'from the configuration'}; {config.evaluate} of each run's last checkpoint; "
         f"{launcher.parallel or 'as many as fit'} run(s) at once, {launcher.threads} thread(s) each. Records: `{comparison.records_file}`.\n\n"
         f"Data (before the grid and seeds): `{comparison.data_description}`."
     )
+    if stopped:
+        header += "\n\nStopped by ASHA (recorded; not in the tables):\n\n"
+        header += "\n".join(
+            f"- {r['run']}, after step {r['stopped'].get('step')}: {r['stopped']['metric']} "
+            f"{r['stopped'].get(r['stopped']['metric'])}"
+            for r in stopped
+        )
     failed = [str(failure) for failure in comparison.failures]
     if failed:
         header += "\n\nFailed, after their retries (no record; started again by the same command):\n\n"
@@ -202,7 +237,7 @@ def main(args: list[str]) -> None:
     metric = options.metric or comparison.default_metric
     report = write_report(records, config.out, names, baseline, header, metric)
     print("\n".join(summary_tables(records, names, baseline, metric)))
-    print(f"{len(records)} runs recorded in {comparison.records_file}; report: {report}")
+    print(f"{len(records) + len(stopped)} runs recorded in {comparison.records_file}; report: {report}")
     if failed:
         raise ConfigurationError(
             f"{len(failed)} run(s) failed after their retries (listed in {report} and {comparison.failures_file}); "

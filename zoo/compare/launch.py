@@ -42,11 +42,13 @@ class Launcher(ABC):
     Attributes:
         threads: Intra-op threads of each run's children.
         parallel: Runs at once, recorded with each run (None where the launcher cannot tell).
+        fit_flags: Flags the launcher adds to every fit (what a scheduler reads while runs train).
     """
 
     name: ClassVar[str]
     threads: int
     parallel: int | None
+    fit_flags: tuple[str, ...] = ()
 
     def __enter__(self) -> Launcher:
         return self

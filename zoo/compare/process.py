@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +34,12 @@ class ChildResult:
 
 
 def run_child(
-    command: list[str], log: Path, threads: int, env: Mapping[str, str] | None = None, cwd: Path | None = None
+    command: list[str],
+    log: Path,
+    threads: int,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    poll: Callable[[], None] | None = None,
 ) -> ChildResult:
     """Run ``command`` with its output in ``log`` and ``threads`` intra-op threads; wait for it.
 
@@ -43,6 +48,8 @@ def run_child(
     on top of this process's environment. An interrupt here (Ctrl-C) stops the child too: the
     wait polls instead of blocking in ``wait4``, because an interrupt raised from another thread
     (``_thread.interrupt_main``, how Ray cancels a task) is only seen between two bytecodes.
+    ``poll`` is called at each look while the child runs, and once after it ends (a scheduler
+    reads its progress there); an exception from it stops the child too.
     """
     env = os.environ | dict(env or {}) | {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -54,6 +61,8 @@ def run_child(
         try:
             while True:
                 pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+                if poll is not None:
+                    poll()
                 if pid:
                     break
                 time.sleep(POLL_SECONDS)

@@ -17,7 +17,7 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,9 +84,11 @@ def _here(command: list[str]) -> list[str]:
     return [sys.executable, *command[1:]]
 
 
-def _child(spec: RunSpec, command: list[str], log: Path, env: Mapping[str, str]) -> ChildResult:
+def _child(
+    spec: RunSpec, command: list[str], log: Path, env: Mapping[str, str], poll: Callable[[], None] | None = None
+) -> ChildResult:
     """Run a child of ``spec``; a failure is one :class:`RunFailed` line with the last line of its output."""
-    result = run_child(_here(command), log, spec.threads, env, spec.cwd)
+    result = run_child(_here(command), log, spec.threads, env, spec.cwd, poll)
     if result.returncode != 0:
         lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
         raise RunFailed(
@@ -96,16 +98,20 @@ def _child(spec: RunSpec, command: list[str], log: Path, env: Mapping[str, str])
     return result
 
 
-def execute(spec: RunSpec, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def execute(
+    spec: RunSpec, env: Mapping[str, str] | None = None, while_fitting: Callable[[], None] | None = None
+) -> dict[str, Any]:
     """Run ``spec`` from a clean directory (an unfinished earlier attempt starts over), write its
     record to ``<run directory>/record.json`` and return it. ``env`` adds variables for this
-    attempt (the devices a launcher chose). Raises :class:`RunFailed` if a child fails."""
+    attempt (the devices a launcher chose); ``while_fitting`` is called every few milliseconds
+    while the fit runs, and once after it (a scheduler reads the fit's progress there). Raises
+    :class:`RunFailed` if a child fails."""
     import torch  # the record names the torch of the machine that ran it
 
     env = spec.env | dict(env or {})
     directory = spec.directory
     shutil.rmtree(directory, ignore_errors=True)
-    fit = _child(spec, spec.fit, directory / "fit.log", env)
+    fit = _child(spec, spec.fit, directory / "fit.log", env, while_fitting)
     timing = read_timing(directory / "fit")
     record: dict[str, Any] = {
         "run": spec.key,

@@ -168,6 +168,12 @@ class Comparison:
         return None
 
     @property
+    def monitor(self) -> tuple[str, str] | None:
+        """The validation metric the model's checkpoints monitor, and its mode (``min`` or ``max``)."""
+        name = self.model_name
+        return None if name is None else tuple(MODEL_REGISTRY.get(name).monitor)
+
+    @property
     def default_metric(self) -> str | None:
         """The metric the task's checkpoints monitor, under the evaluation stage's prefix."""
         name = self.model_name
@@ -246,7 +252,7 @@ class Comparison:
 
     def _command(self, stage: str, combination: Combination, seed: int, extra: list[str], run_dir: Path) -> list[str]:
         seeds = [f"--seed_everything={seed}", *([f"--data.seed={seed}"] if self.data_has_seed else [])]
-        timer = [TIMER] if stage == "fit" else []
+        timer = [TIMER, *self.launcher.fit_flags] if stage == "fit" else []
         logger = self._logger_flags(stage, combination, seed, run_dir)
         return zoo_command(stage, *self.config.base, *combination.flags, *seeds, *extra, *logger, *timer, *QUIET)
 
