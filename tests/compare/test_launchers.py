@@ -161,6 +161,22 @@ def test_ray_resumes_a_local_comparison_with_the_same_metrics(
     ).read_text().replace("\n", " ")
 
 
+@pytest.mark.parametrize(
+    ("flags", "largest"),
+    [(["--cpus_per_run", "3"], "3 CPU(s) and 0 GPU(s)"), (["--gpus_per_run", "1"], "1 CPU(s) and 1 GPU(s)")],
+)
+def test_resources_no_node_has_are_refused_before_any_run(
+    ray_session: None, in_tmp: Path, flags: list[str], largest: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare", "--model", "nadaraya_watson", "--out", "cmp", "--launcher", "ray", *flags])
+    assert exit_.value.code == 2 and not Path("cmp/runs").exists()
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"error: A run asks for {largest} (--cpus_per_run, --gpus_per_run), more than any node of the Ray cluster "
+        "has (the largest: 2 CPUs, 0 GPUs): ask for less, or add a node that has them."
+    )
+
+
 def _flaky(tmp_path: Path, module: str) -> list[str]:
     """Fit arguments whose fit fails the first try of seed 0 and every try of seed 1 (a plugin
     file named ``module``, a name this process has not imported yet)."""

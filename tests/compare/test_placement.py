@@ -5,6 +5,7 @@ against the resolved configuration, and the launchers' bad input as one line eac
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -201,6 +202,21 @@ def test_launcher_flags_are_checked_in_one_line(
     with pytest.raises(SystemExit) as exit_:
         main(["compare", "--model", "nadaraya_watson", *flags])
     assert exit_.value.code == 2 and capsys.readouterr().err.startswith(f"error: {message}")
+
+
+def test_a_ray_address_nothing_answers_at_is_one_line(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()  # else the launcher uses the Ray this process has
+    with socket.socket() as free:  # a loopback port nothing listens on once closed
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare", "--model", "nadaraya_watson", "--launcher", "ray", "--ray_address", f"127.0.0.1:{port}"])
+    assert exit_.value.code == 2 and not Path("runs").exists()
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"error: No Ray cluster answers at --ray_address 127.0.0.1:{port} (Connection refused): start one there "
+        "(ray start --head), give the address its head printed, or leave --ray_address out to start Ray here."
+    )
 
 
 def test_submitit_refuses_an_unknown_setting_in_one_line(tmp_path: Path) -> None:
