@@ -79,6 +79,7 @@ def main() -> None:
     args = options.parse_args()
     import ray
 
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     start = time.perf_counter()
     ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False)
     ray_start = time.perf_counter() - start

@@ -1,12 +1,16 @@
-"""The stand-in child the tests of ``zoo compare`` without real runs use."""
+"""The stand-in child the tests of ``zoo compare`` without real runs use; a quiet Ray."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 import zoo.compare.run as runs
 import zoo.compare.runner as runner
 from tests.helpers.compare import RESOLVED, FakeChild
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # the tests' Ray reports nothing anywhere
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 from collections.abc import Sequence
 from typing import Any
@@ -85,6 +86,9 @@ class RayLauncher(Launcher):
         if not ray.is_initialized():
             if self.address:
                 _check_reachable(self.address)
+            # Ray reports its usage to its makers unless told not to; a Ray started for a
+            # comparison does not, unless the environment says otherwise.
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             try:
                 ray.init(
                     address=self.address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
