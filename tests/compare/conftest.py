@@ -11,6 +11,7 @@ import zoo.compare.runner as runner
 from tests.helpers.compare import RESOLVED, FakeChild
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # the tests' Ray reports nothing anywhere
+os.environ.setdefault("RAY_worker_niceness", "0")  # and runs its tasks at full priority, as zoo compare's own Ray
 
 
 @pytest.fixture

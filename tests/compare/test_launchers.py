@@ -222,9 +222,17 @@ def _processes_mentioning(text: str, cwd: Path | None = None) -> list[int]:
     return found
 
 
-def test_ctrl_c_cancels_every_ray_run(ray_session: None, tmp_path: Path) -> None:
-    """Ctrl-C while two long fits run on Ray: both stop (no process left writing to the
-    comparison), nothing is recorded, and the comparison is left to start again."""
+@pytest.mark.parametrize("launcher", ["ray", "slurm"])
+def test_ctrl_c_cancels_every_run(launcher: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Ctrl-C while two long fits run as Ray tasks, or as jobs of submitit's local executor: both
+    stop (no process left writing to the comparison), nothing is recorded, and the comparison is
+    left to start again."""
+    if launcher == "ray":
+        request.getfixturevalue("ray_session")
+        where = ["--launcher", "ray"]
+    else:
+        pytest.importorskip("submitit")
+        where = ["--launcher", "slurm", "--slurm_cluster", "local"]
     out = tmp_path / "cmp"
     logs = [out / "runs" / "base" / f"seed{seed}" / "fit.log" for seed in (0, 1)]
 
@@ -237,12 +245,12 @@ def test_ctrl_c_cancels_every_ray_run(ray_session: None, tmp_path: Path) -> None
     threading.Thread(target=interrupt_once_both_run, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         main(["compare", "--model", "nadaraya_watson", "--seeds", "2", "--budget", "100000steps", "--out", str(out),
-              "--launcher", "ray", "--cpus_per_run", "1"])  # fmt: skip
+              *where, "--cpus_per_run", "1"])  # fmt: skip
     assert all(log.is_file() for log in logs)  # both had started
     deadline = time.monotonic() + 10
-    while _processes_mentioning(f"{out}/runs/base") and time.monotonic() < deadline:
+    while _processes_mentioning(str(out)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _processes_mentioning(f"{out}/runs/base") == []
+    assert _processes_mentioning(str(out)) == []  # the fits, and submitit's job processes
     assert load_records(out / "records.jsonl") == []
 
 
