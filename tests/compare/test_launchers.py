@@ -1,8 +1,9 @@
 """``zoo compare`` with real runs on each launcher: one tiny grid (two kernels by two seeds, five
-steps) run locally once for the module, then half of it run again on Ray (a real local Ray with
-2 CPUs, started once for the module) and on SLURM through submitit's local executor, each
-resuming the local comparison: the same metrics seed by seed and the same report. Also: a failed
-run retried and then recorded as failed, Ctrl-C stopping every Ray run, and W&B offline."""
+steps, one thread a run) run locally once for the module; a copy of it stopped halfway and
+finished on Ray (a real local Ray with 2 CPUs, started once for the module), another finished by
+a job of submitit's local executor: the same metrics seed by seed and the same tables. Also:
+resources no Ray node has, Ray's retry of a failed run then the run recorded as failed, Ctrl-C
+stopping every run (Ray and submitit), ASHA stopping the run that cannot win, and W&B offline."""
 
 from __future__ import annotations
 
