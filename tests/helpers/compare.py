@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from zoo.compare.process import ChildResult
@@ -32,7 +33,13 @@ class FakeChild:
         self._lock = threading.Lock()
 
     def __call__(
-        self, command: list[str], log: Path, threads: int, env: dict | None = None, cwd: Path | None = None
+        self,
+        command: list[str],
+        log: Path,
+        threads: int,
+        env: dict | None = None,
+        cwd: Path | None = None,
+        poll: Callable[[], None] | None = None,
     ) -> ChildResult:
         start = time.perf_counter()
         with self._lock:

@@ -116,12 +116,12 @@ class AshaLauncher(RayLauncher):
             elif (record := runs.finished_record(spec)) is not None:
                 on_done(spec, record)
             else:
-                on_done(spec, self._stopped(spec))
+                on_done(spec, self._stopped(spec, result.metrics or {}))
         return failures
 
-    def _stopped(self, spec: RunSpec) -> dict[str, Any]:
-        """The record of a run ASHA stopped: its command, and the last validation it reached."""
-        validations = read_progress(spec.directory / "fit")
+    def _stopped(self, spec: RunSpec, last: dict[str, Any]) -> dict[str, Any]:
+        """The record of a run ASHA stopped: its command, and the last validation it reported
+        (where it was stopped; the fit may have gone a little further before it stopped)."""
         return {
             "run": spec.key,
             "combination": spec.combination,
@@ -129,7 +129,12 @@ class AshaLauncher(RayLauncher):
             "seed": spec.seed,
             "command": shown(spec.fit),
             "run_dir": str(spec.run_dir),
-            "stopped": {"by": "asha", "metric": self.metric, **(validations[-1] if validations else {})},
+            "stopped": {
+                "by": "asha",
+                "metric": self.metric,
+                "step": last.get("step"),
+                self.metric: last.get(self.metric),
+            },
             "metrics": {},
             **spec.record,
         }
