@@ -13,9 +13,11 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEST=${1:-$ROOT/.whl}
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PYTHON" ] || PYTHON=python3
-# jsonargparse[signatures] and datasets, with the dependencies the measuring machines lack;
+# jsonargparse[signatures] and datasets, with the dependencies the measuring machines lack, and
+# the fla extra's fla-core and flash-linear-attention's layers (py3-none-any wheels; the torch, triton,
+# einops and transformers they need are there);
 # the fallbacks are dependencies of datasets a machine with tokenizers and lightning usually has.
-PACKAGES=(jsonargparse docstring-parser typeshed-client datasets dill multiprocess xxhash)
+PACKAGES=(jsonargparse docstring-parser typeshed-client datasets dill multiprocess xxhash fla-core flash-linear-attention)
 FALLBACKS=(huggingface-hub requests httpx filelock fsspec pyyaml tqdm packaging typing-extensions aiohttp)
 
 version_of() {  # the pinned version, else the one installed in $PYTHON's environment

@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
-# Everything the zoo measures on one GPU, in one go of at most ten minutes, offline.
+# Everything the zoo measures on one GPU, in calls of at most ten minutes each, offline.
 #
-#   benchmarks/gpu.sh [--dry-run] [--list] [--only STAGE,...] [--wheels DIR] [--data DIR] [--out DIR] [--python PY]
+#   benchmarks/gpu.sh [--dry-run] [--list] [--only STAGE,...] [--wheels DIR] [--data DIR] [--nanogpt DIR]
+#                     [--out DIR] [--python PY]
 #
-# From the project checkout plus two folders beside it (defaults in the checkout root, both
-# ignored by git): --wheels (.whl: benchmarks/fetch_gpu_wheels.sh fills it) and --data (.data:
-# fra-eng.zip, sst2/ for the sentiment test, tinyshakespeare/input.txt for the language model).
+# From the project checkout plus folders beside it (defaults in the checkout root, all ignored by
+# git): --wheels (.whl: benchmarks/fetch_gpu_wheels.sh fills it, fla-core and
+# flash-linear-attention among them), --data (.data: fra-eng.zip, sst2/ for the sentiment test,
+# tinyshakespeare/input.txt for the language model) and --nanogpt (.nanogpt: a checkout of
+# karpathy/nanoGPT, for its own train.py beside the zoo's; without one that stage is skipped).
 # Results and logs go to --out (default $OUT if set, else gpu-results/): one log per stage, the
 # benchmarks' JSON and plots, the CUDA tests' JUnit XML, the runs' directories and metrics,
 # environment.log, and stages.tsv (stage, status, exit code, seconds). Each stage runs under
 # `timeout` with its share of the ten minutes; a stage that fails or runs out of time is recorded
 # and the next one runs.
 #
-# A call runs the first part by default: the CUDA tests, the benchmarks and nanoGPT's Shakespeare
-# recipe. The Transformer's budget run needs a second call of its own (--only budget_fit,budget_test).
+# A call runs the first part by default (issue 44's): the CUDA tests (the backends' included, four
+# at a time), the backends against the zoo's forms (the recurrent families on fla's kernels and
+# fla's own layers, causal, 4k-32k; the mask-defined variants on FlexAttention, 4k-16k; bfloat16,
+# forward and backward, against SDPA's flash kernel), and nanoGPT's Shakespeare GPU recipe beside
+# nanoGPT's own train.py, both compiled. The second part (every variant's speed in float32,
+# decoding from a state, the Transformer's training and decoding) and the Transformer's budget run
+# need calls of their own (--only with their stages; --list names them).
 # --dry-run runs the stages on the CPU at tiny sizes, to test the script without a GPU
 # (tests/bench/test_gpu_script.py does); --list prints the selected stages and their shares, and
 # runs nothing.
@@ -27,16 +35,18 @@ DATA=$ROOT/.data
 RESULTS=${OUT:-$ROOT/gpu-results}
 PYTHON=python3
 ONLY=
+NANOGPT=$ROOT/.nanogpt
 while [ $# -gt 0 ]; do
     case $1 in
         --dry-run) DRY=1 ;;
         --list) LIST=1 ;;
         --wheels) WHEELS=$2; shift ;;
         --data) DATA=$2; shift ;;
+        --nanogpt) NANOGPT=$2; shift ;;
         --out) RESULTS=$2; shift ;;
         --python) PYTHON=$2; shift ;;
         --only) ONLY=$2; shift ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "gpu.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -45,6 +55,7 @@ done
 RESULTS=$(cd "$RESULTS" 2>/dev/null && pwd || echo "$RESULTS")
 WHEELS=$(cd "$WHEELS" 2>/dev/null && pwd || echo "$WHEELS")
 DATA=$(cd "$DATA" 2>/dev/null && pwd || echo "$DATA")
+NANOGPT=$(cd "$NANOGPT" 2>/dev/null && pwd || echo "$NANOGPT")
 FRA_ENG=$DATA/fra-eng.zip
 # Scratch outside the results (they are copied back): the missing packages (never installed into
 # the system's site-packages) and the zoo's caches (tokenizers, encoded corpora).
@@ -56,7 +67,7 @@ START=$SECONDS
 export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
 export ZOO_DATA_DIR=$DATA ZOO_CACHE_DIR=$SCRATCH/cache
 export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
-export PYTHON WHEELS SITE  # for the stages that are functions of this script (run by `bash -c`)
+export ROOT PYTHON WHEELS SITE NANOGPT DATA  # for the stages that are functions of this script (run by `bash -c`)
 
 # stage NAME SHARE COMMAND...: run COMMAND (in $RESULTS) for at most SHARE seconds, or what is
 # left of TOTAL; log to NAME.log; record the outcome in stages.tsv.
@@ -75,6 +86,7 @@ stage() {
     rc=$?
     case $rc in
         0) status=ok ;;
+        3) status="skipped: $(tail -n 1 "$RESULTS/$name.log")" ;;
         124|137) status="timed out after ${share}s" ;;
         *) status=failed ;;
     esac
@@ -111,13 +123,24 @@ environment() {
     nvidia-smi || echo "nvidia-smi: not available"
     "$PYTHON" - <<'PY'
 import platform, torch, lightning, zoo
+from importlib.metadata import PackageNotFoundError, version
 print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), lightning {lightning.__version__}")
 print(f"cuda available: {torch.cuda.is_available()}" + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
+for name in ("triton", "fla-core", "flash-linear-attention", "transformers", "pytest-xdist"):
+    try:
+        print(f"{name} {version(name)}")
+    except PackageNotFoundError:
+        print(f"{name}: not installed")
 print("attention:", ", ".join(zoo.list_attention()))
 PY
-    "$PYTHON" -m pip list 2>/dev/null
 }
-export -f install_missing environment
+
+# nanoGPT's Shakespeare recipe beside the zoo's (benchmarks/nanogpt_parity.py); exit 3: skipped.
+shakespeare_parity() {
+    if [ ! -f "$NANOGPT/train.py" ]; then echo "no nanoGPT checkout at $NANOGPT (--nanogpt)"; exit 3; fi
+    "$PYTHON" "$ROOT/benchmarks/nanogpt_parity.py" --nanogpt "$NANOGPT" --data "$DATA/tinyshakespeare/input.txt" "$@"
+}
+export -f install_missing environment shakespeare_parity
 
 # max_steps for the budget run: the training seconds it has over the step time `bench train`
 # measured at the same batch (the CPU recipe's calibration); FALLBACK when that failed.
@@ -140,11 +163,15 @@ if [ $DRY -eq 1 ]; then
     TRAIN_SIZE=(--batch 16 --steps 2 --warmup 1) DECODE_SIZE=(--batch 8 --sentences 8 --tokens 4 --repeats 1)
     FIT_SIZE=(--data.limit_train 400 --data.vocab_size 200 --data.batch_size 16 --model.d_model 32 --model.num_heads 2
               --model.ffn_hidden 64 --data.num_workers 0 --trainer.limit_test_batches 0.005)  # 1 batch
-    RECURRENT_LENGTHS=(64 128) STATE_SIZE=(--lengths 64 128 --d-model 32 --heads 2 --warmup 1 --repeats 2)
+    RECURRENT_LENGTHS=(64 128) FLEX_LENGTHS=(64 128) STATE_SIZE=(--lengths 64 128 --d-model 32 --heads 2 --warmup 1 --repeats 2)
     SHAKESPEARE_SIZE=(--model.d_model 32 --model.num_heads 2 --model.num_layers 1 --data.block_size 32
                       --data.batch_size 8 --trainer.max_steps 4 --trainer.val_check_interval 2 --trainer.limit_val_batches 2)
     TESTS=(tests/cuda -m cuda)
-    SHARES=(install:60 environment:60 cuda_tests:120 bench_attention:90 bench_recurrent:90 bench_state:60
+    BACKEND_SIZE=(--lengths 64 128 --batch 1 --d-model 32 --heads 2 --warmup 1 --repeats 1 --dtype float32)
+    PARITY=(--recipe cpu --iterations 4 --rounds 1 --target 9 -- --trainer.val_check_interval 2
+            --trainer.limit_val_batches 2)
+    SHARES=(install:60 environment:60 cuda_tests:120 bench_backends_recurrent:120 bench_backends_flex:120
+            shakespeare_parity:240 bench_attention:90 bench_recurrent:90 bench_state:60
             shakespeare_fit:120 bench_attention_all:90 bench_train:90 bench_decode:90 bench_train_compiled:90
             budget_fit:120 budget_test:90)
     TOTAL=1200  # a loaded 2-core machine; on a quiet one the dry run takes a few minutes
@@ -156,24 +183,25 @@ else
     TRANSLATION=()
     TRAIN_SIZE=(--batch 512 --steps 40 --warmup 10) DECODE_SIZE=(--batch 256 --sentences 1024 --tokens 30 --repeats 3)
     FIT_SIZE=()
-    RECURRENT_LENGTHS=(4096 8192 16384) STATE_SIZE=(--lengths 1024 4096 16384)
+    RECURRENT_LENGTHS=(4096 16384 32768) FLEX_LENGTHS=(4096 16384) STATE_SIZE=(--lengths 1024 4096 16384)
     SHAKESPEARE_SIZE=(--trainer.max_time 00:00:02:15)  # ends the run cleanly inside its share
-    TESTS=(tests/cuda -m cuda)
-    SHARES=(install:30 environment:20 cuda_tests:130 bench_attention:40 bench_recurrent:30 bench_state:20
+    TESTS=(tests/cuda -m cuda -n 4 --dist loadfile)  # four processes on the one GPU (pytest-xdist is there)
+    BACKEND_SIZE=(--batch 1 --d-model 1024 --heads 16 --warmup 2 --repeats 5 --time-limit 3 --dtype bfloat16)
+    PARITY=(--recipe gpu --iterations 2000 --rounds 1 --target 1.4697)  # nanoGPT's README loss
+    SHARES=(install:25 environment:10 cuda_tests:150 bench_backends_recurrent:110 bench_backends_flex:95
+            shakespeare_parity:170 bench_attention:40 bench_recurrent:30 bench_state:20
             shakespeare_fit:150 bench_attention_all:40 bench_train:60 bench_decode:20 bench_train_compiled:30
             budget_fit:155 budget_test:40)  # on an H200: the Shakespeare recipe trains in about 100 s
 fi
-# The stages a call runs: --only's, else the first part (all but the budget run's).
+# The stages a call runs: --only's, else the first part.
+FIRST_PART=(install environment cuda_tests bench_backends_recurrent bench_backends_flex shakespeare_parity)
 if [ -n "$ONLY" ]; then
     IFS=, read -ra SELECTED <<<"$ONLY"
     for name in "${SELECTED[@]}"; do
         printf '%s\n' "${SHARES[@]%%:*}" | grep -qx "$name" || { echo "gpu.sh: unknown stage $name (see --list)" >&2; exit 2; }
     done
 else
-    SELECTED=()
-    for entry in "${SHARES[@]}"; do
-        case ${entry%%:*} in budget_*) ;; *) SELECTED+=("${entry%%:*}") ;; esac
-    done
+    SELECTED=("${FIRST_PART[@]}")
 fi
 selected() { printf '%s\n' "${SELECTED[@]}" | grep -qx "$1"; }
 share() { local entry; for entry in "${SHARES[@]}"; do [ "${entry%%:*}" = "$1" ] && echo "${entry#*:}"; done; }
@@ -189,6 +217,19 @@ stage install "$(share install)" bash -c install_missing
 stage environment "$(share environment)" bash -c environment
 stage cuda_tests "$(share cuda_tests)" bash -c 'cd "$1" && shift && "$@"' _ "$ROOT" \
     "$PYTHON" -m pytest "${TESTS[@]}" -q -rs -p no:cacheprovider --junitxml "$RESULTS/cuda_tests.xml"
+# The backends against the zoo's forms, bfloat16, forward and backward, beside SDPA's kernels: the
+# recurrent families causal (NAME@zoo, NAME@fla, fla:NAME), the mask-defined variants padded.
+stage bench_backends_recurrent "$(share bench_backends_recurrent)" "$PYTHON" -m zoo bench attention \
+    --device "$DEVICE" --causal --no-padding --cases floor multi_head 'retention@*' 'gla@*' 'deltanet@*' \
+    'gated_deltanet@*' 'mamba2@*' 'fla:*' --lengths "${RECURRENT_LENGTHS[@]}" "${BACKEND_SIZE[@]}" \
+    --out bench_backends_recurrent.json --plot bench_backends_recurrent.png
+stage bench_backends_flex "$(share bench_backends_flex)" "$PYTHON" -m zoo bench attention --device "$DEVICE" \
+    --cases floor multi_head 'local@*' 'longformer@*' 'sparse@*' 'bigbird@*' 'multi_head_alibi@*' \
+    --lengths "${FLEX_LENGTHS[@]}" "${BACKEND_SIZE[@]}" --out bench_backends_flex.json --plot bench_backends_flex.png
+# nanoGPT's GPU recipe, the zoo's and nanoGPT's own train.py side by side, both compiled, to 2,000
+# iterations (benchmarks/nanogpt_parity.py --recipe gpu): time per iteration, to the target loss.
+stage shakespeare_parity "$(share shakespeare_parity)" bash -c 'shakespeare_parity "$@"' _ \
+    --out "$RESULTS/shakespeare_parity.json" "${PARITY[@]}"
 stage bench_attention "$(share bench_attention)" "$PYTHON" -m zoo bench attention --device "$DEVICE" \
     --cases floor multi_head dot_product local linear --lengths "${LENGTHS[@]}" "${ATTENTION_SIZE[@]}" \
     --out bench_attention.json --plot bench_attention.png

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint, ModelSummary
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -200,7 +201,15 @@ class ZooCLI(LightningCLI):
     def before_fit(self) -> None:
         """Beside Lightning's model summary (when it is on): which attention each layer holds."""
         if self.trainer.is_global_zero and any(isinstance(c, ModelSummary) for c in self.trainer.callbacks):
-            lines = attention_by_layer(self.model)
+            precision = str(self.trainer.precision)
+            dtype = (
+                torch.bfloat16
+                if precision.startswith("bf16")
+                else torch.float16
+                if precision.startswith("16")
+                else torch.float32
+            )
+            lines = attention_by_layer(self.model, self.trainer.strategy.root_device, dtype)
             if lines:
                 print("attention by layer:\n  " + "\n  ".join(lines), flush=True)
 

@@ -12,9 +12,11 @@ import re
 from pathlib import Path
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
+from zoo.attention.backends import backend_of
 from zoo.attention.factory import ATTENTION_REGISTRY
 from zoo.attention.headed import HeadedAttention
 from zoo.attention.layer import AttentionLayer
@@ -65,9 +67,13 @@ def run_summary(trainer: L.Trainer, subcommand: str) -> list[str]:
     return lines
 
 
-def attention_by_layer(model: nn.Module) -> list[str]:
+def attention_by_layer(
+    model: nn.Module, device: torch.device | None = None, dtype: torch.dtype = torch.float32
+) -> list[str]:
     """One line per stack of attention layers: what each layer's heads run (or, for a layer of its
-    own such as a recurrent family, its registered name), in order.
+    own such as a recurrent family, its registered name), in order; given the ``device`` and
+    ``dtype`` a run trains on, each layer whose kernels are a fused backend's says which
+    (``local [flex]``, ``gla [fla]``; :func:`zoo.attention.backends.backend_of`).
 
     ``model.blocks.0.attention`` and ``model.blocks.1.attention`` form the stack
     ``blocks.attention``; a hybrid stack reads ``blocks.attention: local, dot_product, local,
@@ -81,6 +87,8 @@ def attention_by_layer(model: nn.Module) -> list[str]:
             described = ATTENTION_REGISTRY.name_of(type(module)) or type(module).__name__
         else:
             continue
+        if device is not None and (backend := backend_of(module, device, dtype)) != "zoo":
+            described += f" [{backend}]"
         stack = re.sub(r"\.\d+(?=\.|$)", "", name).removeprefix("model.")
         stacks.setdefault(stack, []).append(described)
     lines = []

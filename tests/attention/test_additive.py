@@ -7,7 +7,7 @@ import torch
 from torch.func import functional_call
 
 import zoo
-from zoo.attention.additive import AdditiveScores, _chunks
+from zoo.attention.variants.additive import AdditiveScores, _chunks
 
 
 def broadcast_scores(attention: zoo.AdditiveAttention, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -92,6 +92,8 @@ def test_gradients_reach_the_parameters_inside_a_layer() -> None:
     x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
 
     def fn(x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
-        return functional_call(layer, dict(zip(params, weights)), (x, torch.tensor([5, 3]))).output
+        return functional_call(
+            layer, dict(zip(params, weights)), (x, zoo.AttentionContext.build(2, 5, valid_lens=torch.tensor([5, 3])))
+        ).output
 
     assert torch.autograd.gradcheck(fn, (x, *params.values()))

@@ -12,6 +12,7 @@ from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import zoo
+from tests.helpers.layers import run_layer
 from zoo.registry import UnknownNameError
 
 SCORING = ["additive", "dot_product", "gaussian_kernel", "average"]
@@ -194,7 +195,8 @@ def test_worked_example_multi_head() -> None:
 
 def test_worked_example_self_attention() -> None:
     attention = zoo.create_attention("self", embed_dim=100, num_heads=5).eval()
-    assert attention(torch.ones(2, 4, 100), torch.tensor([3, 2])).output.shape == (2, 4, 100)
+    context = zoo.AttentionContext.build(2, 4, valid_lens=torch.tensor([3, 2]))
+    assert attention(torch.ones(2, 4, 100), context).output.shape == (2, 4, 100)
 
 
 # -- naive references -------------------------------------------------------------------------
@@ -324,7 +326,7 @@ def test_a_layer_over_average_pooling_builds_only_the_projections_it_reads() -> 
     layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention="average").double()
     assert layer.q_proj is None and layer.k_proj is None
     x, lens = torch.randn(2, 5, 8, dtype=torch.float64), torch.tensor([5, 2])
-    output = layer(x, lens).output
+    output = run_layer(layer, x, valid_lens=lens).output
     output.sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())
     means = torch.stack([layer.v_proj(x[n, : int(lens[n])]).mean(0) for n in range(2)])
@@ -388,8 +390,8 @@ def test_layer_fused_path_equals_explicit_path(name: str) -> None:
     layer = build_layer(name, torch.float64)
     inputs = layer_inputs(name, 2, 4, 6 if name != "self" else 4, torch.float64)
     valid_lens = torch.tensor([0, 3])
-    fused = layer(*inputs, valid_lens, is_causal=True)
-    explicit = layer(*inputs, valid_lens, is_causal=True, need_weights=True)
+    fused = run_layer(layer, *inputs, valid_lens=valid_lens, is_causal=True)
+    explicit = run_layer(layer, *inputs, valid_lens=valid_lens, is_causal=True, need_weights=True)
     torch.testing.assert_close(fused.output, explicit.output, rtol=1e-12, atol=1e-12)
 
 
@@ -471,7 +473,7 @@ def test_self_attention_equals_multi_head_on_x_x_x(valid_lens: Tensor | None, is
     multi_head = zoo.MultiHeadAttention(8, 2).double().eval()
     multi_head.load_state_dict(self_attention.state_dict())
     x = torch.randn(2, 4, 8, dtype=torch.float64)
-    out, weights = self_attention(x, valid_lens, is_causal=is_causal, need_weights=True)
+    out, weights = run_layer(self_attention, x, valid_lens=valid_lens, is_causal=is_causal, need_weights=True)
     expected, expected_weights = multi_head(x, x, x, valid_lens, is_causal=is_causal, need_weights=True)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(weights, expected_weights)
@@ -483,7 +485,7 @@ def test_cross_attention_equals_multi_head_on_x_mem_mem(valid_lens: Tensor | Non
     multi_head = zoo.MultiHeadAttention(8, 2, kdim=6, vdim=6).double().eval()
     multi_head.load_state_dict(cross.state_dict())
     x, memory = torch.randn(2, 3, 8, dtype=torch.float64), torch.randn(2, 6, 6, dtype=torch.float64)
-    out, weights = cross(x, memory, valid_lens, need_weights=True)
+    out, weights = run_layer(cross, x, memory, valid_lens=valid_lens, need_weights=True)
     expected, expected_weights = multi_head(x, memory, memory, valid_lens, need_weights=True)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(weights, expected_weights)
@@ -527,10 +529,11 @@ def test_attention_kwargs_reach_the_scoring_attention() -> None:
 
 def causal_forward(name: str, module: nn.Module, q: Tensor, k: Tensor, v: Tensor, need_weights: bool) -> Tensor:
     """``is_causal=True`` through each variant's own signature; ``need_weights`` picks the path."""
+    context = zoo.AttentionContext(is_causal=True, need_weights=need_weights)
     if name == "self":
-        return module(q, is_causal=True, need_weights=need_weights).output
+        return module(q, context).output
     if name == "cross":
-        return module(q, k, is_causal=True, need_weights=need_weights).output
+        return module(q, k, context).output
     return module(q, k, v, is_causal=True, need_weights=need_weights).output
 
 
@@ -624,11 +627,11 @@ def test_layer_half_precision_has_no_nan(name: str, score: str, dtype: torch.dty
     inputs = [t.requires_grad_() for t in layer_inputs(name, 2, 3, 3, dtype)]
     attn_mask = torch.ones(2, 3, 3, dtype=torch.bool)
     attn_mask[1, 0] = False  # a fully masked row
-    out, weights = layer(*inputs, torch.tensor([0, 3]), attn_mask=attn_mask, need_weights=True)
+    out, weights = run_layer(layer, *inputs, valid_lens=torch.tensor([0, 3]), attn_mask=attn_mask, need_weights=True)
     assert out.dtype == dtype and torch.isfinite(out).all() and torch.isfinite(weights).all()
     assert torch.equal(out[0], torch.zeros_like(out[0])), "valid length 0: zero output (no biases)"
     assert torch.equal(out[1, 0], torch.zeros_like(out[1, 0]))
-    fused = layer(*inputs, torch.tensor([0, 3]), attn_mask=attn_mask).output
+    fused = run_layer(layer, *inputs, valid_lens=torch.tensor([0, 3]), attn_mask=attn_mask).output
     assert torch.isfinite(fused).all()
     (out.float().square().sum() + fused.float().square().sum()).backward()
     for tensor in (*inputs, *layer.parameters()):
@@ -845,7 +848,7 @@ def test_layer_with_non_causal_scoring_refuses_is_causal(no_causal: str) -> None
     x = torch.randn(2, 3, 8)
     assert layer(x).output.shape == (2, 3, 8)
     with pytest.raises(zoo.IncompatibleAttentionError, match="causal"):
-        layer(x, is_causal=True)
+        layer(x, zoo.AttentionContext(is_causal=True))
 
 
 def test_require_attention_lists_compatible_names(no_causal: str) -> None:

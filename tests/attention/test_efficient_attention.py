@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import zoo
+from tests.helpers.layers import run_layer
 from zoo.attention import IncompatibleAttentionError, require_attention
-from zoo.attention.performer import orthogonal_gaussian
+from zoo.attention.variants.performer import orthogonal_gaussian
 from zoo.testing import check_attention
 
 # -- naive formulations ------------------------------------------------------------------------
@@ -325,7 +326,7 @@ def test_variant_is_usable_per_head_and_declares_no_position_bias(name: str) -> 
     x = torch.randn(2, 10, 16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bigbird: 10 tokens are too few for its pattern, computed exactly
-        out, weights = layer(x, torch.tensor([10, 6]), need_weights=True)
+        out, weights = run_layer(layer, x, valid_lens=torch.tensor([10, 6]), need_weights=True)
     assert out.shape == (2, 10, 16) and weights.shape == (2, 2, 10, 10)
     torch.testing.assert_close(weights[1, :, :, 6:], torch.zeros(2, 10, 4))
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 import zoo
+from tests.helpers.layers import run_layer
 from zoo.attention.kernels import rows_from
 from zoo.attention.masking import mask_at
 from zoo.bench.measure import peak_memory
@@ -390,9 +391,9 @@ def test_cross_attention_layer_refuses_a_window() -> None:
 def test_self_attention_layer_runs_them_per_head(score: str) -> None:
     layer = zoo.create_attention("self", embed_dim=8, num_heads=2, attention=score).double().eval()
     x = torch.randn(2, 6, 8, dtype=torch.float64)
-    out, weights = layer(x, torch.tensor([6, 4]), is_causal=True, need_weights=True)
+    out, weights = run_layer(layer, x, valid_lens=torch.tensor([6, 4]), is_causal=True, need_weights=True)
     assert out.shape == (2, 6, 8) and weights.shape == (2, 2, 6, 6)
-    torch.testing.assert_close(layer(x, torch.tensor([6, 4]), is_causal=True).output, out, **F64)
+    torch.testing.assert_close(run_layer(layer, x, valid_lens=torch.tensor([6, 4]), is_causal=True).output, out, **F64)
     assert torch.all(weights[1, :, :, 4:] == 0)
 
 
@@ -481,8 +482,8 @@ def test_a_multi_head_layer_gives_the_bias_its_head_count() -> None:
     assert layer.score_attention.relative_bias.shape == (3, 5 // 2 + 5)
     assert "score_attention.relative_bias" in dict(layer.named_parameters())
     x = torch.randn(2, 6, 12)
-    out, weights = layer(x, torch.tensor([6, 4]), need_weights=True)
-    torch.testing.assert_close(layer(x, torch.tensor([6, 4])).output, out, rtol=1e-5, atol=1e-6)
+    out, weights = run_layer(layer, x, valid_lens=torch.tensor([6, 4]), need_weights=True)
+    torch.testing.assert_close(run_layer(layer, x, valid_lens=torch.tensor([6, 4])).output, out, rtol=1e-5, atol=1e-6)
     assert torch.all(weights[1, :, :, 4:] == 0)
     assert (
         zoo.create_attention("self", embed_dim=12, num_heads=3, attention="local").score_attention.relative_bias is None

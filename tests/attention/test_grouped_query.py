@@ -58,7 +58,8 @@ def test_as_many_key_value_heads_as_query_heads_is_standard_multi_head_attention
     explicit = zoo.create_attention("self", embed_dim=8, num_heads=2, attention=zoo.AttentionSpec(num_kv_heads=2))
     explicit.load_state_dict(standard.state_dict())
     x = torch.randn(2, 5, 8)
-    torch.testing.assert_close(explicit(x, is_causal=True).output, standard(x, is_causal=True).output)
+    causal = zoo.AttentionContext(is_causal=True)
+    torch.testing.assert_close(explicit(x, causal).output, standard(x, causal).output)
     assert "num_kv_heads" not in repr(explicit)
 
 

@@ -142,3 +142,38 @@ def test_a_layer_taking_any_keyword_still_gets_the_stacks_position_and_bias() ->
         zoo.ATTENTION_REGISTRY.unregister("test_takes_anything")
     layer = model.blocks[0].attention
     assert layer.rotary is not None and layer.q_proj.bias is None
+
+
+class _NoCache(zoo.AttentionLayer):
+    """A causal layer with no attend_cached: a running mean of its input's projection."""
+
+    supports_bidirectional = False
+    supports_padding_mask = False
+    supports_weights = False
+
+    def __init__(self, embed_dim: int, num_heads: int) -> None:
+        super().__init__()
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.proj = nn.Linear(embed_dim, embed_dim)
+
+    def attend(self, x: Tensor, context: zoo.AttentionContext) -> zoo.AttentionOutput:
+        counts = torch.arange(1, x.shape[1] + 1, device=x.device, dtype=x.dtype)[:, None]
+        return zoo.AttentionOutput(self.proj(x).cumsum(1) / counts)
+
+
+def test_a_layer_without_attend_cached_declares_no_decoding_and_decoders_refuse_it() -> None:
+    assert not _NoCache.supports_decoding and ForgettingSum.supports_decoding and zoo.SelfAttention.supports_decoding
+    zoo.register_attention_layer("test_no_cache")(_NoCache)
+    try:
+        with pytest.raises(zoo.IncompatibleAttentionError, match="decoding from a cache") as error:
+            layer_specs("test_no_cache", None, 2, causal=True, decoding=True, role="a decoder")
+        assert "\n" not in str(error.value)
+        model = GPT(11, block_size=8, d_model=16, num_heads=2, num_layers=1, attention="test_no_cache").eval()
+    finally:
+        zoo.ATTENTION_REGISTRY.unregister("test_no_cache")
+    prompt = torch.randint(11, (2, 3))
+    with pytest.raises(
+        zoo.IncompatibleAttentionError, match=r"layer\(s\) \[1\] decodes from no cache.*use_cache=False"
+    ):
+        next(model.generate(prompt, 2))
+    assert torch.cat(list(model.generate(prompt, 2, temperature=0, use_cache=False))).numel() == 4

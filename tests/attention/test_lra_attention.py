@@ -10,7 +10,7 @@ import torch
 
 import zoo
 from zoo.attention import IncompatibleAttentionError, require_attention
-from zoo.attention.sinkhorn import log_sinkhorn
+from zoo.attention.variants.sinkhorn import log_sinkhorn
 from zoo.testing import check_attention
 
 ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16", "bfloat16", "gradients")
@@ -127,7 +127,7 @@ def _random_synthesizer_case(g: torch.Generator) -> tuple:
 def test_random_synthesizer_forms_its_weights_once_per_head_not_per_sequence(monkeypatch) -> None:
     """The logits are the same for every input, so a batch of key-padded sequences shares one
     ``(Lq, Lk)`` softmax per head; the answer and the gradients are those of the softmax per sequence."""
-    import zoo.attention.synthesizer as synthesizer
+    import zoo.attention.variants.synthesizer as synthesizer
 
     attention, q, v, lengths = _random_synthesizer_case(torch.Generator().manual_seed(0))
     shapes = []

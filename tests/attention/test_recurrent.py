@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
+from tests.helpers.layers import run_layer
+from zoo.attention import AttentionContext
 from zoo.attention.cache import KeyValueCache, StateCache
 from zoo.attention.recurrent import RecurrentLayer
 from zoo.attention.spec import layer_specs
@@ -156,7 +158,7 @@ def test_every_form_matches_the_papers_recurrence(family: str, padding: str | No
     for mode, chunk_size in FORMS:
         module.mode, module.chunk_size = mode, chunk_size or 64
         with torch.no_grad():
-            output = module(x, is_causal=True, **mask).output
+            output = run_layer(module, x, is_causal=True, **mask).output
         form = f"{mode} {chunk_size or ''}"
         torch.testing.assert_close(
             output, expected, atol=1e-10, rtol=0, msg=lambda message, form=form: f"{form}: {message}"
@@ -171,10 +173,12 @@ def test_decoding_from_a_chunkwise_prompt_matches_the_papers_recurrence(family: 
     _, real = padded("left")
     expected = reference(module, x, real)
     with torch.no_grad():
-        output, cache = module.attend_cached(x[:, :40], None, attn_mask=real[:, None, None, :40])
+        output, cache = module.attend_cached(x[:, :40], None, AttentionContext.for_keys(real[:, :40], is_causal=True))
         outputs = [output]
         for t in range(40, LENGTH):
-            output, cache = module.attend_cached(x[:, t : t + 1], cache, attn_mask=real[:, None, None, : t + 1])
+            output, cache = module.attend_cached(
+                x[:, t : t + 1], cache, AttentionContext.for_keys(real[:, : t + 1], is_causal=True, offset=t)
+            )
             outputs.append(output)
     torch.testing.assert_close(torch.cat(outputs, dim=1), expected, atol=1e-10, rtol=0)
     assert isinstance(cache, StateCache) and cache.length == LENGTH
@@ -190,7 +194,7 @@ def test_chunkwise_gradients_equal_the_parallel_forms(family: str) -> None:
     for mode in ("parallel", "chunkwise"):
         module = layer(family, mode=mode, chunk_size=7)
         leaf = x.clone().requires_grad_()
-        (module(leaf, torch.tensor([40, 29]), is_causal=True).output * weights).sum().backward()
+        (run_layer(module, leaf, valid_lens=torch.tensor([40, 29]), is_causal=True).output * weights).sum().backward()
         gradients.append([leaf.grad, *(p.grad for p in module.parameters())])
     assert all(g is not None for g in gradients[1])
     for parallel, chunkwise in zip(*gradients):
@@ -202,8 +206,8 @@ def test_weights_are_the_parallel_forms_and_zero_where_hidden(family: str) -> No
     module = layer(family)
     x = torch.randn(2, 12, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
-        output, weights = module(x, torch.tensor([12, 7]), is_causal=True, need_weights=True)
-        plain = module(x, torch.tensor([12, 7]), is_causal=True).output
+        output, weights = run_layer(module, x, valid_lens=torch.tensor([12, 7]), is_causal=True, need_weights=True)
+        plain = run_layer(module, x, valid_lens=torch.tensor([12, 7]), is_causal=True).output
     assert weights.shape == (2, HEADS, 12, 12)
     assert torch.equal(weights.triu(1), torch.zeros_like(weights)) and not weights[1, :, :, 7:].any()
     torch.testing.assert_close(output, plain, atol=1e-12, rtol=0)
@@ -259,7 +263,8 @@ def test_what_a_causal_recurrence_cannot_do_is_refused_in_one_line(family: str) 
     module = layer(family)
     x = torch.randn(2, 6, EMBED, dtype=torch.float64)
     assert "is a causal recurrence" in refusal(lambda: module(x))
-    assert "key padding masks only" in refusal(lambda: module(x, torch.tensor([[6] * 6, [3] * 6]), is_causal=True))
+    per_query = torch.tensor([[6] * 6, [3] * 6])
+    assert "key padding masks only" in refusal(lambda: run_layer(module, x, valid_lens=per_query, is_causal=True))
     assert "attending in both directions" in refusal(lambda: layer_specs(family, None, 2, role="an encoder"))
     assert "cannot be used by cross-attention" in refusal(lambda: zoo.CrossAttention(EMBED, HEADS, family))
     assert "it is an attention layer (it owns projections)" in refusal(lambda: zoo.SelfAttention(EMBED, HEADS, family))
@@ -295,7 +300,7 @@ def test_16k_tokens_in_float32_stay_finite_under_strong_decays(family: str) -> N
             attention.decay.A_log.fill_(math.log(16.0))
             attention.decay.dt_bias.fill_(5.0)  # log decays of about -80 per step
     x = torch.randn(1, 16384, 16, requires_grad=True)
-    output = module(x, is_causal=True).output
+    output = module(x, AttentionContext(is_causal=True)).output
     output.square().mean().backward()
     assert torch.isfinite(output).all() and torch.isfinite(x.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)

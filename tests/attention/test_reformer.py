@@ -8,7 +8,7 @@ import torch
 
 import zoo
 from zoo.attention import IncompatibleAttentionError, create_scoring_attention
-from zoo.attention.reformer import SELF_SCORE, ReformerAttention
+from zoo.attention.variants.reformer import SELF_SCORE, ReformerAttention
 from zoo.models import Transformer
 from zoo.testing import check_attention
 

@@ -267,3 +267,29 @@ def test_bench_keeps_the_lengths_measured_before_it_is_killed(in_tmp, monkeypatc
     for name in ("dot_product", "local"):
         assert [r["length"] for r in saved["results_so_far"][name]] == [16]
         assert saved["results_so_far"][name][0]["status"] == "ok"
+
+
+def test_bench_attention_measures_each_fused_backend_beside_the_zoos_form(in_tmp, monkeypatch, capsys) -> None:
+    """``NAME@zoo`` and ``NAME@flex`` / ``NAME@fla`` run with the backend forced, against each
+    other; where the device runs no fused backend both are left out, with the reason."""
+    from zoo.attention import backends
+    from zoo.bench import attention as bench_attention
+
+    cases = {case.name: case for case in bench_attention.attention_cases()}
+    assert cases["local@flex"].baseline == "local@zoo" and cases["local@zoo"].baseline == "dot_product"
+    assert cases["gla@fla"].baseline == "gla@zoo" and cases["multi_head_alibi@flex"].fused == "flex"
+    assert "dot_product@flex" not in cases  # without a bias, SDPA's kernel is dot_product's own form
+    main(["bench", "attention", "--cases", "local*", "--lengths", "32", "--batch", "1", "--d-model", "16",
+          "--heads", "2", "--warmup", "0", "--repeats", "1", "--out", "a.json", "--plot", "a.png"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "local@flex: left out (FlexAttention does not train in float32 on cpu)" in err
+    assert "local@zoo: left out (the same as local here" in err
+    seen = []
+    monkeypatch.setattr(bench_attention, "_runs_here", lambda case, config, device: None)
+    monkeypatch.setattr(backends, "choose", lambda fused, runs, **_: seen.append(backends.requested_backend()) or False)
+    monkeypatch.setattr("zoo.attention.flex_variant.choose", backends.choose)
+    main(["bench", "attention", "--cases", "local@*", "--lengths", "32", "--batch", "1", "--d-model", "16",
+                    "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory", "--out", "b.json",
+                    "--plot", "b.png"])  # fmt: skip
+    assert {"zoo", "flex"} <= set(seen), "each case runs with its backend forced"
+    assert [case["backend"] for case in json.loads(Path("b.json").read_text())["cases"]] == ["zoo", "flex"]

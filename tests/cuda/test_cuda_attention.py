@@ -110,6 +110,6 @@ def test_causal_self_attention_runs_in_the_flash_kernel() -> None:
     layer = zoo.create_attention("self", embed_dim=128, num_heads=2).to("cuda", torch.bfloat16).eval()
     x = torch.randn(2, 64, 128, device="cuda", dtype=torch.bfloat16)
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        output, _ = layer(x, is_causal=True)
-    expected, _ = layer(x, is_causal=True, need_weights=True)
+        output, _ = layer(x, zoo.AttentionContext(is_causal=True))
+    expected, _ = layer(x, zoo.AttentionContext(is_causal=True, need_weights=True))
     torch.testing.assert_close(output, expected, atol=2e-2, rtol=2e-2)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.attention import ATTENTION_REGISTRY, Attention
+from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionContext
 from zoo.models import GPT
 
 VOCAB, BLOCK = 23, 24
@@ -122,7 +122,7 @@ def test_blocks_are_nanogpts_pre_ln_with_dropout_on_the_residual_branches_only()
     torch.manual_seed(1)
     out, _ = block(x)
     torch.manual_seed(1)
-    h = x + block.add_norm1.dropout(block.attention(block.add_norm1.norm(x), is_causal=True).output)
+    h = x + block.add_norm1.dropout(block.attention(block.add_norm1.norm(x), AttentionContext(is_causal=True)).output)
     expected = h + block.add_norm2.dropout(second(activation(first(block.add_norm2.norm(h)))))
     torch.testing.assert_close(out, expected)
     assert isinstance(activation, torch.nn.GELU)

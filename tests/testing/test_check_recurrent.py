@@ -41,26 +41,26 @@ class _PeeksAhead(_GatedPlugin):
 class _ForgetsTheState(_GatedPlugin):
     """Decodes every call from a zero state."""
 
-    def attend_cached(self, x, cache, *, attn_mask=None):
-        output, fresh = super().attend_cached(x, None, attn_mask=attn_mask)
+    def attend_cached(self, x, cache, context=None):
+        output, fresh = super().attend_cached(x, None, context)
         return output, fresh if cache is None else StateCache(fresh.state, cache.length + x.shape[1], fresh.extra)
 
 
 class _ForgetsTheWindow(_GatedPlugin):
     """Keeps its state between calls but starts each call's convolution from zeros."""
 
-    def attend_cached(self, x, cache, *, attn_mask=None):
+    def attend_cached(self, x, cache, context=None):
         cleared = (
             None if cache is None else StateCache(cache.state, cache.length, tuple(w.zero_() for w in cache.extra))
         )
-        return super().attend_cached(x, cleared, attn_mask=attn_mask)
+        return super().attend_cached(x, cleared, context)
 
 
 class _KeepsEveryInput(_GatedPlugin):
     """Carries every input seen beside its state: the cache grows with the context."""
 
-    def attend_cached(self, x, cache, *, attn_mask=None):
-        output, new = super().attend_cached(x, cache, attn_mask=attn_mask)
+    def attend_cached(self, x, cache, context=None):
+        output, new = super().attend_cached(x, cache, context)
         kept = x if cache is None else torch.cat([cache.extra[-1], x], dim=1)
         return output, StateCache(new.state, new.length, (*new.extra[:3], kept))
 
@@ -68,8 +68,8 @@ class _KeepsEveryInput(_GatedPlugin):
 class _RunsBothWays(_GatedPlugin):
     """Declares it is causal only, yet runs a non-causal call as a causal one."""
 
-    def check_request(self, mask, *, is_causal, **kwargs):
-        super().check_request(mask, is_causal=True, **kwargs)
+    def check_request(self, context):
+        super().check_request(context.replace(is_causal=True))
 
 
 def test_a_plugins_recurrent_layer_gets_the_built_ins_checks() -> None:

@@ -1,9 +1,14 @@
 """Attention behind two contracts, scoring attentions and attention layers, and the registry that names both.
 
+The machinery is here (the contracts, the context, masking, caches, specs, the registry, the
+multi-head layers, ``kernels/``); the variants are in :mod:`zoo.attention.variants`, one per file.
 Importing this package registers the built-in variants.
 """
 
+import sys
+
 from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.context import AttentionContext
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.factory import (
     ATTENTION_REGISTRY,
@@ -18,34 +23,41 @@ from zoo.attention.factory import (
 from zoo.attention.masking import causal_mask, lengths_to_mask, masked_softmax
 
 # Built-in variants register themselves on import.
-from zoo.attention.additive import AdditiveAttention  # noqa: E402  (after the registry)
-from zoo.attention.average import AveragePooling  # noqa: E402
-from zoo.attention.dot_product import DotProductAttention  # noqa: E402
-from zoo.attention.gaussian_kernel import GaussianKernelAttention  # noqa: E402
-from zoo.attention.linear import LinearAttention  # noqa: E402
-from zoo.attention.local import LocalAttention  # noqa: E402
-from zoo.attention.performer import PerformerAttention  # noqa: E402
-from zoo.attention.linformer import LinformerAttention  # noqa: E402
-from zoo.attention.longformer import LongformerAttention  # noqa: E402
-from zoo.attention.bigbird import BigBirdAttention  # noqa: E402
-from zoo.attention.sparse import FixedSparseAttention  # noqa: E402
-from zoo.attention.synthesizer import SynthesizerAttention  # noqa: E402
-from zoo.attention.sinkhorn import SinkhornAttention  # noqa: E402
-from zoo.attention.reformer import ReformerAttention  # noqa: E402
+from zoo.attention import variants  # noqa: E402  (after the registry)
+from zoo.attention.variants.additive import AdditiveAttention  # noqa: E402
+from zoo.attention.variants.average import AveragePooling  # noqa: E402
+from zoo.attention.variants.dot_product import DotProductAttention  # noqa: E402
+from zoo.attention.variants.gaussian_kernel import GaussianKernelAttention  # noqa: E402
+from zoo.attention.variants.linear import LinearAttention  # noqa: E402
+from zoo.attention.variants.local import LocalAttention  # noqa: E402
+from zoo.attention.variants.performer import PerformerAttention  # noqa: E402
+from zoo.attention.variants.linformer import LinformerAttention  # noqa: E402
+from zoo.attention.variants.longformer import LongformerAttention  # noqa: E402
+from zoo.attention.variants.bigbird import BigBirdAttention  # noqa: E402
+from zoo.attention.variants.sparse import FixedSparseAttention  # noqa: E402
+from zoo.attention.variants.synthesizer import SynthesizerAttention  # noqa: E402
+from zoo.attention.variants.sinkhorn import SinkhornAttention  # noqa: E402
+from zoo.attention.variants.reformer import ReformerAttention  # noqa: E402
 from zoo.attention.recurrent import RecurrentLayer  # noqa: E402
-from zoo.attention.retention import RetentionAttention  # noqa: E402
-from zoo.attention.gla import GatedLinearAttention  # noqa: E402
-from zoo.attention.deltanet import DeltaNetAttention, GatedDeltaNetAttention  # noqa: E402
-from zoo.attention.mamba2 import Mamba2Attention  # noqa: E402
+from zoo.attention.variants.retention import RetentionAttention  # noqa: E402
+from zoo.attention.variants.gla import GatedLinearAttention  # noqa: E402
+from zoo.attention.variants.deltanet import DeltaNetAttention, GatedDeltaNetAttention  # noqa: E402
+from zoo.attention.variants.mamba2 import Mamba2Attention  # noqa: E402
 from zoo.attention.spec import AttentionSpec, layer_specs  # noqa: E402
 from zoo.attention.headed import HeadedAttention  # noqa: E402
 from zoo.attention.multi_head import CrossAttention, MultiHeadAttention, SelfAttention, self_attention_layer  # noqa: E402
+
+# The variants' modules before they moved to zoo.attention.variants: their old paths still import.
+for _module in variants.MODULES:
+    sys.modules.setdefault(f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}", _module)
+del _module
 
 __all__ = [
     "ATTENTION_REGISTRY",
     "AdditiveAttention",
     "AveragePooling",
     "Attention",
+    "AttentionContext",
     "AttentionLayer",
     "AttentionOutput",
     "AttentionSpec",

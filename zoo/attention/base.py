@@ -8,10 +8,14 @@ when asked. A variant whose computation has no score matrix (linear attention, s
 :meth:`Attention.attend`, never ``forward``, and declares what it supports; checks of its own
 (one sequence, a length limit) go in an override of :meth:`Attention.check_layout`.
 
-A call goes ``forward`` (validate the tensors and masks, merge the masks into one boolean) ->
-:meth:`Attention.attend_masked` (refuse what the variant declares it cannot do, answer an empty
-input) -> :meth:`Attention.attend`. A layer that validated and merged its masks itself enters at
-``attend_masked``, so each call validates its masks once.
+A call goes ``forward`` -> :meth:`Attention.attend`. ``forward`` takes either the raw masks
+(``valid_lens``, ``attn_mask``, ``is_causal``: a scoring attention called on its own validates and
+merges them, as a model's entry does) or the :class:`~zoo.attention.context.AttentionContext` a
+model built once for its forward (a multi-head layer hands its heads that); it refuses what the
+variant declares it cannot do, answers an empty input, and calls ``attend(queries, keys, values,
+context)``, the one hook a variant overrides besides ``score``. A variant written against the
+contract before the context (``attend(queries, keys, values, mask, *, is_causal, need_weights)``)
+keeps working, with a warning naming the rename (:mod:`zoo.attention.legacy_hooks`).
 
 An *attention layer* (:class:`zoo.attention.layer.AttentionLayer`) owns its projections, gates,
 convolutions and cache: ``multi_head`` runs a registered scoring attention per head; the
@@ -28,8 +32,9 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.cache import KeyValueCache, LayerCache
+from zoo.attention.context import AttentionContext
 from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
+from zoo.attention.legacy_hooks import accept_legacy_calls, adapt_legacy_attend
 from zoo.attention.masking import (
     check_attn_mask,
     key_column,
@@ -42,6 +47,7 @@ from zoo.errors import ZooError
 
 __all__ = [
     "Attention",
+    "AttentionContext",
     "AttentionOutput",
     "IncompatibleAttentionError",
     "PositionBias",
@@ -83,10 +89,14 @@ class _Capabilities:
     #: attends in both directions when not causal (an encoder's self-attention, cross-attention);
     #: False for a causal recurrence (retention, DeltaNet), which encoders refuse
     supports_bidirectional: ClassVar[bool] = True
+    #: decodes new positions after a cache of earlier ones (``attend_cached``): a scoring
+    #: attention does inside a multi-head layer (from its keys and values); a layer that
+    #: implements no ``attend_cached`` does not, and a decoder refuses it
+    supports_decoding: ClassVar[bool] = True
 
-    def check_request(self, mask: Tensor | None, *, is_causal: bool, need_weights: bool = False) -> None:
+    def check_request(self, context: AttentionContext) -> None:
         """Refuse, in one line, a call this module declares it cannot serve (the flags above)."""
-        name = type(self).__name__
+        name, mask = type(self).__name__, context.mask
         if mask is not None and not self.supports_padding_mask:
             raise IncompatibleAttentionError(f"{name} does not support padding masks (valid_lens / attn_mask).")
         if mask is not None and not self.supports_query_mask and key_column(mask) is None:
@@ -94,11 +104,11 @@ class _Capabilities:
                 f"{name} takes key padding masks only, the same for every query (valid_lens of shape (B,), an "
                 f"attn_mask of shape (B, 1, Lk)); got a mask of shape {tuple(mask.shape)} that differs per query."
             )
-        if is_causal and not self.supports_causal:
+        if context.is_causal and not self.supports_causal:
             raise IncompatibleAttentionError(f"{name} does not support causal masking (is_causal=True).")
-        if need_weights and not self.supports_weights:
+        if context.need_weights and not self.supports_weights:
             raise IncompatibleAttentionError(f"{name} cannot return attention weights (need_weights=True).")
-        if not is_causal and not self.supports_bidirectional:
+        if not context.is_causal and not self.supports_bidirectional:
             raise IncompatibleAttentionError(
                 f"{name} is a causal recurrence: it attends to earlier positions only; call it with is_causal=True "
                 "(a decoder's self-attention), or use a variant that attends both ways."
@@ -148,6 +158,8 @@ class Attention(_Capabilities, nn.Module):
         overrides = "attend" in cls.__dict__ or "forward" in cls.__dict__
         if overrides and "supports_position_bias" not in cls.__dict__:
             cls.supports_position_bias = False
+        adapt_legacy_attend(cls, "queries, keys, values")
+        accept_legacy_calls(cls, inputs=3)
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
@@ -176,6 +188,7 @@ class Attention(_Capabilities, nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         position_bias: PositionBias | None = None,
+        context: AttentionContext | None = None,
     ) -> AttentionOutput:
         """Attend from ``queries`` over ``keys``/``values``.
 
@@ -191,80 +204,42 @@ class Attention(_Capabilities, nn.Module):
             position_bias: a bias positional scheme (``alibi``, ``t5``) whose bias is added to
                 the scores, query ``i`` at position ``Lk - Lq + i``; its head axis lines up
                 with dimension -3 of the queries (a layer's heads), or is 1.
+            context: Instead of the five above, the context a model built once for its forward
+                (:class:`~zoo.attention.context.AttentionContext`): its mask is merged and
+                validated already, so nothing is checked again here but what the variant
+                declares it cannot do.
         """
-        valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask)
-        mask = merge_masks(
-            queries.shape[:-2],
-            queries.shape[-2],
-            keys.shape[-2],
-            valid_lens=valid_lens,
-            attn_mask=attn_mask,
-            device=queries.device,
-        )
-        return self.attend_masked(
-            queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
-        )
-
-    def attend_masked(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:  # fmt: skip
-        """What :meth:`forward` does once its inputs are validated and its masks merged into one
-        boolean ``mask``: refuse what the variant cannot do, answer an empty input, run :meth:`attend`.
-
-        A layer that validates its own inputs and merges its masks once per call (the multi-head
-        layers) calls this instead of ``forward``, so nothing is validated twice.
-        """
-        self.check_request(mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias)
-        self.check_layout(queries, keys, is_causal)
+        if context is None:
+            valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask)
+            mask = merge_masks(
+                queries.shape[:-2],
+                queries.shape[-2],
+                keys.shape[-2],
+                valid_lens=valid_lens,
+                attn_mask=attn_mask,
+                device=queries.device,
+            )
+            context = AttentionContext(mask, is_causal, need_weights, position_bias=position_bias)
+        elif valid_lens is not None or attn_mask is not None or is_causal or need_weights or position_bias is not None:
+            raise TypeError(
+                f"{type(self).__name__}: give either a context or the raw masks (valid_lens, attn_mask, is_causal, "
+                "need_weights, position_bias), not both: the context holds them already."
+            )
+        self.check_request(context)
+        self.check_layout(queries, keys, context.is_causal)
         keys, values = self._expand_groups(queries, keys, values)
         if not (queries.shape[-2] and keys.shape[-2]):  # nothing to score: no variant's attend() sees it
-            return self.empty_output(queries, keys, values, need_weights)
-        # passed only when given: a plugin's attend() written before positions keeps working
-        extra = _given(position_bias=position_bias)
-        return self.attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, **extra)
+            return self.empty_output(queries, keys, values, context.need_weights)
+        return self.attend(queries, keys, values, context)
 
-    def check_request(
-        self, mask: Tensor | None, *, is_causal: bool, need_weights: bool = False,
-        position_bias: PositionBias | None = None,
-    ) -> None:  # fmt: skip
-        """Refuse, in one line, what this variant declares it cannot do (the capability flags); run
-        by :meth:`attend_masked`, and by a decoding path that does not go through it."""
-        super().check_request(mask, is_causal=is_causal, need_weights=need_weights)
-        if position_bias is not None and not self.supports_position_bias:
+    def check_request(self, context: AttentionContext) -> None:
+        """Refuse, in one line, what this variant declares it cannot do (the capability flags)."""
+        super().check_request(context)
+        if context.position_bias is not None and not self.supports_position_bias:
             raise IncompatibleAttentionError(
                 f"{type(self).__name__} does not add a positional bias to its scores (position_bias); "
                 "use an absolute or rotary scheme with it."
             )
-
-    def attend_cached(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        cache: LayerCache | None,
-        mask: Tensor | None = None,
-        *,
-        position_bias: PositionBias | None = None,
-    ) -> tuple[Tensor, LayerCache]:
-        """Causal attention of new positions over those in ``cache`` and themselves, for decoding.
-
-        Args:
-            queries: The new positions' queries ``(B, H, Lq, d)``.
-            keys, values: Their keys and values ``(B, Hkv, Lq, d)`` (grouped heads unexpanded).
-            cache: What earlier calls returned, or None before the first.
-            mask: Boolean, True = attend, broadcastable to ``(B, H, Lq, L)`` over every position
-                seen (padding of left-padded prompts); None for none.
-            position_bias: A bias scheme, for a variant that adds one.
-
-        Returns:
-            The output ``(B, H, Lq, dv)`` and the cache extended by the new positions: every key
-            and value (:class:`~zoo.attention.cache.KeyValueCache`).
-        """
-        cache = KeyValueCache(keys, values) if cache is None else cache.extend(keys, values)
-        extra = _given(position_bias=position_bias)
-        output = self.attend_masked(queries, cache.keys, cache.values, mask, is_causal=True, **extra).output
-        return output, cache
 
     def _expand_groups(self, queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values with as many heads as the queries (axis -3) for a variant that takes
@@ -275,33 +250,30 @@ class Attention(_Capabilities, nn.Module):
         groups = heads // kv_heads
         return keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:  # fmt: skip
-        """The computation on validated inputs: the hook a variant overrides.
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
+        """The computation on checked inputs: the hook a variant overrides (this one runs
+        :meth:`score`, the masked softmax and dropout).
 
         Args:
             queries, keys, values: As in :meth:`forward`, already checked.
-            mask: The merged padding and user mask (``valid_lens`` and ``attn_mask``), boolean,
-                broadcastable to ``(*batch, Lq, Lk)``, True = attend; or None. It never holds
-                causality: that comes as ``is_causal``, so a fused kernel can take it as a flag.
-            is_causal: Forbid attending to later positions (aligned bottom-right).
-            need_weights: Also return the ``(*batch, Lq, Lk)`` weights.
-            position_bias: A bias positional scheme, added to the scores on the full grid
-                (:func:`position_bias_grid`); a variant that takes it declares
-                ``supports_position_bias``.
+            context: The forward's :class:`~zoo.attention.context.AttentionContext`: ``mask``
+                (padding and user masks merged, boolean, broadcastable to ``(*batch, Lq, Lk)``,
+                True = attend, or None; never causality), ``is_causal`` (forbid later positions,
+                aligned bottom-right), ``need_weights`` (also return the ``(*batch, Lq, Lk)``
+                weights), ``position_bias`` (a bias scheme added to the scores on the full grid,
+                :meth:`~zoo.attention.context.AttentionContext.bias_grid`; a variant that takes
+                it declares ``supports_position_bias``).
         """
-        if is_causal:
+        mask = context.mask
+        if context.is_causal:
             mask = with_causal(mask, queries.shape[-2], keys.shape[-2], queries.device)
         scores = self.score(queries, keys)
-        if position_bias is not None:
-            scores = scores + position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(
-                scores.dtype
-            )
+        bias = context.bias_grid(queries.shape[-2], keys.shape[-2], queries.device)
+        if bias is not None:
+            scores = scores + bias.to(scores.dtype)
         weights = masked_softmax(scores, mask=mask)
         output = torch.matmul(self.dropout(weights), values)
-        return AttentionOutput(output, weights if need_weights else None)
+        return AttentionOutput(output, weights if context.need_weights else None)
 
     @staticmethod
     def empty_output(queries: Tensor, keys: Tensor, values: Tensor, need_weights: bool) -> AttentionOutput:
@@ -391,6 +363,4 @@ class Attention(_Capabilities, nn.Module):
         too) before :meth:`attend` (none here); raise a one-line error naming the fix."""
 
 
-def _given(**options: object) -> dict[str, object]:
-    """The keyword arguments that are set: what a hook gets only when there is something to get."""
-    return {name: value for name, value in options.items() if value is not None}
+accept_legacy_calls(Attention, inputs=3)  # a plugin of the old shape calls super().attend(..., mask, is_causal=...)

@@ -1,13 +1,13 @@
 """What a self-attention layer keeps between decoding steps, behind one interface.
 
-A decoder feeds its new positions to :meth:`~zoo.attention.headed.HeadedAttention.attend_cached`
+A decoder feeds its new positions to its layer's ``attend_cached`` (:class:`~zoo.attention.layer.AttentionLayer`)
 with the layer's cache and gets the output and the cache extended by them. What the cache holds
-is the scoring attention's business (:meth:`zoo.Attention.attend_cached`):
+is the layer's business:
 
-* a softmax attention keeps the projected keys and values of every position
+* a multi-head layer keeps the projected keys and values of every position
   (:class:`KeyValueCache`, ``(B, num_kv_heads, L, d)`` each, already rotated by a rotary scheme),
   so its size grows with the context;
-* a recurrent variant (retention, gated linear attention, DeltaNet, Mamba-2) keeps a fixed-size
+* a recurrent layer (retention, gated linear attention, DeltaNet, Mamba-2) keeps a fixed-size
   state (:class:`StateCache`), whatever the context's length.
 
 Both know how many positions they have seen (``length``: where the next position's rotary angle

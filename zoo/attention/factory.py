@@ -19,7 +19,7 @@ from typing_extensions import TypedDict, Unpack
 
 from zoo.attention.base import Attention, IncompatibleAttentionError
 from zoo.attention.layer import AttentionLayer
-from zoo.registry import Registry
+from zoo.registry import Registry, check_kwargs
 
 __all__ = [
     "ATTENTION_REGISTRY",
@@ -32,6 +32,7 @@ __all__ = [
     "register_attention",
     "register_attention_layer",
     "require_attention",
+    "scoring_arguments",
     "scoring_names",
 ]
 
@@ -120,6 +121,7 @@ class AttentionNeeds(TypedDict, total=False):
     weights: bool
     cross: bool
     bidirectional: bool
+    decoding: bool
 
 
 #: each need: the capability flag a variant declares it with, and how a refusal names it
@@ -129,6 +131,7 @@ _CAPABILITIES: dict[str, tuple[str, str]] = {
     "weights": ("supports_weights", "returning weights"),
     "cross": ("supports_cross_attention", "attending over another sequence (cross-attention)"),
     "bidirectional": ("supports_bidirectional", "attending in both directions (it is a causal recurrence)"),
+    "decoding": ("supports_decoding", "decoding from a cache (it implements no attend_cached)"),
 }
 
 
@@ -181,16 +184,20 @@ def require_attention(
 def create_scoring_attention(
     name: str, *, head_dim: int, num_heads: int = 1, dropout: float = 0.0, **kwargs: Any
 ) -> Attention:
-    """Build a scoring attention for ``num_heads`` heads of size ``head_dim``.
-
-    Constructors that take ``query_size`` / ``key_size`` (like ``additive``) get ``head_dim``
-    for them, those with per-head parameters ``num_heads`` (like ``local``'s relative bias), and
-    ``dropout`` is passed on, unless ``kwargs`` sets them already.
-    """
+    """Build a scoring attention for ``num_heads`` heads of size ``head_dim``
+    (:func:`scoring_arguments` says what it is given)."""
     cls = require_attention(name, role="an attention layer (per-head scoring)")
+    check_kwargs(cls, kwargs, what=f"attention {name!r}")
+    return cls(**scoring_arguments(cls, head_dim=head_dim, num_heads=num_heads, dropout=dropout, **kwargs))
+
+
+def scoring_arguments(
+    cls: type[nn.Module], *, head_dim: int, num_heads: int, dropout: float, **kwargs: Any
+) -> dict[str, Any]:
+    """The constructor arguments of a scoring attention for ``num_heads`` heads of size
+    ``head_dim``: ``kwargs``, and what its constructor takes of the heads' sizes unless ``kwargs``
+    sets it (``query_size`` / ``key_size``, like ``additive``'s; ``num_heads``, for per-head
+    parameters like ``local``'s relative bias; ``dropout``)."""
     params = inspect.signature(cls).parameters
     defaults = {"query_size": head_dim, "key_size": head_dim, "num_heads": num_heads, "dropout": dropout}
-    for key, value in defaults.items():
-        if key in params and key not in kwargs:
-            kwargs[key] = value
-    return ATTENTION_REGISTRY.create(name, **kwargs)
+    return {**{key: value for key, value in defaults.items() if key in params}, **kwargs}

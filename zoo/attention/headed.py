@@ -12,31 +12,36 @@ values have fewer heads than the queries, each shared by ``num_heads // num_kv_h
 heads (``num_kv_heads=1`` is multi-query attention). A scoring attention that declares
 ``supports_grouped_kv`` gets the ``(B, num_kv_heads, Lk, d)`` keys and values as they are
 (``dot_product`` hands them to the fused kernel with ``enable_gqa=True``); any other gets them
-repeated along the head axis (:meth:`zoo.Attention.attend_masked`). Decoder caches hold the
+repeated along the head axis (:meth:`zoo.Attention.forward`). Decoder caches hold the
 unexpanded tensors, so they shrink by ``num_heads / num_kv_heads``.
 
-Decoding: :meth:`HeadedAttention.attend_cached` runs new positions after a cache of the scoring
-attention's kind (keys and values, or a recurrent state; :mod:`zoo.attention.cache`).
+Decoding: :meth:`HeadedAttention.attend_cached` runs new positions after a
+:class:`~zoo.attention.cache.KeyValueCache` of the earlier ones' projected keys and values.
+
+Masks and options come in the :class:`~zoo.attention.context.AttentionContext` the model built
+once for its forward; the layer hands it to the scoring attention unchanged (with the stack's
+bias scheme, when it has one), so nothing is validated or merged per layer.
 
 Positions: a self-attention layer's spec may hold a rotary or bias
 :class:`~zoo.positions.PositionScheme`, usually shared by every layer of a stack; cross-attention
 never gets one. Keys
 are rotated at their positions when projected (:meth:`HeadedAttention.project_kv`, ``offset`` =
 positions already cached), so a cache holds them rotated; queries sit at ``Lk - Lq + i``,
-aligned bottom-right like causal masks. A bias scheme is handed to the scoring attention, which
-adds it to its scores.
+aligned bottom-right like causal masks. The rotation's tables are computed once a forward and
+shared by every layer of the stack (:meth:`~zoo.attention.context.AttentionContext.memoized`). A
+bias scheme is handed to the scoring attention, which adds it to its scores.
 """
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import LayerCache
+from zoo.attention.cache import KeyValueCache, LayerCache
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import require_attention
 from zoo.attention.layer import AttentionLayer
-from zoo.attention.masking import layer_mask
+from zoo.attention.rotation import rotate_heads
 from zoo.attention.spec import AttentionSpec
 from zoo.positions import PositionScheme
 
@@ -124,15 +129,19 @@ class HeadedAttention(AttentionLayer):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     @property
+    def rotary(self) -> PositionScheme | None:
+        """The stack's rotary scheme (queries and keys are rotated here), or None."""
+        return self.position if self.position is not None and self.position.kind == "rotary" else None
+
+    @property
+    def bias_scheme(self) -> PositionScheme | None:
+        """The stack's bias scheme (handed to the heads with the context), or None."""
+        return self.position if self.position is not None and self.position.kind == "bias" else None
+
+    @property
     def attention_name(self) -> str:
         """The registered name of the scoring attention in the heads."""
         return self.spec.name
-
-    def _rotate(self, x: Tensor, first: int) -> Tensor:
-        """Heads ``(B, heads, L, d)`` rotated at positions ``first .. first + L - 1`` (if rotary)."""
-        if self.position is None or self.position.kind != "rotary":
-            return x
-        return self.position(x, torch.arange(first, first + x.shape[-2], device=x.device))
 
     def _split_heads(self, x: Tensor) -> Tensor:
         # (B, L, heads * d) -> (B, heads, L, d)
@@ -161,100 +170,57 @@ class HeadedAttention(AttentionLayer):
                 f"{name}: keys and values must have the same length; got {keys.shape[1]} and {values.shape[1]}."
             )
 
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Tensor | None = None,
-        *,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        """Project, attend per head, merge heads and project back.
-
-        Queries ``(B, Lq, embed_dim)``, keys ``(B, Lk, kdim)``, values ``(B, Lk, vdim)``;
-        ``attn_mask`` broadcasts to ``(B, Lq, Lk)`` or is per head, ``(B, H, Lq, Lk)``. Returns the
-        output ``(B, Lq, embed_dim)`` and, if asked, weights ``(B, H, Lq, Lk)``. The self- and
-        cross-attention layers feed it ``x`` (and ``memory``) in their own ``forward``.
-        """
-        self._check(queries, keys, values)
-        mask = layer_mask(
-            queries.shape[0],
-            queries.shape[1],
-            keys.shape[1],
-            self.num_heads,
-            valid_lens,
-            attn_mask,
-            owner=type(self).__name__,
-        )
-        k, v = self.project_kv(keys, values)
-        return self.attend_projected(queries, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
-
-    def project_kv(self, keys: Tensor, values: Tensor, *, offset: int = 0) -> tuple[Tensor, Tensor]:
+    def project_kv(
+        self, keys: Tensor, values: Tensor, *, offset: int = 0, context: AttentionContext | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Keys and values projected and split into heads: two ``(B, num_kv_heads, Lk, d)`` tensors.
 
         Decoders cache these: the projections of earlier positions never change, so each step
         projects only its new position (and cross-attention projects the memory once). With a
         rotary scheme the keys are rotated at positions ``offset ..`` (``offset``: how many
-        positions the cache already holds).
+        positions the cache already holds), with the tables of the forward's ``context``.
         """
         v = self._split_heads(self.v_proj(values))
         if self.k_proj is None:  # an attention that reads no keys gets the values in their place: same shape
             return v, v
-        return self._rotate(self._split_heads(self.k_proj(keys)), offset), v
+        return rotate_heads(self.rotary, self._split_heads(self.k_proj(keys)), offset, context), v
 
-    def attend_projected(
-        self,
-        queries: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
+    def attend_projected(self, queries: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
         """Attend from ``queries`` ``(B, Lq, embed_dim)`` over already projected ``k``, ``v``.
 
-        ``k`` and ``v`` are ``(B, num_kv_heads, Lk, d)``, as :meth:`project_kv` returns them.
-        ``attn_mask`` must broadcast to ``(B, H, Lq, Lk)``; causal masks align bottom-right,
-        so a single new query (``Lq = 1``) sees every cached position. So do positions: query
-        ``i`` sits at ``Lk - Lq + i``.
+        ``k`` and ``v`` are ``(B, num_kv_heads, Lk, d)``, as :meth:`project_kv` returns them; the
+        context's mask broadcasts to ``(B, H, Lq, Lk)``. Causal masks align bottom-right, so a
+        single new query (``Lq = 1``) sees every cached position. So do positions: query ``i``
+        sits at ``Lk - Lq + i``.
         """
-        heads, weights = self.score_attention.attend_masked(
-            self._queries(queries, k.shape[-2] - queries.shape[1]), k, v, attn_mask,
-            is_causal=is_causal, need_weights=need_weights, **self._extras(),
-        )  # fmt: skip
+        q = self._queries(queries, k.shape[-2] - queries.shape[1], context)
+        heads, weights = self.score_attention(q, k, v, context=context.with_position_bias(self.bias_scheme))
         return AttentionOutput(self._merge(heads), weights)
 
     def attend_cached(
-        self, x: Tensor, cache: LayerCache | None, *, attn_mask: Tensor | None = None
+        self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
         """Causal self-attention of new positions ``x`` ``(B, Lq, embed_dim)`` after those in
-        ``cache`` (None before the first call): the output ``(B, Lq, embed_dim)`` and the cache
-        extended by them, of the kind the scoring attention keeps (:mod:`zoo.attention.cache`).
+        ``cache`` (None before the first call): the output ``(B, Lq, embed_dim)`` and the
+        :class:`~zoo.attention.cache.KeyValueCache` extended by them.
 
         Positions continue the cache's: a rotary scheme rotates the new queries and keys at
-        ``cache.length ..``. ``attn_mask`` broadcasts to ``(B, H, Lq, L)`` over all positions seen.
+        ``cache.length ..``. The context (causal) may hold a mask broadcastable to
+        ``(B, H, Lq, L)`` over all positions seen (the padding of left-padded prompts).
         """
+        if cache is not None and not isinstance(cache, KeyValueCache):
+            raise TypeError(f"{type(self).__name__} continues a KeyValueCache; got a {type(cache).__name__}.")
+        context = AttentionContext(is_causal=True) if context is None else context
         offset = 0 if cache is None else cache.length
-        k, v = self.project_kv(x, x, offset=offset)
-        heads, cache = self.score_attention.attend_cached(
-            self._queries(x, offset), k, v, cache, attn_mask, **self._extras()
-        )
-        return self._merge(heads), cache
+        k, v = self.project_kv(x, x, offset=offset, context=context)
+        cache = KeyValueCache(k, v) if cache is None else cache.extend(k, v)
+        output, _ = self.attend_projected(x, cache.keys, cache.values, context)
+        return output, cache
 
-    def _queries(self, queries: Tensor, offset: int) -> Tensor:
+    def _queries(self, queries: Tensor, offset: int, context: AttentionContext | None) -> Tensor:
         """Queries projected, split into heads ``(B, H, Lq, d)`` and rotated at ``offset ..``."""
         projected = queries if self.q_proj is None else self.q_proj(queries)  # unread: only its shape counts
-        return self._rotate(self._split_heads(projected), offset)
-
-    def _extras(self) -> dict[str, PositionScheme]:
-        """What the scoring attention takes besides queries, keys and values: the bias scheme."""
-        if self.position is not None and self.position.kind == "bias":
-            return {"position_bias": self.position}
-        return {}
+        return rotate_heads(self.rotary, self._split_heads(projected), offset, context)
 
     def _merge(self, heads: Tensor) -> Tensor:
         """Heads ``(B, H, Lq, d)`` merged and projected back to ``(B, Lq, embed_dim)``."""

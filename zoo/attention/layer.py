@@ -5,14 +5,18 @@ convolutions and decoding cache, and reads the block's input ``x`` ``(B, L, embe
 of flash-linear-attention's ``fla/layers/*.py`` is one forward). A block holds one layer for its
 self-attention and calls it two ways:
 
-* ``forward(x, valid_lens=None, *, attn_mask=None, is_causal=False, need_weights=False)``: the
-  whole sequence, returning an :class:`~zoo.attention.base.AttentionOutput` (``(B, L, embed_dim)``
-  and, when asked, weights ``(B, H, L, L)``). The base class validates and merges the masks once
-  (:func:`~zoo.attention.masking.layer_mask`), refuses what the layer declares it cannot do, and
-  hands :meth:`AttentionLayer.attend` the one boolean mask: a layer implements ``attend``;
-* ``attend_cached(x, cache, *, attn_mask=None)``: new positions after those in ``cache`` (None
-  before the first), returning the output and the cache extended by them
-  (:mod:`zoo.attention.cache`).
+* ``forward(x, context)``: the whole sequence, returning an
+  :class:`~zoo.attention.base.AttentionOutput` (``(B, L, embed_dim)`` and, when
+  ``context.need_weights``, weights ``(B, H, L, L)``). ``context`` is the
+  :class:`~zoo.attention.context.AttentionContext` the model built once for its forward (masks
+  merged and validated, causality, positions); the base class refuses what the layer declares it
+  cannot do and calls :meth:`AttentionLayer.attend`, which a layer implements;
+* ``attend_cached(x, cache, context)``: new positions after those in ``cache`` (None before the
+  first), returning the output and the cache extended by them (:mod:`zoo.attention.cache`).
+
+A layer called on its own gets its context from :meth:`AttentionContext.build
+<zoo.attention.context.AttentionContext.build>` (``layer(x, AttentionContext.build(B, L,
+valid_lens=lens, is_causal=True))``); with none, nothing is masked and it attends both ways.
 
 ``multi_head`` (:class:`~zoo.attention.multi_head.SelfAttention`) is the layer that runs any
 registered scoring attention per head; the recurrent families (:mod:`zoo.attention.recurrent`)
@@ -28,7 +32,9 @@ from typing import ClassVar
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput, _Capabilities
-from zoo.attention.masking import layer_mask
+from zoo.attention.cache import LayerCache
+from zoo.attention.context import AttentionContext
+from zoo.attention.legacy_hooks import accept_legacy_calls, adapt_legacy_attend
 
 __all__ = ["AttentionLayer"]
 
@@ -58,24 +64,38 @@ class AttentionLayer(_Capabilities, nn.Module):
     embed_dim: int
     num_heads: int
 
-    def forward(
-        self, x: Tensor, valid_lens: Tensor | None = None,
-        *, attn_mask: Tensor | None = None, is_causal: bool = False, need_weights: bool = False,
-    ) -> AttentionOutput:  # fmt: skip
-        """Attend over ``x`` ``(B, L, embed_dim)``; ``valid_lens`` ``(B,)`` or ``(B, L)`` and a
-        boolean ``attn_mask`` (True = attend, broadcastable to ``(B, L, L)``, or ``(B, H, L, L)``)
-        mark what each position may see. Returns the output ``(B, L, embed_dim)`` and, if asked,
-        the weights ``(B, H, L, L)``."""
-        mask = self.layer_mask(x, valid_lens, attn_mask)
-        self.check_request(mask, is_causal=is_causal, need_weights=need_weights)
-        return self.attend(x, mask, is_causal=is_causal, need_weights=need_weights)
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A layer whose hooks have the shape before the context keeps working (with a warning);
+        one that implements no ``attend_cached`` and says nothing does not decode."""
+        super().__init_subclass__(**kwargs)
+        if "supports_decoding" not in cls.__dict__ and cls.attend_cached is AttentionLayer.attend_cached:
+            cls.supports_decoding = False
+        adapt_legacy_attend(cls, "x")
+        accept_legacy_calls(cls, inputs=1)
 
-    def attend(self, x: Tensor, mask: Tensor | None, *, is_causal: bool, need_weights: bool) -> AttentionOutput:
-        """The layer's computation on ``x`` under one boolean ``mask`` broadcastable to
-        ``(B, H, L, L)`` (True = attend; None: nothing masked; causality comes as ``is_causal``)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement attend(x, mask, *, is_causal, need_weights).")
+    def forward(self, x: Tensor, context: AttentionContext | None = None) -> AttentionOutput:
+        """Attend over ``x`` ``(B, L, embed_dim)`` under ``context`` (None: nothing masked, both
+        ways). Returns the output ``(B, L, embed_dim)`` and, if the context asks, the weights
+        ``(B, H, L, L)``."""
+        context = AttentionContext() if context is None else context
+        if not isinstance(context, AttentionContext):
+            raise TypeError(
+                f"{type(self).__name__} takes (x, context): build the context once a forward with "
+                "zoo.AttentionContext.build(batch, length, valid_lens=..., attn_mask=..., is_causal=...); "
+                f"got a {type(context).__name__} in its place."
+            )
+        self.check_request(context)
+        return self.attend(x, context)
 
-    def layer_mask(self, x: Tensor, valid_lens: Tensor | None, attn_mask: Tensor | None) -> Tensor | None:
-        """The masks of a call over ``x`` validated and merged into one (see :func:`~zoo.attention.masking.layer_mask`)."""
-        length = x.shape[-2]
-        return layer_mask(x.shape[0], length, length, self.num_heads, valid_lens, attn_mask, owner=type(self).__name__)
+    def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
+        """The layer's computation on ``x`` under ``context`` (its ``mask`` broadcasts to
+        ``(B, 1 or H, L, L)``, True = attend; causality comes as ``context.is_causal``)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement attend(x, context).")
+
+    def attend_cached(
+        self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
+    ) -> tuple[Tensor, LayerCache]:
+        """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (None before the
+        first), causal: the output ``(B, Lq, embed_dim)`` and the cache extended by them. The
+        context's mask, if any, broadcasts to ``(B, 1 or H, Lq, L)`` over every position seen."""
+        raise NotImplementedError(f"{type(self).__name__} does not decode from a cache.")

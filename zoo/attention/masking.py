@@ -21,7 +21,6 @@ __all__ = [
     "causal_mask",
     "check_attn_mask",
     "key_column",
-    "layer_mask",
     "lengths_to_mask",
     "mask_at",
     "masked_softmax",
@@ -184,29 +183,3 @@ def masked_softmax(scores: Tensor, valid_lens: Tensor | None = None, *, mask: Te
     weights = torch.softmax(filled, dim=-1)
     weights = weights * keep.any(dim=-1, keepdim=True)
     return weights.to(input_dtype)
-
-
-def layer_mask(
-    batch: int, num_queries: int, num_keys: int, num_heads: int, valid_lens: Tensor | None,
-    attn_mask: Tensor | None, *, owner: str,
-) -> Tensor | None:  # fmt: skip
-    """A layer's masks validated and merged once into one boolean mask for all heads,
-    broadcastable to ``(B, H, Lq, Lk)``, True = attend; None for none.
-
-    ``valid_lens`` is ``(B,)`` or ``(B, Lq)``; ``attn_mask`` broadcasts to ``(B, Lq, Lk)`` or is
-    per head, ``(B, H, Lq, Lk)``. ``owner`` names the layer in errors.
-    """
-    per_head = attn_mask is not None and attn_mask.dim() == 4
-    if attn_mask is not None:
-        target = (batch, num_heads, num_queries, num_keys) if per_head else (batch, num_queries, num_keys)
-        check_attn_mask(attn_mask, target, owner)
-    if valid_lens is not None:
-        valid_lens = validate_valid_lens(valid_lens, torch.Size([batch]), num_queries, num_keys)
-    mask = merge_masks(
-        torch.Size([batch]), num_queries, num_keys, valid_lens=valid_lens, attn_mask=None if per_head else attn_mask
-    )
-    if mask is not None:
-        mask = mask.unsqueeze(-3)  # a head axis
-    if per_head:
-        mask = attn_mask if mask is None else mask & attn_mask
-    return mask

@@ -16,7 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput
-from zoo.attention.factory import ATTENTION_REGISTRY, register_attention
+from zoo.attention.context import AttentionContext
+from zoo.attention.factory import register_attention
 from zoo.attention.headed import HeadedAttention
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.spec import AttentionSpec
@@ -38,16 +39,44 @@ def self_attention_layer(
     accepted = accepted_keywords(spec.variant)  # None: a constructor that takes any keyword
     stack = {"position": spec.position, "bias": bias}
     given = {key: value for key, value in stack.items() if value is not None and (accepted is None or key in accepted)}
-    return ATTENTION_REGISTRY.create(spec.name, embed_dim=embed_dim, num_heads=num_heads, **given, **dict(spec.kwargs))
+    return spec.variant(embed_dim=embed_dim, num_heads=num_heads, **given, **dict(spec.kwargs))  # checked by the spec
 
 
 @register_attention("multi_head", aliases=("multihead",))
 class MultiHeadAttention(HeadedAttention):
-    """Multi-head attention over separate queries, keys and values (:meth:`HeadedAttention.forward`).
+    """Multi-head attention over separate queries, keys and values, called as
+    :class:`torch.nn.MultiheadAttention` is: with raw masks, validated and merged once a call.
 
     Parameter layout matches :class:`torch.nn.MultiheadAttention` (with ``batch_first=True``)
     split into ``q_proj``/``k_proj``/``v_proj``, so weights can be copied between the two.
     """
+
+    def forward(  # type: ignore[override]  (queries, keys and values, as torch's layer takes them)
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """Project, attend per head, merge heads and project back.
+
+        Queries ``(B, Lq, embed_dim)``, keys ``(B, Lk, kdim)``, values ``(B, Lk, vdim)``;
+        ``valid_lens`` ``(B,)`` or ``(B, Lq)``; ``attn_mask`` broadcasts to ``(B, Lq, Lk)`` or is
+        per head, ``(B, H, Lq, Lk)``. Returns the output ``(B, Lq, embed_dim)`` and, if asked,
+        weights ``(B, H, Lq, Lk)``.
+        """
+        self._check(queries, keys, values)
+        context = AttentionContext.build(
+            queries.shape[0], queries.shape[1], keys.shape[1], valid_lens=valid_lens, attn_mask=attn_mask,
+            is_causal=is_causal, need_weights=need_weights, num_heads=self.num_heads, owner=type(self).__name__,
+        )  # fmt: skip
+        self.check_request(context)
+        k, v = self.project_kv(keys, values, context=context)
+        return self.attend_projected(queries, k, v, context)
 
     @torch.no_grad()
     def load_from_torch(self, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -96,15 +125,10 @@ class SelfAttention(HeadedAttention):
     ) -> None:
         super().__init__(embed_dim, num_heads, attention, bias=bias)
 
-    #: the layer contract's forward over ``x`` (:class:`~zoo.attention.layer.AttentionLayer`), not
-    #: the multi-head layers' over queries, keys and values: it merges the masks once and calls attend
-    forward = AttentionLayer.forward
-
-    def attend(self, x: Tensor, mask: Tensor | None, *, is_causal: bool, need_weights: bool) -> AttentionOutput:
-        """``x`` ``(B, L, embed_dim)`` over itself under the merged ``mask``."""
-        self._check(x, x, x)
-        k, v = self.project_kv(x, x)
-        return self.attend_projected(x, k, v, attn_mask=mask, is_causal=is_causal, need_weights=need_weights)
+    def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
+        """``x`` ``(B, L, embed_dim)`` over itself under the forward's ``context``."""
+        k, v = self.project_kv(x, x, offset=context.offset, context=context)
+        return self.attend_projected(x, k, v, context)
 
 
 @register_attention("cross", aliases=("cross_attention", "encoder_decoder"))
@@ -134,18 +158,14 @@ class CrossAttention(HeadedAttention):
             )
         super().__init__(embed_dim, num_heads, spec, kdim=memory_dim, vdim=memory_dim, bias=bias)
 
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor,
-        memory_valid_lens: Tensor | None = None,
-        *,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
+    def forward(  # type: ignore[override]  (a second sequence, the memory)
+        self, x: Tensor, memory: Tensor, context: AttentionContext | None = None
     ) -> AttentionOutput:
-        """``x``: ``(B, Lq, embed_dim)``; ``memory``: ``(B, Lk, memory_dim)``;
-        ``memory_valid_lens``: ``(B,)`` or ``(B, Lq)`` valid memory positions."""
-        return super().forward(
-            x, memory, memory, memory_valid_lens, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights
-        )
+        """``x``: ``(B, Lq, embed_dim)``; ``memory``: ``(B, Lk, memory_dim)``; the context's mask
+        (the memory's padding, :meth:`AttentionContext.for_keys
+        <zoo.attention.context.AttentionContext.for_keys>`) broadcasts to ``(B, 1 or H, Lq, Lk)``."""
+        context = AttentionContext() if context is None else context
+        self._check(x, memory, memory)
+        self.check_request(context)
+        k, v = self.project_kv(memory, memory)
+        return self.attend_projected(x, k, v, context)

@@ -37,6 +37,10 @@ The recurrence runs in one of three forms, equal up to rounding (``mode``):
 * ``auto`` (the default): ``parallel`` up to ``chunk_size`` steps, else ``chunkwise``; a single
   step, ``recurrent``. ``need_weights=True`` takes the parallel form.
 
+On CUDA with the ``fla`` extra installed, the chunkwise form runs in flash-linear-attention's
+Triton kernels (:mod:`zoo.attention.kernels.fla`; :mod:`zoo.attention.backends` says when, and
+how to force either); decoding steps stay the zoo's recurrent form.
+
 Decays are summed in log space within a chunk only, and only non-positive differences are
 exponentiated, so 16k-token inputs neither overflow nor underflow in float32 (the kernels'
 docstrings say how). Half-precision inputs run the recurrence in float32, outside autocast: the
@@ -73,12 +77,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import TypedDict
 
+from zoo.attention.backends import choose, requested_backend
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import LayerCache, StateCache
+from zoo.attention.context import AttentionContext
 from zoo.attention.kernels import causal_conv1d
+from zoo.attention.kernels.fla import fla_available, fla_chunk
 from zoo.attention.layer import AttentionLayer
-from zoo.attention.masking import key_column
 from zoo.attention.recurrence import Recurrence
+from zoo.attention.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
 __all__ = ["HeadNorm", "Mode", "Recurrence", "RecurrentLayer", "RecurrentOptions", "StepDecay"]
@@ -204,44 +211,52 @@ class RecurrentLayer(AttentionLayer):
         """``(B, T, H * w)`` -> ``(B, H, T, w)``: a projection of the layer's input, per head."""
         return x.unflatten(-1, (self.num_heads, -1)).transpose(-3, -2)
 
-    def attend(self, x: Tensor, mask: Tensor | None, *, is_causal: bool, need_weights: bool) -> AttentionOutput:
+    def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         """The whole sequence ``x`` ``(B, T, embed_dim)`` from a zero state: the output
-        ``(B, T, embed_dim)`` and, if asked, the parallel form's weights ``(B, H, T, T)``;
-        ``mask`` marks the real tokens (a key padding mask, checked by :meth:`forward`)."""
-        steps = _key_steps(mask)
-        q, k, v, _ = self._project(x, steps, None, 0)
+        ``(B, T, embed_dim)`` and, if the context asks, the parallel form's weights
+        ``(B, H, T, T)``; the context's mask marks the real tokens (key padding)."""
+        steps = context.key_padding
+        q, k, v, _ = self._project(x, steps, None, 0, context)
         recurrence = self._prepare(q, k, v, x)
-        form = "parallel" if need_weights else self._form(x.shape[1])
-        output, _ = self._run(recurrence, form, None, steps)
+        form = "parallel" if context.need_weights else self._form(x.shape[1])
+        output, _ = self._run(recurrence, form, None, steps, weights=context.need_weights)
         weights = None
-        if need_weights:
+        if context.need_weights:
             with torch.autocast(x.device.type, enabled=False):
                 weights = recurrence.weights(steps).to(x.dtype)
         return AttentionOutput(self._output(output, recurrence, steps, x), weights)
 
     def attend_cached(
-        self, x: Tensor, cache: LayerCache | None, *, attn_mask: Tensor | None = None
+        self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
         """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
         :class:`~zoo.attention.cache.StateCache`, or None before the first): the output and the
         state and convolution windows after them.
 
-        ``attn_mask`` (True = attend) broadcasts to ``(B, H, Lq, L)`` over every position seen; the
-        state holds the earlier ones already, so only its last ``Lq`` key columns are read.
+        The context's mask (True = attend), if any, broadcasts to ``(B, 1 or H, Lq, L)`` over
+        every position seen; the state holds the earlier ones already, so only its last ``Lq``
+        key columns are read.
         """
         if cache is not None and not isinstance(cache, StateCache):
             raise TypeError(f"{type(self).__name__} continues a StateCache; got a {type(cache).__name__}.")
+        context = AttentionContext(is_causal=True) if context is None else context
         count, offset = x.shape[1], 0 if cache is None else cache.length
-        mask = self.layer_mask(x, None, None if attn_mask is None else attn_mask[..., -count:])
-        self.check_request(mask, is_causal=True)
-        steps = _key_steps(mask)
-        q, k, v, windows = self._project(x, steps, None if cache is None else cache.extra, offset)
+        if context.mask is not None:
+            context = context.replace(mask=context.mask[..., -count:])
+        self.check_request(context)
+        steps = context.key_padding
+        q, k, v, windows = self._project(x, steps, None if cache is None else cache.extra, offset, context)
         recurrence = self._prepare(q, k, v, x)
         output, state = self._run(recurrence, self._form(count), None if cache is None else cache.state, steps)
         return self._output(output, recurrence, steps, x), StateCache(state, offset + count, windows)
 
     def _project(
-        self, x: Tensor, steps: Tensor | None, windows: tuple[Tensor, ...] | None, offset: int
+        self,
+        x: Tensor,
+        steps: Tensor | None,
+        windows: tuple[Tensor, ...] | None,
+        offset: int,
+        context: AttentionContext,
     ) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
         """Queries, keys ``(B, qk_heads, T, dk)`` and values ``(B, H, T, dv)``: projected, convolved
         after ``windows`` (padded steps as zeros), split into heads, rotated at ``offset ..``; and
@@ -257,9 +272,7 @@ class RecurrentLayer(AttentionLayer):
             ]
             projected, new_windows = [y for y, _ in results], tuple(w for _, w in results)
         q, k = (t.unflatten(-1, (self.qk_heads, -1)).transpose(1, 2) for t in projected[:2])
-        if self.rotary is not None:
-            positions = torch.arange(offset, offset + x.shape[1], device=x.device)
-            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        q, k = rotate_heads(self.rotary, q, offset, context), rotate_heads(self.rotary, k, offset, context)
         return q, k, self.split_heads(projected[2]), new_windows
 
     def _form(self, length: int) -> Mode:
@@ -276,13 +289,32 @@ class RecurrentLayer(AttentionLayer):
         return self.prepare(queries.to(dtype), keys.to(dtype), values.to(dtype), layer_input)
 
     def _run(
-        self, recurrence: Recurrence, form: Mode, state: Tensor | None, steps: Tensor | None
+        self, recurrence: Recurrence, form: Mode, state: Tensor | None, steps: Tensor | None, *, weights: bool = False
     ) -> tuple[Tensor, Tensor]:
-        """The recurrence in ``form`` from ``state`` (zeros if None), outside autocast."""
-        with torch.autocast(recurrence.q.device.type, enabled=False):
+        """The recurrence in ``form`` from ``state`` (zeros if None), outside autocast: the
+        chunkwise form in flash-linear-attention's kernels where the backend takes them
+        (:mod:`zoo.attention.backends`; forced, the parallel form too, unless ``weights`` are
+        wanted, which they do not give)."""
+        device = recurrence.q.device
+        with torch.autocast(device.type, enabled=False):
             if form == "recurrent":
                 return recurrence.recurrent(state, steps)
+            fused = choose("fla", "it returns no weights" if weights else self._fla_refusal(device), device=device)
+            if fused and (form == "chunkwise" or requested_backend() == "fla"):  # forced: the parallel form too
+                return fla_chunk(recurrence, state, steps)
             return recurrence.chunkwise(None if form == "parallel" else self.chunk_size, state, steps)
+
+    def fused_backend(self, device: torch.device, dtype: torch.dtype) -> tuple[str, str | None]:
+        """``("fla", why not)``: flash-linear-attention's chunk kernels run the chunkwise form
+        (:mod:`zoo.attention.backends`) where they are installed, on CUDA."""
+        return "fla", self._fla_refusal(torch.device(device))
+
+    @staticmethod
+    def _fla_refusal(device: torch.device) -> str | None:
+        """Why flash-linear-attention's kernels cannot run the chunkwise form here, or None."""
+        if not fla_available(device):
+            return "its kernels need the fla extra (pip install attention-zoo[fla]) and a CUDA device"
+        return None
 
     def _output(self, output: Tensor, recurrence: Recurrence, steps: Tensor | None, layer_input: Tensor) -> Tensor:
         """The skip connection (none at a padded step, which reads nothing), :meth:`finish` in the
@@ -316,12 +348,6 @@ class RecurrentLayer(AttentionLayer):
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, conv_size={self.conv_size}, "
             f"mode={self.mode!r}, chunk_size={self.chunk_size}"
         )
-
-
-def _key_steps(mask: Tensor | None) -> Tensor | None:
-    """A layer's key padding mask ``(B, 1 or H, L, L)``, the same for every query, as the kernels
-    take it: ``(B, 1 or H, T)``, True at real tokens; None for none."""
-    return None if mask is None else key_column(mask).squeeze(-1)
 
 
 class HeadNorm(nn.Module):

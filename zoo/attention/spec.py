@@ -33,7 +33,7 @@ from torch import nn
 from typing_extensions import Unpack
 
 from zoo.attention.base import Attention, IncompatibleAttentionError
-from zoo.attention.factory import ATTENTION_REGISTRY, AttentionNeeds, create_scoring_attention, require_attention
+from zoo.attention.factory import ATTENTION_REGISTRY, AttentionNeeds, require_attention, scoring_arguments
 from zoo.attention.layer import AttentionLayer
 from zoo.positions import POSITION_REGISTRY, PositionScheme
 from zoo.registry import check_kwargs
@@ -151,9 +151,10 @@ class AttentionSpec:
 
     def build(self, head_dim: int, num_heads: int) -> Attention:
         """The scoring attention for ``num_heads`` heads of size ``head_dim`` (a multi-head layer's)."""
-        return create_scoring_attention(
-            self.name, head_dim=head_dim, num_heads=num_heads, dropout=self.dropout, **dict(self.kwargs)
+        arguments = scoring_arguments(
+            self.variant, head_dim=head_dim, num_heads=num_heads, dropout=self.dropout, **dict(self.kwargs)
         )
+        return self.variant(**arguments)  # name and arguments checked when the spec was built
 
     def describe(self) -> str:
         """``name`` or ``name(key=value, ...)``: how summaries show the choice."""
@@ -184,12 +185,13 @@ def layer_specs(
     dropout: float = 0.0,
     causal: bool = False,
     padding: bool = False,
+    decoding: bool = False,
     role: str = "this architecture",
     stack: str = "layer",
 ) -> list[AttentionSpec]:
     """One spec per layer of a stack of ``num_layers``, from a model's arguments, each checked
     once against what the stack needs: ``causal`` masking, or else attending both ways (an
-    encoder), and ``padding`` masks.
+    encoder), ``padding`` masks, and ``decoding`` from a cache (a decoder's self-attention).
 
     ``attention`` is a name (every layer), or a list: one entry per layer, or a pattern whose
     length divides ``num_layers``, repeated. An error names the layer (``stack`` and its number
@@ -220,7 +222,13 @@ def layer_specs(
             spec = AttentionSpec(name, arguments, num_kv_heads, position, dropout)
         except (IncompatibleAttentionError, KeyError, TypeError, ValueError) as error:
             raise type(error)(f"{where}: {error}") from None
-        specs.append(spec.require(causal=causal, bidirectional=not causal, padding=padding, role=f"{role}, {where}"))
+        needs: AttentionNeeds = {
+            "causal": causal,
+            "bidirectional": not causal,
+            "padding": padding,
+            "decoding": decoding,
+        }
+        specs.append(spec.require(role=f"{role}, {where}", **needs))
     return [specs[layer % period] for layer in range(num_layers)]
 
 

@@ -12,7 +12,12 @@ causal ``multi_head``:
   ``(batch, heads, L, d_model / heads)``, as ``multi_head`` runs it, and ``additive_broadcast``,
   the straightforward formulation of ``additive``;
 * every registered attention layer a stack builds by name (the recurrent families, plugins'
-  layers) as a layer case over ``x``, under its name.
+  layers) as a layer case over ``x``, under its name;
+* a case whose variant has a fused backend (:mod:`zoo.attention.backends`) runs as ``auto``
+  chooses under its name, and twice more with the backend forced: ``NAME@zoo`` (the zoo's own
+  form) and ``NAME@flex`` or ``NAME@fla`` (each against ``NAME@zoo``), where the device runs that
+  backend; and ``fla:NAME``, flash-linear-attention's own layer for a recurrent family
+  (:class:`~zoo.bench.baselines.FlaLayer`, against ``NAME@fla``), where ``fla.layers`` imports.
 
 Each case names a baseline (``multi_head`` against ``floor``, ``additive`` against
 ``additive_broadcast``, other scoring attentions against ``dot_product``, a layer over a variant
@@ -26,9 +31,10 @@ is not (``supports_bidirectional = False``).
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -36,8 +42,13 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention import AttentionSpec, MultiHeadAttention, create_attention, create_scoring_attention, get_attention
+from zoo.attention.backends import attention_backend
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import layer_names, scoring_names
-from zoo.bench.baselines import BroadcastAdditive, ExplicitMultiHead, SDPAFloor, TorchMultiHead
+from zoo.attention.kernels import flex
+from zoo.attention.kernels.fla import fla_available
+from zoo.attention.recurrent import RecurrentLayer
+from zoo.bench.baselines import FLA_LAYERS, BroadcastAdditive, ExplicitMultiHead, FlaLayer, SDPAFloor, TorchMultiHead
 from zoo.bench.report import markdown_table
 from zoo.bench.sweep import OnLength, SweepSettings, Workload, growth, sweep_lengths, time_cell
 from zoo.positions import ALiBi
@@ -55,6 +66,8 @@ class AttentionBenchConfig(SweepSettings):
     causal: bool = False
     padding: bool = True
     seed: int = 0
+    #: the inputs' and modules' dtype: float32, bfloat16 or float16
+    dtype: str = "float32"
 
     @property
     def head_dim(self) -> int:
@@ -83,6 +96,10 @@ class Case:
     baseline: str | None
     build: Callable[[AttentionBenchConfig, int, torch.device], Workload] = field(repr=False)
     variant: str | None = None
+    #: the backend forced while it runs (None: what ``auto`` chooses)
+    backend: str | None = None
+    #: the fused backend its variant has (``flex``, ``fla``), for the ``@zoo`` case beside it
+    fused: str | None = None
 
 
 # -- inputs ---------------------------------------------------------------------------------------
@@ -108,8 +125,9 @@ def _layer_workload(
     def build(config: AttentionBenchConfig, length: int, device: torch.device) -> Workload:
         generator = _generator(config, length)
         torch.manual_seed(config.seed)
-        module = module_factory(config).to(device)
-        x = torch.randn(config.batch, length, config.d_model, generator=generator).to(device).requires_grad_()
+        module = module_factory(config).to(device, _dtype(config))
+        x = torch.randn(config.batch, length, config.d_model, generator=generator).to(device, _dtype(config))
+        x.requires_grad_()
         valid_lens = _valid_lens(config, length, generator)
         valid_lens = None if valid_lens is None else valid_lens.to(device)
         return _differentiated(lambda: call(module, x, valid_lens, config.causal), [x, *module.parameters()])
@@ -123,9 +141,11 @@ def _scoring_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module
     def build(config: AttentionBenchConfig, length: int, device: torch.device) -> Workload:
         generator = _generator(config, length)
         torch.manual_seed(config.seed)
-        module = module_factory(config).to(device)
+        module = module_factory(config).to(device, _dtype(config))
         shape = (config.batch, config.heads, length, config.head_dim)
-        q, k, v = (torch.randn(shape, generator=generator).to(device).requires_grad_() for _ in range(3))
+        q, k, v = (
+            torch.randn(shape, generator=generator).to(device, _dtype(config)).requires_grad_() for _ in range(3)
+        )
         lens = _valid_lens(config, length, generator)
         mask = (
             None
@@ -142,14 +162,83 @@ def _scoring_workload(module_factory: Callable[[AttentionBenchConfig], nn.Module
     return build
 
 
+def _dtype(config: AttentionBenchConfig) -> torch.dtype:
+    return getattr(torch, config.dtype)
+
+
+def _forced(build: Callable[[AttentionBenchConfig, int, torch.device], Workload], backend: str):
+    """``build``'s workload, each call run with ``backend`` forced (:func:`attention_backend`)."""
+
+    def forced(config: AttentionBenchConfig, length: int, device: torch.device) -> Workload:
+        workload = build(config, length, device)
+
+        def step() -> object:
+            with attention_backend(backend):  # type: ignore[arg-type]
+                return workload.step()
+
+        return Workload(step, workload.reset)
+
+    return forced
+
+
+def _with_backends(cases: list[Case]) -> list[Case]:
+    """``cases``, and for each whose variant has a fused backend ``NAME@zoo`` and ``NAME@flex`` or
+    ``NAME@fla``; for each recurrent family fla's own layer ``fla:NAME``, where it imports."""
+    extra = []
+    for case in cases:
+        variant = get_attention(case.variant) if case.variant else None
+        if case.name == "multi_head_alibi":
+            fused = "flex"
+        elif (
+            variant is not None and hasattr(variant, "fused_backend") and not getattr(variant, "flex_needs_bias", False)
+        ):
+            fused = "fla" if issubclass(variant, RecurrentLayer) else "flex"
+        else:
+            continue
+        for backend, baseline in (("zoo", case.baseline), (fused, f"{case.name}@zoo")):
+            description = f"{case.description}, backend {backend} forced"
+            extra.append(replace(case, name=f"{case.name}@{backend}", description=description, baseline=baseline,
+                                 build=_forced(case.build, backend), backend=backend, fused=fused))  # fmt: skip
+        if fused == "fla" and case.name in FLA_LAYERS and importlib.util.find_spec("fla") is not None:
+            extra.append(
+                Case(
+                    f"fla:{case.name}",
+                    "layer",
+                    f"flash-linear-attention's own {FLA_LAYERS[case.name][0]} layer",
+                    f"{case.name}@fla",
+                    _layer_workload(
+                        lambda c, name=case.name: FlaLayer(name, c.d_model, c.heads),
+                        lambda m, x, lens, causal: m(x, lens, causal),
+                    ),
+                    variant=case.name,
+                    backend="fla",
+                )  # fmt: skip
+            )
+    return cases + extra
+
+
+def _runs_here(case: Case, config: AttentionBenchConfig, device: torch.device) -> str | None:
+    """Why ``case`` cannot run on ``device`` (a fused backend that does not run there, or the
+    zoo's form forced where it is what ``auto`` runs anyway), or None."""
+    why = None
+    if case.fused == "flex" and not flex.flex_supported(device, _dtype(config), requires_grad=True):
+        why = f"FlexAttention does not train in {config.dtype} on {device.type}"
+    if case.fused == "fla" and not fla_available(device):
+        why = "flash-linear-attention's kernels need the fla extra and a CUDA device"
+    if why is not None and case.backend == "zoo":
+        return f"the same as {case.name.rsplit('@', 1)[0]} here: {why}"
+    return why
+
+
 def _self_attend(layer: nn.Module, x: Tensor, valid_lens: Tensor | None, causal: bool) -> Tensor:
     """A zoo layer's self-attention output."""
     return layer(x, x, x, valid_lens, is_causal=causal).output
 
 
 def _self_attend_x(layer: nn.Module, x: Tensor, valid_lens: Tensor | None, causal: bool) -> Tensor:
-    """A zoo ``self`` layer's output (it takes ``x`` alone)."""
-    return layer(x, valid_lens, is_causal=causal).output
+    """A zoo layer's output over ``x`` alone, under the context a model builds once a forward."""
+    context = AttentionContext.build(x.shape[0], x.shape[1], valid_lens=valid_lens, is_causal=causal)
+    return layer(x, context).output
 
 
 def attention_cases() -> list[Case]:
@@ -236,7 +325,7 @@ def attention_cases() -> list[Case]:
             _scoring_workload(lambda c: BroadcastAdditive(c.head_dim, c.head_dim, c.head_dim)),
         )
     )
-    return cases
+    return _with_backends(cases)
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -262,6 +351,10 @@ def run_attention_bench(
     for case in (c for c in cases if c not in runs):
         why = "" if config.causal else ": a causal recurrence, measured with --causal"
         print(f"  {case.name}: left out (declares {flag}=False{why})", file=sys.stderr, flush=True)
+    for case in list(runs):
+        if (why := _runs_here(case, config, device)) is not None:
+            runs.remove(case)
+            print(f"  {case.name}: left out ({why})", file=sys.stderr, flush=True)
     cases = runs
     builders = {case.name: (lambda length, case=case: case.build(config, length, device)) for case in cases}
     results = sweep_lengths(builders, config, device, on_length)

@@ -119,3 +119,33 @@ class BroadcastAdditive(nn.Module):
         if is_causal:
             attn_mask = attn_mask & _lower_triangle(keys.shape[-2], keys.device)
         return torch.matmul(torch.softmax(scores.masked_fill(~attn_mask, -1e6), dim=-1), values)
+
+
+#: the recurrent families' counterparts in flash-linear-attention's own layers (``fla.layers``,
+#: the ``flash-linear-attention`` distribution), with the zoo's defaults at a width and head count:
+#: (class name, its arguments beside ``hidden_size`` and ``num_heads``)
+FLA_LAYERS: dict[str, tuple[str, dict[str, object]]] = {
+    "retention": ("MultiScaleRetention", {"expand_k": 1.0, "expand_v": 1.0}),
+    "gla": ("GatedLinearAttention", {"expand_k": 0.5, "expand_v": 1.0, "use_short_conv": True, "conv_size": 4}),
+    "deltanet": ("DeltaNet", {"expand_k": 1.0, "expand_v": 1.0, "use_short_conv": True, "conv_size": 4}),
+    "gated_deltanet": ("GatedDeltaNet", {"expand_v": 1.0, "use_short_conv": True, "conv_size": 4}),
+}
+
+
+class FlaLayer(nn.Module):
+    """flash-linear-attention's own layer for a family (:data:`FLA_LAYERS`), called as a zoo layer
+    case: causal self-attention over ``x``, no padding (fla's layers take padding as packed
+    sequences, which the sweep's causal cases do not use)."""
+
+    def __init__(self, family: str, d_model: int, num_heads: int) -> None:
+        super().__init__()
+        import fla.layers  # the optional flash-linear-attention distribution; cases exist only where it imports
+
+        name, options = FLA_LAYERS[family]
+        extra = {"head_dim": d_model // num_heads} if family == "gated_deltanet" else {}
+        self.layer = getattr(fla.layers, name)(hidden_size=d_model, num_heads=num_heads, **options, **extra)
+
+    def forward(self, x: Tensor, valid_lens: Tensor | None, is_causal: bool = True) -> Tensor:
+        if valid_lens is not None or not is_causal:
+            raise ValueError("fla's layers are measured causal and unpadded (--causal --no-padding).")
+        return self.layer(x)[0]

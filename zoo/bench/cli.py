@@ -92,6 +92,9 @@ def parser() -> argparse.ArgumentParser:
         help="no padding mask (causal: the floor is 4 nn.Linear + SDPA(is_causal=True))",
     )
     attention.add_argument("--cases", nargs="+", default=["*"], help="case names or wildcards (default: all)")
+    attention.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="the inputs' and modules' dtype"
+    )
     _sweep(attention, AttentionBenchConfig)
     attention.add_argument(
         "--plot", type=Path, default=DEFAULT_DIR / "attention.png", help="log-log plot of time against length"
@@ -203,7 +206,8 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
 
     if args.benchmark == "attention":
         config = AttentionBenchConfig(
-            lengths=args.lengths, batch=args.batch, d_model=args.d_model, heads=args.heads, causal=args.causal, padding=not args.no_padding,
+            lengths=args.lengths, batch=args.batch, d_model=args.d_model, heads=args.heads, causal=args.causal,
+            padding=not args.no_padding, dtype=args.dtype,
             warmup=args.warmup, repeats=args.repeats, time_limit=args.time_limit, memory=not args.no_memory, seed=args.seed,
         )  # fmt: skip
         records = run_attention_bench(config, device, args.cases, save_partial)

@@ -18,6 +18,7 @@ BUILTIN_MODULES = (
     "zoo.datamodules.fra_eng",
     "zoo.datamodules.listops.datamodule",
     "zoo.datamodules.lra_text",
+    "zoo.datamodules.recall",
     "zoo.datamodules.shakespeare",
     "zoo.datamodules.synthetic",
     "zoo.datamodules.text",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from zoo.attention.cache import LayerCache
+from zoo.attention.context import AttentionContext
 from zoo.layers.encoder_block import EncoderBlock
 
 __all__ = ["CausalBlock"]
@@ -22,8 +23,11 @@ class CausalBlock(EncoderBlock):
 
     causal = True
 
-    def forward_cached(self, x: Tensor, cache: LayerCache | None) -> tuple[Tensor, LayerCache]:
+    def forward_cached(
+        self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
+    ) -> tuple[Tensor, LayerCache]:
         """``x``: the new positions ``(B, L, d_model)`` after those in ``cache`` (None before the
-        first call); returns the new ``x`` and the cache extended by them."""
-        attended, cache = self.attention.attend_cached(self.add_norm1.pre(x), cache)
+        first call), under the decoding step's causal ``context``; returns the new ``x`` and the
+        cache extended by them."""
+        attended, cache = self.attention.attend_cached(self.add_norm1.pre(x), cache, self.check_context(context))
         return self._feed_forward(self.add_norm1(x, attended)), cache

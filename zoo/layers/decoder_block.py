@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from zoo.attention.cache import LayerCache
+from zoo.attention.context import AttentionContext
 from zoo.attention.multi_head import CrossAttention, self_attention_layer
 from zoo.attention.spec import AttentionSpec
 from zoo.layers.block_config import BlockConfig
@@ -55,20 +56,20 @@ class DecoderBlock(nn.Module):
         self,
         x: Tensor,
         memory_kv: KeyValue,
-        memory_mask: Tensor | None,
+        cross_context: AttentionContext,
         *,
         cache: LayerCache | None = None,
-        need_weights: bool = False,
+        context: AttentionContext | None = None,
     ) -> tuple[Tensor, LayerCache, Tensor | None]:
         """``x``: the new positions ``(B, Lt, d_model)``, after the ``cache`` ones if given.
 
-        Returns the new ``x``, the self-attention's cache of all positions so far, and (if asked)
-        the cross-attention weights ``(B, H, Lt, Ls)``.
+        ``context`` is the self-attention's (causal; its ``offset`` the cache's length),
+        ``cross_context`` the cross-attention's (the memory's padding; ``need_weights`` there asks
+        for its weights). Returns the new ``x``, the self-attention's cache of all positions so
+        far, and (if asked) the cross-attention weights ``(B, H, Lt, Ls)``.
         """
-        attended, cache = self.self_attention.attend_cached(self.add_norm1.pre(x), cache)
+        attended, cache = self.self_attention.attend_cached(self.add_norm1.pre(x), cache, context)
         x = self.add_norm1(x, attended)
-        crossed, weights = self.cross_attention.attend_projected(
-            self.add_norm2.pre(x), *memory_kv, attn_mask=memory_mask, need_weights=need_weights
-        )
+        crossed, weights = self.cross_attention.attend_projected(self.add_norm2.pre(x), *memory_kv, cross_context)
         x = self.add_norm2(x, crossed)
         return self.add_norm3(x, self.ffn(self.add_norm3.pre(x))), cache, weights

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
+from zoo.attention.context import AttentionContext
 from zoo.attention.multi_head import self_attention_layer
 from zoo.attention.spec import AttentionSpec
 from zoo.layers.block_config import BlockConfig
@@ -25,7 +26,8 @@ class EncoderBlock(nn.Module):
             positions, dropout on the weights), or a registered name.
     """
 
-    #: whether the self-attention is causal (:class:`~zoo.layers.CausalBlock`'s)
+    #: whether the self-attention is causal (:class:`~zoo.layers.CausalBlock`'s): what a stack of
+    #: these blocks needs of its attention, and the causality of its model's contexts
     causal: ClassVar[bool] = False
 
     def __init__(self, config: BlockConfig, attention: AttentionSpec | str = "dot_product") -> None:
@@ -34,19 +36,25 @@ class EncoderBlock(nn.Module):
         self.ffn = config.feed_forward()
         self.add_norm1, self.add_norm2 = config.add_norm(), config.add_norm()
 
-    def forward(
-        self,
-        x: Tensor,
-        valid_lens: Tensor | None = None,
-        *,
-        attn_mask: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """``x``: ``(B, L, d_model)``. Returns the new ``x`` and, if asked, ``(B, H, L, L)`` weights."""
-        attended, weights = self.attention(
-            self.add_norm1.pre(x), valid_lens, attn_mask=attn_mask, is_causal=self.causal, need_weights=need_weights
-        )
+    def forward(self, x: Tensor, context: AttentionContext | None = None) -> tuple[Tensor, Tensor | None]:
+        """``x``: ``(B, L, d_model)``, under the forward's ``context`` (its masks, whether weights are
+        wanted, and causality, which must be the block's; None: nothing masked). Returns the new
+        ``x`` and, if the context asks, ``(B, H, L, L)`` weights."""
+        context = self.check_context(context)
+        attended, weights = self.attention(self.add_norm1.pre(x), context)
         return self._feed_forward(self.add_norm1(x, attended)), weights
+
+    def check_context(self, context: AttentionContext | None) -> AttentionContext:
+        """``context``, or a new one with nothing masked; refused in one line where its causality is
+        not the block's (a model builds its contexts for its blocks' kind)."""
+        if context is None:
+            return AttentionContext(is_causal=self.causal)
+        if context.is_causal != self.causal:
+            raise ValueError(
+                f"{type(self).__name__} is {'' if self.causal else 'not '}causal; got a context with "
+                f"is_causal={context.is_causal}. Build the context with is_causal={self.causal}."
+            )
+        return context
 
     def _feed_forward(self, x: Tensor) -> Tensor:
         """The second sublayer: the FFN in its residual wrapper."""

@@ -69,6 +69,7 @@ class StackConfig:
             dropout=self.block.dropout if self.attention_dropout is None else self.attention_dropout,
             causal=plan.causal,
             padding=plan.padding,
+            decoding=plan.decoding,
             role=plan.role,
             stack=plan.layer_name,
         )
@@ -85,6 +86,8 @@ class StackPlan:
         role: The stack as errors name it, with its masks: ``"the GPT (causal self-attention)"``.
         causal: Causal self-attention (and a causal position scheme); else both directions.
         padding: The stack reads padded batches, so its attention must take padding masks.
+        decoding: The stack runs its positions through its layers' caches (a decoder's), so its
+            attention must decode.
         layer_name: How errors name one of its layers: ``"layer"``, ``"encoder layer"``.
     """
 
@@ -93,6 +96,7 @@ class StackPlan:
     role: str
     causal: bool = False
     padding: bool = False
+    decoding: bool = False
     layer_name: str = "layer"
 
 

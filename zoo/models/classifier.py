@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from zoo.attention.context import AttentionContext
 from zoo.attention.masking import lengths_to_mask
 from zoo.attention.spec import AttentionChoice
 from zoo.layers import BlockConfig, EncoderBlock, StackConfig, StackPlan, build_stacks, scaled_embedding
@@ -119,10 +120,10 @@ class SequenceClassifier(nn.Module):
             x = torch.cat([self.cls_token.expand(x.shape[0], 1, -1), x], dim=1)
         x = self.dropout(self.position.embed(x))
         keep = lengths_to_mask(valid_lens + self.num_prefix_tokens, x.shape[1])  # (B, L')
-        attn_mask = keep[:, None, :]  # built once, shared by all blocks
+        context = AttentionContext.for_keys(keep, need_weights=need_weights)  # built once, read by every block
         weights = []
         for block in self.blocks:
-            x, block_weights = block(x, attn_mask=attn_mask, need_weights=need_weights)
+            x, block_weights = block(x, context)
             if block_weights is not None:
                 weights.append(block_weights)
         return self.final_norm(x), keep, weights

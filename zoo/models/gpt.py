@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from zoo.attention.base import IncompatibleAttentionError
 from zoo.attention.cache import LayerCache
+from zoo.attention.context import AttentionContext
 from zoo.attention.spec import AttentionChoice
 from zoo.layers import BlockConfig, CausalBlock, StackConfig, StackPlan, build_stacks
 
@@ -133,13 +135,14 @@ class GPT(nn.Module):
                 "generate() slides the window, a forward pass does not."
             )
         x = self.dropout(self.position.embed(self.embedding(tokens), offset))
+        context = AttentionContext(is_causal=True, offset=offset)  # what every layer reads, built once
         new_caches = []
         for i, block in enumerate(self.blocks):
             if use_cache:
-                x, cache = block.forward_cached(x, caches[i] if caches else None)
+                x, cache = block.forward_cached(x, caches[i] if caches else None, context)
                 new_caches.append(cache)
             else:
-                x, _ = block(x)
+                x, _ = block(x, context)
         logits = F.linear(self.final_norm(x), self.embedding.weight)
         return logits, new_caches if use_cache else None
 
@@ -174,6 +177,11 @@ class GPT(nn.Module):
             raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}.")
         if temperature < 0 or (top_k is not None and top_k < 1):
             raise ValueError(f"temperature must be >= 0 and top_k >= 1; got {temperature} and {top_k}.")
+        if use_cache and (blind := [i + 1 for i, b in enumerate(self.blocks) if not b.attention.supports_decoding]):
+            raise IncompatibleAttentionError(
+                f"GPT.generate: the attention of layer(s) {blind} decodes from no cache (it implements no "
+                "attend_cached); generate with use_cache=False, which runs the model over the window each step."
+            )
         context, caches = tokens[:, -self.block_size :], None
         keep = self.block_size - max(1, self.block_size // 4)
         for _ in range(max_new_tokens):

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.cache import LayerCache
+from zoo.attention.context import AttentionContext
 from zoo.attention.masking import lengths_to_mask
 from zoo.attention.spec import AttentionChoice, AttentionSpec
 from zoo.layers import (
@@ -58,7 +59,7 @@ class TransformerState:
     """Decoding state: what the encoder computed once, and what the decoder has cached.
 
     ``memory_kv`` holds each decoder block's projected memory; ``memory_mask`` the source
-    padding ``(B, 1, 1, Ls)``; ``caches`` each block's self-attention cache of the positions
+    padding ``(B, Ls)``, True at real tokens; ``caches`` each block's self-attention cache of the positions
     decoded so far (``None`` before the first step or without the cache); ``prefix`` the tokens
     fed so far ``(B, t)``, used when decoding without the cache.
     """
@@ -174,9 +175,10 @@ class Transformer(nn.Module):
             StackPlan(
                 num_decoder_layers,
                 decoder_block,
-                role="the Transformer's decoder (causal and padding masks)",
+                role="the Transformer's decoder (causal and padding masks, decoding)",
                 causal=True,
                 padding=True,
+                decoding=True,
                 layer_name="decoder layer",
             ),
         )
@@ -198,23 +200,26 @@ class Transformer(nn.Module):
             )
 
     def encode_memory(self, src: Tensor, src_lens: Tensor) -> tuple[Tensor, Tensor]:
-        """Encoder output ``(B, Ls, D)`` and the source padding mask ``(B, 1, 1, Ls)``."""
+        """Encoder output ``(B, Ls, D)`` and the source padding ``(B, Ls)``, True at real tokens."""
         self._check(src, src_lens)
-        mask = lengths_to_mask(src_lens, src.shape[1])[:, None, None, :]
+        keep = lengths_to_mask(src_lens, src.shape[1])
+        context = AttentionContext.for_keys(keep)  # the encoder's, built once for every layer
         x = self.embedding_dropout(self.encoder_position.embed(self.embedding(src)))
         for block in self.encoder_blocks:
-            x, _ = block(x, attn_mask=mask)
-        return self.encoder_norm(x), mask
+            x, _ = block(x, context)
+        return self.encoder_norm(x), keep
 
     def _decode(
         self, tokens: Tensor, state: TransformerState, *, offset: int, need_weights: bool = False
     ) -> tuple[Tensor, list[LayerCache], Tensor | None]:
         """Run the decoder over ``tokens`` ``(B, t)`` placed after ``offset`` cached positions."""
         x = self.embedding_dropout(self.decoder_position.embed(self.embedding(tokens), offset=offset))
+        context = AttentionContext(is_causal=True, offset=offset)  # the decoder's self-attention
+        cross_context = AttentionContext.for_keys(state.memory_mask, need_weights=need_weights)
         caches, weights = [], None
         for i, block in enumerate(self.decoder_blocks):
             cached = state.caches[i] if state.caches is not None else None
-            x, cache, weights = block(x, state.memory_kv[i], state.memory_mask, cache=cached, need_weights=need_weights)
+            x, cache, weights = block(x, state.memory_kv[i], cross_context, cache=cached, context=context)
             caches.append(cache)
         return self._logits(self.decoder_norm(x)), caches, weights
 

@@ -44,13 +44,24 @@ class RotaryEmbedding(PositionScheme):
         """``x``: ``(..., L, head_dim)``; ``positions``: integers broadcastable to ``(..., L)``."""
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"RotaryEmbedding expects vectors of size {self.head_dim}; got shape {tuple(x.shape)}.")
-        # computed in float32 on each call, never stored: a buffer would follow model.half() and
-        # lose the precision that angles at large positions need
+        return self.rotate(x, *self.angles(positions))
+
+    def angles(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """``cos`` and ``sin`` of the angles ``m * theta_i`` at integer ``positions`` ``(..., L)``:
+        ``(..., L, head_dim / 2)`` in float32. Computed on each call, never stored: a buffer would
+        follow ``model.half()`` and lose the precision that angles at large positions need (a model
+        computes them once a forward, :meth:`zoo.attention.context.AttentionContext.memoized`)."""
         inverse_frequency = self.base ** (
-            -torch.arange(0, self.head_dim, 2, device=x.device, dtype=torch.float32) / self.head_dim
+            -torch.arange(0, self.head_dim, 2, device=positions.device, dtype=torch.float32) / self.head_dim
         )
         angles = positions.to(torch.float32).unsqueeze(-1) * inverse_frequency  # (..., L, d/2)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        return angles.cos(), angles.sin()
+
+    @staticmethod
+    def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """``x`` ``(..., L, head_dim)`` rotated by the angles whose ``cos`` and ``sin`` are given
+        (:meth:`angles`), in ``x``'s dtype."""
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         first, second = x.chunk(2, dim=-1)
         return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
 

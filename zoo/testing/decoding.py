@@ -1,6 +1,5 @@
-"""The contract's checks of a recurrent variant's decoding: a variant (or a layer over one) whose
-``attend_cached`` keeps a fixed-size state (:class:`~zoo.attention.cache.StateCache`) instead of
-every key and value.
+"""The contract's checks of a recurrent layer's decoding: a layer whose ``attend_cached`` keeps a
+fixed-size state (:class:`~zoo.attention.cache.StateCache`) instead of every key and value.
 
 * ``state_decoding``: a prompt, then one position at a time through ``attend_cached``, gives
   the outputs of one causal forward pass over the whole sequence (the parallel form), in float64,
@@ -19,6 +18,7 @@ from torch import Tensor, nn
 
 from zoo.attention import IncompatibleAttentionError
 from zoo.attention.cache import LayerCache, StateCache
+from zoo.attention.context import AttentionContext
 from zoo.testing.harness import BATCH, Harness
 from zoo.testing.report import fail
 
@@ -30,44 +30,36 @@ PROMPT, LENGTH = 3, 9
 _ATOL, _RTOL = 1e-9, 1e-7
 
 
-def _inputs(h: Harness, length: int, g: torch.Generator, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
-    """Queries, keys and values of one sequence (the same tensor for a self-attention layer)."""
-    inputs = h.inputs(length, length, g, dtype)
-    return inputs if h.scoring else (inputs[0], inputs[0], inputs[0])
+def _inputs(h: Harness, length: int, g: torch.Generator, dtype: torch.dtype) -> Tensor:
+    """The layer's input ``x`` of one sequence."""
+    return h.inputs(length, length, g, dtype)[0]
 
 
-def _forward(h: Harness, module: nn.Module, inputs: tuple[Tensor, Tensor, Tensor], keep: Tensor | None) -> Tensor:
+def _forward(module: nn.Module, x: Tensor, keep: Tensor | None) -> Tensor:
     """One causal pass over the whole sequence; ``keep`` ``(B, L)`` marks the real tokens."""
-    tensors = inputs[:1] if h.form == "x" else inputs
-    mask = None if keep is None else keep[:, None, :].to(h.device)
-    return module(*tensors, attn_mask=mask, is_causal=True).output
+    return module(x, AttentionContext.for_keys(None if keep is None else keep.to(x.device), is_causal=True)).output
 
 
 def _decode(
-    h: Harness, module: nn.Module, inputs: tuple[Tensor, Tensor, Tensor], first: int, last: int,
-    cache: LayerCache | None, keep: Tensor | None,
-) -> tuple[Tensor, LayerCache]:  # fmt: skip
+    module: nn.Module, x: Tensor, first: int, last: int, cache: LayerCache | None, keep: Tensor | None
+) -> tuple[Tensor, LayerCache]:
     """Positions ``first .. last - 1`` after ``cache``; ``keep`` ``(B, L)`` marks the real tokens."""
-    if h.scoring:
-        q, k, v = (t[:, first:last] for t in inputs)
-        mask = None if keep is None else keep[:, None, :last].to(h.device)  # (B, 1, positions seen)
-        return module.attend_cached(q, k, v, cache, mask)
-    mask = None if keep is None else keep[:, None, None, :last].to(h.device)  # (B, H, 1, positions seen)
-    return module.attend_cached(inputs[0][:, first:last], cache, attn_mask=mask)
+    seen = None if keep is None else keep[:, :last].to(x.device)  # over every position seen
+    return module.attend_cached(x[:, first:last], cache, AttentionContext.for_keys(seen, is_causal=True, offset=first))
 
 
 @torch.no_grad()
 def decodes_with_state(h: Harness) -> bool:
     """Whether the variant decodes with a fixed-size state: the kind of cache ``attend_cached``
-    returns for a short prompt. Only a causal self-attention decodes (a scoring attention, or a
-    layer whose keys and values have the queries' size); one that refuses to is not recurrent."""
+    returns for a short prompt. Only a causal self-attention layer decodes (a scoring attention
+    decodes inside a multi-head layer, from its keys and values); one that refuses to is not recurrent."""
     module = h.module()
-    if not module.supports_causal or h.form == "x_memory" or (not h.scoring and len(set(h.sizes)) > 1):
+    if h.scoring or h.form != "x" or not module.supports_causal:
         return False
     g = torch.Generator().manual_seed(0)
     try:
-        _, cache = _decode(h, module, _inputs(h, 2, g, torch.float32), 0, 2, None, None)
-    except IncompatibleAttentionError:
+        _, cache = _decode(module, _inputs(h, 2, g, torch.float32), 0, 2, None, None)
+    except (IncompatibleAttentionError, NotImplementedError):
         return False
     return isinstance(cache, StateCache)
 
@@ -75,15 +67,15 @@ def decodes_with_state(h: Harness) -> bool:
 @torch.no_grad()
 def check_state_decoding(h: Harness, g: torch.Generator) -> None:
     module = h.module(torch.float64)
-    inputs = _inputs(h, LENGTH, g, torch.float64)
+    x = _inputs(h, LENGTH, g, torch.float64)
     cases: list[tuple[str, Tensor | None]] = [("no mask", None)]
     if module.supports_padding_mask:
         cases.append(("left-padded rows", torch.arange(LENGTH) >= torch.tensor([0, 2, 5])[:, None]))
     for what, keep in cases:
-        expected = _forward(h, module, inputs, keep).cpu()
+        expected = _forward(module, x, keep).cpu()
         outputs, cache = [], None
         for first, last in [(0, PROMPT), *((t, t + 1) for t in range(PROMPT, LENGTH))]:
-            output, cache = _decode(h, module, inputs, first, last, cache, keep)
+            output, cache = _decode(module, x, first, last, cache, keep)
             outputs.append(output.cpu())
         decoded = torch.cat(outputs, dim=-2)
         if not torch.allclose(decoded, expected, atol=_ATOL, rtol=_RTOL):
@@ -98,11 +90,11 @@ def check_state_decoding(h: Harness, g: torch.Generator) -> None:
 @torch.no_grad()
 def check_state_size(h: Harness, g: torch.Generator) -> None:
     module = h.module()
-    inputs = _inputs(h, LENGTH, g, torch.float32)
-    _, short = _decode(h, module, inputs, 0, 1, None, None)
-    _, cache = _decode(h, module, inputs, 0, PROMPT, None, None)
+    x = _inputs(h, LENGTH, g, torch.float32)
+    _, short = _decode(module, x, 0, 1, None, None)
+    _, cache = _decode(module, x, 0, PROMPT, None, None)
     for t in range(PROMPT, LENGTH):
-        _, cache = _decode(h, module, inputs, t, t + 1, cache, None)
+        _, cache = _decode(module, x, t, t + 1, cache, None)
     if cache.nbytes != short.nbytes:
         fail(
             f"the cache holds {short.nbytes} bytes after 1 position and {cache.nbytes} after {LENGTH}: a recurrent "

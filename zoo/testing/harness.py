@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError
+from zoo.attention.context import AttentionContext
 from zoo.attention.masking import causal_mask
 from zoo.attention.spec import POSITION_CAPABILITY, AttentionSpec
 from zoo.positions import create_position, get_position
@@ -118,8 +119,23 @@ class Harness:
         tensors = {"x": (q,), "x_memory": (q, k), "qkv": (q, k, v)}[self.form]
         valid_lens = valid_lens.to(self.device) if valid_lens is not None else None
         kwargs = {key: value.to(self.device) if isinstance(value, Tensor) else value for key, value in kwargs.items()}
-        output, weights = module(*tensors, valid_lens, **kwargs)
+        if self.form == "qkv":  # raw masks, validated by the call (a scoring attention, torch's multi-head layer)
+            output, weights = module(*tensors, valid_lens, **kwargs)
+        else:  # a layer reads the context a model builds once a forward
+            output, weights = module(
+                *tensors, self.context(module, q.shape[1], tensors[-1].shape[1], valid_lens, **kwargs)
+            )
         return output.cpu(), weights.cpu() if weights is not None else None
+
+    def context(
+        self, module: nn.Module, lq: int, lk: int, valid_lens: Tensor | None = None, **masks: Any
+    ) -> AttentionContext:
+        """The context a model would build for a layer's call over ``lq`` queries and ``lk`` keys
+        from raw masks (``attn_mask``, ``is_causal``, ``need_weights``)."""
+        return AttentionContext.build(
+            BATCH, lq, lk, valid_lens=valid_lens, num_heads=getattr(module, "num_heads", None),
+            owner=type(module).__name__, **masks,
+        )  # fmt: skip
 
 
 def build_harness(

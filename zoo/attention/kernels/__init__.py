@@ -21,6 +21,14 @@ What the recurrent layers put in front of their recurrence:
 
 * :mod:`~zoo.attention.kernels.short_conv`: a short causal depthwise convolution that continues
   from a window of earlier inputs.
+
+Fused backends, imported from their modules (not re-exported here: each needs what not every
+installation has):
+
+* :mod:`~zoo.attention.kernels.flex`: the mask-defined variants' masks and biases as
+  FlexAttention's mask and score functions, and the compiled call (PyTorch 2.5 or later);
+* :mod:`~zoo.attention.kernels.fla`: the recurrences in flash-linear-attention's Triton chunk
+  kernels (the ``fla`` extra, on CUDA).
 """
 
 from zoo.attention.kernels.blocks import block_attention, rows_from

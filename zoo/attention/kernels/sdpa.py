@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
 from zoo.attention.masking import with_causal
 
 __all__ = ["fused_attention", "masked_sdpa"]
@@ -18,7 +17,7 @@ __all__ = ["fused_attention", "masked_sdpa"]
 
 def fused_attention(
     queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-    *, is_causal: bool, position_bias: PositionBias | None, dropout_p: float, scale: float, enable_gqa: bool = False,
+    *, is_causal: bool, bias: Tensor | None, dropout_p: float, scale: float, enable_gqa: bool = False,
 ) -> Tensor:  # fmt: skip
     """``softmax(q k^T * scale + bias) v`` under the zoo's masking rules, in the fused kernel.
 
@@ -26,19 +25,19 @@ def fused_attention(
     ``is_causal=True`` with no mask whenever that is exact (no padding or user mask, no positional
     bias, ``Lq == Lk``: the kernel aligns top-left, the zoo bottom-right, and the two agree
     there); a single query over cached keys sees them all and needs none; in every other case
-    causality is merged into the boolean mask. A positional bias then becomes the float mask: the
-    bias, ``-inf`` where that hides a key. ``mask`` is :meth:`Attention.attend`'s; it gets leading
+    causality is merged into the boolean mask. A positional ``bias`` (its grid, ``(heads, Lq, Lk)``)
+    then becomes the float mask: the bias, ``-inf`` where that hides a key. ``mask`` is :meth:`Attention.attend`'s; it gets leading
     unit axes up to the inputs' rank, since on CPU the fused kernel refuses a ``(heads, Lq, Lk)``
     mask and the math fallback would hold the scores.
 
     A query with no visible key gets a zero output, as in the explicit path (:func:`masked_sdpa`).
     """
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-    fused_causal = is_causal and mask is None and position_bias is None and num_queries == num_keys
+    fused_causal = is_causal and mask is None and bias is None and num_queries == num_keys
     if is_causal and not fused_causal and num_queries > 1:
         mask = with_causal(mask, num_queries, num_keys, queries.device)
-    if position_bias is not None:
-        bias = position_bias_grid(position_bias, num_queries, num_keys, queries.device).to(queries.dtype)
+    if bias is not None:
+        bias = bias.to(queries.dtype)
         mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
     if mask is not None and mask.dim() < queries.dim():  # the fused kernels take a mask of the inputs' rank
         mask = mask[(None,) * (queries.dim() - mask.dim())]

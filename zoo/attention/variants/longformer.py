@@ -13,7 +13,7 @@ distant ordinary positions flows only through the global ones (or through depth,
 layer). The paper's dilated windows are not included.
 
 Cost: time and memory ``O(L (w + g))`` for window ``w`` and ``g`` global positions: the window
-and global keys blockwise (:class:`~zoo.attention.patterns.SparsePatternAttention`), the ``g``
+and global keys blockwise (:class:`~zoo.attention.variants.patterns.SparsePatternAttention`), the ``g``
 global queries as dense rows.
 """
 
@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from zoo.attention.factory import register_attention
-from zoo.attention.patterns import SparsePatternAttention
+from zoo.attention.kernels import flex
+from zoo.attention.variants.patterns import SparsePatternAttention
 
 __all__ = ["LongformerAttention"]
 
@@ -69,6 +70,10 @@ class LongformerAttention(SparsePatternAttention):
     def _reach(self, is_causal: bool) -> tuple[int, int]:
         """Keys the window reaches before and after its query."""
         return (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
+
+    def flex_pattern(self, num_keys: int, is_causal: bool, device: torch.device) -> flex.FlexMask:
+        """The window and the global positions, on positions."""
+        return flex.longformer(self.window, self.global_positions.to(device), is_causal=is_causal)
 
     def global_queries(self, num_keys: int, device: torch.device) -> Tensor:
         return self.global_positions[self.global_positions < num_keys].to(device)

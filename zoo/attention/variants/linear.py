@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.kernels import rows_from, sums_before
 
@@ -72,16 +73,14 @@ class LinearAttention(Attention):
         """``phi(x)`` of queries or keys, in float32 at least; a kernelized subclass overrides it."""
         return feature_map(x.to(torch.promote_types(x.dtype, torch.float32)))
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """Linear time where the mask allows (see the module docstring), else the quadratic path."""
+        mask, is_causal, need_weights = context.mask, context.is_causal, context.need_weights
         if mask is not None:
             while mask.dim() < 2:
                 mask = mask.unsqueeze(0)
         if need_weights or (mask is not None and mask.shape[-2] > 1):  # weights, or a mask per query: quadratic
-            return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
+            return super().attend(queries, keys, values, context)
 
         phi_q, phi_k = self.features(queries, is_query=True), self.features(keys, is_query=False)
         # a column of ones beside the values: the products that sum phi(k) v^T then also sum phi(k)

@@ -41,8 +41,9 @@ import torch
 from torch import Tensor
 
 from zoo.attention.base import AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
-from zoo.attention.linear import LinearAttention
+from zoo.attention.variants.linear import LinearAttention
 
 __all__ = ["PerformerAttention", "orthogonal_gaussian"]
 
@@ -124,17 +125,14 @@ class PerformerAttention(LinearAttention):
                 f"{self.query_size}, got {query_dim}. Build it with query_size={query_dim}."
             )
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """Linear attention over the random features; counts training calls for the redraw first."""
         if self.training and self.redraw_interval is not None:
             self.calls += 1
             if self.calls >= self.redraw_interval:
                 self.redraw_features()
                 self.calls = 0
-        return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
+        return super().attend(queries, keys, values, context)
 
     def extra_repr(self) -> str:
         redraw = f", redraw_interval={self.redraw_interval}" if self.redraw_interval is not None else ""

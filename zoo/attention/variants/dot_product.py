@@ -8,15 +8,17 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput, PositionBias
+from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
-from zoo.attention.kernels import fused_attention
+from zoo.attention.flex_variant import FlexVariant
+from zoo.attention.kernels import flex, fused_attention
 
 __all__ = ["DotProductAttention"]
 
 
 @register_attention("dot_product", aliases=("scaled_dot_product",))
-class DotProductAttention(Attention):
+class DotProductAttention(FlexVariant, Attention):
     """Scaled dot-product attention (Vaswani et al., 2017).
 
     Scores are ``q . k * scale`` with ``scale = 1 / sqrt(d)`` by default. When weights are not
@@ -31,6 +33,7 @@ class DotProductAttention(Attention):
     """
 
     has_fused_path: ClassVar[bool] = True
+    flex_needs_bias: ClassVar[bool] = True  # without a bias scheme, SDPA's flash kernel runs it
     supports_position_bias: ClassVar[bool] = True
     supports_grouped_kv: ClassVar[bool] = True
 
@@ -44,28 +47,32 @@ class DotProductAttention(Attention):
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         return torch.matmul(queries, keys.transpose(-2, -1)) * self._scale(queries)
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """The explicit formulation when weights are asked for, else the fused kernel.
 
         Grouped key/value heads (fewer at axis -3 than the queries) go to the kernel as they are
-        (``enable_gqa``), and are repeated for the explicit formulation.
+        (``enable_gqa``), and are repeated for the explicit formulation. With a bias scheme
+        FlexAttention takes it where the backend allows (:mod:`zoo.attention.flex_variant`): the
+        bias as a table over distances, never an ``(H, Lq, Lk)`` float mask.
         """
+        if context.position_bias is not None and (flexed := self.attend_flex(queries, keys, values, context)):
+            return flexed
         grouped = keys.dim() >= 3 and queries.dim() >= 3 and keys.shape[-3] != queries.shape[-3]
-        if need_weights:
+        if context.need_weights:
             if grouped:
                 groups = queries.shape[-3] // keys.shape[-3]
                 keys, values = keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)
-            return super().attend(
-                queries, keys, values, mask, is_causal=is_causal, need_weights=True, position_bias=position_bias
-            )
+            return super().attend(queries, keys, values, context)
         output = fused_attention(
-            queries, keys, values, mask, is_causal=is_causal, position_bias=position_bias,
+            queries, keys, values, context.mask, is_causal=context.is_causal,
+            bias=context.bias_grid(queries.shape[-2], keys.shape[-2], queries.device),
             dropout_p=self.active_dropout, scale=self._scale(queries), enable_gqa=grouped,
         )  # fmt: skip
         return AttentionOutput(output, None)
+
+    def flex_pattern(self, num_keys: int, is_causal: bool, device: torch.device) -> flex.FlexMask | None:
+        """Causality, or every pair."""
+        return flex.causal() if is_causal else None
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}" if self.scale is not None else ""

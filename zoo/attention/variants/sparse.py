@@ -24,7 +24,8 @@ import torch
 from torch import Tensor
 
 from zoo.attention.factory import register_attention
-from zoo.attention.patterns import SparsePatternAttention
+from zoo.attention.kernels import flex
+from zoo.attention.variants.patterns import SparsePatternAttention
 
 __all__ = ["FixedSparseAttention"]
 
@@ -49,6 +50,10 @@ class FixedSparseAttention(SparsePatternAttention):
                 f"FixedSparseAttention: summary must be an integer in [1, block_size={block_size}], got {summary!r}."
             )
         self.summary = summary
+
+    def flex_pattern(self, num_keys: int, is_causal: bool, device: torch.device) -> flex.FlexMask:
+        """Each block and the summary positions of every block, on positions."""
+        return flex.fixed_sparse(self.block_size, self.summary, is_causal=is_causal)
 
     def candidates(self, blocks: Tensor, num_keys: int, is_causal: bool) -> Tensor:
         """Each block's own positions, and the summary positions of every block."""

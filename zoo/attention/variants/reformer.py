@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 
 __all__ = ["ReformerAttention", "lsh_buckets"]
@@ -114,11 +115,9 @@ class ReformerAttention(Attention):
         """The LSH bucket of every position in every round, ``(*batch, num_hashes, L)``."""
         return lsh_buckets(queries, self.num_buckets_for(queries.shape[-2]), self.num_hashes, self.seed)
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """Each round's chunked attention (a dense one for a mask per query), combined by log-sum-exp."""
+        mask, need_weights = context.mask, context.need_weights
         length = queries.shape[-2]
         compute = torch.promote_types(queries.dtype, torch.float32)
         q, v = queries.to(compute), values.to(compute)

@@ -48,7 +48,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention, AttentionOutput, PositionBias, position_bias_grid
+from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import causal_mask, key_column, masked_softmax
 
@@ -154,25 +155,22 @@ class SynthesizerAttention(Attention):
             return logits.to(queries.dtype)
         return self.random_logits(num_queries, num_keys).to(queries.dtype).expand(*queries.shape[:-1], num_keys)
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """The shared weights of ``random`` where they apply (see the module docstring), else the
         base class's softmax over each sequence's logits."""
+        mask, is_causal = context.mask, context.is_causal
         keep = None if mask is None else key_column(mask)  # (..., Lk, 1) for a key mask
         per_sequence_mask = mask is not None and keep is None and any(n > 1 for n in mask.shape[:-2])
-        if self.mode == "dense" or need_weights or per_sequence_mask or self.active_dropout:
-            return super().attend(
-                queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
-            )
+        if self.mode == "dense" or context.need_weights or per_sequence_mask or self.active_dropout:
+            return super().attend(queries, keys, values, context)
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         logits = self.random_logits(num_queries, num_keys).to(queries.dtype)  # (heads, Lq, Lk)
-        if position_bias is not None:
-            logits = logits + position_bias_grid(position_bias, num_queries, num_keys, queries.device).to(logits.dtype)
+        bias = context.bias_grid(num_queries, num_keys, queries.device)
+        if bias is not None:
+            logits = logits + bias.to(logits.dtype)
         spread = logits.detach().amax(-1) - logits.detach().amin(-1)
         if float(spread.max()) > MAX_SHARED_SPREAD:
-            return super().attend(queries, keys, values, mask, is_causal=is_causal, position_bias=position_bias)
+            return super().attend(queries, keys, values, context)
         static = causal_mask(num_queries, num_keys, queries.device) if is_causal else None
         if mask is not None and keep is None:  # one (Lq, Lk) mask for every sequence
             shared_mask = mask.reshape(mask.shape[-2:])

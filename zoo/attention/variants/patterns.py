@@ -32,13 +32,15 @@ import torch
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
+from zoo.attention.flex_variant import FlexVariant
 from zoo.attention.kernels import block_attention, rows_from
 from zoo.attention.masking import mask_at, masked_softmax
 
 __all__ = ["SparsePatternAttention"]
 
 
-class SparsePatternAttention(Attention):
+class SparsePatternAttention(FlexVariant, Attention):
     """Scaled dot-product attention restricted to a sparse pattern of positions (see the module docstring).
 
     Args:
@@ -82,11 +84,12 @@ class SparsePatternAttention(Attention):
         """A non-causal pattern needs queries and keys of one sequence."""
         self.check_one_sequence(queries, keys, is_causal, "pattern")
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False,
-    ) -> AttentionOutput:  # fmt: skip
-        """Blockwise attention over each block's candidate keys, then the dense global rows."""
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
+        """FlexAttention where the backend takes it (:mod:`zoo.attention.flex_variant`); else
+        blockwise attention over each block's candidate keys, then the dense global rows."""
+        if (flexed := self.attend_flex(queries, keys, values, context)) is not None:
+            return flexed
+        mask, is_causal, need_weights = context.mask, context.is_causal, context.need_weights
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         offset = num_keys - num_queries  # key position of query 0 (bottom-right)
         block = self.block_size

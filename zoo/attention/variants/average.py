@@ -15,7 +15,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput, PositionBias
+from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import key_column
 
@@ -39,22 +40,23 @@ class AveragePooling(Attention):
         shape = (*queries.shape[:-1], keys.shape[-2])
         return torch.zeros(shape, dtype=queries.dtype, device=queries.device)
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """The (running) masked mean of the values where it applies (see the module docstring)."""
+        mask = context.mask
         keep = None if mask is None else key_column(mask)  # (..., Lk, 1)
-        if need_weights or position_bias is not None or (mask is not None and keep is None) or self.active_dropout:
-            return super().attend(
-                queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
-            )
+        if (
+            context.need_weights
+            or context.position_bias is not None
+            or (mask is not None and keep is None)
+            or self.active_dropout
+        ):
+            return super().attend(queries, keys, values, context)
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
         dtype = torch.promote_types(values.dtype, torch.float32)  # sums in float32 at least
         keep = torch.ones(num_keys, 1, dtype=dtype, device=values.device) if keep is None else keep.to(dtype)
         kept = values.to(dtype) * keep
         count = keep.expand(*kept.shape[:-1], 1)
-        if is_causal:  # query i sees keys up to i + Lk - Lq: running sums read there
+        if context.is_causal:  # query i sees keys up to i + Lk - Lq: running sums read there
             last = torch.arange(num_queries, device=values.device) + (num_keys - num_queries)
             seen = last >= 0
             total, count = (t.cumsum(-2)[..., last.clamp_min(0), :] * seen[:, None] for t in (kept, count))

@@ -19,7 +19,7 @@ pattern keeps full attention's expressiveness, at linear cost.
 
 Cost: each query scores ``(5 + num_random_blocks) * block_size`` keys, each global query every
 key: time and memory ``O(L block_size (5 + r))`` (blockwise, through
-:class:`~zoo.attention.patterns.SparsePatternAttention`). The pattern needs at least
+:class:`~zoo.attention.variants.patterns.SparsePatternAttention`). The pattern needs at least
 ``5 + num_random_blocks`` blocks; a shorter sequence is computed exactly (full attention), and a
 warning says so once.
 """
@@ -34,8 +34,10 @@ import torch
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
-from zoo.attention.patterns import SparsePatternAttention
+from zoo.attention.kernels import flex
+from zoo.attention.variants.patterns import SparsePatternAttention
 
 __all__ = ["BigBirdAttention"]
 
@@ -79,10 +81,7 @@ class BigBirdAttention(SparsePatternAttention):
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
         return torch.matmul(queries, keys.transpose(-2, -1)) * scale
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """The block-sparse pattern, or exact attention (said once) when the sequence is too short for it."""
         if math.ceil(keys.shape[-2] / self.block_size) < self.min_blocks():
             if not self._warned_exact:
@@ -93,8 +92,13 @@ class BigBirdAttention(SparsePatternAttention):
                     stacklevel=2,
                 )
                 self._warned_exact = True
-            return Attention.attend(self, queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
-        return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
+            return Attention.attend(self, queries, keys, values, context)
+        return super().attend(queries, keys, values, context)
+
+    def flex_pattern(self, num_keys: int, is_causal: bool, device: torch.device) -> flex.FlexMask:
+        """The window, the global blocks and the random blocks of a sequence long enough for the
+        pattern (a shorter one never reaches flex: :meth:`attend` computes it exactly)."""
+        return flex.bigbird(self.block_size, self.random_blocks(math.ceil(num_keys / self.block_size), device))
 
     def random_blocks(self, num_blocks: int, device: torch.device) -> Tensor:
         """``(num_blocks, r)``: the random key blocks of each query block, none in its window or global."""

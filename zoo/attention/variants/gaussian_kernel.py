@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention, AttentionOutput, PositionBias
+from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.kernels import fused_attention
 
@@ -66,16 +67,11 @@ class GaussianKernelAttention(Attention):
         ).clamp_min(0)
         return -0.5 * self.inverse_bandwidth.to(sq_dist.dtype).pow(2) * sq_dist
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """The explicit scores when weights are asked for, else the fused kernel on the augmented
         features of the module docstring (exact: the dropped term is constant along each row)."""
-        if need_weights:
-            return super().attend(
-                queries, keys, values, mask, is_causal=is_causal, need_weights=True, position_bias=position_bias
-            )
+        if context.need_weights:
+            return super().attend(queries, keys, values, context)
         half_sq_width = 0.5 * self.inverse_bandwidth.to(queries.dtype).pow(2)
         augmented_queries = torch.cat([2 * half_sq_width * queries, queries.new_ones(*queries.shape[:-1], 1)], -1)
         augmented_keys = torch.cat([keys, -half_sq_width * keys.pow(2).sum(-1, keepdim=True)], -1)
@@ -87,7 +83,9 @@ class GaussianKernelAttention(Attention):
             F.pad(augmented_queries, (0, width - augmented_queries.shape[-1])),
             F.pad(augmented_keys, (0, width - augmented_keys.shape[-1])),
             F.pad(values, (0, width - value_width)),
-            mask, is_causal=is_causal, position_bias=position_bias, dropout_p=self.active_dropout, scale=1.0,
+            context.mask, is_causal=context.is_causal,
+            bias=context.bias_grid(queries.shape[-2], keys.shape[-2], queries.device),
+            dropout_p=self.active_dropout, scale=1.0,
         )  # fmt: skip
         return AttentionOutput(output[..., :value_width], None)
 

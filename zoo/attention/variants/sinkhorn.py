@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import masked_softmax
 
@@ -115,11 +116,9 @@ class SinkhornAttention(Attention):
         logits = torch.matmul(pooled_q, pooled_k.transpose(-2, -1)) * (self._scale(queries) / self.temperature)
         return log_sinkhorn(logits, self.sinkhorn_iters)
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """Sort the blocks, then attend from each query over its own and its sorted block."""
+        mask, need_weights = context.mask, context.need_weights
         length, block = keys.shape[-2], self.block_size
         visible = self.visible(mask, length, queries.device)  # (*, M, nb, b)
         num_blocks = visible.shape[-2]

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import masked_softmax
 
@@ -56,11 +57,9 @@ class LinformerAttention(Attention):
         self.key_projection = nn.Parameter(torch.randn(k, max_len) / math.sqrt(k))  # E
         self.value_logits = nn.Parameter(torch.randn(k, max_len))  # F: softmax rows, k different poolings
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False,
-    ) -> AttentionOutput:  # fmt: skip
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """Project keys and values along the sequence, then attend over the ``k`` rows."""
+        mask, need_weights = context.mask, context.need_weights
         num_keys = keys.shape[-2]
         if num_keys > self.max_len:
             raise ValueError(

@@ -53,15 +53,17 @@ from zoo.attention.base import (
     AttentionOutput,
     PositionBias,
 )
+from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
-from zoo.attention.kernels import block_attention, rows_from
+from zoo.attention.flex_variant import FlexVariant
+from zoo.attention.kernels import block_attention, flex, rows_from
 from zoo.attention.masking import mask_at, masked_softmax
 
 __all__ = ["LocalAttention"]
 
 
 @register_attention("local", aliases=("sliding_window",))
-class LocalAttention(Attention):
+class LocalAttention(FlexVariant, Attention):
     """Scaled dot-product attention within a sliding window (see the module docstring).
 
     Args:
@@ -106,12 +108,18 @@ class LocalAttention(Attention):
                 "Use the layer's own head count, or num_heads=1 to share one bias across a batch."
             )
 
-    def attend(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None,
-        *, is_causal: bool = False, need_weights: bool = False, position_bias: PositionBias | None = None,
-    ) -> AttentionOutput:  # fmt: skip
-        """Blockwise attention within the window; ``mask`` and ``position_bias`` are read only at
-        the scored pairs."""
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
+        """FlexAttention where the backend takes it (:mod:`zoo.attention.flex_variant`); else
+        blockwise attention within the window, ``mask`` and ``position_bias`` read only at the
+        scored pairs."""
+        if (flexed := self.attend_flex(queries, keys, values, context)) is not None:
+            return flexed
+        mask, is_causal, need_weights, position_bias = (
+            context.mask,
+            context.is_causal,
+            context.need_weights,
+            context.position_bias,
+        )
         before, after = (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
         return self._attend_blocks(queries, keys, values, mask, before, after, need_weights, position_bias)
 
@@ -172,6 +180,18 @@ class LocalAttention(Attention):
             -1, key_index.expand_as(weights), weights
         )
         return AttentionOutput(output, dense.flatten(-3, -2)[..., :num_queries, :])
+
+    def flex_pattern(self, num_keys: int, is_causal: bool, device: torch.device) -> flex.FlexMask:
+        """The window, on positions."""
+        return flex.sliding_window(self.window, is_causal=is_causal)
+
+    def flex_scores(self, length: int, device: torch.device) -> list[flex.ScoreMod]:
+        """The learned relative bias, a table over the distance ``p - j`` (its column
+        ``p - j + window // 2``, clamped as :meth:`_bias_at` reads it)."""
+        if self.relative_bias is None:
+            return []
+        columns = (self.window // 2 - flex.relative_distances(length, device)).clamp(0, self.relative_bias.shape[1] - 1)
+        return [flex.bucketed_bias(self.relative_bias, columns)]
 
     def _bias_at(self, distance: Tensor, dtype: torch.dtype) -> Tensor | None:
         """The learned bias at each (block, query, key) ``distance``: ``(heads, nb, block, span)``

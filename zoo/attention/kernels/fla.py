@@ -1,0 +1,186 @@
+"""flash-linear-attention's Triton chunk kernels behind the zoo's recurrences (``fla-core``, optional).
+
+A recurrent family's ``prepare`` returns what its recurrence reads (the zoo's ``Recurrence``:
+``q``, ``k``, ``v`` ``(B, H, T, d)``, ``log_decay``, ``beta``); the zoo runs it in its own
+chunkwise form (:mod:`~zoo.attention.kernels.decay`, :mod:`~zoo.attention.kernels.delta_rule`).
+:func:`fla_chunk` runs the same recurrence in flash-linear-attention's fused kernels, which keep the
+state in float32 on chip and were built to beat FlashAttention at long lengths:
+
+=============================  ================================  ======================================
+the recurrence                 family                            fla op (``fla.ops...``)
+=============================  ================================  ======================================
+scalar decay, constant a head  retention (no padding)            ``simple_gla.chunk_simple_gla``, ``g_gamma``
+scalar decay per step          Mamba-2, retention with padding   ``simple_gla.chunk_simple_gla``, ``g``
+decay per key dimension        GLA                               ``gla.chunk_gla``, ``g``
+delta rule, 16-bit             DeltaNet                          ``delta_rule.chunk_delta_rule``
+delta rule, float32            DeltaNet                          ``gated_delta_rule.chunk_gated_delta_rule``, ``g = 0``
+decayed delta rule             Gated DeltaNet                    ``gated_delta_rule.chunk_gated_delta_rule``
+=============================  ================================  ======================================
+
+What the conversion does, and why it is exact (the adapter's tests run each family against the
+zoo's chunkwise form through stand-ins of these ops written from fla's documentation):
+
+* Both keep the state as ``(dk, dv)`` and read it as ``o_t = scale * q_t S_t``, with
+  ``S_t = exp(g_t) S_{t-1} + k_t^T v_t`` (``g`` a log decay *per step*, summed inside the kernel:
+  the zoo's ``log_decay``) and the delta rule ``S_t = exp(g_t) S_{t-1} + k_t^T beta_t (v_t - k_t
+  exp(g_t) S_{t-1})``, as :mod:`~zoo.attention.kernels.delta_rule` writes it.
+* Layout: fla takes ``(B, T, H, d)``, gates ``(B, T, H)`` or ``(B, T, H, dk)``, states
+  ``(B, H, dk, dv)``; the zoo's ``(B, H, T, d)`` is transposed on the way in and out.
+* Scale: fla multiplies the queries by ``scale``, ``dk ** -0.5`` by default; the families have
+  scaled them already in ``prepare``, so ``scale=1.0``. Keys: the delta-rule families
+  L2-normalize them in ``prepare``, so fla's in-kernel normalization stays off.
+* Mamba-2's queries and keys, shared by groups of value heads, are repeated to one per value
+  head (fla's decaying ops take as many query heads as value heads).
+* Key padding (``mask`` ``(B, 1 or H, T)``, True at real tokens, anywhere in the sequence) is
+  applied as the zoo's kernels apply it (:func:`~zoo.attention.kernels.recurrence.zero_padding`):
+  zero keys, queries, values, betas and log decays make a padded step an identity step with a
+  zero output, in any op. fla's own answer to padding is ``cu_seqlens`` (sequences packed into
+  one row, ``B = 1``), which saves the padded steps' work but takes right padding only and
+  repacks the batch; zeroing is exact for left and right padding alike and keeps the batch as it
+  is. A mask that differs per query has no meaning for a recurrence and is refused.
+* Dtypes: the ops read ``dtype`` (default: the recurrence's, float32 in the zoo's layers) and
+  return the output and final state in the recurrence's dtype. fla runs float16, bfloat16 and
+  float32, the state in float32 (``promote_types(dtype, float32)`` here). ``chunk_delta_rule``
+  refuses float32 (an assertion in fla 0.6.0), so an ungated delta rule in float32 runs in
+  ``chunk_gated_delta_rule`` with zero log decays, which is the same recurrence. Errors are
+  rounding inside fla's chunks (its matrix products may run in TF32 on float32 inputs);
+  ``tests/cuda/test_fla_cuda.py`` holds them to the tolerances of fla's own tests (a relative
+  RMS error of 0.005 on outputs and states).
+* fla chooses its own chunk size (64): the zoo's ``chunk_size`` does not enter, and the result
+  does not depend on it beyond rounding.
+* Gradients flow to everything the recurrence reads (fla's ops are autograd functions), except
+  through ``g_gamma``: a per-head decay that requires a gradient is passed as ``g`` instead.
+
+:func:`fla_available` says whether the kernels can run: ``fla-core`` (and Triton) installed and a
+CUDA device. Written for fla-core 0.6.0 (pure Python; ``torch>=2.7``, ``triton>=3.3``, which the
+GPU machine's PyTorch 2.11 and Triton 3.6 meet), its signatures read from that release;
+``pip install attention-zoo[fla]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from zoo.attention.kernels.recurrence import zero_padding
+
+__all__ = ["RecurrenceInputs", "fla_available", "fla_chunk"]
+
+
+class RecurrenceInputs(Protocol):
+    """What :func:`fla_chunk` reads of a recurrence (the zoo's ``Recurrence`` has it)."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    log_decay: Tensor | None
+    beta: Tensor | None
+
+
+def fla_available(device: torch.device | str) -> bool:
+    """Whether fla's kernels can run on ``device``: a CUDA device, with ``fla-core`` and Triton installed."""
+    if torch.device(device).type != "cuda":
+        return False
+    return all(importlib.util.find_spec(name) is not None for name in ("fla", "triton"))
+
+
+def fla_chunk(
+    recurrence: RecurrenceInputs,
+    initial_state: Tensor | None = None,
+    mask: Tensor | None = None,
+    *,
+    dtype: torch.dtype | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The recurrence's output and final state from ``initial_state``, in fla's chunk kernels.
+
+    Computes what the zoo's ``Recurrence.chunkwise(chunk_size, initial_state, mask)`` computes
+    (see the module docstring for the op each recurrence takes, and why the result is the same).
+
+    Args:
+        recurrence: ``q``, ``k`` ``(B, G, T, dk)`` (``G`` dividing ``H``; Mamba-2's groups),
+            ``v`` ``(B, H, T, dv)``, ``log_decay`` broadcastable to ``(B, H, T, 1 or dk)``
+            without ``beta``, to ``(B, H, T)`` (or None) with ``beta`` ``(B, H, T)``.
+        initial_state: ``(B, H, dk, dv)``; zeros if None.
+        mask: Key padding ``(B, 1 or H, T)``, True at real tokens; None for none.
+        dtype: What fla's kernels read; None: the recurrence's dtype.
+
+    Returns:
+        The output ``(B, H, T, dv)`` and the final state ``(B, H, dk, dv)``, in the recurrence's dtype.
+
+    Raises:
+        ValueError: ``mask`` differs per query (it must have the dimensions of ``(B, H, T)``).
+    """
+    q, k, v, beta = recurrence.q, recurrence.k, recurrence.v, recurrence.beta
+    result_dtype = q.dtype
+    if mask is not None and mask.dim() != q.dim() - 1:
+        raise ValueError(
+            f"fla_chunk takes a key padding mask (B, 1 or H, T), the same for every query; got shape {tuple(mask.shape)}."
+        )
+    groups = v.shape[-3] // q.shape[-3]
+    if groups > 1:
+        q, k = q.repeat_interleave(groups, dim=-3), k.repeat_interleave(groups, dim=-3)
+    batch, heads, steps = v.shape[:-1]
+    compute = dtype or result_dtype
+    state = None if initial_state is None else initial_state.to(torch.promote_types(compute, torch.float32))
+    options = {"scale": 1.0, "initial_state": state, "output_final_state": True}
+
+    if beta is None:
+        output, final = _decaying(q, k, v, recurrence.log_decay, mask, compute, options)
+    else:
+        log_decay = recurrence.log_decay
+        log_decay = q.new_zeros(()) if log_decay is None else log_decay
+        ungated_16bit = recurrence.log_decay is None and compute in (torch.float16, torch.bfloat16)
+        full = (batch, heads, steps)
+        q, k, v, beta, log_decay = zero_padding(
+            mask, q, k, v, torch.broadcast_to(beta, full), torch.broadcast_to(log_decay, full)
+        )
+        q, k, v, beta, log_decay = (_fla_layout(x, compute) for x in (q, k, v, beta, log_decay))
+        if ungated_16bit:
+            output, final = _op("delta_rule", "chunk_delta_rule")(q, k, v, beta, **options)
+        else:
+            output, final = _op("gated_delta_rule", "chunk_gated_delta_rule")(q, k, v, log_decay, beta, **options)
+    return output.transpose(1, 2).to(result_dtype), final.to(result_dtype)
+
+
+def _decaying(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor | None, mask: Tensor | None, compute: torch.dtype,
+    options: dict[str, object],
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """A decaying state: ``chunk_simple_gla`` for a scalar decay, ``chunk_gla`` for one per key dimension."""
+    if log_decay is None:
+        raise ValueError("fla_chunk: a recurrence without beta (a decaying state) needs a log_decay.")
+    batch, heads, steps = v.shape[:-1]
+    width = log_decay.shape[-1]
+    if width == 1 and mask is None and _per_head(log_decay):  # retention: one decay a head, every step
+        gamma = torch.broadcast_to(log_decay.reshape(-1), (heads,)).to(torch.promote_types(compute, torch.float32))
+        q, k, v = (_fla_layout(x, compute) for x in (q, k, v))
+        return _op("simple_gla", "chunk_simple_gla")(q, k, v, g_gamma=gamma, **options)
+    log_decay = torch.broadcast_to(log_decay, (batch, heads, steps, width))
+    q, k, v, log_decay = zero_padding(mask, q, k, v, log_decay)
+    if width == 1:
+        q, k, v, log_decay = (_fla_layout(x, compute) for x in (q, k, v, log_decay.squeeze(-1)))
+        return _op("simple_gla", "chunk_simple_gla")(q, k, v, g=log_decay, **options)
+    q, k, v, log_decay = (_fla_layout(x, compute) for x in (q, k, v, log_decay))
+    return _op("gla", "chunk_gla")(q, k, v, log_decay, **options)
+
+
+def _per_head(log_decay: Tensor) -> bool:
+    """Whether a scalar log decay is one number a head, the same for every sequence and step, and
+    needs no gradient (fla's ``g_gamma`` gets none)."""
+    shape = (1,) * (4 - log_decay.dim()) + tuple(log_decay.shape)
+    return shape[0] == 1 and shape[2] == 1 and not log_decay.requires_grad
+
+
+def _fla_layout(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """``(B, H, T, ...)`` -> fla's ``(B, T, H, ...)`` in ``dtype``."""
+    return x.transpose(1, 2).to(dtype)
+
+
+def _op(module: str, name: str) -> Callable[..., tuple[Tensor, Tensor]]:
+    """``fla.ops.<module>.<name>``, imported on first use (fla-core is an optional extra)."""
+    return getattr(importlib.import_module(f"fla.ops.{module}"), name)

@@ -1,0 +1,458 @@
+"""FlexAttention for the zoo's mask-defined attentions: one fused kernel from a mask and a score function.
+
+PyTorch's :func:`~torch.nn.attention.flex_attention.flex_attention` computes
+``softmax(score_mod(q k^T * scale) + mask) v`` where ``mask_mod(b, h, q_idx, kv_idx)`` says which
+pairs are kept and ``score_mod(score, b, h, q_idx, kv_idx)`` changes a kept score (a bias). A
+*block mask* (:func:`~torch.nn.attention.flex_attention.create_block_mask`) records which
+``128 x 128`` tiles hold any kept pair, so the compiled kernel skips the empty ones: a sliding
+window costs ``O(L * window)``, not ``O(L^2)``.
+
+This module writes the zoo's masks and biases in that form, exactly as the variants define them,
+and runs the kernel:
+
+* :class:`FlexMask`: a mask as a ``mask_mod`` and a hashable description (``key``) that names
+  it, data included; ``a & b`` and ``a | b`` combine two (``and_masks``, ``or_masks``).
+* Masks: :func:`causal`, :func:`key_padding` (``valid_lens`` of shape ``(B,)``),
+  :func:`sliding_window` (``local``), :func:`longformer`, :func:`fixed_sparse` (``sparse``),
+  :func:`bigbird`, :func:`documents` (one id per position: no pair across two documents).
+* Biases: :func:`alibi_bias` (``alibi``'s slopes), :func:`bucketed_bias` (a table indexed by a
+  bucket of the distance ``key - query``: ``t5``, and ``local``'s learned ``relative_bias``),
+  :func:`relative_distances` (the distances to bucket), :func:`chain_scores` (several at once).
+* :func:`block_mask_for`: the block mask of a :class:`FlexMask` for one shape, built once per
+  (description, batch, ``Lq``, ``Lk``, device) and then taken from a bounded LRU cache
+  (:func:`block_mask_cache_info`, :func:`clear_block_masks`); :func:`build_block_mask` builds one
+  uncached (a mask that reads a call's data);
+* :func:`flex_attend`: the attention ``(B, H, Lq, d)`` -> ``(B, H, Lq, dv)``, compiled on CUDA
+  (``torch.compile(flex_attention)``, built once, on first use), eager on the CPU;
+* :func:`flex_supported`: whether flex runs for a device, dtype and need of gradients.
+
+Positions. Every mask and bias here is written on *positions*, as the zoo defines them: key
+``j`` sits at ``j``, query ``i`` of ``Lq`` at ``p = i + Lk - Lq`` (bottom-right, as the zoo's
+causal masks and bias grids align; ``p = i`` for ``Lq == Lk``). :func:`block_mask_for` and
+:func:`flex_attend` shift the query index by ``Lk - Lq`` before calling a mask or a bias, so a
+cached decoding step (``Lq < Lk``) sees what the zoo's variants give it.
+
+Exactness (what the tests hold, in float32 to 1e-5 against the variants' own forward):
+
+* the masks are those of ``local`` (window ``|p - j| <= window // 2``; causal
+  ``0 <= p - j < window``), ``longformer`` (that window, global keys seen by every query,
+  global queries seeing every key; causal: never a later key), ``sparse`` (same block of
+  ``block_size`` or one of the last ``summary`` positions of a block; causal: never a later
+  key), ``bigbird`` (window, first and last block, random blocks: a ``(nb, nb)`` table of key
+  blocks per query block; non-causal, and only where the variant uses its pattern: at least
+  ``5 + num_random_blocks`` blocks, below which it computes full attention), causal and key
+  padding masks, and document masks;
+* the biases are ``alibi``'s (``-slope_h |p - j|``, or ``-slope_h (p - j)`` for a causal scheme)
+  and a bucket table's, ``table[h, bucket(j - p)]`` (``t5``; ``local``'s relative bias);
+* a query with no visible key gets a zero output, as in the zoo (flex gives 0 for a fully masked
+  row: checked for the eager path on the CPU; ``tests/cuda/test_flex_cuda.py`` checks the
+  compiled one);
+* there is no dropout: flex has none, so a variant training with dropout keeps its own path.
+
+Devices and dtypes (:func:`flex_supported`). CUDA: float16, bfloat16, float32, forward and
+backward, compiled (gradients also reach a bias table the score function reads, such as a
+``t5`` table: ``tests/cuda/test_flex_cuda.py`` holds bfloat16 against the variants in float32).
+CPU: eager ``flex_attention`` in float32, float64 and bfloat16, forward only
+(PyTorch raises on a CPU input that requires gradients), with the ``(B, H, Lq, Lk)`` scores
+materialized: a reference and a test bench, not a fast path. Needs
+``torch.nn.attention.flex_attention`` (PyTorch 2.5 on; tested with 2.13 on the CPU, written for
+the GPU machine's 2.11); without it :func:`flex_supported` says False.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import warnings
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+try:
+    from torch.nn.attention import flex_attention as _flex
+except ImportError:  # PyTorch before 2.5
+    _flex = None
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
+
+__all__ = [
+    "BLOCK_MASK_CACHE_SIZE",
+    "FlexMask",
+    "MaskMod",
+    "ScoreMod",
+    "alibi_bias",
+    "bigbird",
+    "block_mask_cache_info",
+    "block_mask_for",
+    "bucketed_bias",
+    "causal",
+    "chain_scores",
+    "clear_block_masks",
+    "documents",
+    "fixed_sparse",
+    "flex_attend",
+    "flex_supported",
+    "key_padding",
+    "longformer",
+    "relative_distances",
+    "sliding_window",
+]
+
+MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+"""``(batch, head, query position, key position)`` -> True where the pair is kept."""
+
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+"""``(score, batch, head, query position, key position)`` -> the score to use."""
+
+BLOCK_MASK_CACHE_SIZE = 32
+"""Block masks kept by :func:`block_mask_for` (least recently used dropped first): a model's
+layers share one per shape, so a few dozen cover a run's shapes with room to spare."""
+
+RECOMPILE_LIMIT = 64
+"""Recompilations allowed to the compiled flex call and block-mask builder while they run: each
+mask or bias function (a variant) and each new dtype compiles once, and PyTorch's default of 8
+per function would silently send the ninth to the eager path, which materializes the scores."""
+
+_CUDA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_CPU_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+_EAGER_WARNING = "flex_attention called without torch.compile"
+
+
+@dataclass(frozen=True)
+class FlexMask:
+    """A mask on positions: ``mask_mod`` and a hashable description ``key`` that names it.
+
+    Two masks with equal keys are the same mask (equality and hashing read the key alone), which
+    is what lets :func:`block_mask_for` reuse a block mask: a key holds every number the mask
+    reads, and a fingerprint of every tensor it reads (:func:`_fingerprint`), never a tensor's
+    identity alone.
+
+    Attributes:
+        key: What the mask is, e.g. ``("sliding_window", 63, 0)``.
+        mask_mod: ``(b, h, query position, key position)`` -> kept (see the module docstring).
+        per_batch: The mask differs between sequences of a batch (padding, documents).
+    """
+
+    key: Hashable
+    mask_mod: MaskMod = field(compare=False)
+    per_batch: bool = field(default=False, compare=False)
+
+    def __and__(self, other: FlexMask) -> FlexMask:
+        """The pairs both keep."""
+        return FlexMask(("and", self.key, other.key), _module().and_masks(self.mask_mod, other.mask_mod),
+                        self.per_batch or other.per_batch)  # fmt: skip
+
+    def __or__(self, other: FlexMask) -> FlexMask:
+        """The pairs either keeps."""
+        return FlexMask(("or", self.key, other.key), _module().or_masks(self.mask_mod, other.mask_mod),
+                        self.per_batch or other.per_batch)  # fmt: skip
+
+
+# -- masks ------------------------------------------------------------------------------------------
+
+
+def causal() -> FlexMask:
+    """Keys at or before the query: ``j <= p``."""
+
+    def mask_mod(b: Tensor, h: Tensor, p: Tensor, j: Tensor) -> Tensor:
+        return j <= p
+
+    return FlexMask(("causal",), mask_mod)
+
+
+def key_padding(lengths: Tensor) -> FlexMask:
+    """The first ``lengths[b]`` keys of sequence ``b``: ``j < lengths[b]`` (``valid_lens`` of shape
+    ``(B,)``, on the inputs' device)."""
+
+    def mask_mod(b: Tensor, h: Tensor, p: Tensor, j: Tensor) -> Tensor:
+        return j < lengths[b]
+
+    return FlexMask(("key_padding", _fingerprint(lengths)), mask_mod, per_batch=True)
+
+
+def sliding_window(window: int, *, is_causal: bool) -> FlexMask:
+    """``local``'s window: causal, ``0 <= p - j < window``; otherwise ``|p - j| <= window // 2``."""
+    before, after = _reach(window, is_causal)
+
+    def mask_mod(b: Tensor, h: Tensor, p: Tensor, j: Tensor) -> Tensor:
+        distance = p - j
+        return (distance <= before) & (distance >= -after)
+
+    return FlexMask(("sliding_window", before, after), mask_mod)
+
+
+def longformer(window: int, global_positions: Tensor, *, is_causal: bool) -> FlexMask:
+    """``longformer``'s pattern: ``local``'s window, the keys at ``global_positions`` (a long
+    tensor, on the inputs' device) seen by every query, the queries there seeing every key;
+    causal: never a key after the query."""
+    before, after = _reach(window, is_causal)
+    size = int(global_positions.max()) + 1 if global_positions.numel() else 1
+    is_global = torch.zeros(size, dtype=torch.bool, device=global_positions.device)
+    is_global[global_positions] = True
+
+    def is_global_at(position: Tensor) -> Tensor:
+        return is_global[position.clamp(0, size - 1)] & (position >= 0) & (position < size)
+
+    def mask_mod(b: Tensor, h: Tensor, p: Tensor, j: Tensor) -> Tensor:
+        distance = p - j
+        kept = ((distance <= before) & (distance >= -after)) | is_global_at(j) | is_global_at(p)
+        return kept & (j <= p) if is_causal else kept
+
+    return FlexMask(("longformer", before, after, _fingerprint(is_global), is_causal), mask_mod)
+
+
+def fixed_sparse(block_size: int, summary: int, *, is_causal: bool) -> FlexMask:
+    """The Sparse Transformer's fixed pattern (``sparse``): keys in the query's block of
+    ``block_size`` positions, and the last ``summary`` positions of every block; causal: never a
+    key after the query."""
+
+    def mask_mod(b: Tensor, h: Tensor, p: Tensor, j: Tensor) -> Tensor:
+        kept = (p // block_size == j // block_size) | (j % block_size >= block_size - summary)
+        return kept & (j <= p) if is_causal else kept
+
+    return FlexMask(("fixed_sparse", block_size, summary, is_causal), mask_mod)
+
+
+def bigbird(block_size: int, random_blocks: Tensor) -> FlexMask:
+    """``bigbird``'s pattern over blocks of ``block_size`` positions (non-causal).
+
+    Query block ``a`` sees key block ``c`` when ``|a - c| <= 1`` (the window), ``c`` is the
+    first or the last block (global keys), ``a`` is the first or the last block (global queries),
+    or ``c`` is one of ``random_blocks[a]``: the variant's draw, ``(num_blocks, r)`` (its
+    ``random_blocks(num_blocks, device)``), read through a ``(num_blocks, num_blocks)`` table.
+    """
+    num_blocks = random_blocks.shape[0]
+    blocks = torch.arange(num_blocks, device=random_blocks.device)
+    table = (blocks.unsqueeze(-1) - blocks).abs() <= 1
+    table[:, [0, -1]] = True
+    table[[0, -1], :] = True
+    table.scatter_(1, random_blocks.long(), True)
+
+    def mask_mod(b: Tensor, h: Tensor, p: Tensor, j: Tensor) -> Tensor:
+        return table[p // block_size, j // block_size]
+
+    return FlexMask(("bigbird", block_size, _fingerprint(table)), mask_mod)
+
+
+def documents(document_ids: Tensor) -> FlexMask:
+    """Pairs within one document: ``ids[b, p] == ids[b, j]``, with ``document_ids`` ``(B, Lk)``
+    one id per key position (packed sequences; on the inputs' device)."""
+
+    def mask_mod(b: Tensor, h: Tensor, p: Tensor, j: Tensor) -> Tensor:
+        return document_ids[b, p] == document_ids[b, j]
+
+    return FlexMask(("documents", _fingerprint(document_ids)), mask_mod, per_batch=True)
+
+
+def _reach(window: int, is_causal: bool) -> tuple[int, int]:
+    """Keys a window reaches before and after its query, as ``local`` defines it."""
+    return (window - 1, 0) if is_causal else (window // 2, window // 2)
+
+
+def _fingerprint(tensor: Tensor) -> tuple[Hashable, ...]:
+    """A tensor's shape, dtype and a digest of its values: equal for equal contents."""
+    data = tensor.detach().to("cpu", torch.int64 if not tensor.is_floating_point() else torch.float64)
+    digest = hashlib.blake2b(data.contiguous().numpy().tobytes(), digest_size=16).hexdigest()
+    return (tuple(tensor.shape), str(tensor.dtype), digest)
+
+
+# -- biases -----------------------------------------------------------------------------------------
+
+
+def alibi_bias(slopes: Tensor, *, is_causal: bool) -> ScoreMod:
+    """``alibi``: ``score - slopes[h] * |p - j|``, or ``- slopes[h] * (p - j)`` for a causal scheme
+    (its ``causal``); ``slopes`` ``(H,)``, on the inputs' device."""
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, p: Tensor, j: Tensor) -> Tensor:
+        distance = p - j
+        return score - slopes[h] * (distance if is_causal else distance.abs())
+
+    return score_mod
+
+
+def relative_distances(length: int, device: torch.device | str | None = None) -> Tensor:
+    """The distances ``key - query`` a grid of at most ``length`` queries and keys holds,
+    ``-(length - 1), ..., length - 1``: what a bucket function maps for :func:`bucketed_bias`."""
+    return torch.arange(-(length - 1), length, device=device)
+
+
+def bucketed_bias(table: Tensor, buckets: Tensor) -> ScoreMod:
+    """``score + table[h, buckets[j - p]]``: a learned bias per head and bucket of distance.
+
+    Args:
+        table: ``(H, num_buckets)``, or ``(1, num_buckets)`` shared by every head (``t5``'s
+            ``bias``; ``local``'s ``relative_bias``). Gradients reach it on CUDA.
+        buckets: Long ``(2 * length - 1,)``, the bucket of each distance of
+            :func:`relative_distances` ``(length)``, ``length >= max(Lq, Lk)``: for ``t5``,
+            ``t5_bucket(relative_distances(length), ...)``; for ``local``'s relative bias, the
+            column of the distance ``p - j``, ``(window // 2 - distances).clamp(0, columns - 1)``.
+
+    Any bias scheme that reads the distance ``key - query`` alone (``alibi``, ``t5``: a
+    ``PositionBias``) goes through here without knowing its kind: its table over the distances,
+    ``scheme(zeros(1), relative_distances(length))`` ``(H, 2 * length - 1)``, with the buckets
+    ``arange(2 * length - 1)``; gradients then reach the scheme's parameters through the table.
+    """
+    middle = (buckets.shape[0] - 1) // 2  # the index of distance 0
+    shared = table.shape[0] == 1
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, p: Tensor, j: Tensor) -> Tensor:
+        bucket = buckets[j - p + middle]
+        return score + (table[0, bucket] if shared else table[h, bucket])
+
+    return score_mod
+
+
+def chain_scores(*score_mods: ScoreMod) -> ScoreMod:
+    """Each score function applied in turn (several biases added)."""
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, p: Tensor, j: Tensor) -> Tensor:
+        for modify in score_mods:
+            score = modify(score, b, h, p, j)
+        return score
+
+    return score_mod
+
+
+# -- block masks and the kernel ---------------------------------------------------------------------
+
+
+def flex_supported(device: torch.device | str, dtype: torch.dtype, *, requires_grad: bool = False) -> bool:
+    """Whether :func:`flex_attend` runs on ``device`` in ``dtype`` (with gradients if
+    ``requires_grad``): CUDA in float16, bfloat16 and float32; the CPU (eager, forward only) in
+    float32, float64 and bfloat16; nowhere without ``torch.nn.attention.flex_attention``."""
+    if _flex is None:
+        return False
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return dtype in _CUDA_DTYPES
+    return kind == "cpu" and dtype in _CPU_DTYPES and not requires_grad
+
+
+def block_mask_for(
+    mask: FlexMask, batch: int, num_queries: int, num_keys: int, device: torch.device | str
+) -> BlockMask:
+    """The block mask of ``mask`` for ``batch`` sequences of ``num_queries`` queries over
+    ``num_keys`` keys on ``device``, from the cache when the same description met the same shape
+    before (one head axis, shared: the zoo's masks are the same for every head).
+
+    The query index is shifted to the query's position (``+ Lk - Lq``) before ``mask.mask_mod``
+    reads it. On CUDA the builder is compiled, so the ``(B, Lq, Lk)`` mask is never formed.
+    """
+    return _cached_block_mask(mask, batch if mask.per_batch else None, num_queries, num_keys, torch.device(device))
+
+
+@functools.lru_cache(maxsize=BLOCK_MASK_CACHE_SIZE)
+def _cached_block_mask(
+    mask: FlexMask, batch: int | None, num_queries: int, num_keys: int, device: torch.device
+) -> BlockMask:
+    """:func:`block_mask_for`'s work, cached by the mask's description and the shape."""
+    return build_block_mask(mask, batch, num_queries, num_keys, device)
+
+
+def build_block_mask(
+    mask: FlexMask, batch: int | None, num_queries: int, num_keys: int, device: torch.device | str
+) -> BlockMask:
+    """The block mask of ``mask`` for one shape, built now (:func:`block_mask_for` caches it
+    across calls; a mask that reads a call's data, such as its padding, is built once a forward
+    and kept with that forward instead). ``batch`` None: one mask for every sequence."""
+    device = torch.device(device)
+    mask_mod = _mask_at_query_positions(mask.mask_mod, num_keys - num_queries)
+    if device.type == "cuda":
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            return _compiled("create_block_mask")(mask_mod, batch, None, num_queries, num_keys, device=device)
+    return _module().create_block_mask(mask_mod, batch, None, num_queries, num_keys, device=device)
+
+
+def block_mask_cache_info() -> Any:
+    """The block-mask cache's statistics: ``hits``, ``misses``, ``maxsize``, ``currsize``."""
+    return _cached_block_mask.cache_info()
+
+
+def clear_block_masks() -> None:
+    """Empty the block-mask cache (and its statistics)."""
+    _cached_block_mask.cache_clear()
+
+
+def flex_attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: FlexMask | None = None,
+    score_mod: ScoreMod | None = None,
+    block_mask: BlockMask | None = None,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """``softmax(score_mod(q k^T * scale))`` over the pairs ``mask`` keeps, times ``v``.
+
+    Args:
+        q: Queries ``(B, H, Lq, d)``.
+        k: Keys ``(B, Hkv, Lk, d)``; ``Hkv < H`` (dividing it) with ``enable_gqa``.
+        v: Values ``(B, Hkv, Lk, dv)``.
+        mask: The pairs kept, on positions; its block mask comes from :func:`block_mask_for`.
+            None: every pair (a query with no kept key gets a zero output).
+        score_mod: A bias on positions (:func:`alibi_bias`, :func:`bucketed_bias`), or None.
+        block_mask: A block mask from :func:`block_mask_for`, in place of ``mask``.
+        scale: Multiplier of the dot products; None: ``1 / sqrt(d)``.
+        enable_gqa: Keys and values hold fewer heads, each shared by ``H / Hkv`` query heads.
+
+    Returns:
+        ``(B, H, Lq, dv)`` in the queries' dtype: compiled on CUDA, eager on the CPU.
+    """
+    if mask is not None and block_mask is not None:
+        raise ValueError("flex_attend: give a mask or a block mask built from one, not both.")
+    num_queries, num_keys = q.shape[-2], k.shape[-2]
+    if mask is not None:
+        block_mask = block_mask_for(mask, q.shape[0], num_queries, num_keys, q.device)
+    if score_mod is not None:
+        score_mod = _score_at_query_positions(score_mod, num_keys - num_queries)
+    options = {"score_mod": score_mod, "block_mask": block_mask, "scale": scale, "enable_gqa": enable_gqa}
+    if q.device.type == "cuda":
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            return _compiled("flex_attention")(q, k, v, **options)
+    with warnings.catch_warnings():  # the eager path is this module's choice off CUDA, not an oversight
+        warnings.filterwarnings("ignore", message=_EAGER_WARNING)
+        return _module().flex_attention(q, k, v, **options)
+
+
+def _mask_at_query_positions(mask_mod: MaskMod, offset: int) -> MaskMod:
+    """A mask on positions, called with query indices: ``p = i + offset``. (flex tells a mask
+    from a score function by its count of positional parameters, so each has its own wrapper.)"""
+    if offset == 0:
+        return mask_mod
+
+    def shifted(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return mask_mod(b, h, q_idx + offset, kv_idx)
+
+    return shifted
+
+
+def _score_at_query_positions(score_mod: ScoreMod, offset: int) -> ScoreMod:
+    """A score function on positions, called with query indices: ``p = i + offset``."""
+    if offset == 0:
+        return score_mod
+
+    def shifted(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return score_mod(score, b, h, q_idx + offset, kv_idx)
+
+    return shifted
+
+
+def _module() -> Any:
+    """``torch.nn.attention.flex_attention``, or a one-line error where PyTorch lacks it."""
+    if _flex is None:
+        raise RuntimeError(
+            f"FlexAttention needs torch.nn.attention.flex_attention (PyTorch 2.5 or later); this is {torch.__version__}."
+        )
+    return _flex
+
+
+@functools.cache
+def _compiled(name: str) -> Callable[..., Any]:
+    """``torch.compile`` of ``flex_attention`` or ``create_block_mask``, built on first use."""
+    return torch.compile(getattr(_module(), name))

@@ -1,0 +1,42 @@
+"""Generated recall and copying tasks, nothing downloaded: the synthetic benchmarks on which
+attention families differ most.
+
+* :mod:`.mqar`: multi-query associative recall as Zoology generates it (data module ``mqar``);
+* :mod:`.mad_tasks` and :mod:`.mad`: MAD's six tasks and its benchmark settings (``mad``);
+* :mod:`.mamba`: the Mamba paper's selective copying and induction heads, tested at lengths beyond
+  training (``selective_copying``, ``induction_heads``);
+* :mod:`.base`: what they share: the batch every task serves (``inputs``, ``targets``, ``scored``),
+  seeded draws, resumable loaders and the data-module base.
+
+Importing the package registers its four data modules (the registry imports it on first lookup).
+"""
+
+from __future__ import annotations
+
+from zoo.datamodules.recall.base import IGNORE_INDEX, Examples, RecallDataModule
+from zoo.datamodules.recall.mad import MAD_TASKS, MADDataModule, mad_setting, mad_settings
+from zoo.datamodules.recall.mamba import (
+    InductionHeadsDataModule,
+    SelectiveCopyingDataModule,
+    induction_heads,
+    selective_copying,
+)
+from zoo.datamodules.recall.mqar import MIXTURES, PAPER_GRID, MQARDataModule, multiquery_ar
+
+__all__ = [
+    "IGNORE_INDEX",
+    "MAD_TASKS",
+    "MIXTURES",
+    "PAPER_GRID",
+    "Examples",
+    "InductionHeadsDataModule",
+    "MADDataModule",
+    "MQARDataModule",
+    "RecallDataModule",
+    "SelectiveCopyingDataModule",
+    "induction_heads",
+    "mad_setting",
+    "mad_settings",
+    "multiquery_ar",
+    "selective_copying",
+]
