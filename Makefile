@@ -13,7 +13,8 @@ $(VENV)/.installed: pyproject.toml requirements/constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: the local CPU wheel, never a multi-gigabyte CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e ".[dev,hf]"
+	# the extras the tests need: hf (transformers), ray and slurm (zoo compare's launchers)
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e ".[dev,hf,ray,slurm]"
 	touch $@
 
 setup: $(VENV)/.installed

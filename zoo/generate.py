@@ -51,6 +51,11 @@ def generate_from_checkpoint(args: list[str]) -> None:
             f"--max_new_tokens must be 0 or more and --num_samples at least 1; got {options.max_new_tokens} "
             f"and {options.num_samples}."
         )
+    if options.temperature < 0 or options.top_k < 1:
+        raise ConfigurationError(
+            f"--temperature must be 0 or more (0 takes the most likely token) and --top_k at least 1; got "
+            f"{options.temperature:g} and {options.top_k}."
+        )
     if options.ckpt_path is not None:
         model, source = load_checkpoint(options.ckpt_path, device=options.device), options.ckpt_path
     else:

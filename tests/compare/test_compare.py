@@ -1,20 +1,20 @@
 """``zoo compare``: grid and budget parsing, statistics against hand-computed values, resume,
-time-budget calibration (with a stand-in child), and one tiny real grid end to end."""
+time-budget calibration (with a stand-in child), the report. A tiny real grid end to end, on
+every launcher: test_launchers.py."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-import zoo.compare.runner as runner
+from tests.helpers.compare import FakeChild
 from zoo.commands import main
 from zoo.compare import CompareConfig, Comparison, paired_differences, parse_budget, parse_grid, summarize, t_quantile
 from zoo.compare.grid import combinations
-from zoo.compare.process import ChildResult
 from zoo.errors import ConfigurationError
 
 # -- statistics --------------------------------------------------------------------------------
@@ -127,43 +127,6 @@ def test_budgets_become_trainer_flags() -> None:
 # -- resume and calibration with a stand-in child ------------------------------------------------
 
 
-class FakeChild:
-    """Stands in for ``run_child``: writes what a fit (timing) or a test (metrics) would, counts calls."""
-
-    def __init__(self) -> None:
-        self.commands: list[list[str]] = []
-        self.fail_on: str | None = None
-
-    def __call__(self, command: list[str], log: Path, threads: int) -> ChildResult:
-        self.commands.append(command)
-        if self.fail_on is not None and self.fail_on in command:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text("Traceback ...\nerror: no attention named 'nope'\n")
-            return ChildResult(2, 1.0, 100.0)
-        flags = dict(arg.split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
-        directory = Path(flags["--trainer.logger.init_args.save_dir"], flags["--trainer.logger.init_args.name"])
-        stage = flags["--trainer.logger.init_args.version"]
-        (directory / stage).mkdir(parents=True, exist_ok=True)
-        log.write_text("done\n")
-        seed = int(flags["--seed_everything"])
-        if stage == "fit":
-            timing = {"steps": 3, "seconds_per_step": 0.2, "wall_seconds_per_step": 0.25, "samples_per_second": 4.0}
-            (directory / "fit" / "timing.json").write_text(json.dumps(timing))
-        else:
-            (directory / stage / "metrics.csv").write_text(f"epoch,step,test/mse\n0,0,{seed + 0.5}\n")
-        return ChildResult(0, 1.0, 100.0)
-
-
-@pytest.fixture
-def fake_child(monkeypatch: pytest.MonkeyPatch) -> FakeChild:
-    fake = FakeChild()
-    monkeypatch.setattr(runner, "run_child", fake)
-    monkeypatch.setattr(
-        runner, "resolve_base", lambda base: {"data": {"init_args": {"seed": 0}}, "model": {"class_path": "x.Y"}}
-    )
-    return fake
-
-
 def test_resume_runs_only_what_has_no_record(tmp_path: Path, fake_child: FakeChild) -> None:
     config = CompareConfig(
         base=["--model", "nadaraya_watson"], axes={"model.attention": ["a", "b"]}, seeds=2, out=tmp_path
@@ -172,14 +135,20 @@ def test_resume_runs_only_what_has_no_record(tmp_path: Path, fake_child: FakeChi
     assert len(fake_child.commands) == 8 and len(records) == 4
     assert {r["metrics"]["test/mse"] for r in records} == {0.5, 1.5}
     assert all(f"--data.seed={r['seed']}" in r["command"] for r in records)
-    # interrupted after three runs: the fourth's record is missing and its directory half written
+    # stopped: the third run finished while nobody waited (a SLURM job of a comparison stopped
+    # meanwhile), so its line is missing but its directory holds its record; the fourth was cut
+    # off, its directory half written
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
-    (tmp_path / "records.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    (tmp_path / "records.jsonl").write_text("\n".join(lines[:2]) + "\n")
     missing = json.loads(lines[3])["run_dir"]
+    (Path(missing) / "record.json").unlink()
     (Path(missing) / "stale.txt").write_text("from the interrupted attempt")
     fake_child.commands.clear()
     records = Comparison(config).run()
-    assert len(fake_child.commands) == 2 and len(records) == 4
+    assert len(fake_child.commands) == 2 and len(records) == 4  # the fourth alone ran again
+    assert sorted(json.loads(line)["run"] for line in (tmp_path / "records.jsonl").read_text().splitlines()) == sorted(
+        json.loads(line)["run"] for line in lines
+    )
     assert not (Path(missing) / "stale.txt").exists()
     fake_child.commands.clear()
     Comparison(config).run()
@@ -232,64 +201,13 @@ def test_time_budget_is_calibrated_once(tmp_path: Path, fake_child: FakeChild) -
     assert "--trainer.max_steps 360 --trainer.max_epochs -1 --trainer.max_time 00:00:01:30" in record["command"]
     assert json.loads((tmp_path / "calibration.json").read_text()) == {"base": 0.25}
     (tmp_path / "records.jsonl").unlink()
+    shutil.rmtree(tmp_path / "runs")  # the run starts over, its calibration is kept
     fake_child.commands.clear()
     Comparison(config).run()
     assert len(fake_child.commands) == 2  # fit and test, no second calibration
 
 
-# -- end to end ------------------------------------------------------------------------------
-
-
-def test_compare_end_to_end_on_a_tiny_grid(
-    in_tmp: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two kernels x two seeds, five steps each, two runs at once: real fits and tests, records and report."""
-    args = [
-        "compare",
-        "--model",
-        "nadaraya_watson",
-        "--grid",
-        "model.attention=average,gaussian_kernel",
-        "--seeds",
-        "2",
-        "--budget",
-        "5steps",
-        "--parallel",
-        "2",
-        "--out",
-        "cmp",
-    ]
-    main(args)
-    printed = capsys.readouterr().out.replace("  ", " ").replace("  ", " ")
-    assert "| `attention=gaussian_kernel` | 2 " in printed and "## Paired differences" in printed  # the tables, printed
-    records = [json.loads(line) for line in Path("cmp/records.jsonl").read_text().splitlines()]
-    assert sorted(r["run"] for r in records) == [
-        "attention=average/seed0",
-        "attention=average/seed1",
-        "attention=gaussian_kernel/seed0",
-        "attention=gaussian_kernel/seed1",
-    ]
-    for record in records:
-        assert Path(record["run_dir"], "fit", "checkpoints", "last.ckpt").is_file()
-        assert record["steps"] == 5 and record["peak_rss_mib"] > 50 and record["samples_per_second"] > 0
-        assert record["parallel"] == 2 and record["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
-        assert set(record["metrics"]) == {"test/mse", "test/mse_truth"}
-    mse = {r["run"]: r["metrics"]["test/mse"] for r in records}
-    for seed in (0, 1):  # the learned kernel beats average pooling even after five steps
-        assert mse[f"attention=gaussian_kernel/seed{seed}"] < mse[f"attention=average/seed{seed}"]
-    report = Path("cmp/report.md").read_text()
-    assert "| `attention=gaussian_kernel` | 2 " in report.replace("  ", " ").replace("  ", " ")
-    assert "## Paired differences against `attention=average`" in report
-    assert (
-        "Data (before the grid and seeds): `SyntheticRegressionDataModule(num_train=50, num_val=50, num_test=50, noise=0.5, seed=0)`"
-        in report
-    )
-    assert Path("cmp/plot.png").stat().st_size > 1000
-    # started again: every run has its record, so no process starts
-    calls: list[list[str]] = []
-    monkeypatch.setattr(runner, "run_child", lambda *a: calls.append(a[0]))
-    main(args)
-    assert calls == [] and "4 runs recorded" in capsys.readouterr().out
+# -- report ----------------------------------------------------------------------------------
 
 
 def test_report_table_and_paired_differences_by_hand(tmp_path: Path) -> None:

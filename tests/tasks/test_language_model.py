@@ -83,6 +83,11 @@ def test_predict_continues_each_prompt_on_one_line(fitted: Path, capsys: pytest.
     [
         (["--prompt", "snow ☃"], "The prompt holds characters this model's vocabulary lacks: '☃'"),
         (["--max_new_tokens", "-1"], "--max_new_tokens must be 0 or more"),
+        (["--temperature", "-1"], "--temperature must be 0 or more (0 takes the most likely token) and --top_k"),
+        (
+            ["--top_k", "0"],
+            "--temperature must be 0 or more (0 takes the most likely token) and --top_k at least 1; got 0.8 and 0.",
+        ),
     ],
 )
 def test_bad_generation_input_is_one_line(fitted: Path, capsys, extra: list[str], message: str) -> None:

@@ -6,7 +6,8 @@ reported as means with confidence intervals, paired differences and cost.
 
 Every argument that is not one of compare's own below is passed to each ``fit`` (and to the
 evaluation of its last checkpoint). Started again with the same ``--out``, a comparison skips the
-runs already finished.
+runs already finished, whichever launcher ran them. ``--launcher ray`` and ``--launcher slurm``
+run the runs on a Ray cluster or as SLURM jobs (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -15,8 +16,13 @@ import argparse
 import difflib
 import shlex
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from zoo.compare.grid import combinations, parse_budget, parse_grid
+from zoo.compare.launch import Launcher
+from zoo.compare.local import LocalLauncher
 from zoo.compare.report import summary_tables, write_report
 from zoo.compare.runner import CompareConfig, Comparison
 from zoo.errors import ConfigurationError
@@ -45,7 +51,11 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="training length of each run: 500steps, 2epochs, 90s, 5min, 1.5h (default: the config's)",
     )
-    root.add_argument("--parallel", type=int, default=1, help="runs at once; the cores are split between them")
+    root.add_argument(
+        "--parallel", type=int, default=None,
+        help="runs at once (default: 1 on the CPU, one per GPU here; as many as the resources hold on Ray); "
+        "locally the cores are split between them",
+    )  # fmt: skip
     root.add_argument(
         "--out", type=Path, default=Path("runs/compare"), help="records, runs and report (reuse to resume)"
     )
@@ -63,7 +73,117 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument(
         "--calibration_steps", type=int, default=20, help="steps of the fit that measures step time for a time budget"
     )
+    root.add_argument("--name", default=None, help="the comparison's name, its W&B group (default: --out's name)")
+    where = root.add_argument_group("where the runs run (docs/scaling.md)")
+    where.add_argument(
+        "--launcher", choices=("local", "ray", "slurm"), default="local",
+        help="local: child processes here; ray: Ray tasks (pip install 'attention-zoo[ray]'); "
+        "slurm: SLURM jobs through submitit (pip install 'attention-zoo[slurm]')",
+    )  # fmt: skip
+    where.add_argument(
+        "--cpus_per_run", type=int, default=None,
+        help="CPUs (and threads) of each run (default: local, the cores split between the runs at once; else 1)",
+    )  # fmt: skip
+    where.add_argument(
+        "--gpus_per_run", type=float, default=None,
+        help="GPUs of each run, or 1/N of one for N runs per GPU (default: 1 where there are GPUs, else 0)",
+    )  # fmt: skip
+    where.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        help="ray, slurm: tries after a run fails, then it is recorded as failed (default 1)",
+    )
+    where.add_argument(
+        "--ray_address",
+        default=None,
+        help="ray: a running cluster (HOST:PORT, ray://HOST:PORT, auto); default: start Ray here",
+    )
+    where.add_argument(
+        "--ray_scheduler", choices=("asha",), default=None,
+        help="ray: run the runs as Ray Tune trials under ASHA, which stops the runs that cannot win "
+        "(by the validation metric the model's checkpoints monitor)",
+    )  # fmt: skip
+    where.add_argument(
+        "--ray_asha_grace", type=int, default=1, help="ray, asha: validations every run gets before it can be stopped"
+    )
+    where.add_argument(
+        "--ray_asha_reduction", type=float, default=2.0, help="ray, asha: the best 1/N of the runs at a rung go on"
+    )
+    where.add_argument("--slurm_partition", default=None, help="slurm: the partition (default: the cluster's)")
+    where.add_argument("--slurm_time_min", type=int, default=60, help="slurm: each job's time limit in minutes")
+    where.add_argument("--slurm_array", action="store_true", help="slurm: submit the runs as one job array")
+    where.add_argument(
+        "--slurm_param", action="append", default=[], metavar="KEY=VALUE",
+        help="slurm: another sbatch setting by submitit's name without slurm_ (account=..., qos=..., mem_gb=64); repeatable",
+    )  # fmt: skip
+    where.add_argument(
+        "--slurm_cluster", choices=("slurm", "local", "debug"), default="slurm",
+        help="slurm: local runs the jobs on this machine through submitit's local executor (no cluster needed)",
+    )  # fmt: skip
     return root
+
+
+def _launcher(options: argparse.Namespace) -> Launcher:
+    """The launcher the options ask for; a flag of another launcher than the one chosen is refused."""
+    defaults = vars(parser().parse_args([]))
+    for name, value in vars(options).items():
+        owner = name.split("_", 1)[0]
+        if owner in ("ray", "slurm") and owner != options.launcher and value != defaults[name]:
+            raise ConfigurationError(f"--{name} is a flag of --launcher {owner}, not of {options.launcher}.")
+    if options.launcher == "local" and options.retries is not None:
+        raise ConfigurationError(
+            "--retries is a flag of --launcher ray and slurm: a local run that fails stops the comparison."
+        )
+    resources: dict[str, Any] = {
+        "parallel": options.parallel,
+        "cpus_per_run": options.cpus_per_run,
+        "gpus_per_run": options.gpus_per_run,
+    }
+    retries = 1 if options.retries is None else options.retries
+    if retries < 0:
+        raise ConfigurationError(f"--retries must be 0 or more, got {retries}.")
+    if options.launcher == "ray" and options.ray_scheduler == "asha":
+        from zoo.compare.asha import AshaLauncher
+
+        return AshaLauncher(
+            grace=options.ray_asha_grace,
+            reduction=options.ray_asha_reduction,
+            storage=options.out / "tune",
+            address=options.ray_address,
+            retries=retries,
+            **resources,
+        )
+    if options.launcher == "ray":
+        from zoo.compare.ray_tasks import RayLauncher
+
+        return RayLauncher(address=options.ray_address, retries=retries, **resources)
+    if options.launcher == "slurm":
+        from zoo.compare.slurm import SlurmLauncher
+
+        return SlurmLauncher(
+            folder=options.out / "slurm",
+            partition=options.slurm_partition,
+            time_min=options.slurm_time_min,
+            array=options.slurm_array,
+            parameters=_slurm_parameters(options.slurm_param),
+            cluster=options.slurm_cluster,
+            retries=retries,
+            name=f"zoo-compare-{options.name or options.out.resolve().name}",
+            **resources,
+        )
+    return LocalLauncher(**resources)
+
+
+def _slurm_parameters(specs: list[str]) -> dict[str, Any]:
+    """``["account=lab", "mem_gb=64"]`` -> ``{"account": "lab", "mem_gb": 64}`` (values read as YAML scalars)."""
+    parameters = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(f"Bad --slurm_param {spec!r}: write KEY=VALUE, e.g. --slurm_param account=mylab.")
+        parameters[key.strip().removeprefix("slurm_")] = yaml.safe_load(value)
+    return parameters
 
 
 def main(args: list[str]) -> None:
@@ -86,16 +206,40 @@ def main(args: list[str]) -> None:
         parallel=options.parallel,
         evaluate=options.evaluate,
         calibration_steps=options.calibration_steps,
+        name=options.name,
     )
-    comparison = Comparison(config)
+    comparison = Comparison(config, _launcher(options))
+    launcher = comparison.launcher
+    if getattr(launcher, "metric", "") is None:  # ASHA compares the metric the checkpoints monitor
+        if comparison.monitor is None:
+            raise ConfigurationError("--ray_scheduler asha needs a registered model: its checkpoints' metric.")
+        launcher.metric, launcher.mode = comparison.monitor
     records = comparison.run()
+    stopped = [record for record in records if record.get("stopped")]
+    records = [record for record in records if not record.get("stopped")]
     header = (
         f"`python -m zoo fit {shlex.join(base)}` with {', '.join(f'`{k}` in {v}' for k, v in axes.items()) or 'no grid'}; "
         f"{config.seeds} seed(s); budget {options.budget or 'from the configuration'}; {config.evaluate} of each run's last checkpoint; "
-        f"{config.parallel} run(s) at once, {comparison.threads} thread(s) each. Records: `{comparison.records_file}`.\n\n"
+        f"{launcher.parallel or 'as many as fit'} run(s) at once, {launcher.threads} thread(s) each. Records: `{comparison.records_file}`.\n\n"
         f"Data (before the grid and seeds): `{comparison.data_description}`."
     )
+    if stopped:
+        header += "\n\nStopped by ASHA (recorded; not in the tables):\n\n"
+        header += "\n".join(
+            f"- {r['run']}, after step {r['stopped'].get('step')}: {r['stopped']['metric']} "
+            f"{r['stopped'].get(r['stopped']['metric'])}"
+            for r in stopped
+        )
+    failed = [str(failure) for failure in comparison.failures]
+    if failed:
+        header += "\n\nFailed, after their retries (no record; started again by the same command):\n\n"
+        header += "\n".join(f"- {line}" for line in failed)
     metric = options.metric or comparison.default_metric
     report = write_report(records, config.out, names, baseline, header, metric)
     print("\n".join(summary_tables(records, names, baseline, metric)))
-    print(f"{len(records)} runs recorded in {comparison.records_file}; report: {report}")
+    print(f"{len(records) + len(stopped)} runs recorded in {comparison.records_file}; report: {report}")
+    if failed:
+        raise ConfigurationError(
+            f"{len(failed)} run(s) failed after their retries (listed in {report} and {comparison.failures_file}); "
+            f"the first: {failed[0]}"
+        )

@@ -53,13 +53,20 @@ def _values(group: Sequence[dict[str, Any]], field: str, metric: bool = True) ->
 
 def _conditions_note(records: Sequence[dict[str, Any]]) -> list[str]:
     """A line saying so when the runs were timed under different conditions (runs at once, threads
-    each), as a comparison resumed with another ``--parallel`` has: its cost columns mix them."""
-    counts = Counter((r.get("parallel"), r.get("threads")) for r in records)
+    each, and the launcher where more than one ran them), as a comparison resumed with another
+    ``--parallel`` or ``--launcher`` has: its cost columns mix them."""
+    launchers = {r.get("launcher", "local") for r in records}
+    counts = Counter(
+        (r.get("launcher", "local") if len(launchers) > 1 else "", r.get("parallel"), r.get("threads")) for r in records
+    )
     if len(counts) < 2:
         return []
     described = [
-        f"{n} with {t} thread{'s' * (t != 1)} each, {f'{p} at once' if p else 'how many at once not recorded'}"
-        for (p, t), n in sorted(counts.items(), key=lambda item: (item[0][0] or 0, item[0][1] or 0))
+        f"{n}{f' on {launcher}' if launcher else ''} with {t} thread{'s' * (t != 1)} each, "
+        f"{f'{p} at once' if p else 'how many at once not recorded'}"
+        for (launcher, p, t), n in sorted(
+            counts.items(), key=lambda item: (item[0][0], item[0][1] or 0, item[0][2] or 0)
+        )
     ]
     return [f"The runs were timed under different conditions ({'; '.join(described)}): the cost columns mix them.", ""]
 

@@ -2,9 +2,15 @@
 
 Each run fits in its own directory ``<out>/runs/<combination>/seed<N>`` (a CSVLogger with an
 explicit save_dir, name and version, so nothing depends on how Lightning numbers versions), then
-tests or validates its ``last.ckpt``; its metrics are read from the loggers' ``metrics.csv``.
-A run is finished when its record is in ``<out>/records.jsonl``: started again, the comparison
+tests or validates its ``last.ckpt``; its metrics are read from the loggers' ``metrics.csv``
+(:mod:`zoo.compare.run`). A launcher runs them (:mod:`zoo.compare.launch`: here, on Ray, on
+SLURM). A run is finished when its record is in ``<out>/records.jsonl`` (or in its directory's
+``record.json``, which the record is copied from): started again, on any launcher, the comparison
 skips those and starts the others afresh.
+
+When the runs log to Weights & Biases too (``--trainer.logger WandbLogger`` among the fit
+arguments), each fit and evaluation is a W&B run of the group named after the comparison, named
+after the run, with the grid's values and the seed in its config.
 """
 
 from __future__ import annotations
@@ -13,35 +19,33 @@ import contextlib
 import io
 import json
 import os
-import platform
-import shlex
-import shutil
-import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import torch
 import yaml
 
 from zoo.compare.grid import Budget, Combination, combinations
-from zoo.compare.process import ChildResult, run_child, zoo_command
-from zoo.compare.records import append_record, config_digests, last_metrics, load_records
-from zoo.compare.timing import read_timing
+from zoo.compare.keys import check_grid_keys
+from zoo.compare.launch import Launcher
+from zoo.compare.local import LocalLauncher
+from zoo.compare.process import zoo_command
+from zoo.compare.records import append_record, config_digests, load_records
+from zoo.compare.run import STAGE_PREFIX, RunFailed, RunSpec, finished_record, shown
 from zoo.errors import ConfigurationError
 from zoo.tasks import MODEL_REGISTRY
 from zoo.text.files import atomic_write_text
 
-__all__ = ["CompareConfig", "Comparison", "resolve_base"]
+__all__ = ["STAGE_PREFIX", "CompareConfig", "Comparison", "resolve_base"]
 
-T = TypeVar("T")
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 TIMER = "--trainer.callbacks+=zoo.compare.timing.StepTimer"
-#: The metric prefix each evaluation stage logs under.
-STAGE_PREFIX = {"test": "test/", "validate": "val/"}
+CSV_LOGGER = "lightning.pytorch.loggers.CSVLogger"
+#: Settings of the user's W&B logger that each run sets for itself.
+WANDB_PER_RUN = ("name", "save_dir", "dir", "version", "id", "group", "job_type", "resume")
+#: Variables the runs get from the comparison's environment, wherever they run (a Ray node or a
+#: SLURM job may start with another): plugins, caches, W&B and Hub settings.
+FORWARDED_PREFIXES = ("ZOO_", "WANDB_", "HF_")
 
 
 @dataclass
@@ -54,9 +58,10 @@ class CompareConfig:
         seeds: Runs per combination, with seeds ``0 .. seeds - 1``.
         budget: How long each run trains; None keeps the configuration's own limits.
         out: Output directory (records, runs, report); reusing it resumes.
-        parallel: Runs at once; each child gets ``cores // parallel`` threads.
+        parallel: Runs at once (the launcher's default when None: one on the CPU here).
         evaluate: ``test`` or ``validate``, run on each fit's last checkpoint.
         calibration_steps: Steps of the short fit that measures step time for a time budget.
+        name: The comparison's name (its W&B group); default: the name of ``out``.
     """
 
     base: list[str]
@@ -64,14 +69,15 @@ class CompareConfig:
     seeds: int = 1
     budget: Budget | None = None
     out: Path = Path("runs/compare")
-    parallel: int = 1
+    parallel: int | None = None
     evaluate: str = "test"
     calibration_steps: int = 20
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
             raise ConfigurationError(f"--seeds must be at least 1, got {self.seeds}.")
-        if self.parallel < 1:
+        if self.parallel is not None and self.parallel < 1:
             raise ConfigurationError(f"--parallel must be at least 1, got {self.parallel}.")
         if self.calibration_steps < 5:
             raise ConfigurationError(
@@ -83,6 +89,7 @@ class CompareConfig:
             raise ConfigurationError(
                 f"Give the fit arguments without a subcommand ({self.base[0]!r}): compare runs fit, then {self.evaluate}."
             )
+        self.name = self.name or self.out.resolve().name
 
 
 def resolve_base(base: list[str]) -> dict[str, Any]:
@@ -106,90 +113,172 @@ def resolve_base(base: list[str]) -> dict[str, Any]:
     return yaml.safe_load(printed.getvalue()) or {}
 
 
-class Comparison:
-    """Runs, resumes and records a :class:`CompareConfig`."""
+def _wandb_settings(resolved: dict[str, Any]) -> dict[str, Any] | None:
+    """The W&B logger's settings among the resolved loggers (those not left to their defaults), or None."""
+    loggers = (resolved.get("trainer") or {}).get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        if isinstance(logger, dict) and str(logger.get("class_path", "")).endswith(".WandbLogger"):
+            settings = logger.get("init_args") or {}
+            return {key: value for key, value in settings.items() if value is not None and key not in WANDB_PER_RUN}
+    return None
 
-    def __init__(self, config: CompareConfig) -> None:
+
+class Comparison:
+    """Runs, resumes and records a :class:`CompareConfig` with a launcher (default: ``local``)."""
+
+    def __init__(self, config: CompareConfig, launcher: Launcher | None = None) -> None:
         self.config = config
+        self.launcher = launcher or LocalLauncher(config.parallel)
         self.combinations: list[Combination] = combinations(config.axes)
         self.records_file = config.out / "records.jsonl"
-        self.threads = max(1, len(os.sched_getaffinity(0)) // config.parallel)
+        self.failures_file = config.out / "failures.jsonl"
+        self.failures: list[RunFailed] = []
         resolved = resolve_base(config.base)
         data = resolved.get("data") or {}
         self.data_args: dict[str, Any] = data.get("init_args") or {}
         self.data_class: str | None = data.get("class_path")
         self.data_has_seed = "seed" in self.data_args
         self.model_class = (resolved.get("model") or {}).get("class_path")
+        check_grid_keys(
+            config.axes, resolved, f"model {self._short(self.model_class)} and data {self._short(self.data_class)}"
+        )
+        self.wandb = _wandb_settings(resolved)
+
+    @staticmethod
+    def _short(class_path: str | None) -> str:
+        return str(class_path).rsplit(".", 1)[-1]
+
+    @property
+    def threads(self) -> int:
+        """Intra-op threads of each run."""
+        return self.launcher.threads
 
     @property
     def data_description(self) -> str:
         """The data module and its settings as resolved for the base command (``LRATextDataModule(max_length=1000, ...)``)."""
         settings = ", ".join(f"{key}={value}" for key, value in self.data_args.items() if value is not None)
-        return f"{str(self.data_class).rsplit('.', 1)[-1]}({settings})"
+        return f"{self._short(self.data_class)}({settings})"
+
+    @property
+    def model_name(self) -> str | None:
+        """The registered name of the model the base command trains."""
+        for entry in MODEL_REGISTRY.entries():
+            if f"{entry.obj.__module__}.{entry.obj.__qualname__}" == self.model_class:
+                return entry.name
+        return None
+
+    @property
+    def monitor(self) -> tuple[str, str] | None:
+        """The validation metric the model's checkpoints monitor, and its mode (``min`` or ``max``)."""
+        name = self.model_name
+        return None if name is None else tuple(MODEL_REGISTRY.get(name).monitor)
 
     @property
     def default_metric(self) -> str | None:
         """The metric the task's checkpoints monitor, under the evaluation stage's prefix."""
-        for entry in MODEL_REGISTRY.entries():
-            if f"{entry.obj.__module__}.{entry.obj.__qualname__}" == self.model_class:
-                return STAGE_PREFIX[self.config.evaluate] + entry.obj.monitor[0].split("/", 1)[-1]
-        return None
+        name = self.model_name
+        if name is None:
+            return None
+        return STAGE_PREFIX[self.config.evaluate] + MODEL_REGISTRY.get(name).monitor[0].split("/", 1)[-1]
 
     def run(self) -> list[dict[str, Any]]:
-        """Run every unfinished (combination, seed); return all records of this comparison."""
+        """Run every unfinished (combination, seed); return all records of this comparison. The
+        runs that failed after their retries (on launchers that go on past a failure) are in
+        :attr:`failures` and ``<out>/failures.jsonl``."""
         config = self.config
-        budgets = self._budget_flags()
-        done = {record["run"]: record for record in load_records(self.records_file)}
-        pending = []
-        for combination in self.combinations:
-            for seed in range(config.seeds):
-                key = f"{combination.name}/seed{seed}"
-                command = self._command("fit", combination, seed, budgets[combination.name])
-                if key not in done:
-                    pending.append((key, combination, seed, command))
-                elif done[key]["command"] != _shown(command):
-                    raise ConfigurationError(
-                        f"{self.records_file} holds run {key} of another command ({done[key]['command']}): "
-                        f"give another --out, or delete that directory to start over."
-                    )
-                elif changed := _changed_configs(done[key], command):
-                    raise ConfigurationError(
-                        f"{', '.join(changed)} changed since {self.records_file} recorded run {key}: restore "
-                        f"it, or give another --out (or delete that directory) to start over."
-                    )
-        _run_all(self._run_one, pending, config.parallel)
+        with self.launcher:
+            budgets = self._budget_flags()
+            done = {record["run"]: record for record in load_records(self.records_file)}
+            pending = []
+            for combination in self.combinations:
+                for seed in range(config.seeds):
+                    spec = self._spec(combination, seed, budgets[combination.name])
+                    if spec.key not in done:
+                        if (record := finished_record(spec)) is not None and not _changed_configs(record, spec.fit):
+                            append_record(self.records_file, record)  # finished while nobody waited for it
+                        else:
+                            pending.append(spec)
+                    elif done[spec.key]["command"] != shown(spec.fit):
+                        raise ConfigurationError(
+                            f"{self.records_file} holds run {spec.key} of another command ({done[spec.key]['command']}): "
+                            f"give another --out, or delete that directory to start over."
+                        )
+                    elif changed := _changed_configs(done[spec.key], spec.fit):
+                        raise ConfigurationError(
+                            f"{', '.join(changed)} changed since {self.records_file} recorded run {spec.key}: restore "
+                            f"it, or give another --out (or delete that directory) to start over."
+                        )
+            self.failures = self.launcher.run(pending, lambda spec, record: append_record(self.records_file, record))
+        for failure in self.failures:
+            append_record(self.failures_file, {"error": str(failure), "launcher": self.launcher.name})
         keys = {f"{c.name}/seed{s}" for c in self.combinations for s in range(config.seeds)}
         return [record for record in load_records(self.records_file) if record["run"] in keys]
 
-    # -- commands ------------------------------------------------------------------------------
+    # -- runs ----------------------------------------------------------------------------------
 
     def run_dir(self, combination: Combination, seed: int) -> Path:
         return self.config.out / "runs" / combination.name / f"seed{seed}"
 
-    def _command(
-        self, stage: str, combination: Combination, seed: int, extra: list[str], run_dir: Path | None = None
-    ) -> list[str]:
-        run_dir = run_dir or self.run_dir(combination, seed)
+    def _spec(
+        self, combination: Combination, seed: int, extra: list[str], run_dir: Path | None = None, key: str | None = None
+    ) -> RunSpec:
+        """The run of ``combination`` and ``seed``; with ``run_dir`` given, a calibration fit there (no evaluation)."""
+        stage = self.config.evaluate
+        directory = run_dir or self.run_dir(combination, seed)
+        fit = self._command("fit", combination, seed, extra, directory)
+        checkpoint = directory / "fit" / "checkpoints" / "last.ckpt"
+        evaluate = (
+            None if run_dir else self._command(stage, combination, seed, [f"--ckpt_path={checkpoint}"], directory)
+        )
+        return RunSpec(
+            key=key or f"{combination.name}/seed{seed}",
+            combination=combination.name,
+            overrides=combination.overrides,
+            seed=seed,
+            run_dir=directory,
+            fit=fit,
+            evaluate=evaluate,
+            stage=stage,
+            cwd=Path.cwd(),
+            threads=self.threads,
+            env={key: value for key, value in os.environ.items() if key.startswith(FORWARDED_PREFIXES)},
+            record={
+                "budget": self.config.budget.text if self.config.budget else None,
+                "config_digests": config_digests(fit),
+                "parallel": self.launcher.parallel,
+                "launcher": self.launcher.name,
+            },
+        )
+
+    def _command(self, stage: str, combination: Combination, seed: int, extra: list[str], run_dir: Path) -> list[str]:
         seeds = [f"--seed_everything={seed}", *([f"--data.seed={seed}"] if self.data_has_seed else [])]
-        logger = [
-            "--trainer.logger.class_path=lightning.pytorch.loggers.CSVLogger",
-            f"--trainer.logger.init_args.save_dir={run_dir.parent}",
-            f"--trainer.logger.init_args.name={run_dir.name}",
-            f"--trainer.logger.init_args.version={stage}",
-        ]
-        timer = [TIMER] if stage == "fit" else []
+        timer = [TIMER, *self.launcher.fit_flags] if stage == "fit" else []
+        logger = self._logger_flags(stage, combination, seed, run_dir)
         return zoo_command(stage, *self.config.base, *combination.flags, *seeds, *extra, *logger, *timer, *QUIET)
 
-    def _child(self, command: list[str], log: Path, key: str) -> ChildResult:
-        """Run a child; a failure is one error naming the run, the last line of its output and its log."""
-        result = run_child(command, log, self.threads)
-        if result.returncode != 0:
-            lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
-            raise ConfigurationError(
-                f"Run {key} failed ({command[3]} exited with {result.returncode}): "
-                f"{lines[-1].strip() if lines else 'no output'} (full output: {log})."
-            )
-        return result
+    def _logger_flags(self, stage: str, combination: Combination, seed: int, run_dir: Path) -> list[str]:
+        """A CSV logger in the run directory (what the records read), and where the fit arguments
+        ask for W&B, a W&B run in the comparison's group with the grid's values in its config."""
+        csv = {"save_dir": str(run_dir.parent), "name": run_dir.name, "version": stage}
+        if self.wandb is None:
+            return [
+                f"--trainer.logger.class_path={CSV_LOGGER}",
+                *(f"--trainer.logger.init_args.{k}={v}" for k, v in csv.items()),
+            ]
+        grid = {"comparison": self.config.name, "combination": combination.name, "seed": seed, **combination.overrides}
+        wandb = self.wandb | {
+            "project": self.wandb.get("project") or self.model_name,
+            "save_dir": str(run_dir),
+            "name": f"{combination.name}/seed{seed}",
+            "group": self.config.name,
+            "job_type": stage,
+            "config": (self.wandb.get("config") or {}) | grid,
+        }
+        loggers = [
+            {"class_path": CSV_LOGGER, "init_args": csv},
+            {"class_path": "lightning.pytorch.loggers.WandbLogger", "init_args": wandb},
+        ]
+        return [f"--trainer.logger={json.dumps(loggers)}"]
 
     # -- budget --------------------------------------------------------------------------------
 
@@ -203,65 +292,31 @@ class Comparison:
         file = self.config.out / "calibration.json"
         measured: dict[str, float] = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
         missing = [c for c in self.combinations if c.name not in measured]
-        for combination, seconds in zip(
-            missing, _run_all(self._calibrate, [(c,) for c in missing], self.config.parallel)
-        ):
-            measured[combination.name] = seconds
+        measured |= self._calibrate(missing)
         atomic_write_text(file, json.dumps(measured, indent=2, sort_keys=True) + "\n")
         return {c.name: budget.flags(measured[c.name]) for c in self.combinations}
 
-    def _calibrate(self, combination: Combination) -> float:
-        """Wall seconds per training step of ``combination`` (validation included), from a short fit
-        of ``calibration_steps``: set ``--calibration_steps`` past an epoch to count validation in."""
-        run_dir = self.config.out / "calibration" / combination.name
-        shutil.rmtree(run_dir, ignore_errors=True)
+    def _calibrate(self, missing: list[Combination]) -> dict[str, float]:
+        """Wall seconds per training step of each combination (validation included), from a short
+        fit of ``calibration_steps`` run by the launcher (so on the machines the runs will use):
+        set ``--calibration_steps`` past an epoch to count validation in."""
         steps = Budget("steps", self.config.calibration_steps, f"{self.config.calibration_steps}steps").flags()
-        command = self._command("fit", combination, 0, steps, run_dir)
-        self._child(command, run_dir / "fit.log", f"{combination.name} (calibration)")
-        timing = read_timing(run_dir / "fit")
-        if "wall_seconds_per_step" not in timing:
-            raise ConfigurationError(
-                f"The calibration of {combination.name} measured no step (see {run_dir / 'fit.log'})."
-            )
-        return float(timing["wall_seconds_per_step"])
-
-    # -- one run -------------------------------------------------------------------------------
-
-    def _run_one(self, key: str, combination: Combination, seed: int, fit_command: list[str]) -> None:
-        run_dir = self.run_dir(combination, seed)
-        shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished earlier attempt starts over
-        fit = self._child(fit_command, run_dir / "fit.log", key)
-        stage = self.config.evaluate
-        checkpoint = run_dir / "fit" / "checkpoints" / "last.ckpt"
-        eval_command = self._command(stage, combination, seed, [f"--ckpt_path={checkpoint}"])
-        evaluation = self._child(eval_command, run_dir / f"{stage}.log", key)
-        timing = read_timing(run_dir / "fit")
-        append_record(
-            self.records_file,
-            {
-                "run": key,
-                "combination": combination.name,
-                "overrides": combination.overrides,
-                "seed": seed,
-                "command": _shown(fit_command),
-                "config_digests": config_digests(fit_command),
-                "eval_command": _shown(eval_command),
-                "run_dir": str(run_dir),
-                "budget": self.config.budget.text if self.config.budget else None,
-                "fit_seconds": round(fit.seconds, 3),
-                "eval_seconds": round(evaluation.seconds, 3),
-                "steps": timing.get("steps"),
-                "seconds_per_step": timing.get("seconds_per_step"),
-                "samples_per_second": timing.get("samples_per_second"),
-                "peak_rss_mib": round(fit.peak_rss_mib, 1),
-                "metrics": last_metrics(run_dir / stage / "metrics.csv", STAGE_PREFIX[stage]),
-                "parallel": self.config.parallel,
-                "threads": self.threads,
-                "torch": torch.__version__,
-                "machine": platform.machine(),
-                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            },
-        )
+        specs = [
+            self._spec(c, 0, steps, self.config.out / "calibration" / c.name, f"{c.name} (calibration)")
+            for c in missing
+        ]
+        measured: dict[str, Any] = {}
+        failures = self.launcher.run(specs, lambda spec, record: measured.update({spec.combination: record}))
+        if failures:
+            raise failures[0]
+        for spec in specs:
+            seconds = measured[spec.combination].get("wall_seconds_per_step")
+            if seconds is None:
+                raise ConfigurationError(
+                    f"The calibration of {spec.combination} measured no step (see {spec.run_dir / 'fit.log'})."
+                )
+            measured[spec.combination] = float(seconds)
+        return measured
 
 
 def _changed_configs(record: dict[str, Any], command: list[str]) -> list[str]:
@@ -272,33 +327,3 @@ def _changed_configs(record: dict[str, Any], command: list[str]) -> list[str]:
         return []
     now = config_digests(command)
     return sorted(path for path in recorded.keys() | now.keys() if recorded.get(path) != now.get(path))
-
-
-def _shown(command: list[str]) -> str:
-    """A child's command as a shell line, ``python -m zoo ...`` whichever interpreter runs it."""
-    return shlex.join(["python", *command[1:]])
-
-
-def _run_all(function: Callable[..., T], jobs: list[tuple[Any, ...]], parallel: int) -> list[T]:
-    """``function(*job)`` for every job, ``parallel`` at a time, results in order. After a failure
-    no further job starts (nor after Ctrl-C); the failure is raised once the running ones end."""
-    failed = threading.Event()
-
-    def guarded(*job: Any) -> T | None:
-        if failed.is_set():
-            return None
-        try:
-            return function(*job)
-        except BaseException:
-            failed.set()
-            raise
-
-    with ThreadPoolExecutor(parallel) as pool:
-        futures = [pool.submit(guarded, *job) for job in jobs]
-        try:
-            for future in as_completed(futures):
-                future.result()
-        except BaseException:  # a failed run, or Ctrl-C here: start nothing more
-            failed.set()
-            raise
-    return [future.result() for future in futures]
