@@ -1,13 +1,17 @@
 """What a recurrent family's recurrence reads at each step, and the three forms that run it.
 
-A family's :meth:`~zoo.attention.recurrent.RecurrentLayer.prepare` returns a :class:`Recurrence`;
-the layer runs it in the form its ``mode`` picks (:mod:`zoo.attention.recurrent`), through the
-kernels of :mod:`zoo.attention.kernels`.
+A family's :meth:`~zoo.attention.recurrent.RecurrentLayer.prepare` returns a :class:`Recurrence`
+(a decaying state, or the delta rule with a scalar decay), a :class:`LowRankRecurrence` (a decay
+per key dimension and a rank-one correction: Kimi Delta Attention, RWKV-7) or a
+:class:`ProductRecurrence` (several delta-rule steps per token: Gated DeltaProduct); the layer runs
+it in the form its ``mode`` picks (:mod:`zoo.attention.recurrent`), through the kernels of
+:mod:`zoo.attention.kernels`. Each has the same three methods (:class:`RecurrenceForms`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from torch import Tensor
 
@@ -15,12 +19,37 @@ from zoo.attention.kernels import (
     decay_chunkwise,
     decay_recurrent,
     decay_weights,
+    delta_product_chunkwise,
+    delta_product_recurrent,
+    delta_product_weights,
     delta_rule_chunkwise,
     delta_rule_recurrent,
     delta_rule_weights,
+    dplr_chunkwise,
+    dplr_recurrent,
+    dplr_weights,
 )
 
-__all__ = ["Recurrence"]
+__all__ = ["LowRankRecurrence", "ProductRecurrence", "Recurrence", "RecurrenceForms"]
+
+
+class RecurrenceForms(Protocol):
+    """What a layer runs: a recurrence's queries (whose device and dtype the computation takes),
+    what is added to its output (``skip``), and its three forms, each from a state (zeros if None)
+    under a key padding ``mask`` ``(B, 1 or H, T)``, returning the output ``(B, H, T, dv)`` and the
+    final state (the weights: ``(B, H, T, T)``)."""
+
+    @property
+    def q(self) -> Tensor: ...
+
+    @property
+    def skip(self) -> Tensor | None: ...
+
+    def chunkwise(self, chunk_size: int | None, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]: ...
+
+    def recurrent(self, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]: ...
+
+    def weights(self, mask: Tensor | None) -> Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -101,3 +130,62 @@ class Recurrence:
     def _ungrouped(self, x: Tensor) -> Tensor:
         """A result with the heads split into groups as ``(B, H, ...)``."""
         return x if self.groups == 1 else x.flatten(-4, -3)
+
+
+@dataclass(frozen=True)
+class LowRankRecurrence:
+    """A decay per key dimension and a rank-one correction per step, per head
+    (:mod:`~zoo.attention.kernels.dplr`): ``S_t = (Diag(exp(log_decay_t)) + a_t^T b_t) S_{t-1} +
+    k_t^T v_t``, with ``q``, ``k``, ``a``, ``b``, ``log_decay`` ``(B, H, T, dk)`` and ``v``
+    ``(B, H, T, dv)``."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    a: Tensor
+    b: Tensor
+    log_decay: Tensor
+    skip: Tensor | None = None
+
+    def chunkwise(self, chunk_size: int | None, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The chunkwise form (``chunk_size=None``: the parallel form) from ``state``."""
+        return dplr_chunkwise(
+            self.q, self.k, self.v, self.a, self.b, self.log_decay, chunk_size=chunk_size, initial_state=state,
+            mask=mask,
+        )  # fmt: skip
+
+    def recurrent(self, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The recurrent form, one step at a time from ``state``."""
+        return dplr_recurrent(self.q, self.k, self.v, self.a, self.b, self.log_decay, state=state, mask=mask)
+
+    def weights(self, mask: Tensor | None) -> Tensor:
+        """The parallel form's ``(B, H, T, T)`` weights: the output from a zero state is ``weights @ v``."""
+        return dplr_weights(self.q, self.k, self.a, self.b, self.log_decay, mask=mask)
+
+
+@dataclass(frozen=True)
+class ProductRecurrence:
+    """``n`` delta-rule steps per token (:mod:`~zoo.attention.kernels.delta_product`): queries
+    ``(B, H, T, dk)``, keys ``(B, H, T, n, dk)``, values ``(B, H, T, n, dv)``, ``beta``
+    ``(B, H, T, n)``, ``log_decay`` ``(B, H, T)`` (at each token's first step) or None."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    beta: Tensor
+    log_decay: Tensor | None = None
+    skip: Tensor | None = None
+
+    def chunkwise(self, chunk_size: int | None, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The chunkwise form over chunks of ``chunk_size`` tokens (None: the parallel form) from ``state``."""
+        return delta_product_chunkwise(
+            self.q, self.k, self.v, self.beta, self.log_decay, chunk_size=chunk_size, initial_state=state, mask=mask
+        )
+
+    def recurrent(self, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The recurrent form, ``n`` steps a token from ``state``."""
+        return delta_product_recurrent(self.q, self.k, self.v, self.beta, self.log_decay, state=state, mask=mask)
+
+    def weights(self, mask: Tensor | None) -> Tensor:
+        """The parallel form's ``(B, H, T, T)`` weights, summed over each token's ``n`` steps."""
+        return delta_product_weights(self.q, self.k, self.beta, self.log_decay, mask=mask)

@@ -20,7 +20,9 @@ orientation this follows). A family says two things (:class:`RecurrentLayer`):
 * :meth:`~RecurrentLayer.prepare`: what its recurrence reads at each step, a :class:`Recurrence`:
   queries, keys and values per head (activated, normalized, scaled as the paper does) and its
   gates from the layer's input: a decay per step (a scalar, or one per key dimension) and, for
-  the delta rule, a write strength ``beta``;
+  the delta rule, a write strength ``beta`` (or, for the recurrences of 2025, a
+  :class:`~zoo.attention.recurrence.LowRankRecurrence` or a
+  :class:`~zoo.attention.recurrence.ProductRecurrence`, :mod:`zoo.attention.recurrence`);
 * :meth:`~RecurrentLayer.finish`: what it does to the output (a per-head norm, an output gate).
 
 The convolution's activation is SiLU, applied by the family's :meth:`~RecurrentLayer.prepare`
@@ -70,7 +72,7 @@ given the layout they had (:func:`zoo.attention.legacy.legacy_entry`).
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -84,7 +86,7 @@ from zoo.attention.context import AttentionContext
 from zoo.attention.kernels import causal_conv1d
 from zoo.attention.kernels.fla import fla_available, fla_chunk
 from zoo.attention.layer import AttentionLayer
-from zoo.attention.recurrence import Recurrence
+from zoo.attention.recurrence import Recurrence, RecurrenceForms
 from zoo.attention.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
@@ -120,6 +122,9 @@ class RecurrentLayer(AttentionLayer):
         value_dim: Width of the value projection; ``num_heads`` must divide it.
         qk_heads: Query and key heads, each shared by ``num_heads // qk_heads`` value heads
             (Mamba-2's ``ngroups``); ``None``: ``num_heads``.
+        writes: Keys and values per token and head (DeltaProduct's Householder steps): the key and
+            value projections (and their convolutions) are ``writes`` times as wide, each head's
+            ``writes`` keys side by side.
         conv_size: Kernel of the short convolution on queries, keys and values; 0: none.
         conv_bias: Whether the convolution has a bias (Mamba-2's has).
         mode: ``auto``, ``parallel``, ``chunkwise`` or ``recurrent``: the form of training and
@@ -136,6 +141,9 @@ class RecurrentLayer(AttentionLayer):
     supports_weights = True
     supports_rotary = True
     fixed_state = True
+    #: why flash-linear-attention's kernels cannot run this family's recurrence (None: they can,
+    #: :mod:`zoo.attention.kernels.fla`)
+    fla_refusal: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -145,6 +153,7 @@ class RecurrentLayer(AttentionLayer):
         key_dim: int,
         value_dim: int,
         qk_heads: int | None = None,
+        writes: int = 1,
         conv_size: int = 4,
         conv_bias: bool = False,
         mode: Mode = "auto",
@@ -156,7 +165,8 @@ class RecurrentLayer(AttentionLayer):
         name = type(self).__name__
         qk_heads = num_heads if qk_heads is None else qk_heads
         for label, value in (("embed_dim", embed_dim), ("num_heads", num_heads), ("chunk_size", chunk_size),
-                             ("key_dim", key_dim), ("value_dim", value_dim), ("qk_heads", qk_heads)):  # fmt: skip
+                             ("key_dim", key_dim), ("value_dim", value_dim), ("qk_heads", qk_heads),
+                             ("writes", writes)):  # fmt: skip
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {label} must be a positive integer, got {value!r}.")
         if not isinstance(conv_size, int) or conv_size < 0:
@@ -176,20 +186,20 @@ class RecurrentLayer(AttentionLayer):
             )
         self.embed_dim, self.num_heads, self.qk_heads = embed_dim, num_heads, qk_heads
         self.key_head_dim, self.head_dim = key_dim // qk_heads, value_dim // num_heads
-        self.mode, self.chunk_size, self.conv_size = mode, chunk_size, conv_size
+        self.mode, self.chunk_size, self.conv_size, self.writes = mode, chunk_size, conv_size, writes
         self.rotary = None if position is None else position.for_head_dim(self.key_head_dim)
         self.q_proj = nn.Linear(embed_dim, key_dim, bias=bias)
-        self.k_proj = nn.Linear(embed_dim, key_dim, bias=bias)
-        self.v_proj = nn.Linear(embed_dim, value_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, writes * key_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, writes * value_dim, bias=bias)
         self.out_proj = nn.Linear(value_dim, embed_dim, bias=bias)
         self.q_conv, self.k_conv, self.v_conv = (
             nn.Conv1d(width, width, conv_size, groups=width, bias=conv_bias) if conv_size else None
-            for width in (key_dim, key_dim, value_dim)
+            for width in (key_dim, writes * key_dim, writes * value_dim)
         )
 
     # -- what a family defines ----------------------------------------------------------------------
 
-    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
+    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> RecurrenceForms:
         """The recurrence's inputs from the per-head queries and keys ``(B, qk_heads, T, dk)`` and
         values ``(B, H, T, dv)`` (convolved, rotated, in the computation's dtype, float32 at least) and
         the layer's input ``(B, T, embed_dim)``."""
@@ -216,15 +226,15 @@ class RecurrentLayer(AttentionLayer):
         ``(B, T, embed_dim)`` and, if the context asks, the parallel form's weights
         ``(B, H, T, T)``; the context's mask marks the real tokens (key padding)."""
         steps = context.key_padding
-        q, k, v, _ = self._project(x, steps, None, 0, context)
-        recurrence = self._prepare(q, k, v, x)
+        q, k, v, layer_input, _ = self._project(x, steps, None, 0, context)
+        recurrence = self._prepare(q, k, v, layer_input)
         form = "parallel" if context.need_weights else self._form(x.shape[1])
         output, _ = self._run(recurrence, form, None, steps, weights=context.need_weights)
         weights = None
         if context.need_weights:
             with torch.autocast(x.device.type, enabled=False):
                 weights = recurrence.weights(steps).to(x.dtype)
-        return AttentionOutput(self._output(output, recurrence, steps, x), weights)
+        return AttentionOutput(self._output(output, recurrence, steps, layer_input), weights)
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
@@ -245,10 +255,10 @@ class RecurrentLayer(AttentionLayer):
             context = context.replace(mask=context.mask[..., -count:])
         self.check_request(context)
         steps = context.key_padding
-        q, k, v, windows = self._project(x, steps, None if cache is None else cache.extra, offset, context)
-        recurrence = self._prepare(q, k, v, x)
+        q, k, v, layer_input, windows = self._project(x, steps, None if cache is None else cache.extra, offset, context)
+        recurrence = self._prepare(q, k, v, layer_input)
         output, state = self._run(recurrence, self._form(count), None if cache is None else cache.state, steps)
-        return self._output(output, recurrence, steps, x), StateCache(state, offset + count, windows)
+        return self._output(output, recurrence, steps, layer_input), StateCache(state, offset + count, windows)
 
     def _project(
         self,
@@ -257,10 +267,12 @@ class RecurrentLayer(AttentionLayer):
         windows: tuple[Tensor, ...] | None,
         offset: int,
         context: AttentionContext,
-    ) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
         """Queries, keys ``(B, qk_heads, T, dk)`` and values ``(B, H, T, dv)``: projected, convolved
-        after ``windows`` (padded steps as zeros), split into heads, rotated at ``offset ..``; and
-        the convolutions' windows after ``x`` (none without a convolution)."""
+        after ``windows`` (padded steps as zeros), split into heads, rotated at ``offset ..``; what
+        :meth:`prepare` and :meth:`finish` read as the layer's input (``x`` here; a family whose
+        gates read more, such as RWKV-7's token shift, says what); and the convolutions' windows
+        after ``x`` (none without a convolution)."""
         projected = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
         new_windows: tuple[Tensor, ...] = ()
         if self.convolved:
@@ -272,8 +284,10 @@ class RecurrentLayer(AttentionLayer):
             ]
             projected, new_windows = [y for y, _ in results], tuple(w for _, w in results)
         q, k = (t.unflatten(-1, (self.qk_heads, -1)).transpose(1, 2) for t in projected[:2])
-        q, k = rotate_heads(self.rotary, q, offset, context), rotate_heads(self.rotary, k, offset, context)
-        return q, k, self.split_heads(projected[2]), new_windows
+        q = rotate_heads(self.rotary, q, offset, context)
+        k = k.unflatten(-1, (self.writes, -1)).transpose(-3, -2)  # (B, G, writes, T, dk): each write at its token
+        k = rotate_heads(self.rotary, k, offset, context).transpose(-3, -2).flatten(-2)
+        return q, k, self.split_heads(projected[2]), x, new_windows
 
     def _form(self, length: int) -> Mode:
         """The form for ``length`` steps: ``mode``, or for ``auto`` the fastest (see the module docstring)."""
@@ -283,13 +297,19 @@ class RecurrentLayer(AttentionLayer):
             return "recurrent"
         return "parallel" if length <= self.chunk_size else "chunkwise"
 
-    def _prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
+    def _prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> RecurrenceForms:
         """:meth:`prepare` on queries, keys and values in float32 at least (the state's precision)."""
         dtype = torch.promote_types(queries.dtype, torch.float32)
         return self.prepare(queries.to(dtype), keys.to(dtype), values.to(dtype), layer_input)
 
     def _run(
-        self, recurrence: Recurrence, form: Mode, state: Tensor | None, steps: Tensor | None, *, weights: bool = False
+        self,
+        recurrence: RecurrenceForms,
+        form: Mode,
+        state: Tensor | None,
+        steps: Tensor | None,
+        *,
+        weights: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """The recurrence in ``form`` from ``state`` (zeros if None), outside autocast: the
         chunkwise form in flash-linear-attention's kernels where the backend takes them
@@ -301,6 +321,7 @@ class RecurrentLayer(AttentionLayer):
                 return recurrence.recurrent(state, steps)
             fused = choose("fla", "it returns no weights" if weights else self._fla_refusal(device), device=device)
             if fused and (form == "chunkwise" or requested_backend() == "fla"):  # forced: the parallel form too
+                assert isinstance(recurrence, Recurrence), "fla_refusal keeps other recurrences off fla's kernels"
                 return fla_chunk(recurrence, state, steps)
             return recurrence.chunkwise(None if form == "parallel" else self.chunk_size, state, steps)
 
@@ -309,14 +330,15 @@ class RecurrentLayer(AttentionLayer):
         (:mod:`zoo.attention.backends`) where they are installed, on CUDA."""
         return "fla", self._fla_refusal(torch.device(device))
 
-    @staticmethod
-    def _fla_refusal(device: torch.device) -> str | None:
+    def _fla_refusal(self, device: torch.device) -> str | None:
         """Why flash-linear-attention's kernels cannot run the chunkwise form here, or None."""
+        if self.fla_refusal is not None:
+            return self.fla_refusal
         if not fla_available(device):
             return "its kernels need the fla extra (pip install attention-zoo[fla]) and a CUDA device"
         return None
 
-    def _output(self, output: Tensor, recurrence: Recurrence, steps: Tensor | None, layer_input: Tensor) -> Tensor:
+    def _output(self, output: Tensor, recurrence: RecurrenceForms, steps: Tensor | None, layer_input: Tensor) -> Tensor:
         """The skip connection (none at a padded step, which reads nothing), :meth:`finish` in the
         computation's dtype, the heads merged and projected back in the input's dtype."""
         if recurrence.skip is not None:

@@ -15,7 +15,10 @@ holds what they share):
 
 * :mod:`~zoo.attention.kernels.decay`: a decay per step, scalar (RetNet retention, Mamba-2's SSD)
   or per key dimension (gated linear attention);
-* :mod:`~zoo.attention.kernels.delta_rule`: the delta rule, optionally decayed (DeltaNet, Gated DeltaNet).
+* :mod:`~zoo.attention.kernels.delta_rule`: the delta rule, optionally decayed (DeltaNet, Gated DeltaNet);
+* :mod:`~zoo.attention.kernels.dplr`: the generalized delta rule, a decay per key dimension plus a
+  rank-one correction (Kimi Delta Attention, RWKV-7);
+* :mod:`~zoo.attention.kernels.delta_product`: several delta-rule steps per token (Gated DeltaProduct).
 
 What the recurrent layers put in front of their recurrence:
 
@@ -36,6 +39,8 @@ from zoo.attention.kernels.delta_rule import delta_rule_chunkwise, delta_rule_re
 from zoo.attention.kernels.prefix import sums_before
 from zoo.attention.kernels.sdpa import fused_attention
 from zoo.attention.kernels.decay import decay_chunkwise, decay_recurrent, decay_weights
+from zoo.attention.kernels.delta_product import delta_product_chunkwise, delta_product_recurrent, delta_product_weights
+from zoo.attention.kernels.dplr import dplr_chunkwise, dplr_recurrent, dplr_weights
 from zoo.attention.kernels.short_conv import causal_conv1d
 
 __all__ = [
@@ -44,9 +49,15 @@ __all__ = [
     "decay_chunkwise",
     "decay_recurrent",
     "decay_weights",
+    "delta_product_chunkwise",
+    "delta_product_recurrent",
+    "delta_product_weights",
     "delta_rule_chunkwise",
     "delta_rule_recurrent",
     "delta_rule_weights",
+    "dplr_chunkwise",
+    "dplr_recurrent",
+    "dplr_weights",
     "fused_attention",
     "rows_from",
     "sums_before",

@@ -72,7 +72,7 @@ from zoo.attention.kernels.recurrence import (
     zero_padding,
 )
 
-__all__ = ["SPAN_LIMIT", "SUB_CHUNK_SIZE", "decay_chunkwise", "decay_recurrent", "decay_weights"]
+__all__ = ["SPAN_LIMIT", "SUB_CHUNK_SIZE", "chunk_weights", "decay_chunkwise", "decay_recurrent", "decay_weights"]
 
 SUB_CHUNK_SIZE = 16
 """Steps per sub-chunk of the weights inside a chunk; a diagonal sub-chunk costs ``(16, 16, dk)``
@@ -147,8 +147,11 @@ def _intra_chunk_weights(q: Tensor, k: Tensor, cum: Tensor) -> Tensor:
     return weights.flatten(-4, -3).flatten(-2, -1)[..., :c, :c]
 
 
-def _chunk_weights(q: Tensor, k: Tensor, cum: Tensor) -> Tensor:
-    """The weights inside each chunk ``(..., c, c)`` from its log decays summed within it ``(..., c, w)``."""
+def chunk_weights(q: Tensor, k: Tensor, cum: Tensor) -> Tensor:
+    """The weights inside each chunk ``(..., c, c)``, ``sum_d q_id k_jd exp(b_id - b_jd)`` for ``j <= i``
+    (else 0), from its log decays summed within it ``(..., c, w)`` (``w``: 1 or ``dk``), formed as
+    the module docstring says. The generalized delta rule (:mod:`~zoo.attention.kernels.dplr`)
+    forms its four in-chunk matrices with it."""
     if cum.shape[-1] == 1:  # a scalar decay: one decay matrix scales the scores
         return (q @ k.mT) * causal_decay(cum.squeeze(-1))
     return _intra_chunk_weights(q, k, cum)
@@ -168,7 +171,7 @@ def _chunked(
     cum = log_decay.cumsum(-2)  # (*batch, N, c, w)
     cum_end = cum[..., -1:, :]
 
-    weights = _chunk_weights(q, k, cum)
+    weights = chunk_weights(q, k, cum)
     decayed_q = q * cum.exp()  # read the state entering the chunk
     decayed_k = k * (cum_end - cum).exp()  # written at the chunk's end
     entering, final_state = pass_states(initial_state, cum_end.mT.exp(), decayed_k.mT @ v)
@@ -215,7 +218,7 @@ def decay_weights(q: Tensor, k: Tensor, log_decay: Tensor, *, mask: Tensor | Non
     Args as :func:`decay_chunkwise`.
     """
     q, k, _, log_decay = _prepare(q, k, k[..., :1], log_decay, mask)
-    return _chunk_weights(q, k, log_decay.cumsum(-2))
+    return chunk_weights(q, k, log_decay.cumsum(-2))
 
 
 def decay_recurrent(

@@ -27,12 +27,16 @@ from zoo.attention.variants import (
     deltanet,
     mamba2,
     patterns,
+    kda,
+    rwkv7,
+    gated_deltaproduct,
 )
 
 #: the variants' modules (``patterns`` is the base of the block-sparse ones)
 MODULES = (
     additive, average, dot_product, gaussian_kernel, linear, local, performer, linformer, longformer, bigbird,
-    sparse, synthesizer, sinkhorn, reformer, retention, gla, deltanet, mamba2, patterns,
+    sparse, synthesizer, sinkhorn, reformer, retention, gla, deltanet, mamba2, patterns, kda, rwkv7,
+    gated_deltaproduct,
 )  # fmt: skip
 
 __all__ = ["MODULES"]

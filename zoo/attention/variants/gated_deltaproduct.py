@@ -1,0 +1,102 @@
+"""Gated DeltaProduct (Siems et al., 2025, "DeltaProduct: Improving State-Tracking in Linear RNNs
+via Householder Products"): Gated DeltaNet with ``n`` delta-rule steps per token.
+
+Per head, in the papers' orientation (a ``(dv, dk)`` state, column vectors, ``o_t = S_t q_t``)::
+
+    H_{t,0} = a_t S_{t-1},
+    H_{t,j} = H_{t,j-1} (I - beta_{t,j} k_{t,j} k_{t,j}^T) + beta_{t,j} v_{t,j} k_{t,j}^T,   j = 1..n
+    S_t = H_{t,n}
+
+so each token multiplies the state by a product of ``n`` generalized Householder matrices
+(``n = 1``: Gated DeltaNet). With ``beta`` in ``(0, 2)`` their eigenvalues reach ``[-1, 1]``: the
+product can reflect and rotate, and the paper shows that more steps track more of a group's
+state (permutations). The kernels keep the transposed state with row vectors
+(:mod:`zoo.attention.kernels.delta_product`), which lays the ``n`` steps of each token out as the
+delta rule over ``n * T`` steps.
+
+What the layer reads, as the paper and flash-linear-attention's ``fla/layers/gated_deltaproduct.py``:
+
+* a query and ``n`` keys and values per token and head (the key and value projections ``n`` times
+  as wide), through a short causal convolution (kernel 4) and SiLU; queries and keys
+  L2-normalized, queries scaled by ``dk ** -0.5``;
+* ``beta_{t,j} = 2 sigmoid(x_t w_{b,j})`` per head and step (``negative_eigenvalues``, the
+  paper's and fla's default; ``False``: ``sigmoid``, eigenvalues in ``[0, 1]``);
+* Gated DeltaNet's decay per head and token, Mamba-2's ``a_t = exp(-softplus(x_t w_a + dt_bias) A)``
+  (:class:`~zoo.attention.recurrent.StepDecay`), applied once, before the token's first step;
+* the output: each head's RMSNorm times ``silu(x W_g)``, then the output projection.
+
+Where the zoo differs: the heads are the stack's (fla defaults to 6 heads of 256); values are the
+block's width (``expand_v``; fla doubles them); grouped value heads are left out. A rotary scheme
+rotates each of a token's ``n`` keys at the token's position. The chunkwise form is the delta
+rule's WY form over the interleaved steps (exact; fla's ``chunk_gated_delta_product`` computes the
+same interleaving on the GPU and is not wired as a backend, ``fla_refusal``). The weights
+(``need_weights``) sum each token's ``n`` steps: a heatmap, which the ``n`` values per token keep
+from being the matrix that multiplies them.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+from typing_extensions import Unpack
+
+from zoo.attention.factory import register_attention_layer
+from zoo.attention.recurrence import ProductRecurrence
+from zoo.attention.recurrent import HeadNorm, RecurrentLayer, RecurrentOptions, StepDecay
+
+__all__ = ["GatedDeltaProductAttention"]
+
+
+@register_attention_layer("gated_deltaproduct", aliases=("gated_delta_product", "deltaproduct"))
+class GatedDeltaProductAttention(RecurrentLayer):
+    """Gated DeltaProduct (see the module docstring).
+
+    Args:
+        embed_dim: The block's width: what the gates are projected from.
+        num_heads: Heads.
+        householder_steps: Delta-rule steps per token, ``n`` (the paper's ``n_h``; 1 is Gated DeltaNet).
+        negative_eigenvalues: ``beta`` in ``(0, 2)`` (True, the paper's) or ``(0, 1)``.
+        expand_v: The value width, in multiples of ``embed_dim``.
+        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4; ``chunk_size``
+            counts tokens, each ``n`` steps of the delta rule).
+
+    Parameters of its own: ``beta`` (``embed_dim -> num_heads * n``, no bias); ``decay`` (a
+    projection ``embed_dim -> num_heads`` and, per head, ``A_log`` and ``dt_bias``); ``gate``
+    (``embed_dim -> value width``, no bias), the swish output gate; ``norm``, the per-head RMSNorm's scale.
+    """
+
+    fla_refusal = "the zoo does not hand Gated DeltaProduct to fla's chunk_gated_delta_product (its own form runs)"
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        householder_steps: int = 2,
+        negative_eigenvalues: bool = True,
+        expand_v: float = 1.0,
+        **options: Unpack[RecurrentOptions],
+    ) -> None:
+        if not isinstance(householder_steps, int) or householder_steps < 1:
+            raise ValueError(
+                f"GatedDeltaProductAttention: householder_steps must be a positive integer, got {householder_steps!r}."
+            )
+        value_dim = int(embed_dim * expand_v)
+        super().__init__(
+            embed_dim, num_heads, key_dim=embed_dim, value_dim=value_dim, writes=householder_steps, **options
+        )
+        self.beta_scale = 2.0 if negative_eigenvalues else 1.0
+        self.beta = nn.Linear(embed_dim, num_heads * householder_steps, bias=False)
+        self.decay = StepDecay(embed_dim, num_heads, a_range=(0.0, 16.0))
+        self.gate = nn.Linear(embed_dim, value_dim, bias=False)
+        self.norm = HeadNorm(self.head_dim)
+
+    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> ProductRecurrence:
+        q = F.normalize(F.silu(queries), dim=-1) * self.key_head_dim**-0.5
+        k = F.normalize(F.silu(keys.unflatten(-1, (self.writes, -1))), dim=-1)  # (B, H, T, n, dk)
+        v = F.silu(values).unflatten(-1, (self.writes, -1))
+        beta = self.split_heads(self.beta(layer_input).to(queries.dtype).sigmoid() * self.beta_scale)  # (B, H, T, n)
+        return ProductRecurrence(q, k, v, beta, self.decay(layer_input, queries.dtype)[1])
+
+    def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
+        return self.norm(output, self.split_heads(self.gate(layer_input)))

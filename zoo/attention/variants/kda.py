@@ -1,0 +1,136 @@
+"""Kimi Delta Attention (KDA; Kimi Team, 2025, "Kimi Linear"): Gated DeltaNet whose decay is one
+gate per key dimension instead of one per head.
+
+The Kimi Linear report writes, per head, with a ``(dk, dv)`` state and column vectors::
+
+    S_t = (I - beta_t k_t k_t^T) Diag(alpha_t) S_{t-1} + beta_t k_t v_t^T,        o_t = S_t^T q_t
+
+``alpha_t`` in ``(0, 1)^dk`` forgets each key dimension at its own rate (GLA's gate), then the
+delta rule moves the state's value for ``k_t`` a fraction ``beta_t`` of the way to ``v_t``. The
+kernels keep the same ``(dk, dv)`` state with row vectors (``o_t = q_t S_t``); the transition is
+a diagonal plus a rank-one matrix, ``Diag(alpha_t) - beta_t k_t^T (k_t * alpha_t)``, which the
+generalized delta rule runs in three forms (:mod:`zoo.attention.kernels.dplr`: ``a = -beta k``,
+``b = k * alpha``, the written key ``beta k``).
+
+What the layer reads, as the report and flash-linear-attention's ``fla/layers/kda.py``:
+
+* queries, keys and values through a short causal convolution (kernel 4) and SiLU; queries and
+  keys L2-normalized per head (``|k_t| = 1``: the transition's eigenvalues stay in ``[0, 1]``),
+  queries then scaled by ``dk ** -0.5``;
+* ``beta_t = sigmoid(x_t w_b)`` per head;
+* the decay per key dimension from a low-rank projection of the layer's input, in Mamba-2's form
+  per channel: ``log alpha_t = -exp(A_log_h) * softplus(x_t W_1 W_2 + dt_bias)``, ``W_1`` of rank
+  ``gate_rank``, ``A_log`` per head (``A`` uniform in ``(1, 16)`` at the start) and ``dt_bias`` per
+  channel (the inverse softplus of step sizes log-uniform in ``(0.001, 0.1)``), as fla initializes them;
+* the output: each head's RMSNorm times ``sigmoid(x_t W_3 W_4 + b)``, a low-rank gate (rank
+  ``gate_rank``, a bias on the second map), then the output projection.
+
+Where the zoo differs: ``gate_rank`` defaults to the value head size (fla's choice too); fla's
+options for negative eigenvalues (``beta`` in ``(0, 2)``), grouped value heads and a lower bound
+on the gate are left out. The chunkwise form is the zoo's own (quadratic inside chunks, exact to
+rounding); flash-linear-attention's ``chunk_kda`` is not wired as a backend (``fla_refusal``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from typing_extensions import Unpack
+
+from zoo.attention.factory import register_attention_layer
+from zoo.attention.recurrence import LowRankRecurrence
+from zoo.attention.recurrent import HeadNorm, RecurrentLayer, RecurrentOptions
+
+__all__ = ["ChannelDecay", "KimiDeltaAttention"]
+
+
+class ChannelDecay(nn.Module):
+    """A decay per head and key dimension from a low-rank map of the layer's input:
+    ``log alpha = -exp(A_log_h) * softplus(x W_1 W_2 + dt_bias)`` (Kimi Delta Attention's gate;
+    Mamba-2's step size per channel).
+
+    Args:
+        embed_dim: The layer's width.
+        num_heads: Heads, one ``A`` each.
+        head_dim: Key dimensions per head, one ``dt_bias`` each.
+        rank: Rank of the map.
+        a_range: Where ``A`` starts, uniform.
+        dt_range: Step sizes ``softplus(dt_bias)`` start log-uniform in it.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        head_dim: int,
+        rank: int,
+        a_range: tuple[float, float] = (1.0, 16.0),
+        dt_range: tuple[float, float] = (1e-3, 1e-1),
+        dt_floor: float = 1e-4,
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.proj = nn.Sequential(
+            nn.Linear(embed_dim, rank, bias=False), nn.Linear(rank, num_heads * head_dim, bias=False)
+        )
+        low, high = (math.log(bound) for bound in dt_range)
+        dt = (torch.rand(num_heads * head_dim) * (high - low) + low).exp().clamp(min=dt_floor)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
+        self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(*a_range).log())
+
+    def forward(self, layer_input: Tensor, dtype: torch.dtype) -> Tensor:
+        """``log alpha`` ``(B, H, T, head_dim)`` in ``dtype``."""
+        step = F.softplus(self.proj(layer_input).to(dtype) + self.dt_bias.to(dtype))
+        step = step.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+        return -step * self.A_log.to(dtype).exp()[:, None, None]
+
+
+@register_attention_layer("kda", aliases=("kimi_delta_attention",))
+class KimiDeltaAttention(RecurrentLayer):
+    """Kimi Delta Attention (see the module docstring).
+
+    Args:
+        embed_dim: The block's width: what the gates are projected from.
+        num_heads: Heads.
+        expand_v: The value width, in multiples of ``embed_dim``.
+        gate_rank: Rank of the decay's and the output gate's projections; None: the value head size.
+        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4).
+
+    Parameters of its own: ``beta`` (``embed_dim -> num_heads``, no bias); ``decay``
+    (:class:`ChannelDecay`); ``gate`` (``embed_dim -> gate_rank -> value width``, a bias on the
+    second), the sigmoid output gate; ``norm``, the per-head RMSNorm's scale.
+    """
+
+    fla_refusal = "the zoo does not hand Kimi Delta Attention to fla's chunk_kda (its own chunkwise form runs)"
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        expand_v: float = 1.0,
+        gate_rank: int | None = None,
+        **options: Unpack[RecurrentOptions],
+    ) -> None:
+        value_dim = int(embed_dim * expand_v)
+        super().__init__(embed_dim, num_heads, key_dim=embed_dim, value_dim=value_dim, **options)
+        rank = self.head_dim if gate_rank is None else gate_rank
+        if not isinstance(rank, int) or rank < 1:
+            raise ValueError(f"KimiDeltaAttention: gate_rank must be a positive integer or None, got {gate_rank!r}.")
+        self.beta = nn.Linear(embed_dim, num_heads, bias=False)
+        self.decay = ChannelDecay(embed_dim, num_heads, self.key_head_dim, rank)
+        self.gate = nn.Sequential(nn.Linear(embed_dim, rank, bias=False), nn.Linear(rank, value_dim))
+        self.norm = HeadNorm(self.head_dim)
+
+    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> LowRankRecurrence:
+        q = F.normalize(F.silu(queries), dim=-1) * self.key_head_dim**-0.5
+        k = F.normalize(F.silu(keys), dim=-1)
+        beta = self.beta(layer_input).to(queries.dtype).sigmoid().transpose(-1, -2).unsqueeze(-1)  # (B, H, T, 1)
+        log_alpha = self.decay(layer_input, queries.dtype)
+        return LowRankRecurrence(q, beta * k, F.silu(values), -beta * k, k * log_alpha.exp(), log_alpha)
+
+    def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
+        return self.norm(output) * self.split_heads(self.gate(layer_input)).to(output.dtype).sigmoid()
