@@ -8,7 +8,10 @@ is the layer's business:
   (:class:`KeyValueCache`, ``(B, num_kv_heads, L, d)`` each, already rotated by a rotary scheme),
   so its size grows with the context;
 * a recurrent layer (retention, gated linear attention, DeltaNet, Mamba-2) keeps a fixed-size
-  state (:class:`StateCache`), whatever the context's length.
+  state (:class:`StateCache`), whatever the context's length;
+* multi-head latent attention (``mla``) keeps one compressed latent and one shared rotary key per
+  position (:class:`LatentCache`): it grows with the context, but by a fraction of a multi-head
+  layer's keys and values.
 
 Both know how many positions they have seen (``length``: where the next position's rotary angle
 and bias start) and pick rows for beam search (``select``). A stack's caches are a list, one per
@@ -23,7 +26,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-__all__ = ["KeyValueCache", "LayerCache", "StateCache"]
+__all__ = ["KeyValueCache", "LatentCache", "LayerCache", "StateCache"]
 
 
 class LayerCache(Protocol):
@@ -82,3 +85,28 @@ class StateCache:
     def select(self, index: Tensor) -> StateCache:
         picked = tuple(t.index_select(0, index) for t in self.extra)
         return StateCache(self.state.index_select(0, index), self.length, picked)
+
+
+@dataclass(frozen=True)
+class LatentCache:
+    """Multi-head latent attention's positions seen so far: each one's latent ``(B, L, r)`` (after
+    its norm) and its rotary key ``(B, L, dr)`` (rotated at its position), shared by every head,
+    from which the heads' keys and values are read (:mod:`zoo.attention.kernels.latent`)."""
+
+    latent: Tensor
+    rope_key: Tensor
+
+    @property
+    def length(self) -> int:
+        return self.latent.shape[-2]
+
+    @property
+    def nbytes(self) -> int:
+        return self.latent.nbytes + self.rope_key.nbytes
+
+    def extend(self, latent: Tensor, rope_key: Tensor) -> LatentCache:
+        """This cache followed by new positions' latents and rotary keys."""
+        return LatentCache(torch.cat([self.latent, latent], dim=-2), torch.cat([self.rope_key, rope_key], dim=-2))
+
+    def select(self, index: Tensor) -> LatentCache:
+        return LatentCache(self.latent.index_select(0, index), self.rope_key.index_select(0, index))

@@ -30,6 +30,9 @@ from zoo.attention.variants import (
     kda,
     rwkv7,
     gated_deltaproduct,
+    mla,
+    moba,
+    nsa,
 )
 
 #: the variants' modules (``patterns`` is the base of the block-sparse ones)
@@ -37,6 +40,9 @@ MODULES = (
     additive, average, dot_product, gaussian_kernel, linear, local, performer, linformer, longformer, bigbird,
     sparse, synthesizer, sinkhorn, reformer, retention, gla, deltanet, mamba2, patterns, kda, rwkv7,
     gated_deltaproduct,
+    mla,
+    moba,
+    nsa,
 )  # fmt: skip
 
 __all__ = ["MODULES"]
