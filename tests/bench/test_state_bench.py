@@ -14,7 +14,7 @@ from zoo.bench.cli import main
 from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, state_table
 
 TINY = {"d_model": 16, "heads": 2, "warmup": 0, "repeats": 1}
-RECURRENT = ["deltanet", "gated_deltanet", "gla", "mamba2", "retention"]
+RECURRENT = ["deltanet", "gated_deltanet", "gated_deltaproduct", "gla", "kda", "mamba2", "retention", "rwkv7"]
 
 
 def test_the_recurrent_names_are_the_causal_recurrences() -> None:

@@ -14,7 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import zoo
 from tests.cuda.device_parity import compare_with_cpu, parity_cases
-from tests.helpers.positions import takes_position
+from tests.helpers.positions import KIT_OPTIONS, takes_position
 
 #: (dtype, autocast): float32 alone, and each half precision pure and under autocast
 PRECISIONS = [
@@ -39,7 +39,7 @@ CONTRACT_CASES = [
 @pytest.mark.cuda
 @pytest.mark.parametrize(("variant", "position"), CONTRACT_CASES, ids=[f"{v}-{p}" for v, p in CONTRACT_CASES])
 def test_every_variant_keeps_the_contract_on_cuda(variant: str, position: str | None) -> None:
-    options = {} if position is None else {"position": position}
+    options = KIT_OPTIONS.get(variant, {}) | ({} if position is None else {"position": position})
     report = zoo.check_attention(variant, device="cuda", dtypes=(torch.float16, torch.bfloat16), **options)
     assert {"shape", "float16", "bfloat16", "gradients"} <= set(report.passed)
 

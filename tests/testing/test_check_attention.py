@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 import zoo
-from tests.helpers.positions import takes_position
+from tests.helpers.positions import KIT_OPTIONS, takes_position
 from zoo.attention import AttentionOutput
 from zoo.attention.base import position_bias_grid
 from zoo.attention.masking import masked_softmax, with_causal
@@ -18,8 +18,10 @@ BUILT_INS = [e.name for e in zoo.ATTENTION_REGISTRY.entries() if e.source == "at
 ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16", "bfloat16", "gradients")
 #: what the kit adds for a variant that decodes with a fixed-size state
 STATE_CHECKS = ("state_decoding", "state_size")
-RECURRENT = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2"]
-#: what a causal recurrence declares it cannot do, and is verified to refuse
+RECURRENT = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2", "kda", "rwkv7", "gated_deltaproduct"]
+#: causal-only layers that decode from a growing cache of keys and values, not a state
+CAUSAL_SPARSE = ["moba", "nsa"]
+#: what a causal-only layer declares it cannot do, and is verified to refuse
 RECURRENT_SKIPS = {
     "bidirectional": "declares supports_bidirectional=False (and refuses it): checked causally",
     "query_masks": "declares supports_query_mask=False (and refuses it): checked with key masks",
@@ -32,23 +34,27 @@ def test_the_built_ins_are_all_checked() -> None:
 
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_every_built_in_keeps_the_contract(name: str) -> None:
-    report = check_attention(name)
+    report = check_attention(name, **KIT_OPTIONS.get(name, {}))
     # a variant that is not causal (linformer's projections mix every position) is verified to refuse it
     not_causal = not zoo.get_attention(name).supports_causal
     # a recurrent variant is checked in a self-attention layer, causally, and for its decoding state
     recurrent = name in RECURRENT
     expected = tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
     assert report.passed == expected + (STATE_CHECKS if recurrent else ())
-    # a sliding window needs one sequence: checked on equal lengths, and it refuses two
-    one_sequence = not getattr(zoo.get_attention(name), "supports_cross_attention", True) and not recurrent
+    # a sliding window needs one sequence: checked on equal lengths, and it refuses two (a layer a
+    # stack builds by name is always fed one sequence)
+    cls = zoo.get_attention(name)
+    one_sequence = not getattr(cls, "supports_cross_attention", True) and not getattr(cls, "stack_layer", False)
     skipped = {"two_sequences": "declares supports_cross_attention=False (and refuses it)"} if one_sequence else {}
     if not_causal:
         skipped["causal"] = "declares supports_causal=False (and refuses it)"
-    assert report.skipped == (RECURRENT_SKIPS if recurrent else skipped)
+    assert report.skipped == (RECURRENT_SKIPS if name in RECURRENT + CAUSAL_SPARSE else skipped)
 
 
 def test_the_recurrent_built_ins_are_those_that_decode_with_a_state() -> None:
-    assert sorted(RECURRENT) == sorted(name for name in BUILT_INS if not zoo.get_attention(name).supports_bidirectional)
+    causal_only = [name for name in BUILT_INS if not zoo.get_attention(name).supports_bidirectional]
+    assert sorted(RECURRENT + CAUSAL_SPARSE) == sorted(causal_only)
+    assert sorted(RECURRENT) == sorted(name for name in causal_only if zoo.get_attention(name).fixed_state)
 
 
 def test_a_one_sequence_variant_that_accepts_two_sequences_is_caught() -> None:
@@ -326,7 +332,7 @@ POSITIONED = [
 
 @pytest.mark.parametrize(("name", "position"), POSITIONED, ids=[f"{n}-{p}" for n, p in POSITIONED])
 def test_every_built_in_keeps_the_contract_in_every_position_it_takes(name: str, position: str) -> None:
-    report = check_attention(name, position=position)
+    report = check_attention(name, position=position, **KIT_OPTIONS.get(name, {}))
     not_causal = not zoo.get_attention(name).supports_causal  # verified to refuse it instead
     expected = tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
     assert report.passed == expected + (STATE_CHECKS if name in RECURRENT else ())

@@ -1,0 +1,216 @@
+"""Sparse attention with a learned selection (``moba``, ``nsa``) against dense float64 attention
+written here, query by query, that applies the same selection as a mask: MoBA's gate over
+mean-pooled key blocks, and NSA's compressed, selected and window branches mixed by their gates;
+the weights (the selection shows in them), decoding from the cache and a GPT."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import zoo
+from tests.helpers.layers import run_layer
+from zoo.attention import AttentionContext
+from zoo.attention.cache import KeyValueCache
+from zoo.models import GPT
+
+EMBED, HEADS, LENGTH = 8, 2, 30
+MOBA = {"block_size": 4, "top_k": 3}
+NSA = {"compress_block": 4, "compress_stride": 2, "select_block": 4, "select_count": 4, "window": 5}
+
+
+def layer(name: str, seed: int = 0, **kwargs) -> zoo.AttentionLayer:
+    """A float64 layer whose parameters are moved off their initial values."""
+    torch.manual_seed(seed)
+    options = (MOBA if name == "moba" else NSA) | kwargs
+    module = zoo.create_attention(name, embed_dim=EMBED, num_heads=HEADS, **options).double().eval()
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    return module
+
+
+def heads(x: Tensor) -> Tensor:
+    """``(B, L, h * d)`` -> ``(B, h, L, d)``, head size ``EMBED // HEADS``."""
+    return x.unflatten(-1, (-1, EMBED // HEADS)).transpose(1, 2)
+
+
+def project(module, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    return tuple(heads(p(x)) for p in (module.q_proj, module.k_proj, module.v_proj))
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, visible: Tensor) -> tuple[Tensor, Tensor]:
+    """One query's softmax over the visible keys ``(L,)``: its output and weights (zero if none)."""
+    if not visible.any():
+        return torch.zeros_like(v[0]), torch.zeros(len(k), dtype=q.dtype)
+    scores = (k @ q / q.shape[-1] ** 0.5).masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def moba_reference(module, x: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
+    """MoBA: query ``t`` in block ``c`` scores each earlier block with a real key by its dot
+    product with the block's mean real key, and attends to its own block (up to ``t``) and the
+    ``top_k - 1`` best. Returns the output and the weights ``(B, H, L, L)``."""
+    q, k, v = project(module, x)
+    size, top = module.block_size, module.top_k
+    outputs, weights = torch.zeros_like(q), torch.zeros(*q.shape[:-1], q.shape[-2], dtype=x.dtype)
+    position = torch.arange(x.shape[1])
+    for b in range(x.shape[0]):
+        for h in range(HEADS):
+            for t in range(x.shape[1]):
+                own = t // size
+                scores = {}
+                for i in range(own):
+                    members = (position // size == i) & real[b]
+                    if members.any():
+                        scores[i] = float(q[b, h, t] @ k[b, h][members].mean(0))
+                chosen = {own, *sorted(scores, key=scores.get, reverse=True)[: top - 1]}
+                visible = torch.isin(position // size, torch.tensor(sorted(chosen))) & (position <= t) & real[b]
+                outputs[b, h, t], weights[b, h, t] = attend(q[b, h, t], k[b, h], v[b, h], visible)
+    return module.out_proj(outputs.transpose(1, 2).flatten(-2)), weights
+
+
+def nsa_reference(module, x: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
+    """NSA: per query, the compressed branch over the blocks of ``l`` keys every ``d`` positions
+    (``phi`` on each, blocks with a padded key hidden), the selected branch over the first, the
+    two local and the best blocks of ``l'`` by the compressed probabilities summed over the group's
+    heads and weighted by each block's overlap in strides, and the window over the last ``w`` keys;
+    mixed by the gates. Returns the output and the weights, each branch's (the compressed one's
+    spread over its blocks' keys) mixed by the gates over the branches that see a key."""
+    length = x.shape[1]
+    q = heads(module.q_proj(x))
+    keys, values = heads(module.k_proj(x)).chunk(3, dim=1), heads(module.v_proj(x)).chunk(3, dim=1)
+    block, stride = module.compress_keys.length, module.compress_keys.stride
+    size, count, width = module.select_block, module.select_count, module.window.window
+    starts = list(range(0, length - block + 1, stride))
+    zeroed = [t * real[:, None, :, None] for t in (keys[0], values[0])]
+    phi = lambda module_, t, s: module_.mlp((t[..., s : s + block, :] + module_.position).flatten(-2))  # noqa: E731
+    compressed_k = torch.stack([phi(module.compress_keys, zeroed[0], s) for s in starts], dim=-2)
+    compressed_v = torch.stack([phi(module.compress_values, zeroed[1], s) for s in starts], dim=-2)
+    gates = torch.sigmoid(module.gate(x)).unflatten(-1, (3, HEADS))  # (B, L, 3, H)
+    position = torch.arange(length)
+    outputs = torch.zeros_like(q)
+    weights = torch.zeros(x.shape[0], HEADS, length, length, dtype=x.dtype)
+    for b in range(x.shape[0]):
+        for t in range(length):
+            sees = torch.tensor([s + block - 1 <= t and bool(real[b, s : s + block].all()) for s in starts])
+            compressed = [attend(q[b, h, t], compressed_k[b, 0], compressed_v[b, 0], sees) for h in range(HEADS)]
+            group = sum(p for _, p in compressed)
+            own = t // size
+            scores = {}
+            for j in range(own + 1):
+                if (position // size == j)[real[b]].any() and j not in (0, own, own - 1):
+                    overlap = [
+                        len(set(range(s, s + block)) & set(range(j * size, j * size + size))) / stride for s in starts
+                    ]
+                    scores[j] = float(group @ torch.tensor(overlap, dtype=x.dtype))
+            chosen = {0, own, own - 1} - {-1} | set(
+                sorted(scores, key=scores.get, reverse=True)[: count - 3 + (own < 2)]
+            )
+            selected_visible = torch.isin(position // size, torch.tensor(sorted(chosen))) & (position <= t) & real[b]
+            window_visible = (position <= t) & (position > t - width) & real[b]
+            for h in range(HEADS):
+                selected = attend(q[b, h, t], keys[1][b, 0], values[1][b, 0], selected_visible)
+                window = attend(q[b, h, t], keys[2][b, 0], values[2][b, 0], window_visible)
+                g = gates[b, t, :, h]
+                outputs[b, h, t] = g[0] * compressed[h][0] + g[1] * selected[0] + g[2] * window[0]
+                spread = sum(
+                    p * ((position >= s) & (position < s + block)) / block for p, s in zip(compressed[h][1], starts)
+                )
+                branch = [torch.as_tensor(spread, dtype=x.dtype), selected[1], window[1]]
+                seen = sum(g[c] * bool(branch[c].any()) for c in range(3))
+                weights[b, h, t] = sum(g[c] * branch[c] for c in range(3)) / (seen if seen > 0 else 1.0)
+    return module.out_proj(outputs.transpose(1, 2).flatten(-2)), weights
+
+
+REFERENCES = {"moba": moba_reference, "nsa": nsa_reference}
+
+
+def padded(kind: str | None) -> tuple[dict, Tensor]:
+    steps = torch.arange(LENGTH)
+    if kind == "left":
+        real = steps >= torch.tensor([0, 7])[:, None]
+        return {"attn_mask": real[:, None, :]}, real
+    if kind == "right":
+        lengths = torch.tensor([LENGTH, 19])
+        return {"valid_lens": lengths}, steps < lengths[:, None]
+    return {}, torch.ones(2, LENGTH, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("padding", [None, "left", "right"])
+@pytest.mark.parametrize("name", ["moba", "nsa"])
+def test_the_layer_equals_dense_attention_under_its_selection(name: str, padding: str | None) -> None:
+    module = layer(name, kv_heads=1) if name == "nsa" else layer(name)  # NSA: both heads share one selection
+    x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    mask, real = padded(padding)
+    with torch.no_grad():
+        output, weights = run_layer(module, x, is_causal=True, need_weights=True, **mask)
+        plain = run_layer(module, x, is_causal=True, **mask).output
+        expected_output, expected_weights = REFERENCES[name](module, x, real)
+    torch.testing.assert_close(output, expected_output, atol=1e-12, rtol=0)
+    torch.testing.assert_close(plain, output, atol=1e-12, rtol=0)
+    torch.testing.assert_close(weights, expected_weights, atol=1e-12, rtol=0)
+
+
+def test_the_selection_shows_in_the_weights_as_blocks() -> None:
+    """Without padding, each of MoBA's queries past its third block spreads its weights over
+    exactly ``top_k`` blocks, its own among them; the rest is zero."""
+    module = layer("moba")
+    x = torch.randn(1, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        weights = run_layer(module, x, is_causal=True, need_weights=True).weights
+    blocks = F.pad(weights, (0, -LENGTH % 4)).unflatten(-1, (-1, MOBA["block_size"])).ne(0).any(-1)  # (1, H, L, N)
+    for t in range(3 * MOBA["block_size"], 28):
+        assert int(blocks[0, :, t].sum(-1).min()) == int(blocks[0, :, t].sum(-1).max()) == MOBA["top_k"]
+        assert blocks[0, :, t, t // MOBA["block_size"]].all()
+
+
+@pytest.mark.parametrize("name", ["moba", "nsa"])
+def test_decoding_from_the_cache_equals_one_causal_pass(name: str) -> None:
+    module = layer(name)
+    x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    mask, real = padded("left")
+    with torch.no_grad():
+        expected = run_layer(module, x, is_causal=True, **mask).output
+        output, cache = module.attend_cached(x[:, :12], None, AttentionContext.for_keys(real[:, :12], is_causal=True))
+        outputs = [output]
+        for t in range(12, LENGTH):
+            context = AttentionContext.for_keys(real[:, : t + 1], is_causal=True, offset=t)
+            output, cache = module.attend_cached(x[:, t : t + 1], cache, context)
+            outputs.append(output)
+    torch.testing.assert_close(torch.cat(outputs, dim=1), expected, atol=1e-12, rtol=0)
+    assert isinstance(cache, KeyValueCache) and cache.length == LENGTH
+
+
+@pytest.mark.parametrize("name", ["moba", "nsa"])
+def test_a_gpt_learns_a_repeating_sequence_and_decodes_from_its_cache(name: str) -> None:
+    torch.manual_seed(0)
+    small = {"moba": {"block_size": 4}, "nsa": {"compress_block": 4, "compress_stride": 2, "select_block": 4}}
+    model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=2, attention=name, attention_kwargs=small[name])
+    tokens = torch.arange(25).remainder(6).repeat(8, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(60):
+        logits, _ = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses[::10]
+    model = model.double().eval()
+    prompt = torch.randint(8, (2, 5), generator=torch.Generator().manual_seed(4))
+    cached = torch.stack(list(model.generate(prompt, 14, temperature=0)), 1)
+    assert torch.equal(cached, torch.stack(list(model.generate(prompt, 14, temperature=0, use_cache=False)), 1))
+
+
+def test_what_the_sparse_layers_cannot_take_is_refused_in_one_line() -> None:
+    with pytest.raises(zoo.IncompatibleAttentionError, match="causal"):
+        run_layer(layer("moba"), torch.randn(1, 6, EMBED, dtype=torch.float64))
+    with pytest.raises(ValueError, match="compress_stride .* must divide"):
+        zoo.create_attention("nsa", embed_dim=EMBED, num_heads=HEADS, compress_block=6, compress_stride=4)
+    with pytest.raises(ValueError, match="select_count must be at least 3"):
+        zoo.create_attention("nsa", embed_dim=EMBED, num_heads=HEADS, select_count=2)
