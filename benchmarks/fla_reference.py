@@ -10,9 +10,16 @@ Usage: python benchmarks/fla_reference.py FLA_ROOT [--site DIR] [--seed 0] [--ti
     pip install --target /tmp/fla/site einops
     python benchmarks/fla_reference.py /tmp/fla/core --site /tmp/fla/site
 
+or, for the recurrences of 2025, a newer tree: the ``fla/ops`` folder of a fetched copy of
+``fla-org/flash-linear-attention`` (``git archive HEAD fla/ops | tar -x -C /tmp/fla``), which holds
+``fla/ops/kda/naive.py``, ``fla/ops/generalized_delta_rule/dplr/naive.py`` (RWKV-7's recurrence:
+fla's ``chunk_rwkv7`` is its DPLR kernel with ``a = -kk``, ``b = kk * a``; ``fla/ops/rwkv7`` has no
+naive file) and ``fla/ops/gated_delta_product/naive.py``. A family whose file the tree lacks is
+reported as missing and skipped.
+
 No fla code is kept in this project, and fla is never installed: each ``fla/ops/*/naive.py`` is
 loaded on its own (``importlib.util.spec_from_file_location``), so fla's package ``__init__`` and
-its Triton kernels are never imported. Three of those files import ``einops``; ``--site`` puts a
+its Triton kernels are never imported. Several of those files import ``einops``; ``--site`` puts a
 folder that holds it on the import path.
 
 Every reference function and the matching zoo kernel get the same float64 inputs (fla's layout is
@@ -22,10 +29,11 @@ references cast their inputs to float32, so differences near 1e-6 are agreement 
 keep float64 (``delta_rule_chunkwise``, in chunks and as one) agree to rounding.
 
 ``--time LENGTH ...`` then times the chunkwise forms side by side in float32 (batch 1, 8 heads of
-32, chunks of 64, forward only): fla's ``naive_chunk_simple_gla``, ``delta_rule_chunkwise`` and
-``naive_chunk_gated_delta_rule`` against the zoo's kernel of the same recurrence, the calls of one
-length in turn, after a warm-up, median of ``--repeats``. GLA's per-dimension decay has no chunked
-reference in fla (only ``naive_recurrent_gla``, a loop over tokens), so it is left out.
+32, chunks of 64, forward only): fla's ``naive_chunk_simple_gla``, ``delta_rule_chunkwise``,
+``naive_chunk_gated_delta_rule`` and, where the tree has it, ``naive_chunk_kda`` (lengths that are
+whole chunks) against the zoo's kernel of the same recurrence, the calls of one length in turn,
+after a warm-up, median of ``--repeats``. GLA's per-dimension decay has no chunked reference in
+fla (only ``naive_recurrent_gla``, a loop over tokens), so it is left out.
 """
 
 from __future__ import annotations
@@ -48,9 +56,13 @@ from zoo.attention.kernels import (
     decay_chunkwise,
     decay_recurrent,
     decay_weights,
+    delta_product_chunkwise,
+    delta_product_recurrent,
     delta_rule_chunkwise,
     delta_rule_recurrent,
     delta_rule_weights,
+    dplr_chunkwise,
+    dplr_recurrent,
 )
 
 B, H, T, DK, DV = 2, 3, 128, 16, 16
@@ -59,7 +71,7 @@ B, H, T, DK, DV = 2, 3, 128, 16, 16
 def load_naive(root: Path, family: str) -> ModuleType:
     """Load ``fla/ops/<family>/naive.py`` under ``root`` as a standalone module."""
     path = root / "fla" / "ops" / family / "naive.py"
-    spec = importlib.util.spec_from_file_location(f"fla_naive_{family}", path)
+    spec = importlib.util.spec_from_file_location(f"fla_naive_{family.replace('/', '_')}", path)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(path)
     module = importlib.util.module_from_spec(spec)
@@ -205,6 +217,94 @@ def compare_gated_delta_rule(
     )
 
 
+def compare_kda(
+    naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor, beta: Tensor, gen: torch.Generator
+) -> None:
+    """Kimi Delta Attention: ``naive_{recurrent,chunk}_kda`` (``scale=1``) against the generalized
+    delta rule with ``a = -beta k``, ``b = k * exp(g)`` and the written key ``beta k``."""
+    log_decay = -torch.rand(B, H, T, DK, generator=gen, dtype=torch.float64)
+    fla_args = [fla_layout(x) for x in (q, k, v, log_decay, beta)]
+    weight = beta.unsqueeze(-1)
+    ours = (q, weight * k, v, -weight * k, k * log_decay.exp(), log_decay)
+    fla_output, fla_final = naive.naive_recurrent_kda(
+        *fla_args, scale=1.0, initial_state=state, output_final_state=True
+    )
+    output, final = dplr_recurrent(*ours, state=state)
+    report(
+        "naive_recurrent_kda",
+        "dplr_recurrent",
+        output=largest_difference(fla_layout(fla_output), output),
+        state=largest_difference(fla_final, final),
+    )
+    fla_output, fla_final = naive.naive_chunk_kda(
+        *fla_args, scale=1.0, initial_state=state, output_final_state=True, chunk_size=64
+    )
+    output, final = dplr_chunkwise(*ours, initial_state=state)
+    report(
+        "naive_chunk_kda",
+        "dplr_chunkwise",
+        output=largest_difference(fla_layout(fla_output), output),
+        state=largest_difference(fla_final, final),
+    )
+
+
+def compare_rwkv7(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor, gen: torch.Generator) -> None:
+    """RWKV-7's recurrence as fla runs it, ``dplr_{recurrence,chunkwise}`` with ``alpha = -kappa``
+    and ``beta = kappa * a`` (fla's DPLR files scale the queries by ``dk ** -0.5`` themselves, keep
+    ``(B, H, T, D)``, and run in float32)."""
+    kappa = F.normalize(torch.randn(B, H, T, DK, generator=gen, dtype=torch.float64), dim=-1)
+    rate = torch.rand(B, H, T, DK, generator=gen, dtype=torch.float64)
+    log_w = -0.6 * torch.rand(B, H, T, DK, generator=gen, dtype=torch.float64)
+    ours = (q * DK**-0.5, k, v, -(rate * kappa), kappa, log_w)
+    fla_args = [x.float() for x in (q, k, v, -kappa, kappa * rate, log_w)]  # it mixes dtypes otherwise
+    fla_output, fla_final = naive.dplr_recurrence(*fla_args, initial_state=state.float())
+    output, final = dplr_recurrent(*ours, state=state)
+    report(
+        "dplr_recurrence (RWKV-7)",
+        "dplr_recurrent",
+        output=largest_difference(fla_output, output),
+        state=largest_difference(fla_final, final),
+    )
+    fla_output, fla_final = naive.dplr_chunkwise(*fla_args, initial_state=state.float(), chunk_size=32)
+    output, final = dplr_chunkwise(*ours, chunk_size=32, initial_state=state)
+    report(
+        "dplr_chunkwise (RWKV-7)",
+        "dplr_chunkwise",
+        output=largest_difference(fla_output, output),
+        state=largest_difference(fla_final, final),
+    )
+
+
+def compare_gated_delta_product(naive: ModuleType, q: Tensor, state: Tensor, gen: torch.Generator) -> None:
+    """Gated DeltaProduct, two steps a token: ``naive_recurrent_gated_delta_product`` (keys, values
+    and betas ``(B, 2 T, H, ...)``, a token's steps in turn) against the zoo's three forms."""
+    steps = 2
+    k = F.normalize(torch.randn(B, H, T, steps, DK, generator=gen, dtype=torch.float64), dim=-1)
+    v = torch.randn(B, H, T, steps, DV, generator=gen, dtype=torch.float64)
+    beta = 2 * torch.rand(B, H, T, steps, generator=gen, dtype=torch.float64)
+    log_decay = -torch.rand(B, H, T, generator=gen, dtype=torch.float64)
+    fla_output, fla_final = naive.naive_recurrent_gated_delta_product(
+        fla_layout(q), fla_layout(k.flatten(2, 3)), fla_layout(v.flatten(2, 3)), fla_layout(log_decay),
+        fla_layout(beta.flatten(2, 3)), 1.0, None, initial_state=state.clone(), output_final_state=True,
+        num_householder=steps,
+    )  # fmt: skip
+    forms = {
+        "delta_product_recurrent": lambda: delta_product_recurrent(q, k, v, beta, log_decay, state=state),
+        "delta_product_chunkwise": lambda: delta_product_chunkwise(q, k, v, beta, log_decay, initial_state=state),
+        "delta_product_chunkwise (one chunk)": lambda: delta_product_chunkwise(
+            q, k, v, beta, log_decay, chunk_size=None, initial_state=state
+        ),
+    }
+    for label, form in forms.items():
+        output, final = form()
+        report(
+            "naive_recurrent_gated_delta_product",
+            label,
+            output=largest_difference(fla_layout(fla_output), output),
+            state=largest_difference(fla_final, final),
+        )
+
+
 def time_chunkwise(root: Path, lengths: list[int], repeats: int, gen: torch.Generator) -> None:
     """Median seconds of fla's chunked references and the zoo's chunkwise kernels, side by side."""
     heads, dim, chunk = 8, 32, 64
@@ -233,6 +333,14 @@ def time_chunkwise(root: Path, lengths: list[int], repeats: int, gen: torch.Gene
                 partial(delta_rule_chunkwise, q, k, v, beta, log_decay, chunk_size=chunk),
             ),
         }
+        if (root / "fla" / "ops" / "kda" / "naive.py").exists() and length % chunk == 0:  # fla's needs whole chunks
+            kda = load_naive(root, "kda")
+            per_key = log_decay.unsqueeze(-1).expand(-1, -1, -1, dim)
+            weight = beta.unsqueeze(-1)
+            pairs["kda (per-key decay)"] = (
+                partial(kda.naive_chunk_kda, fq, fk, fv, fla_layout(per_key), fbeta, scale=1.0, chunk_size=chunk),
+                partial(dplr_chunkwise, q, weight * k, v, -weight * k, k * per_key.exp(), per_key, chunk_size=chunk),
+            )
         for name, calls in pairs.items():
             times: list[list[float]] = [[], []]
             with torch.no_grad():
@@ -269,6 +377,16 @@ def main() -> None:
     compare_gla(load_naive(args.fla_root, "gla"), q, k, v, state, gen)
     compare_delta_rule(load_naive(args.fla_root, "delta_rule"), q, k, v, state, beta)
     compare_gated_delta_rule(load_naive(args.fla_root, "gated_delta_rule"), q, k, v, state, beta, gen)
+    newer = {
+        "kda": lambda naive: compare_kda(naive, q, k, v, state, beta, gen),
+        "generalized_delta_rule/dplr": lambda naive: compare_rwkv7(naive, q, k, v, state, gen),
+        "gated_delta_product": lambda naive: compare_gated_delta_product(naive, q, state, gen),
+    }
+    for family, compare in newer.items():
+        if (args.fla_root / "fla" / "ops" / family / "naive.py").exists():
+            compare(load_naive(args.fla_root, family))
+        else:
+            print(f"{family}: no fla/ops/{family}/naive.py under {args.fla_root} (an older fla); skipped")
     if args.time:
         time_chunkwise(args.fla_root, args.time, args.repeats, gen)
 

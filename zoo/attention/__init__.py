@@ -43,6 +43,12 @@ from zoo.attention.variants.retention import RetentionAttention  # noqa: E402
 from zoo.attention.variants.gla import GatedLinearAttention  # noqa: E402
 from zoo.attention.variants.deltanet import DeltaNetAttention, GatedDeltaNetAttention  # noqa: E402
 from zoo.attention.variants.mamba2 import Mamba2Attention  # noqa: E402
+from zoo.attention.variants.kda import KimiDeltaAttention  # noqa: E402
+from zoo.attention.variants.rwkv7 import RWKV7Attention  # noqa: E402
+from zoo.attention.variants.gated_deltaproduct import GatedDeltaProductAttention  # noqa: E402
+from zoo.attention.variants.mla import MultiHeadLatentAttention  # noqa: E402
+from zoo.attention.variants.moba import MoBAAttention  # noqa: E402
+from zoo.attention.variants.nsa import NativeSparseAttention  # noqa: E402
 from zoo.attention.spec import AttentionSpec, layer_specs  # noqa: E402
 from zoo.attention.headed import HeadedAttention  # noqa: E402
 from zoo.attention.multi_head import CrossAttention, MultiHeadAttention, SelfAttention, self_attention_layer  # noqa: E402
@@ -67,17 +73,23 @@ __all__ = [
     "DotProductAttention",
     "FixedSparseAttention",
     "GatedDeltaNetAttention",
+    "GatedDeltaProductAttention",
     "GatedLinearAttention",
     "GaussianKernelAttention",
     "HeadedAttention",
     "IncompatibleAttentionError",
+    "KimiDeltaAttention",
     "LinearAttention",
     "LinformerAttention",
     "LocalAttention",
     "LongformerAttention",
     "Mamba2Attention",
+    "MoBAAttention",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
+    "NativeSparseAttention",
     "PerformerAttention",
+    "RWKV7Attention",
     "ReformerAttention",
     "RecurrentLayer",
     "RetentionAttention",

