@@ -190,7 +190,10 @@ def _with_backends(cases: list[Case]) -> list[Case]:
         if case.name == "multi_head_alibi":
             fused = "flex"
         elif (
-            variant is not None and hasattr(variant, "fused_backend") and not getattr(variant, "flex_needs_bias", False)
+            variant is not None
+            and hasattr(variant, "fused_backend")
+            and not getattr(variant, "flex_needs_bias", False)
+            and getattr(variant, "fla_refusal", None) is None  # a family fla's kernels do not run (kda, rwkv7, ...)
         ):
             fused = "fla" if issubclass(variant, RecurrentLayer) else "flex"
         else:
