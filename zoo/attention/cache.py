@@ -7,13 +7,13 @@ is the layer's business:
 * a multi-head layer keeps the projected keys and values of every position
   (:class:`KeyValueCache`, ``(B, num_kv_heads, L, d)`` each, already rotated by a rotary scheme),
   so its size grows with the context;
-* a recurrent layer (retention, gated linear attention, DeltaNet, Mamba-2) keeps a fixed-size
-  state (:class:`StateCache`), whatever the context's length;
+* a recurrent layer (retention, gated linear attention, the DeltaNets, Mamba-2, KDA, RWKV-7)
+  keeps a fixed-size state (:class:`StateCache`), whatever the context's length;
 * multi-head latent attention (``mla``) keeps one compressed latent and one shared rotary key per
   position (:class:`LatentCache`): it grows with the context, but by a fraction of a multi-head
   layer's keys and values.
 
-Both know how many positions they have seen (``length``: where the next position's rotary angle
+Each knows how many positions it has seen (``length``: where the next position's rotary angle
 and bias start) and pick rows for beam search (``select``). A stack's caches are a list, one per
 layer, each of its layer's kind, so hybrid stacks decode with no special case.
 """

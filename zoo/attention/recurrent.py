@@ -1,4 +1,5 @@
-"""The recurrent families as attention layers: retention, GLA, DeltaNet, Gated DeltaNet, Mamba-2.
+"""The recurrent families as attention layers: retention, GLA, DeltaNet, Gated DeltaNet, Mamba-2,
+and those of 2025, Kimi Delta Attention, RWKV-7 and Gated DeltaProduct.
 
 Each family is one layer that owns what its paper and flash-linear-attention give it: query, key
 and value projections (their widths set by the family: GLA halves the keys, Mamba-2 widens the

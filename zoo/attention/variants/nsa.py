@@ -17,9 +17,9 @@ stride, ``l'`` the selection block, ``n`` the selected blocks, ``w`` the window)
   query's own and the one before) always among them, as the paper's ``n = 16`` includes;
 * sliding window: the last ``w`` keys.
 
-Each branch has its own keys and values (the paper: "to prevent shortcut learning across
-branches"; ``shared_kv=True`` shares one pair, as flash-linear-attention's ``fla/layers/nsa.py``
-does). Queries are the layer's, ``num_heads`` of ``embed_dim // num_heads``; keys and values have
+Each branch has its own keys and values, as the paper gives them so that no branch learns a
+shortcut through another's (``shared_kv=True`` shares one pair, as flash-linear-attention's
+``fla/layers/nsa.py`` does). Queries are the layer's, ``num_heads`` of ``embed_dim // num_heads``; keys and values have
 ``kv_heads`` heads (grouped-query attention, which the paper uses so that a group shares one
 selection; ``None``: one per query head). A rotary scheme rotates queries and every branch's keys
 before compression and caching.
