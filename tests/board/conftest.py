@@ -88,3 +88,11 @@ def mqar_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("records")
     write_mqar_comparison(root / "mqar")
     return root
+
+
+@pytest.fixture(scope="session")
+def mqar_site(mqar_records: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The board of :func:`mqar_records`, built once: its ``index.html``."""
+    from zoo.board.site import build_site
+
+    return build_site([mqar_records], tmp_path_factory.mktemp("site")).index

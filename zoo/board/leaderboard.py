@@ -151,7 +151,11 @@ def _task_columns(results: list[Result]) -> tuple[list[Column], dict[tuple[str, 
     for result in results:
         if result.metrics:
             by_task[result.task][result.setting].append(result)
-    for task in sorted(by_task):
+
+    def most_rows(task: str) -> tuple[int, str]:
+        return -max(len(group) for group in by_task[task].values()), task
+
+    for task in sorted(by_task, key=most_rows):  # the task that compares the most rows first
         settings = by_task[task]
         most = max(len(group) for group in settings.values())
         if most >= 2:
