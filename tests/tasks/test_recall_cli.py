@@ -10,19 +10,19 @@ from pathlib import Path
 import pytest
 
 import zoo
-from tests.helpers.cli import QUIET, flags, latest_run
+from tests.helpers.cli import QUIET, SMALL, flags, latest_run
 from tests.helpers.steplog import read_losses
 from zoo.commands import main
 from zoo.positions.absolute import LearnedPositions, NoPositions
 
-MQAR = flags("data", seq_len=32, num_kv_pairs=2, vocab_size=64, num_train=192, num_test=32, batch_size=16)
-"""A tiny MQAR cell: 12 training batches an epoch."""
+TINY = SMALL["recall"]
+"""Width 32, and a tiny MQAR cell (32 tokens, 2 pairs, 64 ids): 40 training batches an epoch."""
 
 
 def _fit(log: Path, *extra: str, attention: str = "dot_product", steps: int = 12) -> list[str]:
     return [
-        "fit", "--model", "recall", *MQAR, *flags("model", d_model=16, num_heads=2, lr=1e-2),
-        "--model.attention", attention, "--trainer.max_steps", str(steps), "--trainer.limit_val_batches", "2",
+        "fit", "--model", "recall", *TINY, "--model.attention", attention, "--trainer.max_steps", str(steps),
+        "--trainer.val_check_interval", "12", "--trainer.limit_val_batches", "2",
         "--trainer.callbacks+=tests.helpers.steplog.StepLosses", "--trainer.callbacks.path", str(log),
         "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "runs", "--trainer.logger.name", "recall",
         *QUIET, *extra,
@@ -44,10 +44,10 @@ def _last_metrics(run: Path) -> dict[str, float]:
     ],
 )
 def test_a_family_trains_on_mqar_from_the_command_line(attention, positions, in_tmp: Path, capsys) -> None:
-    main(_fit(in_tmp / "losses.jsonl", attention=attention, steps=24))
+    main(_fit(in_tmp / "losses.jsonl", attention=attention, steps=40))
     losses = read_losses(in_tmp / "losses.jsonl")
-    assert sorted(losses) == list(range(1, 25))
-    assert sum(losses[s] for s in range(21, 25)) / 4 < sum(losses[s] for s in range(1, 5)) / 4 - 0.3, losses
+    assert sorted(losses) == list(range(1, 41))
+    assert sum(losses[s] for s in range(37, 41)) / 4 < sum(losses[s] for s in range(1, 5)) / 4 - 0.3, losses
     out = capsys.readouterr().out
     assert "val/accuracy" in out and "val/accuracy/num_kv_pairs_2" in out
     run = latest_run("recall", in_tmp)
@@ -86,9 +86,9 @@ def test_bad_input_is_one_line(in_tmp: Path, capsys) -> None:
     text = ["--data", "zoo.datamodules.text.TextDataModule", *flags("data", path=corpus, block_size=16)]
     assert "these batches lack inputs, targets, scored" in _one_line_error(capsys, [*fit, *text])
     width = flags("model", d_model=30, num_heads=4)
-    assert "must be divisible by num_heads (4)" in _one_line_error(capsys, [*fit, *MQAR, *width])
+    assert "must be divisible by num_heads (4)" in _one_line_error(capsys, [*fit, *TINY, *width])
     compression = flags("data", task="compression", num_test=16)
     err = _one_line_error(capsys, [*fit, "--data", "mad", *compression])
     assert "compression needs MAD's encoder-decoder, not built" in err
-    assert "needs 0 < lr" in _one_line_error(capsys, [*fit, *MQAR, "--model.lr", "0"])
-    assert "target_accuracy is an accuracy" in _one_line_error(capsys, [*fit, *MQAR, "--model.target_accuracy", "2"])
+    assert "needs 0 < lr" in _one_line_error(capsys, [*fit, *TINY, "--model.lr", "0"])
+    assert "target_accuracy is an accuracy" in _one_line_error(capsys, [*fit, *TINY, "--model.target_accuracy", "2"])

@@ -40,8 +40,9 @@ def family_position(attention: AttentionChoice) -> str:
     positions), ``learned`` otherwise (Zoology's softmax attention, which sees no order without
     them, gets learned absolute positions; so does any scoring attention here)."""
     entries = [attention] if isinstance(attention, str) else list(attention)
-    names = [entry if isinstance(entry, str) else str(entry.get("name", "")) for entry in entries]
-    recurrent = any(issubclass(get_attention(name), RecurrentLayer) for name in names)
+    names = [entry if isinstance(entry, str) else entry.get("name") for entry in entries]
+    # an entry without a name is left to the stack's check, which says what an entry holds
+    recurrent = any(isinstance(name, str) and issubclass(get_attention(name), RecurrentLayer) for name in names)
     return "none" if recurrent else "learned"
 
 
