@@ -48,6 +48,7 @@ def _data(datamodule: L.LightningDataModule, split: str = "train") -> dict[str, 
     return datamodule.split(split)[0].batch(slice(0, 8))
 
 
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # the steps run without a trainer
 @pytest.mark.parametrize("case", ["mqar", "mad_in_context_recall"])
 def test_the_head_runs_where_a_label_is_with_the_full_heads_loss_there(case, monkeypatch) -> None:
     if case == "mqar":
@@ -144,6 +145,28 @@ def test_mad_is_scored_with_its_macro_accuracy_per_batch() -> None:
     assert logged["val/accuracy"] == pytest.approx(mad, abs=1e-6)
     assert logged["val/accuracy_micro"] == pytest.approx(right / total, abs=1e-6)
     assert logged["val/accuracy"] != pytest.approx(logged["val/accuracy_micro"])
+
+
+@pytest.mark.parametrize(("target", "epochs"), [(0.05, 1), (1.0, 3)])
+def test_training_stops_at_the_first_validation_past_the_target(target: float, epochs: int) -> None:
+    datamodule = SelectiveCopyingDataModule(
+        seq_len=24, test_lengths=(24,), num_tokens=4, vocab_size=8, num_test=20, train_batches=5, batch_size=8
+    )  # 6 ids to copy: chance alone passes 0.05
+    torch.manual_seed(0)
+    task = RecallModel(datamodule.vocab_size, datamodule.block_size, lr=3e-3, target_accuracy=target, **TINY)
+    trainer = _trainer(max_epochs=3, num_sanity_val_steps=0)
+    trainer.fit(task, datamodule=datamodule)
+    assert trainer.current_epoch == epochs and trainer.global_step == 5 * epochs  # 1: never stops early
+    assert float(trainer.callback_metrics["val/accuracy"]) > 0.05
+
+
+def test_the_target_is_the_benchmarks_by_default() -> None:
+    mad, mqar = MADDataModule(num_test=8), MQARDataModule(vocab_size=128, seq_len=64, num_kv_pairs=4, num_test=8)
+    for datamodule, target in ((mad, 0.999), (mqar, 0.99)):
+        task = RecallModel(datamodule.vocab_size, datamodule.block_size, **TINY)
+        _trainer(limit_val_batches=1).validate(task, datamodule=datamodule, verbose=False)
+        [stop] = task.configure_callbacks()
+        assert (stop.monitor, stop.mode, stop.stopping_threshold) == ("val/accuracy", "max", target)
 
 
 def test_a_small_softmax_model_learns_mqar() -> None:
