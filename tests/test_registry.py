@@ -658,7 +658,7 @@ def _fresh_python(code: str) -> str:
 def test_model_registry_is_full_where_it_is_imported_from() -> None:
     """The tasks fill the model registry, and it lives beside them: never seen half empty."""
     out = _fresh_python("from zoo.tasks import list_models; print(' '.join(list_models()))")
-    assert out.split() == ["classifier", "gpt", "nadaraya_watson", "sentiment", "seq2seq", "transformer"]
+    assert out.split() == ["classifier", "gpt", "nadaraya_watson", "recall", "sentiment", "seq2seq", "transformer"]
 
 
 def test_loading_the_figures_leaves_the_plotting_backend_alone() -> None:

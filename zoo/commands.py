@@ -9,6 +9,8 @@
 * ``list [PATTERN]``: the registries (attention, positions, models, data modules), plugins included;
 * ``bench``: the benchmarks of :mod:`zoo.bench` (attention kernels, training, decoding);
 * ``compare``: a grid of runs over seeds with intervals, :mod:`zoo.compare`;
+* ``board --records DIR... --out DIR``: the records and benchmarks as a static leaderboard site,
+  :mod:`zoo.board`;
 * ``--version``.
 
 Errors the user fixes (:data:`USER_ERRORS`) end the command with one line and status 2;
@@ -115,7 +117,7 @@ def main(args: list[str] | None = None) -> None:
 
 
 def _run(args: list[str]) -> None:
-    """Dispatch ``args`` to ``list``, ``bench``, ``compare``, ``generate``, ``export``,
+    """Dispatch ``args`` to ``list``, ``bench``, ``compare``, ``board``, ``generate``, ``export``,
     ``--version``, predicting from a checkpoint or exported folder alone, or :class:`ZooCLI`."""
     args, imports = pop_import_flags(args)
     import_plugins(imports)
@@ -129,6 +131,10 @@ def _run(args: list[str]) -> None:
         from zoo.compare.cli import main as compare_main
 
         compare_main(args[1:])
+    elif args[:1] == ["board"]:
+        from zoo.board.cli import main as board_main
+
+        board_main(args[1:])
     elif args[:1] == ["generate"]:
         generate_from_checkpoint(args[1:])
     elif args[:1] == ["export"]:

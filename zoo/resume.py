@@ -10,7 +10,9 @@ What an interrupted run needs to continue the loss trajectory it would have foll
   last step, and during the validation that follows it, the stop comes once that validation
   has run. A second Ctrl-C stops at once, without a checkpoint.
 * **The position in the epoch.** The zoo's training loaders record it in the checkpoint and
-  skip what was already trained (:class:`zoo.datamodules.loaders.ResumableDataLoader`).
+  skip what was already trained (:class:`zoo.datamodules.loaders.ResumableDataLoader`);
+  :class:`Resumable` hands them the recorded position where Lightning drops it (a task that
+  reads ``estimated_stepping_batches`` in an epoch-limited fit, Lightning issue #20550).
 * **The random state** of every process (dropout masks): :class:`Resumable` stores them in the
   checkpoint and restores them before the first step after resuming.
 
@@ -99,6 +101,7 @@ class Resumable(L.Callback):
         self._requested, self._stopping, self._forced = None, False, False
         if threading.current_thread() is threading.main_thread():
             self._previous_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        _load_pending_loader_states(trainer)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._requested is None:
@@ -176,6 +179,21 @@ class Resumable(L.Callback):
         if self._pending_states is not None:
             _set_random_states(self._pending_states)
             self._pending_states = None
+
+
+def _load_pending_loader_states(trainer: L.Trainer) -> None:
+    """Hand the training loaders the positions the checkpoint holds, if Lightning has not.
+
+    Lightning loads them when it builds the training loader after restoring a checkpoint. A task
+    whose ``configure_optimizers`` reads ``trainer.estimated_stepping_batches`` in a fit limited
+    by epochs has it built before the restore, and the positions are never loaded (Lightning
+    issue #20550): the resumed epoch would start again at its first batch. At the start of
+    training no batch has been drawn yet, so loading them now is what Lightning would have done.
+    """
+    fit_loop = trainer.fit_loop
+    load = getattr(fit_loop, "_load_combined_loader_states", None)  # private: absent in another version
+    if load is not None and getattr(fit_loop, "_combined_loader_states_to_load", None):
+        load()
 
 
 def continue_last_run(config: Namespace) -> None:

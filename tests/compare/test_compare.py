@@ -277,3 +277,37 @@ def test_unknown_baseline_suggests_the_combinations(capsys: pytest.CaptureFixtur
         "error: --baseline 'attention=avrage' is not a combination of the grid; did you mean attention=average"
         in capsys.readouterr().err
     )
+
+
+# -- the papers' protocol: sweep, keep the best, then seeds ---------------------------------------
+
+
+def test_a_sweep_keeps_each_combinations_best_value_then_runs_the_seeds_there(tmp_path: Path, fake_child) -> None:
+    """``--sweep model.lr``: every value once, the best of each attention by test/mse (lowest),
+    then three seeds at it (the sweep's run there reused); the report compares the kept runs."""
+    import math
+
+    from zoo.compare.cli import main
+
+    best = {"a": -3, "b": -2}  # log10 of each attention's best learning rate
+    fake_child.score = lambda flags: (
+        int(flags["--seed_everything"]) + abs(math.log10(float(flags["--model.lr"])) - best[flags["--model.attention"]])
+    )
+    main(["--model", "nadaraya_watson", "--grid", "model.attention=a,b", "--sweep", "model.lr=1e-4,1e-3,1e-2",
+          "--select", "test/mse:min", "--seeds", "3", "--out", str(tmp_path)])  # fmt: skip
+    fits = [c for c in fake_child.commands if c[c.index("-m") + 2] == "fit"]
+    assert len(fits) == 6 + 2 * 2  # 2 x 3 values once, then seeds 1 and 2 at each kept value
+    report = " ".join((tmp_path / "report.md").read_text().split())  # the tables' padding aside
+    assert "| `attention=a` | 1.0000 | **0.0000** | 1.0000 | 1e-3 |" in report
+    assert "| `attention=b` | 2.0000 | 1.0000 | **0.0000** | 1e-2 |" in report
+    assert "`attention=a,lr=1e-3` | 3 |" in report and "`attention=b,lr=1e-2` | 3 |" in report
+
+
+def test_a_sweep_with_no_metric_reported_is_refused_in_one_line(tmp_path: Path, fake_child) -> None:
+    from zoo.compare.cli import main
+
+    with pytest.raises(ConfigurationError, match=r"No run of base reported test/accuracy in the sweep of model.lr"):
+        main(["--model", "nadaraya_watson", "--sweep", "model.lr=1e-3,1e-2", "--select", "test/accuracy",
+              "--out", str(tmp_path)])  # fmt: skip
+    with pytest.raises(ConfigurationError, match="--select and --sweep_seeds go with --sweep"):
+        main(["--model", "nadaraya_watson", "--select", "test/mse", "--out", str(tmp_path)])

@@ -61,6 +61,10 @@ SMALL = {
         *["--data.path", "{data}/tinyshakespeare/input.txt", "--data.block_size", "64", "--model.warmup_steps", "5"],
         *["--model.d_model", "64", "--model.num_heads", "4", "--model.num_layers", "2"],
     ],
+    "recall": [
+        *["--data.seq_len", "64", "--data.num_kv_pairs", "4", "--data.vocab_size", "128", "--data.num_train", "2560"],
+        *["--data.num_test", "128", "--model.lr", "3e-3"],
+    ],
 }
 STEPS = 40
 

@@ -40,6 +40,10 @@ SMALL: dict[str, list[str]] = {
     "seq2seq": flags("model", embed_dim=32, hidden_size=32, num_layers=1),
     "sentiment": flags("model", d_model=32, num_heads=2, ffn_hidden=64, num_layers=1),
     "gpt": [*flags("model", d_model=32, num_heads=2, num_layers=1), *flags("data", block_size=32, batch_size=8)],
+    "recall": [
+        *flags("model", d_model=32, num_heads=2, lr=1e-2),
+        *flags("data", seq_len=32, num_kv_pairs=2, vocab_size=64, num_train=640, num_test=64, batch_size=16),
+    ],
 }
 """A small, quick version of each registered model, as command-line flags."""
 

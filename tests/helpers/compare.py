@@ -30,6 +30,8 @@ class FakeChild:
         self.fail_on: str | None = None
         self.fail_times: dict[str, int] = {}  # fails this many more calls whose command holds the key
         self.seconds = 0.0
+        #: the test metric a run reports from its flags (default: its seed + 0.5)
+        self.score: Callable[[dict[str, str]], float] = lambda flags: int(flags["--seed_everything"]) + 0.5
         self._lock = threading.Lock()
 
     def __call__(
@@ -63,10 +65,9 @@ class FakeChild:
         directory, stage = Path(csv["save_dir"], csv["name"]), csv["version"]
         (directory / stage).mkdir(parents=True, exist_ok=True)
         log.write_text("done\n")
-        seed = int(flags["--seed_everything"])
         if stage == "fit":
             timing = {"steps": 3, "seconds_per_step": 0.2, "wall_seconds_per_step": 0.25, "samples_per_second": 4.0}
             (directory / "fit" / "timing.json").write_text(json.dumps(timing))
         else:
-            (directory / stage / "metrics.csv").write_text(f"epoch,step,test/mse\n0,0,{seed + 0.5}\n")
+            (directory / stage / "metrics.csv").write_text(f"epoch,step,test/mse\n0,0,{self.score(flags)}\n")
         return ChildResult(0, 1.0, 100.0)

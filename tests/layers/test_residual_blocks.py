@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from zoo.attention import AttentionSpec
+from zoo.attention.context import AttentionContext
 from zoo.attention.multi_head import CrossAttention
 from zoo.layers import AddNorm, BlockConfig, DecoderBlock, EncoderBlock
 from zoo.models.classifier import SequenceClassifier
@@ -91,3 +92,30 @@ def test_models_pass_attention_dropout_to_every_attention(attention_dropout, det
     x = torch.randn(2, 6, 8)
     same = [torch.equal(a, b) for a, b in zip(attention_outputs(attentions, x), attention_outputs(attentions, x))]
     assert same == [deterministic] * len(attentions)
+
+
+def _run(block: torch.nn.Module, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+    if isinstance(block, EncoderBlock):
+        return block(x)[0]
+    return block(x, block.project_memory(memory), AttentionContext(), context=AttentionContext(is_causal=True))[0]
+
+
+@pytest.mark.parametrize(("block_type", "keys", "ffn_norm"), [(EncoderBlock, OLD_ENCODER_KEYS, "add_norm2"),
+                                                              (DecoderBlock, OLD_DECODER_KEYS, "add_norm3")])  # fmt: skip
+def test_a_block_without_an_ffn_is_its_attention_sublayers_alone(block_type, keys, ffn_norm) -> None:
+    """``ffn_hidden=0``: no FFN and no norm for it; the same output as the block whose FFN adds nothing."""
+    torch.manual_seed(0)
+    full, bare = (
+        block_type(BlockConfig(8, 2, 16, norm_first=True)).eval(),
+        block_type(BlockConfig(8, 2, 0, norm_first=True)),
+    )
+    dropped = {key for key in keys if key.startswith(("ffn.", f"{ffn_norm}."))}
+    assert set(bare.state_dict()) == keys - dropped
+    bare.load_state_dict({key: value for key, value in full.state_dict().items() if key not in dropped})
+    with torch.no_grad():
+        full.ffn.net[3].weight.zero_()
+        full.ffn.net[3].bias.zero_()
+        x, memory = torch.randn(2, 5, 8), torch.randn(2, 4, 8)
+        torch.testing.assert_close(_run(bare.eval(), x, memory), _run(full, x, memory))
+    with pytest.raises(ValueError, match="ffn_hidden must be 0"):
+        BlockConfig(8, 2, -1)

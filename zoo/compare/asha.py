@@ -27,7 +27,7 @@ from zoo.compare import run as runs
 from zoo.compare.launch import OnDone, require_extra
 from zoo.compare.progress import read_progress
 from zoo.compare.ray_tasks import RayLauncher, _failure
-from zoo.compare.run import RunFailed, RunSpec, shown
+from zoo.compare.run import RunFailed, RunSpec
 from zoo.errors import ConfigurationError
 
 __all__ = ["AshaLauncher"]
@@ -123,12 +123,7 @@ class AshaLauncher(RayLauncher):
         """The record of a run ASHA stopped: its command, and the last validation it reported
         (where it was stopped; the fit may have gone a little further before it stopped)."""
         return {
-            "run": spec.key,
-            "combination": spec.combination,
-            "overrides": spec.overrides,
-            "seed": spec.seed,
-            "command": shown(spec.fit),
-            "run_dir": str(spec.run_dir),
+            **spec.identity(),
             "stopped": {
                 "by": "asha",
                 "metric": self.metric,

@@ -5,7 +5,9 @@ reported as means with confidence intervals, paired differences and cost.
         --grid model.attention=dot_product,local,linear --seeds 5 --budget 5min
 
 Every argument that is not one of compare's own below is passed to each ``fit`` (and to the
-evaluation of its last checkpoint). Started again with the same ``--out``, a comparison skips the
+evaluation of its last checkpoint). ``--sweep KEY=V1,V2`` runs the papers' protocol: every
+combination at every value, the best kept by ``--select``, then ``--seeds`` at it
+(:mod:`zoo.compare.sweep`). Started again with the same ``--out``, a comparison skips the
 runs already finished, whichever launcher ran them. ``--launcher ray`` and ``--launcher slurm``
 run the runs on a Ray cluster or as SLURM jobs (docs/scaling.md).
 """
@@ -24,7 +26,9 @@ from zoo.compare.grid import combinations, parse_budget, parse_grid
 from zoo.compare.launch import Launcher
 from zoo.compare.local import LocalLauncher
 from zoo.compare.report import summary_tables, write_report
+from zoo.compare.run import STAGE_PREFIX
 from zoo.compare.runner import CompareConfig, Comparison
+from zoo.compare.sweep import choose, grouped, parse_select, parse_sweep, sweep_table
 from zoo.errors import ConfigurationError
 
 __all__ = ["main", "parser"]
@@ -42,6 +46,15 @@ def parser() -> argparse.ArgumentParser:
         "--grid", action="append", default=[], metavar="KEY=V1,V2",
         help="an axis to vary (repeatable): a fit flag without dashes and its values",
     )  # fmt: skip
+    root.add_argument(
+        "--sweep", default=None, metavar="KEY=V1,V2",
+        help="a setting to choose per combination (a learning rate): each value runs, the best is kept, then the seeds",
+    )  # fmt: skip
+    root.add_argument(
+        "--select", default=None, metavar="METRIC[:max|min]",
+        help="the metric a sweep keeps the best of (default: the one the checkpoints monitor, in its direction)",
+    )  # fmt: skip
+    root.add_argument("--sweep_seeds", type=int, default=1, help="seeds of each swept value before the choice")
     root.add_argument(
         "--seeds", type=int, default=1,
         help="runs per combination, seeds 0..N-1 (--seed_everything, and --data.seed where the data has one)",
@@ -197,9 +210,12 @@ def main(args: list[str]) -> None:
         raise ConfigurationError(
             f"--baseline {baseline!r} is not a combination of the grid; did you mean {', '.join(close)}?"
         )
+    if options.sweep is None and (options.select is not None or options.sweep_seeds != 1):
+        raise ConfigurationError("--select and --sweep_seeds go with --sweep KEY=V1,V2,...")
+    swept = parse_grid([options.sweep]) if options.sweep else {}
     config = CompareConfig(
         base=base,
-        axes=axes,
+        axes=axes | swept if not set(swept) & set(axes) else axes,
         seeds=options.seeds,
         budget=parse_budget(options.budget) if options.budget else None,
         out=options.out,
@@ -214,14 +230,25 @@ def main(args: list[str]) -> None:
         if comparison.monitor is None:
             raise ConfigurationError("--ray_scheduler asha needs a registered model: its checkpoints' metric.")
         launcher.metric, launcher.mode = comparison.monitor
-    records = comparison.run()
+    sweep_lines = ""
+    if options.sweep:
+        metric, mode = parse_select(options.select, comparison.monitor, STAGE_PREFIX[config.evaluate])
+        sweep = parse_sweep(options.sweep, metric, mode, options.sweep_seeds)
+        groups = grouped(sweep, axes)
+        choices = choose(comparison.run([(c, range(sweep.seeds)) for _, runs in groups for c in runs]), sweep, groups)
+        records = comparison.run([(choice.kept, range(config.seeds)) for choice in choices])
+        baseline = choices[names.index(baseline)].kept.name
+        names = [choice.kept.name for choice in choices]
+        sweep_lines = "\n\n" + sweep_table(sweep, choices)
+    else:
+        records = comparison.run()
     stopped = [record for record in records if record.get("stopped")]
     records = [record for record in records if not record.get("stopped")]
     header = (
         f"`python -m zoo fit {shlex.join(base)}` with {', '.join(f'`{k}` in {v}' for k, v in axes.items()) or 'no grid'}; "
         f"{config.seeds} seed(s); budget {options.budget or 'from the configuration'}; {config.evaluate} of each run's last checkpoint; "
         f"{launcher.parallel or 'as many as fit'} run(s) at once, {launcher.threads} thread(s) each. Records: `{comparison.records_file}`.\n\n"
-        f"Data (before the grid and seeds): `{comparison.data_description}`."
+        f"Data (before the grid and seeds): `{comparison.data_description}`." + sweep_lines
     )
     if stopped:
         header += "\n\nStopped by ASHA (recorded; not in the tables):\n\n"

@@ -78,6 +78,17 @@ class RunSpec:
         """The run directory as a path that does not depend on the working directory."""
         return self.cwd / self.run_dir
 
+    def identity(self) -> dict[str, Any]:
+        """What every record of this run says of it, whatever became of it (finished or stopped)."""
+        return {
+            "run": self.key,
+            "combination": self.combination,
+            "overrides": self.overrides,
+            "seed": self.seed,
+            "command": shown(self.fit),
+            "run_dir": str(self.run_dir),
+        }
+
 
 def _here(command: list[str]) -> list[str]:
     """``command`` with this machine's interpreter: the one that submitted it may sit elsewhere."""
@@ -114,12 +125,7 @@ def execute(
     fit = _child(spec, spec.fit, directory / "fit.log", env, while_fitting)
     timing = read_timing(directory / "fit")
     record: dict[str, Any] = {
-        "run": spec.key,
-        "combination": spec.combination,
-        "overrides": spec.overrides,
-        "seed": spec.seed,
-        "command": shown(spec.fit),
-        "run_dir": str(spec.run_dir),
+        **spec.identity(),
         "fit_seconds": round(fit.seconds, 3),
         "steps": timing.get("steps"),
         "seconds_per_step": timing.get("seconds_per_step"),

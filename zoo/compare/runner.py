@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,17 +182,19 @@ class Comparison:
             return None
         return STAGE_PREFIX[self.config.evaluate] + MODEL_REGISTRY.get(name).monitor[0].split("/", 1)[-1]
 
-    def run(self) -> list[dict[str, Any]]:
-        """Run every unfinished (combination, seed); return all records of this comparison. The
-        runs that failed after their retries (on launchers that go on past a failure) are in
-        :attr:`failures` and ``<out>/failures.jsonl``."""
+    def run(self, plan: Sequence[tuple[Combination, Sequence[int]]] | None = None) -> list[dict[str, Any]]:
+        """Run every unfinished (combination, seed) of ``plan`` (default: every combination with
+        seeds ``0 .. seeds - 1``); return the records of the plan's runs. The runs that failed after
+        their retries (on launchers that go on past a failure) are in :attr:`failures` and
+        ``<out>/failures.jsonl``. A sweep runs two plans (:mod:`zoo.compare.sweep`)."""
         config = self.config
+        plan = [(c, range(config.seeds)) for c in self.combinations] if plan is None else plan
         with self.launcher:
             budgets = self._budget_flags()
             done = {record["run"]: record for record in load_records(self.records_file)}
             pending = []
-            for combination in self.combinations:
-                for seed in range(config.seeds):
+            for combination, seeds in plan:
+                for seed in seeds:
                     spec = self._spec(combination, seed, budgets[combination.name])
                     if spec.key not in done:
                         if (record := finished_record(spec)) is not None and not _changed_configs(record, spec.fit):
@@ -211,7 +214,7 @@ class Comparison:
             self.failures = self.launcher.run(pending, lambda spec, record: append_record(self.records_file, record))
         for failure in self.failures:
             append_record(self.failures_file, {"error": str(failure), "launcher": self.launcher.name})
-        keys = {f"{c.name}/seed{s}" for c in self.combinations for s in range(config.seeds)}
+        keys = {f"{c.name}/seed{s}" for c, seeds in plan for s in seeds}
         return [record for record in load_records(self.records_file) if record["run"] in keys]
 
     # -- runs ----------------------------------------------------------------------------------

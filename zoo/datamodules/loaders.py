@@ -135,7 +135,8 @@ class ResumableDataLoader(DataLoader):
     the epoch's order reproducible: :class:`EpochShuffleSampler`, or the ``DistributedSampler``
     Lightning wraps around it. A loader whose sampler has no epoch never skips.
 
-    The pass starts lazily, at its first batch, after Lightning has set the epoch.
+    The pass starts lazily, at its first batch, after Lightning has set the epoch; a state loaded
+    between ``iter()`` and the first batch applies to that pass.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -155,10 +156,10 @@ class ResumableDataLoader(DataLoader):
         return None if epoch is None else int(epoch)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        restored, self._restored = self._restored, None
-        return self._pass(restored)
+        return self._pass()
 
-    def _pass(self, restored: dict[str, int | None] | None) -> Iterator[Any]:
+    def _pass(self) -> Iterator[Any]:
+        restored, self._restored = self._restored, None  # at the first batch: a state loaded after iter() counts
         epoch = self._epoch()
         skip = 0
         if restored is not None and epoch is not None and restored["epoch"] == epoch:

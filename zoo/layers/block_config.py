@@ -19,7 +19,8 @@ class BlockConfig:
     Args:
         d_model: Feature size.
         num_heads: Attention (query) heads.
-        ffn_hidden: Inner size of the position-wise FFN (GPT-2: ``4 * d_model``).
+        ffn_hidden: Inner size of the position-wise FFN (GPT-2: ``4 * d_model``); 0: no FFN, the
+            block is its attention sublayers alone (Zoology's recall models).
         dropout: Dropout on every sublayer's output before its residual sum.
         norm_first: Pre-LN (norms before the sublayers) instead of post-LN.
         activation: The FFN's activation: ``relu``, ``gelu`` or ``silu``.
@@ -37,11 +38,17 @@ class BlockConfig:
     bias: bool = True
     ffn_dropout: float | None = None
 
+    def __post_init__(self) -> None:
+        if self.ffn_hidden < 0:
+            raise ValueError(f"ffn_hidden must be 0 (no FFN) or a positive size, got {self.ffn_hidden}.")
+
     def add_norm(self) -> AddNorm:
         """A residual wrapper for one sublayer."""
         return AddNorm(self.d_model, self.dropout, self.norm_first, self.bias)
 
-    def feed_forward(self) -> PositionWiseFFN:
-        """The block's FFN sublayer."""
+    def feed_forward(self) -> PositionWiseFFN | None:
+        """The block's FFN sublayer; None where ``ffn_hidden`` is 0."""
+        if self.ffn_hidden == 0:
+            return None
         inner = self.dropout if self.ffn_dropout is None else self.ffn_dropout
         return PositionWiseFFN(self.d_model, self.ffn_hidden, inner, self.activation, self.bias)

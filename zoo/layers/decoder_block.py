@@ -24,7 +24,7 @@ class DecoderBlock(nn.Module):
     of earlier positions (``cache``: keys and values, or a recurrent state;
     :mod:`zoo.attention.cache`) and returns it extended by the new positions, so a step costs one
     position's projections instead of the whole prefix. The memory's keys and values are
-    projected once per source (:meth:`project_memory`).
+    projected once per source (:meth:`project_memory`). A config with ``ffn_hidden=0`` builds no FFN.
 
     Args:
         config: The stack's sizes (heads: self and cross), dropout and norm placement.
@@ -46,7 +46,8 @@ class DecoderBlock(nn.Module):
         self.self_attention = self_attention_layer(spec, config.d_model, config.num_heads, bias=config.bias)
         self.cross_attention = CrossAttention(config.d_model, config.num_heads, cross, bias=config.bias)
         self.ffn = config.feed_forward()
-        self.add_norm1, self.add_norm2, self.add_norm3 = (config.add_norm() for _ in range(3))
+        self.add_norm1, self.add_norm2 = config.add_norm(), config.add_norm()
+        self.add_norm3 = None if self.ffn is None else config.add_norm()
 
     def project_memory(self, memory: Tensor) -> KeyValue:
         """The cross-attention keys and values of the encoder output ``(B, Ls, d_model)``."""
@@ -72,4 +73,6 @@ class DecoderBlock(nn.Module):
         x = self.add_norm1(x, attended)
         crossed, weights = self.cross_attention.attend_projected(self.add_norm2.pre(x), *memory_kv, cross_context)
         x = self.add_norm2(x, crossed)
-        return self.add_norm3(x, self.ffn(self.add_norm3.pre(x))), cache, weights
+        if self.ffn is not None:
+            x = self.add_norm3(x, self.ffn(self.add_norm3.pre(x)))
+        return x, cache, weights

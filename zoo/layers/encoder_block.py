@@ -18,6 +18,7 @@ class EncoderBlock(nn.Module):
     """One encoder block, post-LN (the original Transformer) or pre-LN (``norm_first=True``).
 
     Each sublayer sits in an :class:`~zoo.layers.AddNorm` residual wrapper, which places the norm.
+    A config with ``ffn_hidden=0`` builds no FFN: the block is its self-attention sublayer alone.
 
     Args:
         config: The stack's sizes, dropout and norm placement.
@@ -34,7 +35,8 @@ class EncoderBlock(nn.Module):
         super().__init__()
         self.attention = self_attention_layer(attention, config.d_model, config.num_heads, bias=config.bias)
         self.ffn = config.feed_forward()
-        self.add_norm1, self.add_norm2 = config.add_norm(), config.add_norm()
+        self.add_norm1 = config.add_norm()
+        self.add_norm2 = None if self.ffn is None else config.add_norm()
 
     def forward(self, x: Tensor, context: AttentionContext | None = None) -> tuple[Tensor, Tensor | None]:
         """``x``: ``(B, L, d_model)``, under the forward's ``context`` (its masks, whether weights are
@@ -57,5 +59,7 @@ class EncoderBlock(nn.Module):
         return context
 
     def _feed_forward(self, x: Tensor) -> Tensor:
-        """The second sublayer: the FFN in its residual wrapper."""
+        """The second sublayer: the FFN in its residual wrapper (``x`` itself without an FFN)."""
+        if self.ffn is None:
+            return x
         return self.add_norm2(x, self.ffn(self.add_norm2.pre(x)))

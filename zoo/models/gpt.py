@@ -1,5 +1,7 @@
 """A decoder-only Transformer language model (GPT-2's shape, as nanoGPT writes it), with any
-registered causal attention, any position scheme and hybrid stacks, and cached generation.
+registered causal attention, any position scheme and hybrid stacks, and cached generation; without
+its MLPs (``ffn_hidden=0``) and with positions chosen per family (``position="auto"``), the
+sequence model of Zoology's recall experiments.
 
 Shapes: B batch, T positions, D ``d_model``, V vocabulary.
 """
@@ -17,13 +19,31 @@ from torch import Tensor, nn
 from zoo.attention.base import IncompatibleAttentionError
 from zoo.attention.cache import LayerCache
 from zoo.attention.context import AttentionContext
+from zoo.attention.factory import get_attention
+from zoo.attention.recurrent import RecurrentLayer
 from zoo.attention.spec import AttentionChoice
 from zoo.layers import BlockConfig, CausalBlock, StackConfig, StackPlan, build_stacks
 
-__all__ = ["GPT"]
+__all__ = ["AUTO_POSITION", "GPT", "family_position"]
 
 #: GPT-2's initial standard deviation of every weight matrix and embedding
 INIT_STD = 0.02
+
+AUTO_POSITION = "auto"
+"""``position`` that picks the scheme from the layers' families (:func:`family_position`)."""
+
+
+def family_position(attention: AttentionChoice) -> str:
+    """The position scheme Zoology gives a stack of these layers: ``none`` when any layer is
+    recurrent (a :class:`~zoo.attention.recurrent.RecurrentLayer`: its decays and short
+    convolutions give the stack its order, as Zoology's convolutions, SSMs and recurrences get no
+    positions), ``learned`` otherwise (Zoology's softmax attention, which sees no order without
+    them, gets learned absolute positions; so does any scoring attention here)."""
+    entries = [attention] if isinstance(attention, str) else list(attention)
+    names = [entry if isinstance(entry, str) else entry.get("name") for entry in entries]
+    # an entry without a name is left to the stack's check, which says what an entry holds
+    recurrent = any(isinstance(name, str) and issubclass(get_attention(name), RecurrentLayer) for name in names)
+    return "none" if recurrent else "learned"
 
 
 class GPT(nn.Module):
@@ -38,8 +58,15 @@ class GPT(nn.Module):
 
     Positions are a registered scheme (``position``, default ``learned`` as nanoGPT's): an
     absolute one is added to the embeddings and covers ``block_size`` positions; a rotary or bias
-    one acts in the layers. Every layer's attention must be causal; ``attention`` may be a list
-    for a hybrid stack (:func:`zoo.attention.spec.layer_specs`).
+    one acts in the layers; ``auto`` picks by family as Zoology does (:func:`family_position`).
+    Every layer's attention must be causal; ``attention`` may be a list for a hybrid stack
+    (:func:`zoo.attention.spec.layer_specs`).
+
+    Without MLPs (``ffn_hidden=0``) each block is ``x + dropout(attention(norm(x)))``, the
+    sequence-mixer-only model of Zoology's MQAR experiments (its ``state_mixer`` the identity).
+    ``forward(..., output_mask=...)`` computes the output projection only where asked, which a
+    task that scores a few positions over a large vocabulary needs (MQAR: 16 of 256 positions,
+    8,192 ids).
 
     Args:
         vocab_size: Tokens (from the data).
@@ -47,17 +74,21 @@ class GPT(nn.Module):
         d_model: Embedding and model size.
         num_heads: Attention heads per layer.
         num_layers: Blocks.
-        ffn_hidden: Inner size of each MLP; ``None``: ``4 * d_model``.
+        ffn_hidden: Inner size of each MLP; ``None``: ``4 * d_model``; 0: no MLP (Zoology's
+            recall models).
         dropout: Dropout on the embeddings and the residual branches, and on the attention
-            weights unless ``attention_dropout`` says otherwise.
+            weights, unless ``embedding_dropout`` and ``attention_dropout`` say otherwise.
         bias: Biases in the linear layers and layer norms (nanoGPT's ``bias``).
         attention: Registered causal scoring attention or attention layer, or a list of entries
             (hybrid stacks, which may mix the two kinds).
         attention_kwargs: Extra keyword arguments for a single named attention.
-        position: Registered positional scheme (``zoo list``).
+        position: Registered positional scheme (``zoo list``), or ``auto``: by the layers'
+            families, as Zoology sets them (:func:`family_position`).
         position_kwargs: Extra keyword arguments for it.
         num_kv_heads: Key/value heads per layer (grouped-query attention); ``None``: ``num_heads``.
         attention_dropout: Dropout on the attention weights alone; ``None``: ``dropout``.
+        embedding_dropout: Dropout on the embeddings alone; ``None``: ``dropout`` (Zoology: 0.1
+            there, 0 on the residual branches).
     """
 
     def __init__(
@@ -76,11 +107,14 @@ class GPT(nn.Module):
         position_kwargs: dict[str, Any] | None = None,
         num_kv_heads: int | None = None,
         attention_dropout: float | None = None,
+        embedding_dropout: float | None = None,
     ) -> None:
         super().__init__()
         if block_size < 1:
             raise ValueError(f"block_size must be a positive number of tokens, got {block_size}.")
         self.block_size = block_size
+        if position == AUTO_POSITION:
+            position = family_position(attention)
         self.embedding = nn.Embedding(vocab_size, d_model)
         hidden = 4 * d_model if ffn_hidden is None else ffn_hidden
         config = BlockConfig(
@@ -93,7 +127,7 @@ class GPT(nn.Module):
             stack_config,
             StackPlan(num_layers, CausalBlock, role="the GPT (causal self-attention)", causal=True),
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout if embedding_dropout is None else embedding_dropout)
         self.final_norm = nn.LayerNorm(d_model, bias=bias)
         self._init_weights(num_layers)
 
@@ -102,10 +136,11 @@ class GPT(nn.Module):
         residual_std = INIT_STD / math.sqrt(2 * num_layers)
         nn.init.normal_(self.embedding.weight, std=INIT_STD)
         for block in self.blocks:
-            layer, (first, _, _, second) = block.attention, block.ffn.net
+            layer = block.attention
+            first, _, _, second = (None,) * 4 if block.ffn is None else block.ffn.net
             q, k, v, out = (getattr(layer, name, None) for name in ("q_proj", "k_proj", "v_proj", "out_proj"))
             for projection in (q, k, v, first, out, second):  # nanoGPT's order: the seeded weights are its
-                if projection is None:  # a variant that reads no queries or keys has no projection for them
+                if projection is None:  # no MLP, or a variant that reads no queries or keys
                     continue
                 nn.init.normal_(
                     projection.weight,
@@ -119,15 +154,28 @@ class GPT(nn.Module):
         return self.embedding.num_embeddings
 
     def forward(
-        self, tokens: Tensor, caches: list[LayerCache] | None = None, *, use_cache: bool = False
+        self,
+        tokens: Tensor,
+        caches: list[LayerCache] | None = None,
+        *,
+        use_cache: bool = False,
+        output_mask: Tensor | None = None,
     ) -> tuple[Tensor, list[LayerCache] | None]:
         """Logits ``(B, T, V)`` of the next token at every position of ``tokens`` ``(B, T)``.
 
         With ``use_cache``, ``tokens`` continue the positions in ``caches`` (one per layer, None to
-        start) and the caches come back extended by them; without it (training), none.
+        start) and the caches come back extended by them; without it (training), none. With
+        ``output_mask`` (booleans ``(B, T)``), the final norm and the output projection run only
+        where it is True, and the logits are ``(N, V)``, one row per such position in row-major
+        order (``output_mask.nonzero()``'s).
         """
         if tokens.dim() != 2:
             raise ValueError(f"GPT expects tokens of shape (batch, length); got {tuple(tokens.shape)}.")
+        if output_mask is not None and (output_mask.shape != tokens.shape or output_mask.dtype != torch.bool):
+            raise ValueError(
+                f"GPT: output_mask must be booleans shaped as the tokens {tuple(tokens.shape)}; "
+                f"got {output_mask.dtype} {tuple(output_mask.shape)}."
+            )
         offset = 0 if not caches else caches[0].length
         if offset + tokens.shape[1] > self.block_size:
             raise ValueError(
@@ -143,8 +191,14 @@ class GPT(nn.Module):
                 new_caches.append(cache)
             else:
                 x, _ = block(x, context)
-        logits = F.linear(self.final_norm(x), self.embedding.weight)
-        return logits, new_caches if use_cache else None
+        if output_mask is not None:
+            x = x[output_mask]
+        return self.head(self.final_norm(x)), new_caches if use_cache else None
+
+    def head(self, hidden: Tensor) -> Tensor:
+        """Logits ``(..., V)`` of final hidden states ``(..., D)``: the output projection, tied
+        to the token embedding."""
+        return F.linear(hidden, self.embedding.weight)
 
     @torch.no_grad()
     def generate(

@@ -4,6 +4,7 @@ from zoo.tasks.registry import MODEL_REGISTRY, list_models, register_model
 from zoo.tasks.base import ZooTask
 from zoo.tasks.classification import Classifier, Sentiment
 from zoo.tasks.language_model import LanguageModel
+from zoo.tasks.recall import RecallModel
 from zoo.tasks.regression import NadarayaWatson
 from zoo.tasks.translation import Seq2SeqTranslator, TransformerTranslator, TranslationTask
 
@@ -12,6 +13,7 @@ __all__ = [
     "Classifier",
     "LanguageModel",
     "NadarayaWatson",
+    "RecallModel",
     "Sentiment",
     "Seq2SeqTranslator",
     "TransformerTranslator",

@@ -41,19 +41,22 @@ def adamw_with_warmup(
     betas: tuple[float, float] = (0.9, 0.98),
     min_ratio: float = 0.0,
     fused: bool = True,
+    decay_all: bool = False,
 ) -> dict[str, Any]:
     """AdamW and a per-step schedule (:func:`warmup_cosine`, ending at ``min_ratio * lr``), in the
     dictionary form ``LightningModule.configure_optimizers`` returns.
 
-    Weight decay applies to weights only. Exempt are parameters of fewer than two dimensions,
+    By default weight decay applies to weights only: exempt are parameters of fewer than two dimensions,
     those named ``*bias`` (Hugging Face's rule, which also exempts bias tables such as ``local``
-    attention's ``relative_bias``, as Swin and T5 do) and those of modules named ``*norm*``.
-    ``fused=False`` keeps the unfused kernel (see :func:`fused_allowed`)."""
+    attention's ``relative_bias``, as Swin and T5 do) and those of modules named ``*norm*``;
+    ``decay_all=True`` decays every parameter (``AdamW(model.parameters())``, as Zoology and MAD
+    train). ``fused=False`` keeps the unfused kernel (see :func:`fused_allowed`)."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        (no_decay if param.dim() < 2 or "norm" in name or name.endswith("bias") else decay).append(param)
+        exempt = not decay_all and (param.dim() < 2 or "norm" in name or name.endswith("bias"))
+        (no_decay if exempt else decay).append(param)
     # The fused kernel updates every parameter in one pass (about 10% of a small model's step on CPU).
     fused = fused and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in decay + no_decay)
     optimizer = torch.optim.AdamW(
