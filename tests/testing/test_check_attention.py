@@ -19,6 +19,8 @@ ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16"
 #: what the kit adds for a variant that decodes with a fixed-size state
 STATE_CHECKS = ("state_decoding", "state_size")
 RECURRENT = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2"]
+#: causal-only variants that decode from every key and value (a key/value cache): checked causally
+CAUSAL_ONLY = ["stick_breaking", "forgetting"]
 #: what a causal recurrence declares it cannot do, and is verified to refuse
 RECURRENT_SKIPS = {
     "bidirectional": "declares supports_bidirectional=False (and refuses it): checked causally",
@@ -39,16 +41,25 @@ def test_every_built_in_keeps_the_contract(name: str) -> None:
     recurrent = name in RECURRENT
     expected = tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
     assert report.passed == expected + (STATE_CHECKS if recurrent else ())
-    # a sliding window needs one sequence: checked on equal lengths, and it refuses two
-    one_sequence = not getattr(zoo.get_attention(name), "supports_cross_attention", True) and not recurrent
+    # a sliding window needs one sequence: checked on equal lengths, and it refuses two (a layer a stack
+    # builds by name is fed one sequence anyway)
+    variant = zoo.get_attention(name)
+    layer = issubclass(variant, zoo.AttentionLayer) and variant.stack_layer
+    one_sequence = not getattr(variant, "supports_cross_attention", True) and not layer
     skipped = {"two_sequences": "declares supports_cross_attention=False (and refuses it)"} if one_sequence else {}
     if not_causal:
         skipped["causal"] = "declares supports_causal=False (and refuses it)"
+    if name in CAUSAL_ONLY:
+        skipped["bidirectional"] = RECURRENT_SKIPS["bidirectional"]
     assert report.skipped == (RECURRENT_SKIPS if recurrent else skipped)
 
 
 def test_the_recurrent_built_ins_are_those_that_decode_with_a_state() -> None:
-    assert sorted(RECURRENT) == sorted(name for name in BUILT_INS if not zoo.get_attention(name).supports_bidirectional)
+    causal_only = {name for name in BUILT_INS if not zoo.get_attention(name).supports_bidirectional}
+    assert sorted(RECURRENT) == sorted(
+        name for name in causal_only if getattr(zoo.get_attention(name), "fixed_state", False)
+    )
+    assert sorted(causal_only - set(RECURRENT)) == sorted(CAUSAL_ONLY)
 
 
 def test_a_one_sequence_variant_that_accepts_two_sequences_is_caught() -> None:

@@ -43,6 +43,12 @@ from zoo.attention.variants.retention import RetentionAttention  # noqa: E402
 from zoo.attention.variants.gla import GatedLinearAttention  # noqa: E402
 from zoo.attention.variants.deltanet import DeltaNetAttention, GatedDeltaNetAttention  # noqa: E402
 from zoo.attention.variants.mamba2 import Mamba2Attention  # noqa: E402
+from zoo.attention.variants.softmax import GatedAttention, QKNormAttention, SinkAttention, SoftmaxAttention  # noqa: E402
+from zoo.attention.variants.sigmoid import SigmoidAttention  # noqa: E402
+from zoo.attention.variants.softpick import SoftpickAttention  # noqa: E402
+from zoo.attention.variants.stick_breaking import StickBreakingAttention  # noqa: E402
+from zoo.attention.variants.differential import DifferentialAttention  # noqa: E402
+from zoo.attention.variants.forgetting import ForgettingAttention  # noqa: E402
 from zoo.attention.spec import AttentionSpec, layer_specs  # noqa: E402
 from zoo.attention.headed import HeadedAttention  # noqa: E402
 from zoo.attention.multi_head import CrossAttention, MultiHeadAttention, SelfAttention, self_attention_layer  # noqa: E402
@@ -64,8 +70,11 @@ __all__ = [
     "BigBirdAttention",
     "CrossAttention",
     "DeltaNetAttention",
+    "DifferentialAttention",
     "DotProductAttention",
     "FixedSparseAttention",
+    "ForgettingAttention",
+    "GatedAttention",
     "GatedDeltaNetAttention",
     "GatedLinearAttention",
     "GaussianKernelAttention",
@@ -78,11 +87,17 @@ __all__ = [
     "Mamba2Attention",
     "MultiHeadAttention",
     "PerformerAttention",
+    "QKNormAttention",
     "ReformerAttention",
     "RecurrentLayer",
     "RetentionAttention",
     "SelfAttention",
+    "SigmoidAttention",
+    "SinkAttention",
     "SinkhornAttention",
+    "SoftmaxAttention",
+    "SoftpickAttention",
+    "StickBreakingAttention",
     "SynthesizerAttention",
     "causal_mask",
     "create_attention",

@@ -27,12 +27,19 @@ from zoo.attention.variants import (
     deltanet,
     mamba2,
     patterns,
+    softmax,
+    sigmoid,
+    softpick,
+    stick_breaking,
+    differential,
+    forgetting,
 )
 
 #: the variants' modules (``patterns`` is the base of the block-sparse ones)
 MODULES = (
     additive, average, dot_product, gaussian_kernel, linear, local, performer, linformer, longformer, bigbird,
-    sparse, synthesizer, sinkhorn, reformer, retention, gla, deltanet, mamba2, patterns,
+    sparse, synthesizer, sinkhorn, reformer, retention, gla, deltanet, mamba2, patterns, softmax,
+    sigmoid, softpick, stick_breaking, differential, forgetting,
 )  # fmt: skip
 
 __all__ = ["MODULES"]
