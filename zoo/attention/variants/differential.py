@@ -31,7 +31,8 @@ for the first layer, the paper's ``l - 1``); built alone the layer is the first.
 Left out: the reference's grouped key/value heads (this layer takes no ``num_kv_heads``), and
 dropout on the maps (the reference has none). Weights are the difference map, ``(B, H / 2, Lq,
 Lk)``, which may be negative and need not sum to one (``normalized_weights`` is False); without
-them each map runs in the fused kernel, the two outputs subtracted.
+them each map runs in the fused kernel (queries and keys padded with zero features to the values'
+width, which the CPU's flash kernel needs), the two outputs subtracted.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
@@ -151,7 +153,8 @@ class DifferentialAttention(AttentionLayer):
             maps = maps.unflatten(1, (self.num_heads // 2, 2))
             weights = maps[:, :, 0] - lam * maps[:, :, 1]
             heads = torch.matmul(weights, v)
-        else:
+        else:  # zero features pad queries and keys to the values' width: the same scores, one width for the kernel
+            q, k = F.pad(q, (0, v.shape[-1] - q.shape[-1])), F.pad(k, (0, v.shape[-1] - k.shape[-1]))
             half_masks = (mask, mask) if mask is None or mask.shape[1] == 1 else (mask[:, 0::2], mask[:, 1::2])
             first, second = (
                 fused_attention(

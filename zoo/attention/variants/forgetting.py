@@ -11,10 +11,11 @@ product of the gates after the key:
 so a head forgets at a rate the data sets, as a gated linear recurrence does, and with every gate
 at 1 it is softmax attention. The decay is a bias on the logits, as ALiBi's is, but learned and
 data-dependent; the paper trains without positional encoding (``--model.position none``). Here
-``D`` is a suffix sum of the log gates along each query's row, in float32 (the reference takes
-differences of one cumulative sum, ``c_i - c_j``, which lose precision far from the start), and
-reaches the softmax as an additive ``(B, H, L, L)`` term (the fused kernel takes it as a float
-mask): quadratic memory, where the reference's Triton kernel forms ``D`` block by block.
+``D_ij = c_i - c_j`` from one cumulative sum ``c`` of the log gates in float32, as in the
+reference code, when a mask hides the same positions from every query (padding; none); under a
+mask that differs per query, a sum along each query's row of the gates it sees. ``D`` reaches
+the softmax as an additive ``(B, H, L, L)`` term (the fused kernel takes it as a float mask):
+quadratic memory, where the reference's Triton kernel forms ``D`` block by block.
 
 The layer is the ``softmax`` layer (:mod:`zoo.attention.variants.softmax`) with the gate added,
 so it takes the same options: ``qk_norm`` and ``gate`` give two of the parts of the paper's
@@ -43,6 +44,7 @@ from zoo.attention.base import AttentionOutput
 from zoo.attention.cache import LayerCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
+from zoo.attention.masking import key_column
 from zoo.attention.variants.softmax import Gate, SoftmaxAttention
 from zoo.positions import PositionScheme
 
@@ -123,6 +125,11 @@ class ForgettingAttention(SoftmaxAttention):
         """``D`` ``(B, H, Lq, Lk)``: for query ``i`` (at ``first + i``) and key ``j``, the sum of
         ``log f`` over the positions after ``j`` that the query sees (itself included)."""
         num_keys = log_forget.shape[-1]
+        padding = None if context.mask is None else key_column(context.mask)
+        if context.mask is None or padding is not None:  # the same positions for every query: one cumulative sum
+            gates = log_forget if padding is None else log_forget * padding.squeeze(-1).to(log_forget.dtype)
+            cumulative = gates.cumsum(-1)
+            return cumulative[..., first:, None] - cumulative[..., None, :]  # hidden (later) pairs are masked
         query_positions = torch.arange(first, num_keys, device=log_forget.device)
         seen = self._visible(context, query_positions, torch.arange(num_keys, device=log_forget.device))
         gates = log_forget[..., None, :].expand(*log_forget.shape[:-1], len(query_positions), num_keys)
