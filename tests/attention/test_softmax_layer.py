@@ -19,6 +19,7 @@ from zoo.attention.cache import KeyValueCache, WindowCache
 from zoo.attention.variants.softmax import SoftmaxAttention
 from zoo.models.gpt import GPT
 from zoo.positions import create_position
+from zoo.summary import attention_by_layer
 
 B, L, E, H = 3, 7, 16, 4
 
@@ -128,8 +129,12 @@ def test_the_layer_computes_its_equations_with_and_without_padding(options, caus
         torch.testing.assert_close(weights, expected_weights, rtol=tolerance, atol=tolerance)
 
 
-def test_a_window_cache_keeps_the_first_tokens_and_the_last_window_and_decodes_as_the_full_forward() -> None:
-    layer = build(True, window=3, sink_tokens=2, sinks=True, qk_norm=True, gate="headwise", num_kv_heads=2).eval()
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_a_window_cache_keeps_the_first_tokens_and_the_last_window_and_decodes_as_the_full_forward(position) -> None:
+    torch.manual_seed(0)
+    options = {"window": 3, "sink_tokens": 2, "sinks": True, "qk_norm": True, "gate": "headwise", "num_kv_heads": 2}
+    scheme = create_position(position, d_model=E, num_heads=H)
+    layer = SoftmaxAttention(E, H, position=scheme, **options).double().eval()
     length = 11
     x = torch.randn(B, length, E, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     for keep in (None, torch.arange(length) >= torch.tensor([0, 2, 5])[:, None]):  # left-padded rows
@@ -163,6 +168,7 @@ def test_the_named_recipes_are_the_layer_with_other_defaults() -> None:
     sliding = made("sink_attention", window=128)
     assert sliding.sinks.shape == (H,) and (sliding.window, sliding.sink_tokens) == (128, 0)
     assert made("softmax", window=128).sink_tokens == 4  # StreamingLLM's first tokens by default
+    assert (made("streaming").window, made("streaming").sink_tokens, made("streaming").sinks) == (128, 4, None)
     plain = made("softmax")
     assert not any(name.startswith(("q_norm", "gate", "sinks")) for name, _ in plain.named_parameters())
 
@@ -194,6 +200,7 @@ def test_the_stack_hands_the_layer_the_models_kv_heads_and_dropout_and_gpt_oss_a
     assert torch.equal(cached, uncached)
     _, caches = model(prompt, use_cache=True)
     assert [type(c) for c in caches] == [WindowCache, KeyValueCache] * 2
+    assert attention_by_layer(model) == ["blocks.attention: sink_attention (all 4)"]
 
 
 def test_each_recipe_trains_a_tiny_gpt() -> None:

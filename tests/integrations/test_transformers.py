@@ -53,7 +53,7 @@ LLAMA_REFUSED = {
 #: are no attention function of it
 ZOO_LAYERS = [
     "retention", "gla", "deltanet", "gated_deltanet", "mamba2",
-    "softmax", "qk_norm", "gated_attention", "sink_attention", "differential", "forgetting",
+    "softmax", "qk_norm", "gated_attention", "sink_attention", "streaming", "differential", "forgetting",
 ]  # fmt: skip
 
 

@@ -43,7 +43,13 @@ from zoo.attention.variants.retention import RetentionAttention  # noqa: E402
 from zoo.attention.variants.gla import GatedLinearAttention  # noqa: E402
 from zoo.attention.variants.deltanet import DeltaNetAttention, GatedDeltaNetAttention  # noqa: E402
 from zoo.attention.variants.mamba2 import Mamba2Attention  # noqa: E402
-from zoo.attention.variants.softmax import GatedAttention, QKNormAttention, SinkAttention, SoftmaxAttention  # noqa: E402
+from zoo.attention.variants.softmax import (  # noqa: E402
+    GatedAttention,
+    QKNormAttention,
+    SinkAttention,
+    SoftmaxAttention,
+    StreamingAttention,
+)
 from zoo.attention.variants.sigmoid import SigmoidAttention  # noqa: E402
 from zoo.attention.variants.softpick import SoftpickAttention  # noqa: E402
 from zoo.attention.variants.stick_breaking import StickBreakingAttention  # noqa: E402
@@ -98,6 +104,7 @@ __all__ = [
     "SoftmaxAttention",
     "SoftpickAttention",
     "StickBreakingAttention",
+    "StreamingAttention",
     "SynthesizerAttention",
     "causal_mask",
     "create_attention",

@@ -37,7 +37,8 @@ the layer's input ``x_i``:
 The registered names are this one layer with other defaults, so every option combines with the
 others and with the stack's options (``--model.num_kv_heads``, ``--model.attention_dropout``,
 ``--model.position rope``): ``softmax`` (none on), ``qk_norm``, ``gated_attention`` (elementwise
-gate) and ``sink_attention`` (learned sinks, ``sink_tokens`` 0). Qwen3-Next's attention is
+gate), ``sink_attention`` (learned sinks, ``sink_tokens`` 0) and ``streaming`` (a window of 128
+with the first 4 positions). Qwen3-Next's attention is
 ``{name: gated_attention, qk_norm: true}``; gpt-oss's sliding layers
 ``{name: sink_attention, window: 128}`` and its full ones ``sink_attention``.
 
@@ -72,7 +73,7 @@ from zoo.attention.rotation import rotate_heads
 from zoo.attention.spec import AttentionSpec
 from zoo.positions import PositionScheme
 
-__all__ = ["GatedAttention", "Gate", "QKNormAttention", "SinkAttention", "SoftmaxAttention"]
+__all__ = ["GatedAttention", "Gate", "QKNormAttention", "SinkAttention", "SoftmaxAttention", "StreamingAttention"]
 
 Gate = Literal["elementwise", "headwise"]
 #: QK-norm's epsilon (Qwen3's, OLMo 2's and Gemma 3's)
@@ -147,21 +148,20 @@ class SoftmaxAttention(SelfAttention):
 
     def _queries(self, queries: Tensor, offset: int, context: AttentionContext | None) -> Tensor:
         """Queries projected, split into heads, normalized (QK-norm) and rotated at ``offset ..``."""
-        return self._rotated(self._normed(self.q_norm, self._split_heads(self.q_proj(queries))), offset, context)
+        return rotate_heads(
+            self.rotary, self._normed(self.q_norm, self._split_heads(self.q_proj(queries))), offset, context
+        )
 
     def project_kv(
         self, keys: Tensor, values: Tensor, *, offset: int = 0, context: AttentionContext | None = None
     ) -> tuple[Tensor, Tensor]:
         """Keys (normalized, then rotated at ``offset ..``) and values, split into heads."""
         k = self._normed(self.k_norm, self._split_heads(self.k_proj(keys)))
-        return self._rotated(k, offset, context), self._split_heads(self.v_proj(values))
+        return rotate_heads(self.rotary, k, offset, context), self._split_heads(self.v_proj(values))
 
     @staticmethod
     def _normed(norm: nn.Module | None, heads: Tensor) -> Tensor:
         return heads if norm is None else norm(heads)
-
-    def _rotated(self, heads: Tensor, offset: int, context: AttentionContext | None) -> Tensor:
-        return rotate_heads(self.rotary, heads, offset, context)
 
     # -- the heads, the gate, the output -------------------------------------------------------------
 
@@ -373,12 +373,14 @@ class SoftmaxAttention(SelfAttention):
 
     def extra_repr(self) -> str:
         options = [
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}",
+            f"num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else "",
             "qk_norm=True" if self.q_norm is not None else "",
             f"gate={self.gate!r}" if self.gate is not None else "",
             "sinks=True" if self.sinks is not None else "",
             f"window={self.window}, sink_tokens={self.sink_tokens}" if self.window is not None else "",
         ]
-        return ", ".join([super().extra_repr(), *filter(None, options)])
+        return ", ".join(filter(None, options))
 
 
 @register_attention_layer("qk_norm", aliases=("qknorm",))
@@ -402,3 +404,11 @@ class SinkAttention(SoftmaxAttention):
     layers are ``{name: sink_attention, window: 128}``, its full layers this)."""
 
     __init__ = partialmethod(SoftmaxAttention.__init__, sinks=True, sink_tokens=0)
+
+
+@register_attention_layer("streaming", aliases=("streaming_llm",))
+class StreamingAttention(SoftmaxAttention):
+    """``softmax`` with ``window=128`` by default (and ``sink_tokens`` 4): StreamingLLM's window
+    with its first tokens, a fixed-size cache, at gpt-oss's window."""
+
+    __init__ = partialmethod(SoftmaxAttention.__init__, window=128)
