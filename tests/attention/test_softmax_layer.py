@@ -129,6 +129,27 @@ def test_the_layer_computes_its_equations_with_and_without_padding(options, caus
         torch.testing.assert_close(weights, expected_weights, rtol=tolerance, atol=tolerance)
 
 
+def decode(layer: SoftmaxAttention, x: Tensor, keep: Tensor | None, prompt: int) -> tuple[Tensor, list]:
+    """A prompt, then one position at a time through ``attend_cached``: the outputs and the caches."""
+    outputs, caches, cache = [], [], None
+    for first, last in [(0, prompt), *((t, t + 1) for t in range(prompt, x.shape[1]))]:
+        seen = None if keep is None else keep[:, :last]  # the mask over every position seen
+        output, cache = layer.attend_cached(x[:, first:last], cache, AttentionContext.for_keys(seen, is_causal=True))
+        outputs.append(output)
+        caches.append(cache)
+    return torch.cat(outputs, 1), caches
+
+
+def test_without_a_window_decoding_through_the_key_value_cache_equals_the_full_forward() -> None:
+    layer = build(True, sinks=True, qk_norm=True, gate="elementwise", num_kv_heads=2).eval()
+    x = torch.randn(B, 9, E, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    keep = torch.arange(9) >= torch.tensor([0, 2, 5])[:, None]  # left-padded rows
+    decoded, caches = decode(layer, x, keep, 3)
+    full = layer(x, AttentionContext.for_keys(keep, is_causal=True)).output
+    torch.testing.assert_close(decoded, full, rtol=1e-10, atol=1e-10)
+    assert isinstance(caches[-1], KeyValueCache) and caches[-1].keys.shape == (B, 2, 9, E // H)
+
+
 @pytest.mark.parametrize("position", ["rope", "alibi"])
 def test_a_window_cache_keeps_the_first_tokens_and_the_last_window_and_decodes_as_the_full_forward(position) -> None:
     torch.manual_seed(0)
@@ -139,22 +160,22 @@ def test_a_window_cache_keeps_the_first_tokens_and_the_last_window_and_decodes_a
     x = torch.randn(B, length, E, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     for keep in (None, torch.arange(length) >= torch.tensor([0, 2, 5])[:, None]):  # left-padded rows
         full = layer(x, AttentionContext.for_keys(keep, is_causal=True)).output
-        outputs, cache, sizes = [], None, []
-        for first, last in [(0, 4), *((t, t + 1) for t in range(4, length))]:
-            seen = None if keep is None else keep[:, :last]
-            output, cache = layer.attend_cached(
-                x[:, first:last], cache, AttentionContext.for_keys(seen, is_causal=True)
-            )
-            outputs.append(output)
-            sizes.append(cache.nbytes)
-        torch.testing.assert_close(torch.cat(outputs, 1), full, rtol=1e-10, atol=1e-10)
+        decoded, caches = decode(layer, x, keep, 4)
+        torch.testing.assert_close(decoded, full, rtol=1e-10, atol=1e-10)
+        cache = caches[-1]
         assert isinstance(cache, WindowCache) and cache.length == length
         assert cache.positions.tolist() == [0, 1, 9, 10]  # two first tokens, the window's other two
-        assert len(set(sizes)) == 1  # full from the prompt on: 2 + 3 - 1 positions, never more
+        assert len({c.nbytes for c in caches}) == 1  # full from the prompt on: 2 + 3 - 1 positions, never more
         picked = cache.select(torch.tensor([2, 0]))
         assert torch.equal(picked.keys, cache.keys[[2, 0]]) and picked.length == length
     assert isinstance(layer.attend_cached(x[:, :2], None)[1], WindowCache)
     assert isinstance(build(sinks=True).attend_cached(x[:, :2], None)[1], KeyValueCache)  # no window: every key
+
+
+@pytest.mark.parametrize("position", [None, "rope", "alibi"])
+def test_the_options_together_keep_the_contract(position: str | None) -> None:
+    options = {"qk_norm": True, "gate": "headwise", "sinks": True, "window": 2, "sink_tokens": 1, "num_kv_heads": 1}
+    assert zoo.check_attention("softmax", position=position, **options).passed[-1] == "gradients"
 
 
 def test_the_named_recipes_are_the_layer_with_other_defaults() -> None:
@@ -206,7 +227,8 @@ def test_the_stack_hands_the_layer_the_models_kv_heads_and_dropout_and_gpt_oss_a
 def test_each_recipe_trains_a_tiny_gpt() -> None:
     torch.manual_seed(0)
     names = ["softmax", "qk_norm", "gated_attention", {"name": "sink_attention", "window": 8}]
-    model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=4, position="rope", attention=names)
+    names.append({"name": "streaming", "window": 4})
+    model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=5, position="rope", attention=names)
     tokens = torch.arange(25).remainder(6).repeat(8, 1)  # repeats every 6 tokens: learnable from context
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
