@@ -18,6 +18,7 @@ from zoo.attention import AttentionContext, AttentionSpec
 from zoo.attention.cache import KeyValueCache, WindowCache
 from zoo.attention.variants.softmax import SoftmaxAttention
 from zoo.models.gpt import GPT
+from zoo.models.transformer import Transformer
 from zoo.positions import create_position
 from zoo.summary import attention_by_layer
 
@@ -222,6 +223,15 @@ def test_the_stack_hands_the_layer_the_models_kv_heads_and_dropout_and_gpt_oss_a
     _, caches = model(prompt, use_cache=True)
     assert [type(c) for c in caches] == [WindowCache, KeyValueCache] * 2
     assert attention_by_layer(model) == ["blocks.attention: sink_attention (all 4)"]
+
+
+def test_a_transformer_takes_the_layer_for_its_self_attention_and_dot_product_across() -> None:
+    model = Transformer(
+        30, d_model=E, num_heads=H, num_encoder_layers=1, num_decoder_layers=1, attention="sink_attention"
+    )
+    block = model.decoder_blocks[0]
+    assert type(block.self_attention).__name__ == "SinkAttention"
+    assert block.cross_attention.attention_name == "dot_product"
 
 
 def test_each_recipe_trains_a_tiny_gpt() -> None:

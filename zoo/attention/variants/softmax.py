@@ -106,6 +106,8 @@ class SoftmaxAttention(SelfAttention):
     stack_layer = True
     supports_rotary = True
     supports_position_bias = True
+    #: a self-attention layer: a decoder's cross-attention takes a scoring attention (``dot_product``)
+    supports_cross_attention = False
 
     def __init__(
         self,
@@ -141,6 +143,7 @@ class SoftmaxAttention(SelfAttention):
         self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
         self.window = window
         self.sink_tokens = sink_tokens if window is not None else 0
+        self.supports_cross_attention = False  # the multi-head layer copied its heads' flag
         if sinks:  # some weight may go to no key: an instance flag, as a multi-head layer's are
             self.normalized_weights = False
 
