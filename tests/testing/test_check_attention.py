@@ -176,6 +176,32 @@ class _UnnormalizedWeights(_Cosine):
         return AttentionOutput(weights @ values, 2 * weights if need_weights else None)
 
 
+class _SigmoidClaimingADistribution(_Cosine):
+    """Sigmoid weights, each on its own, without saying that they are no distribution."""
+
+    def weigh(self, scores: Tensor, mask: Tensor | None) -> Tensor:
+        weights = torch.sigmoid(scores)
+        return weights if mask is None else weights.masked_fill(~mask, 0.0)
+
+
+class _SigmoidSeeingHiddenKeys(_SigmoidClaimingADistribution):
+    """Says its weights are no distribution, and weighs the keys the mask hides too."""
+
+    normalized_weights = False
+
+    def weigh(self, scores: Tensor, mask: Tensor | None) -> Tensor:
+        return torch.sigmoid(scores)
+
+
+def test_weights_declared_no_distribution_are_checked_for_hidden_keys_only() -> None:
+    class Sigmoid(_SigmoidClaimingADistribution):
+        normalized_weights = False
+
+    assert check_attention(Sigmoid).passed == ALL_CHECKS
+    # a multi-head layer says what its heads' weights are
+    assert check_attention("self", attention="sigmoid").passed == ALL_CHECKS
+
+
 class _HalfPrecisionOverflow(_Cosine):
     """Multiplies scores by a constant that overflows float16."""
 
@@ -256,6 +282,8 @@ class _NoCausal(_Cosine):
         ),
         (_UniformWhenNothingIsVisible, "padding", "with valid_lens of shape (B, Lq), query"),
         (_UnnormalizedWeights, "weights", "must sum to 1"),
+        (_SigmoidClaimingADistribution, "weights", "must sum to 1"),
+        (_SigmoidSeeingHiddenKeys, "padding", "hidden from it, changed"),
         (_HalfPrecisionOverflow, "float16", "the output in torch.float16 has NaN or inf"),
         (_ReturnsFloat32, "float16", "torch.float16 inputs gave a torch.float32 output"),
         (_UnusedParameter, "gradients", "the trainable parameter 'forgotten' gets no gradient"),
