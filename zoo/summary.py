@@ -81,10 +81,10 @@ def attention_by_layer(
     """
     stacks: dict[str, list[str]] = {}
     for name, module in model.named_modules():
-        if isinstance(module, HeadedAttention):
-            described = module.spec.describe()
-        elif isinstance(module, AttentionLayer) and module.stack_layer:  # a layer built by its registered name
+        if isinstance(module, AttentionLayer) and module.stack_layer:  # a layer built by its registered name
             described = ATTENTION_REGISTRY.name_of(type(module)) or type(module).__name__
+        elif isinstance(module, HeadedAttention):
+            described = module.spec.describe()
         else:
             continue
         if device is not None and (backend := backend_of(module, device, dtype)) != "zoo":

@@ -37,7 +37,10 @@ LLAMA_VARIANTS = [
     "local",
     "longformer",
     "performer",
+    "sigmoid",
+    "softpick",
     "sparse",
+    "stick_breaking",
 ]
 LLAMA_REFUSED = {
     "bigbird": "causal masking",
@@ -48,7 +51,10 @@ LLAMA_REFUSED = {
 }
 #: attention layers own their projections: a Hugging Face model's layer owns them there, so these
 #: are no attention function of it
-ZOO_LAYERS = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2"]
+ZOO_LAYERS = [
+    "retention", "gla", "deltanet", "gated_deltanet", "mamba2",
+    "softmax", "qk_norm", "gated_attention", "sink_attention", "streaming", "differential", "forgetting",
+]  # fmt: skip
 
 
 def llama(attention: str, **config: object) -> torch.nn.Module:

@@ -40,6 +40,7 @@ def _compatible_scorings() -> list[str]:
         and e.obj.supports_padding_mask
         and e.obj.supports_weights
         and e.obj.supports_cross_attention
+        and e.obj.supports_bidirectional  # a decoder attends over the whole source
     ]
 
 

@@ -19,8 +19,10 @@ ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16"
 #: what the kit adds for a variant that decodes with a fixed-size state
 STATE_CHECKS = ("state_decoding", "state_size")
 RECURRENT = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2", "kda", "rwkv7", "gated_deltaproduct"]
-#: causal-only layers that decode from a growing cache of keys and values, not a state
+#: causal-only layers that decode from a growing cache of keys and values and take key masks only
 CAUSAL_SPARSE = ["moba", "nsa"]
+#: causal-only variants that decode from every key and value (a key/value cache): checked causally
+CAUSAL_ONLY = ["stick_breaking", "forgetting"]
 #: what a causal-only layer declares it cannot do, and is verified to refuse
 RECURRENT_SKIPS = {
     "bidirectional": "declares supports_bidirectional=False (and refuses it): checked causally",
@@ -41,20 +43,25 @@ def test_every_built_in_keeps_the_contract(name: str) -> None:
     recurrent = name in RECURRENT
     expected = tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
     assert report.passed == expected + (STATE_CHECKS if recurrent else ())
-    # a sliding window needs one sequence: checked on equal lengths, and it refuses two (a layer a
-    # stack builds by name is always fed one sequence)
-    cls = zoo.get_attention(name)
-    one_sequence = not getattr(cls, "supports_cross_attention", True) and not getattr(cls, "stack_layer", False)
+    # a sliding window needs one sequence: checked on equal lengths, and it refuses two (a layer a stack
+    # builds by name is fed one sequence anyway)
+    variant = zoo.get_attention(name)
+    layer = issubclass(variant, zoo.AttentionLayer) and variant.stack_layer
+    one_sequence = not getattr(variant, "supports_cross_attention", True) and not layer
     skipped = {"two_sequences": "declares supports_cross_attention=False (and refuses it)"} if one_sequence else {}
     if not_causal:
         skipped["causal"] = "declares supports_causal=False (and refuses it)"
+    if name in CAUSAL_ONLY:
+        skipped["bidirectional"] = RECURRENT_SKIPS["bidirectional"]
     assert report.skipped == (RECURRENT_SKIPS if name in RECURRENT + CAUSAL_SPARSE else skipped)
 
 
 def test_the_recurrent_built_ins_are_those_that_decode_with_a_state() -> None:
-    causal_only = [name for name in BUILT_INS if not zoo.get_attention(name).supports_bidirectional]
-    assert sorted(RECURRENT + CAUSAL_SPARSE) == sorted(causal_only)
-    assert sorted(RECURRENT) == sorted(name for name in causal_only if zoo.get_attention(name).fixed_state)
+    causal_only = {name for name in BUILT_INS if not zoo.get_attention(name).supports_bidirectional}
+    assert sorted(RECURRENT) == sorted(
+        name for name in causal_only if getattr(zoo.get_attention(name), "fixed_state", False)
+    )
+    assert sorted(causal_only - set(RECURRENT)) == sorted(CAUSAL_SPARSE + CAUSAL_ONLY)
 
 
 def test_a_one_sequence_variant_that_accepts_two_sequences_is_caught() -> None:
@@ -171,6 +178,32 @@ class _UnnormalizedWeights(_Cosine):
         return AttentionOutput(weights @ values, 2 * weights if need_weights else None)
 
 
+class _SigmoidClaimingADistribution(_Cosine):
+    """Sigmoid weights, each on its own, without saying that they are no distribution."""
+
+    def weigh(self, scores: Tensor, mask: Tensor | None) -> Tensor:
+        weights = torch.sigmoid(scores)
+        return weights if mask is None else weights.masked_fill(~mask, 0.0)
+
+
+class _SigmoidSeeingHiddenKeys(_SigmoidClaimingADistribution):
+    """Says its weights are no distribution, and weighs the keys the mask hides too."""
+
+    normalized_weights = False
+
+    def weigh(self, scores: Tensor, mask: Tensor | None) -> Tensor:
+        return torch.sigmoid(scores)
+
+
+def test_weights_declared_no_distribution_are_checked_for_hidden_keys_only() -> None:
+    class Sigmoid(_SigmoidClaimingADistribution):
+        normalized_weights = False
+
+    assert check_attention(Sigmoid).passed == ALL_CHECKS
+    # a multi-head layer says what its heads' weights are
+    assert check_attention("self", attention="sigmoid").passed == ALL_CHECKS
+
+
 class _HalfPrecisionOverflow(_Cosine):
     """Multiplies scores by a constant that overflows float16."""
 
@@ -251,6 +284,8 @@ class _NoCausal(_Cosine):
         ),
         (_UniformWhenNothingIsVisible, "padding", "with valid_lens of shape (B, Lq), query"),
         (_UnnormalizedWeights, "weights", "must sum to 1"),
+        (_SigmoidClaimingADistribution, "weights", "must sum to 1"),
+        (_SigmoidSeeingHiddenKeys, "padding", "hidden from it, changed"),
         (_HalfPrecisionOverflow, "float16", "the output in torch.float16 has NaN or inf"),
         (_ReturnsFloat32, "float16", "torch.float16 inputs gave a torch.float32 output"),
         (_UnusedParameter, "gradients", "the trainable parameter 'forgotten' gets no gradient"),

@@ -49,6 +49,18 @@ from zoo.attention.variants.gated_deltaproduct import GatedDeltaProductAttention
 from zoo.attention.variants.mla import MultiHeadLatentAttention  # noqa: E402
 from zoo.attention.variants.moba import MoBAAttention  # noqa: E402
 from zoo.attention.variants.nsa import NativeSparseAttention  # noqa: E402
+from zoo.attention.variants.softmax import (  # noqa: E402
+    GatedAttention,
+    QKNormAttention,
+    SinkAttention,
+    SoftmaxAttention,
+    StreamingAttention,
+)
+from zoo.attention.variants.sigmoid import SigmoidAttention  # noqa: E402
+from zoo.attention.variants.softpick import SoftpickAttention  # noqa: E402
+from zoo.attention.variants.stick_breaking import StickBreakingAttention  # noqa: E402
+from zoo.attention.variants.differential import DifferentialAttention  # noqa: E402
+from zoo.attention.variants.forgetting import ForgettingAttention  # noqa: E402
 from zoo.attention.spec import AttentionSpec, layer_specs  # noqa: E402
 from zoo.attention.headed import HeadedAttention  # noqa: E402
 from zoo.attention.multi_head import CrossAttention, MultiHeadAttention, SelfAttention, self_attention_layer  # noqa: E402
@@ -70,8 +82,11 @@ __all__ = [
     "BigBirdAttention",
     "CrossAttention",
     "DeltaNetAttention",
+    "DifferentialAttention",
     "DotProductAttention",
     "FixedSparseAttention",
+    "ForgettingAttention",
+    "GatedAttention",
     "GatedDeltaNetAttention",
     "GatedDeltaProductAttention",
     "GatedLinearAttention",
@@ -90,11 +105,18 @@ __all__ = [
     "NativeSparseAttention",
     "PerformerAttention",
     "RWKV7Attention",
+    "QKNormAttention",
     "ReformerAttention",
     "RecurrentLayer",
     "RetentionAttention",
     "SelfAttention",
+    "SigmoidAttention",
+    "SinkAttention",
     "SinkhornAttention",
+    "SoftmaxAttention",
+    "SoftpickAttention",
+    "StickBreakingAttention",
+    "StreamingAttention",
     "SynthesizerAttention",
     "causal_mask",
     "create_attention",

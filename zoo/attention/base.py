@@ -86,6 +86,10 @@ class _Capabilities:
     supports_weights: ClassVar[bool] = True
     #: has a fused kernel used whenever weights are not requested
     has_fused_path: ClassVar[bool] = False
+    #: each query's weights are a distribution over the keys it sees (non-negative, summing to
+    #: one); False where they are not: sigmoid and softpick weights, stick-breaking's, a softmax
+    #: that leaves mass on a learned sink, differential attention's difference of two maps
+    normalized_weights: ClassVar[bool] = True
     #: attends in both directions when not causal (an encoder's self-attention, cross-attention);
     #: False for a causal recurrence (retention, DeltaNet), which encoders refuse
     supports_bidirectional: ClassVar[bool] = True
@@ -271,9 +275,16 @@ class Attention(_Capabilities, nn.Module):
         bias = context.bias_grid(queries.shape[-2], keys.shape[-2], queries.device)
         if bias is not None:
             scores = scores + bias.to(scores.dtype)
-        weights = masked_softmax(scores, mask=mask)
+        weights = self.weigh(scores, mask)
         output = torch.matmul(self.dropout(weights), values)
         return AttentionOutput(output, weights if context.need_weights else None)
+
+    def weigh(self, scores: Tensor, mask: Tensor | None) -> Tensor:
+        """The weights ``(*batch, Lq, Lk)`` of the scores under ``mask`` (boolean, True = attend,
+        causality merged in, bottom-right aligned; or None): the masked softmax here. A variant
+        that maps scores to weights another way (a sigmoid, softpick) overrides this alone; its
+        weights must be zero on hidden keys."""
+        return masked_softmax(scores, mask=mask)
 
     @staticmethod
     def empty_output(queries: Tensor, keys: Tensor, values: Tensor, need_weights: bool) -> AttentionOutput:

@@ -9,6 +9,8 @@ is the layer's business:
   so its size grows with the context;
 * a recurrent layer (retention, gated linear attention, the DeltaNets, Mamba-2, KDA, RWKV-7)
   keeps a fixed-size state (:class:`StateCache`), whatever the context's length;
+* a sliding-window layer keeps the keys and values of the first positions and of the last
+  window (:class:`WindowCache`, StreamingLLM's rolling cache), a fixed size too;
 * multi-head latent attention (``mla``) keeps one compressed latent and one shared rotary key per
   position (:class:`LatentCache`): it grows with the context, but by a fraction of a multi-head
   layer's keys and values.
@@ -26,7 +28,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-__all__ = ["KeyValueCache", "LatentCache", "LayerCache", "StateCache"]
+__all__ = ["KeyValueCache", "LatentCache", "LayerCache", "StateCache", "WindowCache"]
 
 
 class LayerCache(Protocol):
@@ -110,3 +112,67 @@ class LatentCache:
 
     def select(self, index: Tensor) -> LatentCache:
         return LatentCache(self.latent.index_select(0, index), self.rope_key.index_select(0, index))
+
+
+@dataclass(frozen=True)
+class WindowCache:
+    """The keys and values a sliding window can still reach: those of the first ``sink_tokens``
+    positions and of the last ``window - 1`` (StreamingLLM's attention sinks and rolling cache,
+    Xiao et al., 2023), ``(B, num_kv_heads, n, d)`` each with ``n <= sink_tokens + window - 1``,
+    in the order of their positions; ``length`` counts every position seen. A query at position
+    ``t`` sees the first positions and ``t - window + 1 .. t``, so the next one needs nothing
+    older: the cache stops growing once it holds ``sink_tokens + window - 1`` positions.
+    """
+
+    keys: Tensor
+    values: Tensor
+    length: int
+    sink_tokens: int
+    window: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.values.nbytes
+
+    @property
+    def positions(self) -> Tensor:
+        """The positions of the keys held, ``(n,)``: the first ones, then the last ones, in order."""
+        first = min(self.sink_tokens, self.length)
+        recent = self.keys.shape[-2] - first
+        device = self.keys.device
+        return torch.cat(
+            [torch.arange(first, device=device), torch.arange(self.length - recent, self.length, device=device)]
+        )
+
+    def extend(self, keys: Tensor, values: Tensor) -> WindowCache:
+        """This cache followed by new positions' keys and values, before it is trimmed: what the
+        new positions attend over (:meth:`trimmed` keeps what later ones can reach)."""
+        return WindowCache(
+            torch.cat([self.keys, keys], dim=-2),
+            torch.cat([self.values, values], dim=-2),
+            self.length + keys.shape[-2],
+            self.sink_tokens,
+            self.window,
+        )
+
+    def trimmed(self) -> WindowCache:
+        """The first positions and the last ``window - 1``: all that the next query can see."""
+        first = min(self.sink_tokens, self.length)
+        recent = min(self.length - first, self.window - 1, self.keys.shape[-2] - first)
+        if first + recent == self.keys.shape[-2]:
+            return self
+        held = self.keys.shape[-2]
+
+        def keep(t: Tensor) -> Tensor:
+            return torch.cat([t[..., :first, :], t[..., held - recent :, :]], dim=-2)
+
+        return WindowCache(keep(self.keys), keep(self.values), self.length, self.sink_tokens, self.window)
+
+    def select(self, index: Tensor) -> WindowCache:
+        return WindowCache(
+            self.keys.index_select(0, index),
+            self.values.index_select(0, index),
+            self.length,
+            self.sink_tokens,
+            self.window,
+        )

@@ -114,7 +114,7 @@ class HeadedAttention(AttentionLayer):
         # class's, so check_attention and callers see, say, that a linformer layer is not causal.
         for flag in (
             "supports_padding_mask", "supports_query_mask", "supports_causal", "supports_bidirectional",
-            "supports_cross_attention", "supports_weights",
+            "supports_cross_attention", "supports_weights", "normalized_weights",
         ):  # fmt: skip
             setattr(self, flag, getattr(self.score_attention, flag))
         self.position = spec.position

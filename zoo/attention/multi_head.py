@@ -32,13 +32,17 @@ def self_attention_layer(
     """A block's self-attention layer of width ``embed_dim`` and ``num_heads`` heads: a
     :class:`SelfAttention` running the spec's scoring attention per head, or the attention layer
     the spec names, built with the spec's arguments, the stack's position scheme and ``bias``
-    (where its constructor takes them)."""
+    (where its constructor takes them), and the spec's ``num_kv_heads``, ``dropout`` and
+    ``layer_index`` where its constructor names them (a layer with a ``**kwargs`` catch-all is
+    not handed those: they were not the stack's before)."""
     spec = AttentionSpec(attention) if isinstance(attention, str) else attention
     if not spec.is_layer:
         return SelfAttention(embed_dim, num_heads, spec, bias=bias)
     accepted = accepted_keywords(spec.variant)  # None: a constructor that takes any keyword
     stack = {"position": spec.position, "bias": bias}
     given = {key: value for key, value in stack.items() if value is not None and (accepted is None or key in accepted)}
+    named = {"num_kv_heads": spec.num_kv_heads, "dropout": spec.dropout, "layer_index": spec.layer_index}
+    given |= {key: value for key, value in named.items() if value is not None and key in (accepted or ())}
     return spec.variant(embed_dim=embed_dim, num_heads=num_heads, **given, **dict(spec.kwargs))  # checked by the spec
 
 

@@ -65,8 +65,10 @@ def takes_position(variant: type[nn.Module], kind: str) -> bool:
     return flag is None or (issubclass(variant, (Attention, AttentionLayer)) and getattr(variant, flag))
 
 
-#: what a stack fills in when it builds a layer by name, never an entry's argument
-STACK_ARGUMENTS = ("embed_dim", "num_heads", "position", "bias")
+#: what a stack fills in when it builds a layer by name, never an entry's argument: the first four
+#: for every layer that takes them, the others (a multi-head layer's options, and the layer's depth)
+#: for a layer whose constructor names them
+STACK_ARGUMENTS = ("embed_dim", "num_heads", "position", "bias", "num_kv_heads", "dropout", "layer_index")
 
 
 @dataclass(frozen=True)
@@ -85,10 +87,14 @@ class AttentionSpec:
             stack's).
         num_kv_heads: Key/value heads of a multi-head layer (grouped-query attention; 1 is
             multi-query); ``None``: as many as query heads. Layers that own their projections
-            size their own heads, and ignore it.
+            size their own heads, and ignore it, unless their constructor takes ``num_kv_heads``
+            (the ``softmax`` layer's does).
         position: The rotary or bias scheme of the layer's stack, shared by its layers; ``None``
             for none or for an absolute scheme, which acts on the embeddings in the model.
         dropout: Dropout on the attention weights during training.
+        layer_index: The layer's place in its stack, from 0 (:func:`layer_specs` sets it); a
+            layer whose constructor takes ``layer_index`` gets it, for what depends on depth
+            (differential attention's ``lambda_init``). ``None``: a spec of no stack.
     """
 
     name: str = "dot_product"
@@ -96,13 +102,15 @@ class AttentionSpec:
     num_kv_heads: int | None = None
     position: PositionScheme | None = None
     dropout: float = 0.0
+    layer_index: int | None = None
 
     def __post_init__(self) -> None:
         variant = require_attention(self.name, role="a stack's attention", layers=True)
         if issubclass(variant, AttentionLayer) and (filled := sorted(set(self.kwargs) & set(STACK_ARGUMENTS))):
             raise ValueError(
-                f"attention {self.name!r}: {', '.join(filled)} come from the model (its width, heads, position and "
-                "bias options); give the layer's own arguments only."
+                f"attention {self.name!r}: {', '.join(filled)} come from the model (its width, heads, position, bias, "
+                "num_kv_heads and attention dropout options, and the layer's depth); give the layer's own arguments "
+                "only."
             )
         check_kwargs(variant, dict(self.kwargs), what=f"attention {self.name!r}")
         if self.num_kv_heads is not None and (not isinstance(self.num_kv_heads, int) or self.num_kv_heads < 1):
@@ -214,7 +222,7 @@ def layer_specs(
             f"a list of {period} attention entries neither gives one per {stack} nor repeats evenly over "
             f"{num_layers}; give {num_layers} entries or a pattern whose length divides {num_layers}."
         )
-    specs = []  # a pattern's entries are built once and shared by their repeats
+    specs = []  # a pattern's entries are built and checked once, then placed at each of their layers
     for index, entry in enumerate(entries):
         where = _layers_of(index, period, num_layers, stack)
         name, arguments = _entry(entry, where)
@@ -229,7 +237,7 @@ def layer_specs(
             "decoding": decoding,
         }
         specs.append(spec.require(role=f"{role}, {where}", **needs))
-    return [specs[layer % period] for layer in range(num_layers)]
+    return [replace(specs[layer % period], layer_index=layer) for layer in range(num_layers)]
 
 
 def _layers_of(index: int, period: int, num_layers: int, stack: str) -> str:

@@ -48,7 +48,10 @@ norms) must get a gradient. Such a layer takes a rotary or bias scheme as its ``
   positions seen, and ``select`` keeps the rows it picks.
 
 Its weights are the parallel form's decayed scores, not a distribution: they are checked to be
-zero where a query cannot see, not to be non-negative or to sum to one. A causal-only variant (``supports_bidirectional = False``) is checked causally
+zero where a query cannot see, not to be non-negative or to sum to one. So are the weights of a
+variant that declares ``normalized_weights = False`` (sigmoid and softpick attention,
+stick-breaking, a softmax with a learned sink, differential attention), whose all-zero rows need
+not mean that a query sees no key either. A causal-only variant (``supports_bidirectional = False``) is checked causally
 throughout (``causal`` too: the output at a position does not depend on later inputs) and must
 refuse a non-causal call; one that takes key padding only (``supports_query_mask = False``) is
 checked with key masks (lengths, left padding) and must refuse a mask per query.

@@ -157,12 +157,17 @@ def check_weights(h: Harness, g: torch.Generator) -> None:
         if (weights.masked_select(~keep_b.expand_as(weights)) != 0).any():
             fail(f"with {what}, weights must be exactly zero on keys a query cannot see.")
         sees = weights.ne(0).any(-1)  # the rows the variant gives any weight
-        # a recurrent variant's weights are its decayed scores, which multiply the values: not a distribution
-        if not h.recurrent and (weights < 0).any():
+        # a recurrent variant's weights are its decayed scores, which multiply the values, and a variant
+        # that declares normalized_weights=False (sigmoid, softpick, a learned sink, a difference of two
+        # softmax maps) maps its scores to weights that are no distribution either
+        normalized = getattr(h.prototype, "normalized_weights", True)
+        distribution = normalized and not h.recurrent
+        if distribution and (weights < 0).any():
             fail(f"with {what}, weights must be non-negative.")
-        if not h.recurrent and not close(weights.sum(-1), sees.to(weights.dtype)):
+        if distribution and not close(weights.sum(-1), sees.to(weights.dtype)):
             fail(f"with {what}, each query's weights must sum to 1 (0 for a query that sees no key).")
-        _check_blind_rows(h, module, inputs, output, sees if weights.dim() == 3 else sees.any(1), what, g, **mask)
+        if normalized:  # else all-zero weights need not mean a query sees no key (softpick rectifies them)
+            _check_blind_rows(h, module, inputs, output, sees if weights.dim() == 3 else sees.any(1), what, g, **mask)
         if not close(output, plain):
             fail(f"with {what}, need_weights=True changes the output (the explicit and the fast path disagree).")
         if h.scoring and not close(output, weights @ inputs[2].cpu()):

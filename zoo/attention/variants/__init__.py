@@ -33,16 +33,19 @@ from zoo.attention.variants import (
     mla,
     moba,
     nsa,
+    softmax,
+    sigmoid,
+    softpick,
+    stick_breaking,
+    differential,
+    forgetting,
 )
 
 #: the variants' modules (``patterns`` is the base of the block-sparse ones)
 MODULES = (
     additive, average, dot_product, gaussian_kernel, linear, local, performer, linformer, longformer, bigbird,
     sparse, synthesizer, sinkhorn, reformer, retention, gla, deltanet, mamba2, patterns, kda, rwkv7,
-    gated_deltaproduct,
-    mla,
-    moba,
-    nsa,
+    gated_deltaproduct, mla, moba, nsa, softmax, sigmoid, softpick, stick_breaking, differential, forgetting,
 )  # fmt: skip
 
 __all__ = ["MODULES"]

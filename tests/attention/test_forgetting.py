@@ -1,0 +1,141 @@
+"""The Forgetting Transformer (``forgetting``) against its equations written out here with loops
+in float64, causally and under padding, its decoding, its limit of softmax attention, and a tiny
+GPT and a Shakespeare fit that learn with it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import zoo
+from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
+from zoo.attention import AttentionContext, layer_specs
+from zoo.attention.variants.forgetting import ForgetCache, ForgettingAttention
+from zoo.models.gpt import GPT
+
+B, L, E, H = 3, 7, 16, 4
+
+
+@torch.no_grad()
+def reference(layer: ForgettingAttention, x: Tensor, keep: Tensor) -> Tensor:
+    """Lin et al.: ``softmax_j(q_i . k_j / sqrt(d) + sum_{j < l <= i} log f_l) v_j`` with
+    ``f_l = sigmoid(w . x_l + b)``, one head and query at a time; a position ``keep`` ``(B, L, L)``
+    hides from a query is neither read nor forgets for it. With the layer's sinks, if it has them."""
+    batch, length, _ = x.shape
+    heads, d = layer.num_heads, layer.head_dim
+
+    def project(linear: torch.nn.Linear, count: int) -> Tensor:
+        return (x @ linear.weight.T + linear.bias).view(batch, length, count, linear.out_features // count)
+
+    q, k, v = project(layer.q_proj, heads), project(layer.k_proj, heads), project(layer.v_proj, heads)
+    forget = torch.sigmoid(x @ layer.forget_proj.weight.T + layer.forget_proj.bias)  # (B, L, H)
+    out = torch.zeros(batch, length, heads, d, dtype=x.dtype)
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(length):
+                seen = [j for j in range(i + 1) if keep[b, i, j]]
+                logits = {
+                    j: float(q[b, i, h] @ k[b, j, h]) / math.sqrt(d)
+                    + sum(math.log(forget[b, m, h]) for m in range(j + 1, i + 1) if keep[b, i, m])
+                    for j in seen
+                }
+                denominator = sum(math.exp(z) for z in logits.values())
+                if layer.sinks is not None:
+                    denominator += math.exp(float(layer.sinks[h]))
+                for j, z in logits.items():
+                    out[b, i, h] += math.exp(z) / denominator * v[b, j, h]
+    return out.reshape(batch, length, -1) @ layer.out_proj.weight.T + layer.out_proj.bias
+
+
+def built(**options) -> ForgettingAttention:
+    torch.manual_seed(0)
+    layer = ForgettingAttention(E, H, **options).double()
+    with torch.no_grad():  # gates spread over (0, 1): some heads forget fast
+        layer.forget_proj.weight.mul_(3.0)
+        if layer.sinks is not None:
+            layer.sinks.uniform_(-1.0, 1.0)
+    return layer
+
+
+@pytest.mark.parametrize("options", [{}, {"sinks": True}])
+def test_the_layer_computes_the_papers_equations_with_and_without_padding(options) -> None:
+    layer = built(**options)
+    x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    holes = torch.rand(B, L, generator=torch.Generator().manual_seed(2)) > 0.3  # key padding with holes
+    per_query = torch.rand(B, L, L, generator=torch.Generator().manual_seed(3)) > 0.3  # a mask per query
+    cases = [
+        (AttentionContext(is_causal=True), torch.ones(B, L, L, dtype=torch.bool)),
+        (AttentionContext.for_keys(holes, is_causal=True), holes[:, None, :].expand(B, L, L)),
+        (AttentionContext.build(B, L, attn_mask=per_query, is_causal=True), per_query),
+    ]
+    for context, keep in cases:
+        expected = reference(layer, x, keep)
+        torch.testing.assert_close(layer(x, context).output, expected, rtol=1e-10, atol=1e-10)  # fused kernel
+        explicit = layer(x, context.replace(need_weights=True)).output
+        torch.testing.assert_close(explicit, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_with_every_gate_at_one_it_is_softmax_attention() -> None:
+    layer = built()
+    with torch.no_grad():
+        layer.forget_proj.weight.zero_()
+        layer.forget_proj.bias.fill_(60.0)  # log sigmoid(60) = -9e-27: no forgetting in float64
+    softmax = zoo.create_attention("softmax", embed_dim=E, num_heads=H).double()
+    softmax.load_state_dict({k: v for k, v in layer.state_dict().items() if not k.startswith("forget_proj")})
+    x = torch.randn(B, L, E, dtype=torch.float64)
+    context = AttentionContext(is_causal=True)
+    torch.testing.assert_close(layer(x, context).output, softmax(x, context).output, rtol=1e-12, atol=1e-12)
+
+
+def test_decoding_token_by_token_equals_the_full_forward() -> None:
+    layer = built(qk_norm=True, gate="elementwise", position=zoo.create_position("rope", d_model=E, num_heads=H)).eval()
+    x = torch.randn(B, 10, E, dtype=torch.float64)
+    keep = torch.arange(10) >= torch.tensor([0, 2, 5])[:, None]  # left-padded rows
+    full = layer(x, AttentionContext.for_keys(keep, is_causal=True)).output
+    outputs, cache = [], None
+    for first, last in [(0, 4), *((t, t + 1) for t in range(4, 10))]:
+        output, cache = layer.attend_cached(
+            x[:, first:last], cache, AttentionContext.for_keys(keep[:, :last], is_causal=True)
+        )
+        outputs.append(output)
+    torch.testing.assert_close(torch.cat(outputs, 1), full, rtol=1e-10, atol=1e-10)
+    assert isinstance(cache, ForgetCache) and cache.length == 10 and cache.log_forget.shape == (B, H, 10)
+    picked = cache.select(torch.tensor([1]))
+    assert torch.equal(picked.log_forget, cache.log_forget[[1]])
+
+
+def test_it_is_causal_only_and_refuses_a_window() -> None:
+    assert not zoo.get_attention("forgetting").supports_bidirectional
+    with pytest.raises(zoo.IncompatibleAttentionError, match="attending in both directions"):
+        layer_specs("forgetting", None, 2, role="an encoder")
+    with pytest.raises(TypeError, match="window"):
+        zoo.AttentionSpec("forgetting", {"window": 8})
+
+
+def test_the_forgetting_transformer_trains_a_tiny_gpt() -> None:
+    torch.manual_seed(0)
+    model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=2, position="none", attention="forgetting")
+    tokens = torch.arange(25).remainder(6).repeat(8, 1)  # repeats every 6 tokens: learnable from context
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(60):
+        logits, _ = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses[::10]
+    assert model.blocks[0].attention.forget_proj.weight.grad.abs().sum() > 0
+
+
+def test_a_forgetting_gpt_fits_shakespeare_from_the_command_line(shared_data, in_tmp) -> None:
+    data = flags("data", path=shared_data / "tinyshakespeare" / "input.txt")
+    run = tiny_fit("gpt", *data, *flags("model", attention="fox", position="none"), *trainer_budget(8, 2))
+    assert hparams(run)["attention"] == "fox"
+    layer = zoo.load_checkpoint(str(run / "checkpoints" / "last.ckpt")).model.blocks[0].attention
+    assert isinstance(layer, ForgettingAttention)

@@ -1,0 +1,417 @@
+"""Softmax attention with the options of 2024-2025 models: ``softmax`` and its named recipes.
+
+One layer, :class:`SoftmaxAttention`, is the multi-head self-attention layer (``self`` over
+``dot_product``: the same projections, grouped key/value heads, rotary or bias positions and
+key/value cache) with four options that combine freely, each from the paper or model that made
+it common. Per head, with queries ``q_i``, keys ``k_j`` and values ``v_j`` of ``d`` features and
+the layer's input ``x_i``:
+
+* ``qk_norm``: ``q_i <- RMSNorm(q_i)``, ``k_j <- RMSNorm(k_j)`` over each head's ``d`` features,
+  with a learned scale of ``d`` shared by the heads, before the rotary positions (Qwen3, Gemma 3;
+  Dehghani et al., 2023). It bounds the logits, which otherwise grow in training until the
+  softmax saturates. OLMo 2 normalizes all heads' features at once, before splitting them: not
+  this.
+* ``gate`` (Qiu et al., 2025, "Gated Attention for Large Language Models"): each head's output
+  is multiplied by ``sigmoid(x_i W_g)`` before the output projection, the paper's best position
+  (after the attention, "G1"): ``"elementwise"``, one gate per output feature (``W_g`` is
+  ``embed_dim x embed_dim``), or ``"headwise"``, one per head (``embed_dim x H``). It is
+  query-dependent and sparse, so a head can output nothing instead of dumping its weight on the
+  first token; Qwen3-Next uses the elementwise gate with QK-norm. The gate's projection has a
+  bias when the stack's projections do (Qwen3-Next folds it into the query projection, without).
+* ``sinks`` (gpt-oss; Xiao et al., 2023, "attention sinks"): a learned logit ``s_h`` per head
+  that enters the softmax's denominator only,
+  ``a_ij = exp(z_ij) / (exp(s_h) + sum_l exp(z_il))``, so a query may put weight on no key (its
+  output then shrinks towards zero). It starts at 0 here (gpt-oss's are loaded from its
+  checkpoint); the weights then sum to less than one (``normalized_weights`` is False).
+* ``window`` ``W`` with ``sink_tokens`` ``S``: query ``i`` sees key ``j`` when ``|i - j| < W``
+  (causal: ``j <= i``, the last ``W`` positions, gpt-oss's and Mistral's sliding window) or
+  ``j < S``, the first positions, which StreamingLLM (Xiao et al., 2023) keeps when decoding
+  past the window because trained models park weight there. Decoding keeps exactly those in a
+  :class:`~zoo.attention.cache.WindowCache` of ``S + W - 1`` positions at most, so the cache
+  stops growing, and the full forward masks the same pairs, so the two agree. StreamingLLM
+  applies the window to models trained with full attention and renumbers positions within its
+  cache; here the model is trained with the window it decodes with and a key keeps the position
+  it was rotated at, as gpt-oss and Mistral's rolling caches do. ``S = 0`` is a plain sliding
+  window (gpt-oss's, whose learned sinks take the first tokens' part).
+
+The registered names are this one layer with other defaults, so every option combines with the
+others and with the stack's options (``--model.num_kv_heads``, ``--model.attention_dropout``,
+``--model.position rope``): ``softmax`` (none on), ``qk_norm``, ``gated_attention`` (elementwise
+gate), ``sink_attention`` (learned sinks, ``sink_tokens`` 0) and ``streaming`` (a window of 128
+with the first 4 positions). Qwen3-Next's attention is
+``{name: gated_attention, qk_norm: true}``; gpt-oss's sliding layers
+``{name: sink_attention, window: 128}`` and its full ones ``sink_attention``.
+
+Kernels: without ``sinks`` and ``window`` the heads run ``dot_product`` as ``self`` does (its
+fused kernel). A sink is one more key whose value is zero and which every query scores at its
+head's logit (queries get a constant feature 1, the sink key the logit there), so the fused kernel
+runs it with no float ``(L, L)`` mask, causal by its own flag behind one extra leading query. A
+window runs blockwise, as ``local`` does: each block of queries over the keys its window reaches
+and the first positions, in ``O(L (W + S))`` (one dense call when the window spans most of the
+sequence). Weights (``need_weights``) take the explicit form.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partialmethod
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from zoo.attention.base import AttentionOutput
+from zoo.attention.cache import LayerCache, WindowCache
+from zoo.attention.context import AttentionContext
+from zoo.attention.factory import register_attention_layer
+from zoo.attention.kernels import block_attention, rows_from
+from zoo.attention.kernels.sdpa import masked_sdpa
+from zoo.attention.masking import mask_at, masked_softmax
+from zoo.attention.multi_head import SelfAttention
+from zoo.attention.rotation import rotate_heads
+from zoo.attention.spec import AttentionSpec
+from zoo.positions import PositionScheme
+
+__all__ = ["GatedAttention", "Gate", "QKNormAttention", "SinkAttention", "SoftmaxAttention", "StreamingAttention"]
+
+Gate = Literal["elementwise", "headwise"]
+#: QK-norm's epsilon (Qwen3's, OLMo 2's and Gemma 3's)
+NORM_EPS = 1e-6
+
+
+@register_attention_layer("softmax", aliases=("softmax_attention",))
+class SoftmaxAttention(SelfAttention):
+    """Multi-head softmax self-attention with QK-norm, an output gate, learned sinks and a sliding
+    window (see the module docstring).
+
+    Args:
+        embed_dim: The block's width (the stack fills it).
+        num_heads: Query heads (the stack fills it).
+        qk_norm: RMSNorm on each head's queries and keys, with learned scales.
+        gate: ``"elementwise"`` or ``"headwise"``: a sigmoid gate of the layer's input on the
+            heads' outputs; None for none.
+        sinks: A learned logit per head in the softmax's denominator.
+        window: Keys within this many positions of the query (itself included); None for all.
+        sink_tokens: With a window: the first positions every query sees too (StreamingLLM's 4).
+        num_kv_heads: Key/value heads (grouped-query attention); the stack gives the model's.
+        dropout: Dropout on the weights; the stack gives the model's attention dropout.
+        position: The stack's rotary or bias scheme.
+        bias: Whether the projections (and the gate's) have biases.
+
+    Parameters besides ``self``'s projections: ``q_norm`` and ``k_norm`` (``head_dim`` scales
+    each), ``gate_proj``, ``sinks`` (``num_heads``).
+    """
+
+    stack_layer = True
+    supports_rotary = True
+    supports_position_bias = True
+    #: a self-attention layer: a decoder's cross-attention takes a scoring attention (``dot_product``)
+    supports_cross_attention = False
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        qk_norm: bool = False,
+        gate: Gate | None = None,
+        sinks: bool = False,
+        window: int | None = None,
+        sink_tokens: int = 4,
+        num_kv_heads: int | None = None,
+        dropout: float = 0.0,
+        position: PositionScheme | None = None,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(
+            embed_dim, num_heads, AttentionSpec("dot_product", {}, num_kv_heads, position, dropout), bias=bias
+        )
+        name = type(self).__name__
+        if gate not in (None, "elementwise", "headwise"):
+            raise ValueError(f"{name}: gate must be 'elementwise', 'headwise' or None; got {gate!r}.")
+        if window is not None and (not isinstance(window, int) or window < 1):
+            raise ValueError(f"{name}: window must be a positive integer or None; got {window!r}.")
+        if not isinstance(sink_tokens, int) or sink_tokens < 0:
+            raise ValueError(f"{name}: sink_tokens must be 0 or a positive integer; got {sink_tokens!r}.")
+        self.q_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
+        self.k_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
+        self.gate = gate
+        self.gate_proj = (
+            None if gate is None else nn.Linear(embed_dim, embed_dim if gate == "elementwise" else num_heads, bias=bias)
+        )
+        self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
+        self.window = window
+        self.sink_tokens = sink_tokens if window is not None else 0
+        self.supports_cross_attention = False  # the multi-head layer copied its heads' flag
+        if sinks:  # some weight may go to no key: an instance flag, as a multi-head layer's are
+            self.normalized_weights = False
+
+    # -- projections: QK-norm before the rotation ---------------------------------------------------
+
+    def _queries(self, queries: Tensor, offset: int, context: AttentionContext | None) -> Tensor:
+        """Queries projected, split into heads, normalized (QK-norm) and rotated at ``offset ..``."""
+        return rotate_heads(
+            self.rotary, self._normed(self.q_norm, self._split_heads(self.q_proj(queries))), offset, context
+        )
+
+    def project_kv(
+        self, keys: Tensor, values: Tensor, *, offset: int = 0, context: AttentionContext | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Keys (normalized, then rotated at ``offset ..``) and values, split into heads."""
+        k = self._normed(self.k_norm, self._split_heads(self.k_proj(keys)))
+        return rotate_heads(self.rotary, k, offset, context), self._split_heads(self.v_proj(values))
+
+    @staticmethod
+    def _normed(norm: nn.Module | None, heads: Tensor) -> Tensor:
+        return heads if norm is None else norm(heads)
+
+    # -- the heads, the gate, the output -------------------------------------------------------------
+
+    def attend_projected(self, queries: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
+        """``queries`` (the layer's input) over keys and values at positions ``0 .. Lk - 1``."""
+        return self.attend_positions(queries, k, v, context, first=k.shape[-2] - queries.shape[1])
+
+    def attend_positions(
+        self,
+        x: Tensor,
+        k: Tensor,
+        v: Tensor,
+        context: AttentionContext,
+        *,
+        first: int,
+        key_positions: Tensor | None = None,
+        logits: Tensor | None = None,
+    ) -> AttentionOutput:
+        """The layer's input ``x`` ``(B, Lq, embed_dim)`` at positions ``first ..`` over projected
+        ``k``, ``v`` ``(B, num_kv_heads, Lk, d)`` at ``key_positions`` (None: ``0 .. Lk - 1``).
+        ``logits``, broadcastable to ``(B, H, Lq, Lk)``, are added to the scores (a subclass's:
+        the Forgetting Transformer's decay). The context's mask spans the keys given, or every
+        position up to the last key (a window cache's context), of which those held are read."""
+        q = self._queries(x, first, context)
+        custom = self.sinks is not None or self.window is not None or logits is not None or key_positions is not None
+        if custom:
+            heads, weights = self._attend_heads(q, k, v, context, first, key_positions, logits)
+        else:  # ``self``'s path: dot_product's fused kernel, its bias scheme and weights
+            heads, weights = self.score_attention(q, k, v, context=context.with_position_bias(self.bias_scheme))
+        if self.gate_proj is not None:
+            gate = torch.sigmoid(self.gate_proj(x))
+            heads = heads * (self._split_heads(gate) if self.gate == "elementwise" else gate.transpose(1, 2)[..., None])
+        return AttentionOutput(self._merge(heads), weights)
+
+    def _attend_heads(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        context: AttentionContext,
+        first: int,
+        key_positions: Tensor | None,
+        logits: Tensor | None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Softmax over the keys a query sees (causality, window, first positions, the context's
+        mask), plus the sinks: the explicit form when weights are asked for, else the fused kernel
+        (blockwise over a window that is short beside the sequence)."""
+        device, (num_queries, num_keys) = q.device, (q.shape[-2], k.shape[-2])
+        if k.shape[1] != q.shape[1]:  # grouped key/value heads, repeated per query head
+            groups = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        scale, dropout = 1.0 / math.sqrt(q.shape[-1]), self.score_attention
+        if self.window is not None and key_positions is None and logits is None and not context.need_weights:
+            if (blocks := self._attend_window_blocks(q, k, v, context, first, scale)) is not None:
+                return blocks, None
+        plain_causal = (
+            context.is_causal and context.mask is None and self.window is None and logits is None
+            and key_positions is None and num_queries == num_keys and self.bias_scheme is None
+        )  # fmt: skip
+        query_positions = torch.arange(first, first + num_queries, device=device)
+        key_positions = torch.arange(num_keys, device=device) if key_positions is None else key_positions
+        mask = self._visible(context, query_positions, key_positions)
+        if self.bias_scheme is not None:
+            scheme_bias = self.bias_scheme(query_positions[:, None], key_positions).to(q.dtype)
+            logits = scheme_bias if logits is None else logits + scheme_bias
+        if context.need_weights:
+            scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+            scores = scores if logits is None else scores + logits.to(scores.dtype)
+            if self.sinks is None:
+                weights = masked_softmax(scores, mask=mask)
+            else:  # the sink as a first column of every row's scores, always visible, dropped after
+                sink = self.sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)
+                with_sink = (
+                    mask if mask is None else torch.cat([mask.new_ones(()).expand(*mask.shape[:-1], 1), mask], -1)
+                )
+                weights = masked_softmax(torch.cat([sink, scores], -1), mask=with_sink)[..., 1:]
+            return torch.matmul(dropout.dropout(weights), v), weights
+        if logits is not None:  # a float mask: the logits, -inf where a key is hidden
+            logits = logits.to(q.dtype).expand(*logits.shape[:-2], num_queries, num_keys)
+            mask = logits if mask is None else logits.masked_fill(~mask, float("-inf"))
+        if self.sinks is None:
+            return self._sdpa(q, k, v, mask, scale), None
+        width = v.shape[-1]
+        q, k, v, mask = self._with_sink_key(q * scale, k, v, None if plain_causal else mask)
+        if plain_causal:  # one more query first, which sees the sink alone: causal as SDPA aligns it
+            q = torch.cat([q.new_zeros(*q.shape[:-2], 1, q.shape[-1]), q], -2)
+            output = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout.active_dropout, is_causal=True, scale=1.0
+            )
+            return output[..., 1:, :width], None
+        return self._sdpa(q, k, v, mask, 1.0)[..., :width], None
+
+    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+        """The fused kernel under a boolean or float ``mask`` of the inputs' rank."""
+        if mask is not None and mask.dim() < q.dim():
+            mask = mask[(None,) * (q.dim() - mask.dim())]
+        return masked_sdpa(q, k, v, mask, dropout_p=self.score_attention.active_dropout, scale=scale)
+
+    def _attend_window_blocks(
+        self, q: Tensor, k: Tensor, v: Tensor, context: AttentionContext, first: int, scale: float
+    ) -> Tensor | None:
+        """The window in ``O(L (W + S))``: each block of queries over the keys its window reaches
+        and the first ``S`` positions (those outside its window), laid out for the fused kernel
+        (:func:`~zoo.attention.kernels.block_attention`), the mask and a bias scheme read at the
+        scored pairs only; None when the window spans most of the sequence (one dense call is then
+        cheaper). Keys sit at ``0 .. Lk - 1``, queries at ``first ..``."""
+        num_queries, num_keys, device = q.shape[-2], k.shape[-2], q.device
+        before, after = self.window - 1, (0 if context.is_causal else self.window - 1)
+        block = min(max(1, (before + after + 1) // 2), num_queries)
+        num_blocks, span, heads = (
+            math.ceil(num_queries / block),
+            block + before + after,
+            min(self.sink_tokens, num_keys),
+        )
+        if num_blocks * block * (span + heads + 1) >= num_queries * num_keys:
+            return None
+        starts = torch.arange(num_blocks, device=device)[:, None] * block
+        query_index = starts + torch.arange(block, device=device)  # (nb, block)
+        window_keys = first - before + starts + torch.arange(span, device=device)  # (nb, span) positions
+        key_positions = torch.cat([torch.arange(heads, device=device).expand(num_blocks, heads), window_keys], -1)
+        offsets = (first + query_index)[..., None] - key_positions[:, None, :]  # (nb, block, S + span)
+        in_window = (offsets <= before) & (offsets >= -after) & (key_positions[:, None, :] >= 0)
+        in_window &= key_positions[:, None, :] < num_keys
+        first_ones = ~in_window & (offsets >= 0 if context.is_causal else True)  # never one key twice
+        keep = torch.cat([first_ones[..., :heads], in_window[..., heads:]], -1) & (query_index < num_queries)[..., None]
+        if context.mask is not None:
+            query_at, key_at = query_index.clamp(max=num_queries - 1)[..., None], key_positions.clamp(0, num_keys - 1)
+            keep = keep & mask_at(context.mask, query_at, key_at[:, None, :])
+        blocks_q = rows_from(q, 0, num_blocks * block).unflatten(-2, (num_blocks, block))
+        blocks_k, blocks_v = (
+            torch.cat(
+                [
+                    t[..., None, :heads, :].expand(*t.shape[:-2], num_blocks, heads, t.shape[-1]),
+                    rows_from(t, first - before, (num_blocks - 1) * block + span)
+                    .unfold(-2, span, block)
+                    .transpose(-2, -1),
+                ],
+                -2,
+            )
+            for t in (k, v)
+        )
+        mask: Tensor = keep
+        if self.bias_scheme is not None:  # (heads, nb, block, S + span), at the scored pairs only
+            bias = self.bias_scheme((first + query_index)[..., None], key_positions[:, None, :]).to(q.dtype)
+            mask = bias.masked_fill(~keep, float("-inf"))
+        width = v.shape[-1]
+        if self.sinks is not None:
+            blocks_q, blocks_k, blocks_v, mask = self._with_sink_key(blocks_q * scale, blocks_k, blocks_v, mask)
+            scale = 1.0
+        output = block_attention(
+            blocks_q, blocks_k, blocks_v, mask, dropout_p=self.score_attention.active_dropout, scale=scale
+        )
+        return output.flatten(-3, -2)[..., :num_queries, :width]
+
+    def _visible(self, context: AttentionContext, query_positions: Tensor, key_positions: Tensor) -> Tensor | None:
+        """Which keys each query sees, broadcastable to ``(B, H, Lq, Lk)``: the context's mask
+        (read at the keys held), causality and the window; None when it is every key."""
+        mask = context.mask
+        if mask is not None and mask.shape[-1] not in (1, len(key_positions)):  # over every position seen
+            mask = mask.index_select(-1, key_positions)
+        offsets = query_positions[:, None] - key_positions  # query position - key position
+        rule = offsets >= 0 if context.is_causal else None
+        if self.window is not None:
+            near = (offsets.abs() < self.window) | (key_positions < self.sink_tokens)
+            rule = near if rule is None else rule & near
+        if rule is None or bool(rule.all()):
+            return mask
+        return rule if mask is None else mask & rule
+
+    def _with_sink_key(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """Scaled queries ``(B, H, ..., Lq, d)``, keys, values and mask with one more key first,
+        per head: queries get a constant feature 1, real keys a 0 there and the sink key its
+        head's logit (0 elsewhere), so every query scores it at the logit; its value is zero, and
+        it is visible to all. Values get a zero feature too: the fused kernel wants one width."""
+        heads = q.shape[1]
+        q = torch.cat([q, q.new_ones(*q.shape[:-1], 1)], -1)
+        sink_key = torch.cat([k.new_zeros(heads, k.shape[-1]), self.sinks.to(k.dtype)[:, None]], -1)
+        sink_key = sink_key.view(1, heads, *(1,) * (k.dim() - 3), -1).expand(*k.shape[:-2], 1, -1)
+        k = torch.cat([sink_key, torch.cat([k, k.new_zeros(*k.shape[:-1], 1)], -1)], -2)
+        v = F.pad(v, (0, q.shape[-1] - v.shape[-1], 1, 0))  # a zero first row, zero features up to q's width
+        if mask is not None:
+            first = mask.new_ones(()) if mask.dtype == torch.bool else mask.new_zeros(())
+            mask = torch.cat([first.expand(*mask.shape[:-1], 1), mask], -1)
+        return q, k, v, mask
+
+    # -- decoding ---------------------------------------------------------------------------------------
+
+    def attend_cached(
+        self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
+    ) -> tuple[Tensor, LayerCache]:
+        """New positions after ``cache``: a :class:`~zoo.attention.cache.KeyValueCache` without a
+        window, a :class:`~zoo.attention.cache.WindowCache` with one (which keeps the first
+        ``sink_tokens`` positions and the last ``window - 1``)."""
+        if self.window is None:
+            return super().attend_cached(x, cache, context)
+        if cache is not None and not isinstance(cache, WindowCache):
+            raise TypeError(
+                f"{type(self).__name__} with a window continues a WindowCache; got a {type(cache).__name__}."
+            )
+        context = AttentionContext(is_causal=True) if context is None else context
+        seen = 0 if cache is None else cache.length
+        k, v = self.project_kv(x, x, offset=seen, context=context)
+        empty = k[..., :0, :]
+        held = (cache or WindowCache(empty, v[..., :0, :], 0, self.sink_tokens, self.window)).extend(k, v)
+        output, _ = self.attend_positions(x, held.keys, held.values, context, first=seen, key_positions=held.positions)
+        return output, held.trimmed()
+
+    def extra_repr(self) -> str:
+        options = [
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}",
+            f"num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else "",
+            "qk_norm=True" if self.q_norm is not None else "",
+            f"gate={self.gate!r}" if self.gate is not None else "",
+            "sinks=True" if self.sinks is not None else "",
+            f"window={self.window}, sink_tokens={self.sink_tokens}" if self.window is not None else "",
+        ]
+        return ", ".join(filter(None, options))
+
+
+@register_attention_layer("qk_norm", aliases=("qknorm",))
+class QKNormAttention(SoftmaxAttention):
+    """``softmax`` with ``qk_norm=True`` by default (Qwen3's, Gemma 3's attention)."""
+
+    __init__ = partialmethod(SoftmaxAttention.__init__, qk_norm=True)
+
+
+@register_attention_layer("gated_attention", aliases=("gated_softmax",))
+class GatedAttention(SoftmaxAttention):
+    """``softmax`` with ``gate="elementwise"`` by default (Qiu et al., 2025); Qwen3-Next's is
+    ``{name: gated_attention, qk_norm: true}``."""
+
+    __init__ = partialmethod(SoftmaxAttention.__init__, gate="elementwise")
+
+
+@register_attention_layer("sink_attention", aliases=("attention_sinks",))
+class SinkAttention(SoftmaxAttention):
+    """``softmax`` with ``sinks=True`` and ``sink_tokens=0`` by default (gpt-oss: its sliding
+    layers are ``{name: sink_attention, window: 128}``, its full layers this)."""
+
+    __init__ = partialmethod(SoftmaxAttention.__init__, sinks=True, sink_tokens=0)
+
+
+@register_attention_layer("streaming", aliases=("streaming_llm",))
+class StreamingAttention(SoftmaxAttention):
+    """``softmax`` with ``window=128`` by default (and ``sink_tokens`` 4): StreamingLLM's window
+    with its first tokens, a fixed-size cache, at gpt-oss's window."""
+
+    __init__ = partialmethod(SoftmaxAttention.__init__, window=128)
