@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import SHARED_DATA
+from zoo.plugins import ENV_VAR
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,6 +27,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _plugins_stay_with_their_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command run in this process with ``--import`` lists its plugin in ``ZOO_IMPORTS`` for the
+    processes it starts (:mod:`zoo.plugins`); the listing ends with the test, as it would with
+    that command's process, and later tests' child processes do not import the plugin."""
+    monkeypatch.setenv(ENV_VAR, os.environ.get(ENV_VAR, ""))
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def test_bench_state_runs_from_the_command_line(tmp_path, capsys) -> None:
     assert payload["config"]["lengths"] == [8, 16] and "| retention" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["state", "--attentions", "retnt", "--out", str(out)])
-    assert "Unknown attention 'retnt'. Did you mean 'retnet', 'retention'?" in capsys.readouterr().err
+    assert "Unknown attention 'retnt'. Did you mean 'retnet', 'retention'" in capsys.readouterr().err
 
 
 def test_bench_attention_runs_the_recurrent_families_in_a_layer_when_causal(capsys) -> None:
