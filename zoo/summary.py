@@ -20,6 +20,7 @@ from zoo.attention.backends import backend_of
 from zoo.attention.factory import ATTENTION_REGISTRY
 from zoo.attention.headed import HeadedAttention
 from zoo.attention.layer import AttentionLayer
+from zoo.attention.spec import AttentionSpec
 from zoo.distributed import run_directory
 
 __all__ = ["RUN_DIRECTORY_LABEL", "attention_by_layer", "run_summary"]
@@ -81,10 +82,10 @@ def attention_by_layer(
     """
     stacks: dict[str, list[str]] = {}
     for name, module in model.named_modules():
-        if isinstance(module, AttentionLayer) and module.stack_layer:  # a layer built by its registered name
+        if isinstance(module, HeadedAttention) or isinstance(getattr(module, "spec", None), AttentionSpec):
+            described = module.spec.describe()  # the name and the arguments the layer was built with
+        elif isinstance(module, AttentionLayer) and module.stack_layer:  # a layer built by hand
             described = ATTENTION_REGISTRY.name_of(type(module)) or type(module).__name__
-        elif isinstance(module, HeadedAttention):
-            described = module.spec.describe()
         else:
             continue
         if device is not None and (backend := backend_of(module, device, dtype)) != "zoo":

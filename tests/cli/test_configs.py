@@ -58,6 +58,10 @@ def test_there_is_a_default_config_per_model_and_overlays_exist() -> None:
         "gpt_shakespeare",
         "gpt_shakespeare_cpu",
         "gpt_shakespeare_cpu_tuned",
+        *(
+            f"gpt_shakespeare_cpu_{recipe}"
+            for recipe in ("gemma3", "gptoss", "jamba", "kimilinear", "qwen3next", "samba")
+        ),
         "sentiment_imdb",
         "sentiment_local",
     }

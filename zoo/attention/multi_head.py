@@ -34,7 +34,7 @@ def self_attention_layer(
     the spec names, built with the spec's arguments, the stack's position scheme and ``bias``
     (where its constructor takes them), and the spec's ``num_kv_heads``, ``dropout`` and
     ``layer_index`` where its constructor names them (a layer with a ``**kwargs`` catch-all is
-    not handed those: they were not the stack's before)."""
+    not handed those: they were not the stack's before). The layer keeps the spec as ``spec``."""
     spec = AttentionSpec(attention) if isinstance(attention, str) else attention
     if not spec.is_layer:
         return SelfAttention(embed_dim, num_heads, spec, bias=bias)
@@ -43,7 +43,9 @@ def self_attention_layer(
     given = {key: value for key, value in stack.items() if value is not None and (accepted is None or key in accepted)}
     named = {"num_kv_heads": spec.num_kv_heads, "dropout": spec.dropout, "layer_index": spec.layer_index}
     given |= {key: value for key, value in named.items() if value is not None and key in (accepted or ())}
-    return spec.variant(embed_dim=embed_dim, num_heads=num_heads, **given, **dict(spec.kwargs))  # checked by the spec
+    layer = spec.variant(embed_dim=embed_dim, num_heads=num_heads, **given, **dict(spec.kwargs))  # checked by the spec
+    layer.spec = spec  # what it was built from, as a SelfAttention keeps it: summaries show its arguments
+    return layer
 
 
 @register_attention("multi_head", aliases=("multihead",))

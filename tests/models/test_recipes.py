@@ -1,0 +1,48 @@
+"""The production hybrids as recipes (configs/gpt_shakespeare_cpu_<recipe>.yaml): each builds the
+layer pattern its model card gives, at the CPU recipe's size, and trains."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from zoo.cli import CONFIG_DIR
+from zoo.models import GPT
+from zoo.summary import attention_by_layer
+
+#: recipe -> the layers its stack holds, in order (as the run's summary names them)
+PATTERNS = {
+    "qwen3next": "gated_deltanet, gated_deltanet, gated_deltanet, gated_attention(qk_norm=True)",
+    "kimilinear": "kda, kda, kda, mla(rope=False)",
+    "gemma3": ", ".join(["qk_norm(window=16)"] * 5 + ["qk_norm"]),
+    "gptoss": "sink_attention(window=16), sink_attention, sink_attention(window=16), sink_attention",
+    "jamba": "mamba2, mamba2, mamba2, mamba2, dot_product, mamba2, mamba2, mamba2",
+    "samba": "mamba2, local(window=32), mamba2, local(window=32)",
+}
+
+
+def _model(recipe: str) -> GPT:
+    arguments = {}
+    for name in ("gpt_shakespeare_cpu", f"gpt_shakespeare_cpu_{recipe}"):
+        arguments |= yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())["model"]["init_args"]
+    torch.manual_seed(0)
+    return GPT(32, block_size=64, **arguments)
+
+
+@pytest.mark.parametrize("recipe", sorted(PATTERNS))
+def test_a_recipe_builds_its_pattern_and_trains(recipe: str) -> None:
+    model = _model(recipe)
+    assert attention_by_layer(model) == [f"blocks.attention: {PATTERNS[recipe]}"]
+    tokens = (torch.arange(65) % 5).repeat(4, 1)  # a period of 5: learnable
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(25):
+        logits, _ = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses[::5]
