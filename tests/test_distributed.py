@@ -176,7 +176,11 @@ MODELS = {
 }
 
 
-@pytest.mark.parametrize("model", MODELS)
+#: gpt's in the default run; the sentiment and translation models' (45 s on 2 cores) with -m slow
+SLOW_MODELS = {"sentiment", "transformer"}
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_MODELS else m for m in MODELS])
 def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared_data, in_tmp, model) -> None:
     """The whole validation split, each sentence once: exactly the single-process accuracy and BLEU."""
     small, exact = MODELS[model]
@@ -199,7 +203,7 @@ def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared
         assert one["val/bleu"] > 0  # a real comparison, not of two zeros
 
 
-@pytest.mark.parametrize("attention", ["synthesizer", "average"])
+@pytest.mark.parametrize("attention", ["synthesizer", pytest.param("average", marks=pytest.mark.slow)])
 def test_two_process_fit_over_an_attention_that_reads_no_keys_needs_no_unused_parameter_search(
     shared_data, in_tmp, attention
 ) -> None:

@@ -222,7 +222,9 @@ def test_the_stack_hands_the_layer_the_models_kv_heads_and_dropout_and_gpt_oss_a
     assert torch.equal(cached, uncached)
     _, caches = model(prompt, use_cache=True)
     assert [type(c) for c in caches] == [WindowCache, KeyValueCache] * 2
-    assert attention_by_layer(model) == ["blocks.attention: sink_attention (all 4)"]
+    assert attention_by_layer(model) == [
+        "blocks.attention: " + ", ".join(["sink_attention(window=4), sink_attention"] * 2)
+    ]
 
 
 def test_a_transformer_takes_the_layer_for_its_self_attention_and_dot_product_across() -> None:

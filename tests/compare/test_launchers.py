@@ -3,7 +3,10 @@ steps, one thread a run) run locally once for the module; a copy of it stopped h
 finished on Ray (a real local Ray with 2 CPUs, started once for the module), another finished by
 a job of submitit's local executor: the same metrics seed by seed and the same tables. Also:
 resources no Ray node has, Ray's retry of a failed run then the run recorded as failed, Ctrl-C
-stopping every run (Ray and submitit), ASHA stopping the run that cannot win, and W&B offline."""
+stopping every run (Ray and submitit), ASHA stopping the run that cannot win, and W&B offline.
+
+The default run keeps the local grid, its resumption on Ray and the refusal of resources; the
+rest (about three minutes of real processes on 2 cores) is marked ``slow``."""
 
 from __future__ import annotations
 
@@ -187,6 +190,7 @@ def _flaky(tmp_path: Path, module: str) -> list[str]:
             f"--trainer.callbacks.tries={tmp_path / 'tries'}"]  # fmt: skip
 
 
+@pytest.mark.slow  # real processes over tens of seconds: make test PYTEST_ARGS="-m slow"
 def test_a_failed_ray_run_is_retried_once_then_recorded_as_failed(
     ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -223,6 +227,7 @@ def _processes_mentioning(text: str, cwd: Path | None = None) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # real processes over tens of seconds: make test PYTEST_ARGS="-m slow"
 @pytest.mark.parametrize("launcher", ["ray", "slurm"])
 def test_ctrl_c_cancels_every_run(launcher: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Ctrl-C while two long fits run as Ray tasks, or as jobs of submitit's local executor: both
@@ -255,6 +260,7 @@ def test_ctrl_c_cancels_every_run(launcher: str, tmp_path: Path, request: pytest
     assert load_records(out / "records.jsonl") == []
 
 
+@pytest.mark.slow  # real processes over tens of seconds: make test PYTEST_ARGS="-m slow"
 def test_asha_stops_the_run_that_cannot_win(
     ray_session: None, in_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -289,6 +295,7 @@ def test_asha_stops_the_run_that_cannot_win(
 # -- SLURM (submitit's local executor) ---------------------------------------------------------------
 
 
+@pytest.mark.slow  # real processes over tens of seconds: make test PYTEST_ARGS="-m slow"
 def test_slurm_resumes_a_local_comparison_with_the_same_metrics(
     local_grid: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -309,6 +316,7 @@ def test_slurm_resumes_a_local_comparison_with_the_same_metrics(
 # -- W&B -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # real processes over tens of seconds: make test PYTEST_ARGS="-m slow"
 def test_wandb_offline_run_has_the_group_and_the_grid(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One real run logging to W&B offline: what the logger was given (the run's resolved
     config.yaml) and what W&B kept (its offline run's config)."""
