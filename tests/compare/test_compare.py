@@ -94,6 +94,18 @@ def test_bad_grid_spec_is_one_clear_line(spec: str, capsys: pytest.CaptureFixtur
     )
 
 
+def test_fit_arguments_that_do_not_parse_are_one_line_naming_the_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The parser's usage (a hundred lines) is not printed: its error line is the message's."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare", "--model", "nadaraya_watson", "--config", "no_such.yaml", "--out", str(tmp_path / "cmp")])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[:-1] or [""]  # and the ZOO_DEBUG hint
+    assert line.startswith('error: The fit arguments given to compare are not valid: Parser key "config"')
+    assert "no_such.yaml" in line and line.endswith("(check them with python -m zoo fit ARGS --print_config).")
+
+
 def test_grid_refuses_a_repeated_axis() -> None:
     with pytest.raises(ConfigurationError, match="names 'model.lr' twice"):
         parse_grid(["model.lr=1", "model.lr=2"])

@@ -101,15 +101,18 @@ def resolve_base(base: list[str]) -> dict[str, Any]:
     # zoo.cli imports zoo.compare's caller lazily; importing it here, when needed, keeps imports one-way
     from zoo.cli import ZooCLI
 
-    printed = io.StringIO()
+    printed, complaint = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(complaint):
             ZooCLI(["fit", *base, "--print_config"])
     except SystemExit as exit_:
         if exit_.code not in (0, None):
+            # the parser's usage and tip are left out: its last ``error:`` line names the problem
+            errors = [line for line in complaint.getvalue().splitlines() if line.startswith("error:")]
+            why = errors[-1].removeprefix("error:").strip() if errors else "see python -m zoo fit ARGS --print_config"
             raise ConfigurationError(
-                "The fit arguments given to compare are not valid (the message above says why): "
-                "check them with python -m zoo fit ARGS --print_config."
+                f"The fit arguments given to compare are not valid: {why} "
+                "(check them with python -m zoo fit ARGS --print_config)."
             ) from None
     return yaml.safe_load(printed.getvalue()) or {}
 
