@@ -126,6 +126,36 @@ def test_a_record_of_an_older_zoo_is_read_where_it_holds_what_the_page_shows(tmp
     assert board.cells["linear", column.key].text == "0.250 (1 seed)"
 
 
+def test_recorded_parameter_counts_are_a_column_beside_the_task(tmp_path: Path) -> None:
+    """Records that count their model's parameters (``zoo compare`` from this version on) add a
+    column to their task setting; the older record, without a count, leaves its cell empty."""
+    gla = OLD_RECORD | {"run": "attention=gla/seed0", "combination": "attention=gla", "parameters": 568068}
+    gla["command"] = OLD_RECORD["command"].replace("linear", "gla")
+    board, _ = _board([_run_dir(tmp_path, [OLD_RECORD, gla])])
+    (column,) = [c for c in board.columns if c.label == "mqar parameters"]
+    assert column.visible and not column.higher_is_better
+    cell = board.cells["gla", column.key]
+    assert (cell.text, cell.value, cell.title) == ("568,000", 568068, "568,068 parameters")
+    assert ("linear", column.key) not in board.cells
+
+
+def test_a_run_page_shows_the_heatmaps_its_task_drew(tmp_path: Path) -> None:
+    """The figures a run wrote under ``fit/images`` (a classifier's attention maps) are on its page,
+    linked where they lie; a run without them shows none."""
+    records = _run_dir(tmp_path, [OLD_RECORD])
+    images = records / "cmp" / "runs" / "attention=linear" / "seed0" / "fit" / "images"
+    images.mkdir(parents=True)
+    (images / "attention_val_0.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    site = build_site([records], tmp_path / "site").index.parent
+    (page,) = (site / "runs").glob("*.html")
+    html = page.read_text(encoding="utf-8")
+    link = "../../records/cmp/runs/attention=linear/seed0/fit/images/attention_val_0.png"
+    assert f'<img src="{link}" alt="attention_val_0"' in html and (page.parent / link).resolve().is_file()
+    (images / "attention_val_0.png").unlink()
+    again = build_site([records], tmp_path / "again").index.parent
+    assert "<img" not in next((again / "runs").glob("*.html")).read_text(encoding="utf-8")
+
+
 def _git_commits(folder: Path, count: int) -> list[str]:
     """``count`` commits in a new repository at ``folder``, oldest first."""
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}

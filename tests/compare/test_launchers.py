@@ -29,6 +29,7 @@ from tests.helpers.wandb_offline import wandb_records
 from zoo.commands import main
 from zoo.compare.records import load_records
 from zoo.compare.report import summary_tables
+from zoo.tasks import MODEL_REGISTRY
 
 NAMES = ["attention=average", "attention=gaussian_kernel"]
 #: What differs from one launcher to another: the cost columns, and the conditions they were timed in.
@@ -126,6 +127,10 @@ def test_local_grid_end_to_end(local_grid: tuple[Path, str], monkeypatch: pytest
         assert record["steps"] == 5 and record["peak_rss_mib"] > 50 and record["samples_per_second"] > 0
         assert (record["parallel"], record["threads"], record["launcher"]) == (2, 1, "local")
         assert set(record["metrics"]) == {"test/mse", "test/mse_truth"}
+    counted = {r["combination"]: r["parameters"] for r in records}  # the trained module's, as built here
+    built = {name: sum(p.numel() for p in MODEL_REGISTRY.get("nadaraya_watson")(attention=name.split("=")[1]).parameters())
+             for name in NAMES}  # fmt: skip
+    assert counted == built and built["attention=gaussian_kernel"] > built["attention=average"]
     mse = {r["run"]: r["metrics"]["test/mse"] for r in records}
     for seed in (0, 1):  # the learned kernel beats average pooling even after five steps
         assert mse[f"attention=gaussian_kernel/seed{seed}"] < mse[f"attention=average/seed{seed}"]

@@ -193,7 +193,30 @@ def _task_columns(results: list[Result]) -> tuple[list[Column], dict[tuple[str, 
                             href=f"runs/{result.slug}.html",
                             title=f"{summary.n} seed(s); {metric}",
                         )
+            _parameter_column(task, setting, differs, setting in main, group, columns, cells)
     return columns, cells
+
+
+def _parameter_column(
+    task: str,
+    setting: tuple[str, ...],
+    differs: str,
+    main: bool,
+    group: list[Result],
+    columns: list[Column],
+    cells: dict[tuple[str, str], Cell],
+) -> None:
+    """The parameters of each row's model in one task setting, where its records count them
+    (``zoo compare`` records from this version on; seeds build the same model, so the first run's)."""
+    counts = [(result, result.parameters) for result in group if result.parameters is not None]
+    if not counts:
+        return
+    key = slug(task, "parameters", *setting)
+    label = f"{task} parameters" + (f" ({differs})" if differs else "")
+    description = f"{task}: the model's parameters; setting: {' '.join(setting) or 'the defaults'}"
+    columns.append(Column(key, task, label, description, visible=main, higher_is_better=False))
+    for result, count in counts:
+        cells[result.row, key] = Cell(three_digits(count), count, f"runs/{result.slug}.html", f"{count:,} parameters")
 
 
 def _bench_columns(chosen: Chosen) -> tuple[list[Column], dict[tuple[str, str], Cell], set[str]]:

@@ -86,6 +86,11 @@ class Result:
     def metrics(self) -> list[str]:
         return sorted({name for run in self.runs for name in run.record["metrics"]})
 
+    @property
+    def parameters(self) -> int | None:
+        """The model's parameter count, as the first run that recorded one counted it."""
+        return next((run.record["parameters"] for run in self.runs if run.record.get("parameters")), None)
+
     def values(self, metric: str) -> dict[int, float]:
         """Seed -> value of ``metric`` over the counted runs."""
         return {run.seed: float(run.record["metrics"][metric]) for run in self.runs if metric in run.record["metrics"]}

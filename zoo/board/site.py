@@ -274,8 +274,11 @@ class _Writer:
         for run in result.runs:
             record = run.record
             directory = run.directory
-            files = []
+            files, images = [], []
             if directory is not None:
+                images = [
+                    (_link(png, page_dir), png.stem) for png in sorted((directory / "fit" / "images").glob("*.png"))
+                ]
                 for name in (
                     "fit.log",
                     f"{run.recipe.stage}.log",
@@ -296,8 +299,10 @@ class _Writer:
                     "steps": record.get("steps", ""),
                     "seconds_per_step": _number(record.get("seconds_per_step")),
                     "peak_rss_mib": _number(record.get("peak_rss_mib")),
+                    "parameters": record.get("parameters") or "",
                     "finished": record.get("finished", ""),
                     "files": files,
+                    "images": images,
                     "run_dir": record.get("run_dir", ""),
                     "command": record["command"],
                     "eval_command": record.get("eval_command"),

@@ -132,6 +132,7 @@ def execute(
         "wall_seconds_per_step": timing.get("wall_seconds_per_step"),
         "samples_per_second": timing.get("samples_per_second"),
         "peak_rss_mib": round(fit.peak_rss_mib, 1),
+        "parameters": timing.get("parameters"),
         "metrics": {},
         "threads": spec.threads,
         "devices": env.get("CUDA_VISIBLE_DEVICES"),

@@ -1,7 +1,9 @@
-"""A callback that measures a run's training speed and writes it to ``<run directory>/timing.json``.
+"""A callback that measures a run's training speed and size and writes them to
+``<run directory>/timing.json``.
 
 ``zoo compare`` adds it to every ``fit`` it starts (``--trainer.callbacks+=zoo.compare.timing.StepTimer``):
-the time budget's calibration reads seconds per step from it, and every record its throughput.
+the time budget's calibration reads seconds per step from it, and every record its throughput and
+the model's parameter count.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class StepTimer(L.Callback):
     ``seconds_per_step`` is the median interval, the typical step: it ignores the occasional
     validation pass between two batches, and samples per second is the median batch size over
     it. ``wall_seconds_per_step`` is the mean, validation and epoch ends included: what a time
-    budget spends per step. Both leave out the first intervals (warm-up).
+    budget spends per step. Both leave out the first intervals (warm-up). ``parameters`` counts
+    the trained module's parameters (a tied embedding once), the size a leaderboard compares.
 
     Args:
         skip: Intervals at the start left out of the median (warm-up), when there are more than that.
@@ -58,6 +61,7 @@ class StepTimer(L.Callback):
             "seconds_per_step": step,
             "wall_seconds_per_step": sum(intervals) / len(intervals),
             "samples_per_second": statistics.median(self._sizes) / step * trainer.world_size,
+            "parameters": sum(parameter.numel() for parameter in pl_module.parameters()),
         }
         Path(run_directory(trainer), TIMING_FILE).write_text(json.dumps(timing) + "\n", encoding="utf-8")
 
