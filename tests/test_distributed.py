@@ -73,6 +73,7 @@ def test_two_process_fit_of_kernel_regression_matches_one_process(in_tmp) -> Non
     assert (run / "images" / "val_fit.png").is_file()  # drawn by global zero from both processes' points
 
 
+@pytest.mark.slow  # a real multi-process run; make test PYTEST_ARGS="-m slow"
 def test_kernel_regression_with_nothing_to_learn_refuses_several_processes_clearly(in_tmp) -> None:
     output = run_zoo(
         "fit",
@@ -203,7 +204,8 @@ def test_two_process_validation_equals_one_process_on_the_same_checkpoint(shared
         assert one["val/bleu"] > 0  # a real comparison, not of two zeros
 
 
-@pytest.mark.parametrize("attention", ["synthesizer", pytest.param("average", marks=pytest.mark.slow)])
+@pytest.mark.slow  # a real multi-process run; make test PYTEST_ARGS="-m slow"
+@pytest.mark.parametrize("attention", ["synthesizer", "average"])
 def test_two_process_fit_over_an_attention_that_reads_no_keys_needs_no_unused_parameter_search(
     shared_data, in_tmp, attention
 ) -> None:
@@ -219,7 +221,9 @@ def test_two_process_fit_over_an_attention_that_reads_no_keys_needs_no_unused_pa
 
 
 @pytest.mark.parametrize(
-    "signalled", ["0", pytest.param("null", marks=pytest.mark.slow)], ids=["first-process", "every-process"]
+    "signalled",
+    [pytest.param("0", marks=pytest.mark.slow), pytest.param("null", marks=pytest.mark.slow)],
+    ids=["first-process", "every-process"],
 )
 def test_two_process_run_stopped_by_sigterm_resumes_on_the_same_trajectory(in_tmp, signalled) -> None:
     """SIGTERM to the first process alone, as ``kill PID`` sends it, or to every process, as a

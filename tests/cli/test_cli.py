@@ -43,7 +43,9 @@ def test_list_prints_every_registry_with_aliases(capsys) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [["list"], ["fit", "--model", "nadaraya_watson", "--print_config"]], ids=["list", "print_config"]
+    "command",
+    [pytest.param(["list"], marks=pytest.mark.slow), ["fit", "--model", "nadaraya_watson", "--print_config"]],
+    ids=["list", "print_config"],
 )
 def test_output_into_a_closed_pipe_stops_quietly(command: list[str]) -> None:
     """``python -m zoo list | head -1``: the reader is gone before the output is written. Both a

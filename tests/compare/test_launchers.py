@@ -5,8 +5,8 @@ a job of submitit's local executor: the same metrics seed by seed and the same t
 resources no Ray node has, Ray's retry of a failed run then the run recorded as failed, Ctrl-C
 stopping every run (Ray and submitit), ASHA stopping the run that cannot win, and W&B offline.
 
-The default run keeps the local grid, its resumption on Ray and the refusal of resources; the
-rest (about three minutes of real processes on 2 cores) is marked ``slow``."""
+The default run keeps the local grid and the refusal of resources; the rest (about four minutes
+of real processes on 2 cores) is marked ``slow``."""
 
 from __future__ import annotations
 
@@ -151,6 +151,7 @@ def test_local_grid_end_to_end(local_grid: tuple[Path, str], monkeypatch: pytest
 # -- Ray -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # real processes over tens of seconds: make test PYTEST_ARGS="-m slow"
 def test_ray_resumes_a_local_comparison_with_the_same_metrics(
     local_grid: tuple[Path, str], ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

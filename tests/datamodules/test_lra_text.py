@@ -62,6 +62,7 @@ def test_reviews_become_bytes_cut_and_padded_to_max_length(corpus: Path, tmp_pat
     assert not (tmp_path / "cache").exists()  # bytes need no vocabulary
 
 
+@pytest.mark.slow  # a CLI fit; the classifier's CLI fit on ListOps stays in the default run
 def test_cli_fits_on_bytes(corpus: Path, tmp_path: Path) -> None:
     command = [
         sys.executable,

@@ -27,7 +27,7 @@ def fra_eng(shared_data, in_tmp) -> FraEngDataModule:
         ("transformer", "dot_product"),
         pytest.param("transformer", "additive", marks=pytest.mark.slow),  # seq2seq's is the default run's
         ("seq2seq", "additive"),
-        ("seq2seq", "dot_product"),
+        pytest.param("seq2seq", "dot_product", marks=pytest.mark.slow),
     ],
 )
 def test_short_run_lowers_the_loss(shared_data, in_tmp, kind, attention) -> None:
@@ -84,7 +84,7 @@ def test_task_bleu_equals_sacrebleu_and_ignores_order(shared_data, in_tmp) -> No
     assert "tok:13a" in metric.signature() and "case:mixed" in metric.signature()
 
 
-@pytest.mark.parametrize("model", ["transformer", "seq2seq"])
+@pytest.mark.parametrize("model", [pytest.param("transformer", marks=pytest.mark.slow), "seq2seq"])
 def test_cli_print_config_fit_test_predict(shared_data, in_tmp, capsys, model) -> None:
     data = flags("data", path=shared_data / "fra-eng.zip", limit_train=2000, vocab_size=600)
     with pytest.raises(SystemExit):
