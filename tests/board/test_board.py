@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.board.conftest import ATTENTIONS, LENGTHS, SEEDS, WIDTHS, accuracy
+from zoo.attention import ATTENTION_REGISTRY
+from zoo.board.catalog import COSTS, FAMILIES, stackable
 from zoo.board.chronology import commit_times
 from zoo.board.inputs import read_inputs
 from zoo.board.leaderboard import Board, build_board
@@ -246,3 +248,10 @@ def test_bad_input_is_one_line_and_status_2(
     assert error[0].startswith("error: ") and named in error[0] and len(error) == 2, error
     assert case == "empty" or str(folder.name) in error[0]
     assert not (tmp_path / "out").exists(), "nothing written"
+
+
+def test_every_attention_the_zoo_registers_has_a_family_and_a_cost() -> None:
+    """A zoo name missing from the catalog would show ``?`` in the family and cost filters."""
+    names = [e.name for e in ATTENTION_REGISTRY.entries() if e.obj.__module__.startswith("zoo.") and stackable(e.name)]
+    assert [name for name in names if name not in FAMILIES] == []
+    assert {cost for _, cost in FAMILIES.values()} <= set(COSTS)

@@ -41,6 +41,22 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "deltanet": ("recurrent", "L"),
     "gated_deltanet": ("recurrent", "L"),
     "mamba2": ("recurrent", "L"),
+    "kda": ("recurrent", "L"),
+    "rwkv7": ("recurrent", "L"),
+    "gated_deltaproduct": ("recurrent", "L"),
+    "softmax": ("softmax", "L²"),
+    "qk_norm": ("softmax", "L²"),
+    "gated_attention": ("softmax", "L²"),
+    "sink_attention": ("softmax", "L²"),
+    "differential": ("softmax", "L²"),
+    "forgetting": ("softmax", "L²"),
+    "streaming": ("sparse", "L"),
+    "sigmoid": ("softmax alternative", "L²"),
+    "softpick": ("softmax alternative", "L²"),
+    "stick_breaking": ("softmax alternative", "L²"),
+    "mla": ("latent", "L²"),
+    "moba": ("sparse selection", "L²"),
+    "nsa": ("sparse selection", "L²"),
 }
 #: Metric names (their last part) where less is better; every other metric is better higher.
 LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "bits_per_char", "mse", "error", "ms", "seconds", "bytes")
