@@ -18,7 +18,6 @@ from torch import nn
 
 from zoo.attention.backends import backend_of
 from zoo.attention.factory import ATTENTION_REGISTRY
-from zoo.attention.headed import HeadedAttention
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.spec import AttentionSpec
 from zoo.distributed import run_directory
@@ -82,7 +81,7 @@ def attention_by_layer(
     """
     stacks: dict[str, list[str]] = {}
     for name, module in model.named_modules():
-        if isinstance(module, HeadedAttention) or isinstance(getattr(module, "spec", None), AttentionSpec):
+        if isinstance(getattr(module, "spec", None), AttentionSpec):  # a headed layer, or one built by name
             described = module.spec.describe()  # the name and the arguments the layer was built with
         elif isinstance(module, AttentionLayer) and module.stack_layer:  # a layer built by hand
             described = ATTENTION_REGISTRY.name_of(type(module)) or type(module).__name__
