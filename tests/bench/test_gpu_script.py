@@ -10,6 +10,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -49,6 +50,24 @@ def test_each_call_fits_ten_minutes_and_the_shakespeare_recipe_gets_the_most() -
         assert list(shares) == part and sum(shares.values()) <= total
     dry, _ = _shares("--dry-run")
     assert list(dry) == STAGES
+
+
+def test_a_shorter_lease_replaces_shares_and_the_total() -> None:
+    shares, total = _shares("--share", "cuda_tests:200", "--share", "environment:30", "--total", "300")
+    assert shares == {"install": 25, "environment": 30, "cuda_tests": 200} and total == 300
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--share", "cuda_tests"], "gpu.sh: --share takes STAGE:SECONDS, not cuda_tests"),
+        (["--share", "cuda_test:20"], "gpu.sh: unknown stage cuda_test (see --list)"),
+        (["--total", "ten"], "gpu.sh: --total takes seconds, not ten"),
+    ],
+)
+def test_a_bad_share_or_total_is_refused_in_one_line(flags: list[str], message: str) -> None:
+    result = subprocess.run(["bash", str(SCRIPT), "--list", *flags], check=False, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.strip() == message
 
 
 def test_an_unknown_stage_is_refused_in_one_line() -> None:
@@ -127,3 +146,20 @@ def test_the_dry_run_takes_every_stage_end_to_end(tmp_path: Path, shared_data: P
     _dry_run(tmp_path, shared_data, tmp_path / "budget", "--only", ",".join(BUDGET))
     metrics = next((tmp_path / "budget" / "runs" / "transformer_gpu_test").glob("version_*/metrics.csv")).read_text()
     assert "test/bleu" in metrics
+
+
+def test_the_cuda_group_writes_each_failure_as_it_happens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call cut at its time limit prints no summary: the failures are already in the file."""
+    from tests.cuda.conftest import pytest_runtest_logreport
+
+    log = tmp_path / "cuda_failures.txt"
+    monkeypatch.setenv("ZOO_FAILURE_LOG", str(log))
+    controller, worker = SimpleNamespace(), SimpleNamespace(workerinput={})
+
+    def report(nodeid: str, failed: bool, config: SimpleNamespace) -> SimpleNamespace:
+        return SimpleNamespace(nodeid=nodeid, when="call", failed=failed, longreprtext=f"{nodeid} broke", config=config)
+
+    pytest_runtest_logreport(report("t::passes", False, controller))
+    pytest_runtest_logreport(report("t::fails_on_a_worker", True, worker))  # the controller writes it
+    pytest_runtest_logreport(report("t::fails", True, controller))
+    assert log.read_text() == "== t::fails (call)\nt::fails broke\n\n"
