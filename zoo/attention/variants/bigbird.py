@@ -78,7 +78,7 @@ class BigBirdAttention(SparsePatternAttention):
 
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         """Scaled dot products, for the exact computation of sequences too short for the pattern."""
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
+        scale = self.dot_scale(queries)
         return torch.matmul(queries, keys.transpose(-2, -1)) * scale
 
     def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from zoo.attention.backends import requested_backend
-from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.base import AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.flex_variant import FlexVariant
 from zoo.attention.kernels import flex, fused_attention
+from zoo.attention.scaled_dot import ScaledDotScores
 
 __all__ = ["DotProductAttention"]
 
 
 @register_attention("dot_product", aliases=("scaled_dot_product",))
-class DotProductAttention(FlexVariant, Attention):
+class DotProductAttention(FlexVariant, ScaledDotScores):
     """Scaled dot-product attention (Vaswani et al., 2017).
 
     Scores are ``q . k * scale`` with ``scale = 1 / sqrt(d)`` by default. When weights are not
@@ -37,16 +37,6 @@ class DotProductAttention(FlexVariant, Attention):
     flex_needs_bias: ClassVar[bool] = True  # without a bias scheme, SDPA's flash kernel runs it
     supports_position_bias: ClassVar[bool] = True
     supports_grouped_kv: ClassVar[bool] = True
-
-    def __init__(self, dropout: float = 0.0, scale: float | None = None) -> None:
-        super().__init__(dropout)
-        self.scale = scale
-
-    def _scale(self, queries: Tensor) -> float:
-        return self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
-
-    def score(self, queries: Tensor, keys: Tensor) -> Tensor:
-        return torch.matmul(queries, keys.transpose(-2, -1)) * self._scale(queries)
 
     def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """The explicit formulation when weights are asked for, else the fused kernel.
@@ -68,13 +58,10 @@ class DotProductAttention(FlexVariant, Attention):
         output = fused_attention(
             queries, keys, values, context.mask, is_causal=context.is_causal,
             bias=context.bias_grid(queries.shape[-2], keys.shape[-2], queries.device),
-            dropout_p=self.active_dropout, scale=self._scale(queries), enable_gqa=grouped,
+            dropout_p=self.active_dropout, scale=self.dot_scale(queries), enable_gqa=grouped,
         )  # fmt: skip
         return AttentionOutput(output, None)
 
     def flex_pattern(self, num_keys: int, is_causal: bool, device: torch.device) -> flex.FlexMask | None:
         """Causality, or every pair."""
         return flex.causal() if is_causal else None
-
-    def extra_repr(self) -> str:
-        return f"scale={self.scale}" if self.scale is not None else ""

@@ -26,16 +26,17 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.base import AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import masked_softmax
+from zoo.attention.scaled_dot import ScaledDotScores
 
 __all__ = ["LinformerAttention"]
 
 
 @register_attention("linformer")
-class LinformerAttention(Attention):
+class LinformerAttention(ScaledDotScores):
     """Scaled dot-product attention over ``k`` learned projections of the keys (see the module docstring).
 
     Args:
@@ -51,9 +52,9 @@ class LinformerAttention(Attention):
     supports_position_bias: ClassVar[bool] = False
 
     def __init__(self, max_len: int = 16384, k: int = 64, dropout: float = 0.0, scale: float | None = None) -> None:
-        super().__init__(dropout)
+        super().__init__(dropout, scale)
         self.require_positive(max_len=max_len, k=k)
-        self.max_len, self.k, self.scale = max_len, k, scale
+        self.max_len, self.k = max_len, k
         self.key_projection = nn.Parameter(torch.randn(k, max_len) / math.sqrt(k))  # E
         self.value_logits = nn.Parameter(torch.randn(k, max_len))  # F: softmax rows, k different poolings
 
@@ -81,7 +82,7 @@ class LinformerAttention(Attention):
         shape = (*mask.shape[:-2], self.k, num_keys)
         e = self.key_projection[:, :num_keys].to(keys.dtype) * mask  # (*, k, Lk): zero on padding
         f = masked_softmax(self.value_logits[:, :num_keys].to(values.dtype).expand(shape), mask=mask.expand(shape))
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
+        scale = self.dot_scale(queries)
         scores = torch.matmul(queries, torch.matmul(e, keys).transpose(-2, -1)) * scale  # (*batch, Lq, k)
         weights = masked_softmax(scores)
         output = torch.matmul(self.dropout(weights), torch.matmul(f, values))  # (*batch, Lq, dv)

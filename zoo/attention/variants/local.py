@@ -49,7 +49,6 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention.base import (
-    Attention,
     AttentionOutput,
     PositionBias,
 )
@@ -58,12 +57,13 @@ from zoo.attention.factory import register_attention
 from zoo.attention.flex_variant import FlexVariant
 from zoo.attention.kernels import block_attention, flex, rows_from
 from zoo.attention.masking import mask_at, masked_softmax
+from zoo.attention.scaled_dot import ScaledDotScores
 
 __all__ = ["LocalAttention"]
 
 
 @register_attention("local", aliases=("sliding_window",))
-class LocalAttention(FlexVariant, Attention):
+class LocalAttention(FlexVariant, ScaledDotScores):
     """Scaled dot-product attention within a sliding window (see the module docstring).
 
     Args:
@@ -90,9 +90,9 @@ class LocalAttention(FlexVariant, Attention):
         relative_bias: bool = False,
         num_heads: int = 1,
     ) -> None:
-        super().__init__(dropout)
+        super().__init__(dropout, scale)
         self.require_positive(window=window, block_size=block_size, num_heads=num_heads)
-        self.window, self.block_size, self.scale = window, block_size, scale
+        self.window, self.block_size = window, block_size
         # distances query - key from -(window // 2) (non-causal, ahead) to window - 1 (causal, behind)
         self.relative_bias = nn.Parameter(torch.zeros(num_heads, window // 2 + window)) if relative_bias else None
 
@@ -160,7 +160,7 @@ class LocalAttention(FlexVariant, Attention):
 
         padded_q = rows_from(queries, 0, num_blocks * block)  # (*batch, nb * block, d)
         padded_k, padded_v = (rows_from(t, first, (num_blocks - 1) * block + span) for t in (keys, values))
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
+        scale = self.dot_scale(queries)
         bias = self._bias_at(distance, queries.dtype)
         if position_bias is not None:  # (heads, nb, block, span): at the block's scored pairs only
             scheme_bias = position_bias(query_index + offset, key_pos).to(queries.dtype)

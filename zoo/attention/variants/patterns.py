@@ -31,16 +31,17 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.base import AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.flex_variant import FlexVariant
 from zoo.attention.kernels import block_attention, rows_from
 from zoo.attention.masking import mask_at, masked_softmax
+from zoo.attention.scaled_dot import ScaledDotScores
 
 __all__ = ["SparsePatternAttention"]
 
 
-class SparsePatternAttention(FlexVariant, Attention):
+class SparsePatternAttention(FlexVariant, ScaledDotScores):
     """Scaled dot-product attention restricted to a sparse pattern of positions (see the module docstring).
 
     Args:
@@ -54,9 +55,9 @@ class SparsePatternAttention(FlexVariant, Attention):
     has_fused_path: ClassVar[bool] = True
 
     def __init__(self, block_size: int, dropout: float = 0.0, scale: float | None = None) -> None:
-        super().__init__(dropout)
+        super().__init__(dropout, scale)
         self.require_positive(block_size=block_size)
-        self.block_size, self.scale = block_size, scale
+        self.block_size = block_size
 
     # -- what a pattern states -------------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class SparsePatternAttention(FlexVariant, Attention):
 
         q = rows_from(queries, -lead, num_blocks * block).unflatten(-2, (num_blocks, block))  # (*batch, nb, block, d)
         k, v = keys[..., key_index.squeeze(-2), :], values[..., key_index.squeeze(-2), :]  # (*batch, nb, S, d)
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
+        scale = self.dot_scale(queries)
         if need_weights:
             weights = masked_softmax(torch.matmul(q, k.transpose(-2, -1)) * scale, mask=keep)  # (*batch, nb, block, S)
             output = torch.matmul(self.dropout(weights), v)

@@ -35,9 +35,10 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.base import AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
+from zoo.attention.scaled_dot import ScaledDotScores
 
 __all__ = ["ReformerAttention", "lsh_buckets"]
 
@@ -65,7 +66,7 @@ def _take(x: Tensor, index: Tensor) -> Tensor:
 
 
 @register_attention("reformer", aliases=("lsh",))
-class ReformerAttention(Attention):
+class ReformerAttention(ScaledDotScores):
     """LSH attention with shared queries and keys (see the module docstring).
 
     Args:
@@ -94,13 +95,13 @@ class ReformerAttention(Attention):
         seed: int | None = None,
         scale: float | None = None,
     ) -> None:
-        super().__init__(dropout)
+        super().__init__(dropout, scale)
         self.require_positive(bucket_size=bucket_size, num_hashes=num_hashes, num_buckets=num_buckets)
         if num_buckets is not None and num_buckets % 2:
             raise ValueError(
                 f"ReformerAttention: num_buckets must be even (rotations and their negatives), got {num_buckets}."
             )
-        self.bucket_size, self.num_hashes, self.num_buckets, self.scale = bucket_size, num_hashes, num_buckets, scale
+        self.bucket_size, self.num_hashes, self.num_buckets = bucket_size, num_hashes, num_buckets
         self.seed = int(torch.randint(2**31 - 1, ())) if seed is None else seed
 
     def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
@@ -134,7 +135,7 @@ class ReformerAttention(Attention):
             buckets = torch.where(padding.unsqueeze(-2), self.num_buckets_for(length), buckets)
         order = (buckets * length + torch.arange(length, device=q.device)).argsort(-1)  # (*batch, h, L)
         slot = order.argsort(-1)  # each position's place in the order
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        scale = self.dot_scale(q)
         if visible is not None and visible.shape[-2] > 1:
             scores, keep, value_rows = self._per_query(q, k, visible, order, slot, scale)
         else:

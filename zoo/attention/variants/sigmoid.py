@@ -28,14 +28,14 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.base import Attention
 from zoo.attention.factory import register_attention
+from zoo.attention.scaled_dot import ScaledDotScores
 
 __all__ = ["SigmoidAttention"]
 
 
 @register_attention("sigmoid", aliases=("sigmoid_attention",))
-class SigmoidAttention(Attention):
+class SigmoidAttention(ScaledDotScores):
     """Sigmoid attention, ``sigmoid(q k^T * scale - log seq_len) v`` (see the module docstring).
 
     Args:
@@ -47,14 +47,10 @@ class SigmoidAttention(Attention):
     normalized_weights: ClassVar[bool] = False
 
     def __init__(self, seq_len: int = 256, dropout: float = 0.0, scale: float | None = None) -> None:
-        super().__init__(dropout)
+        super().__init__(dropout, scale)
         self.require_positive(seq_len=seq_len)
-        self.seq_len, self.scale = seq_len, scale
+        self.seq_len = seq_len
         self.bias = -math.log(seq_len)
-
-    def score(self, queries: Tensor, keys: Tensor) -> Tensor:
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
-        return torch.matmul(queries, keys.transpose(-2, -1)) * scale
 
     def weigh(self, scores: Tensor, mask: Tensor | None) -> Tensor:
         """``sigmoid(scores + b)``, in float32 at least; zero on hidden keys."""

@@ -35,10 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput
+from zoo.attention.base import AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.masking import masked_softmax
+from zoo.attention.scaled_dot import ScaledDotScores
 
 __all__ = ["SinkhornAttention", "log_sinkhorn"]
 
@@ -53,7 +54,7 @@ def log_sinkhorn(logits: Tensor, iters: int) -> Tensor:
 
 
 @register_attention("sinkhorn", aliases=("sparse_sinkhorn",))
-class SinkhornAttention(Attention):
+class SinkhornAttention(ScaledDotScores):
     """Attention over each block and its Sinkhorn-sorted block (see the module docstring).
 
     Args:
@@ -78,21 +79,17 @@ class SinkhornAttention(Attention):
         dropout: float = 0.0,
         scale: float | None = None,
     ) -> None:
-        super().__init__(dropout)
+        super().__init__(dropout, scale)
         self.require_positive(block_size=block_size, sinkhorn_iters=sinkhorn_iters)
         if not temperature > 0:
             raise ValueError(f"SinkhornAttention: temperature must be positive, got {temperature!r}.")
         self.block_size = block_size
         self.sinkhorn_iters = sinkhorn_iters
         self.temperature = temperature
-        self.scale = scale
 
     def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
         """Blocks are cut from one sequence: queries and keys must be it."""
         self.check_one_sequence(queries, keys, is_causal, "block sorting")
-
-    def _scale(self, queries: Tensor) -> float:
-        return self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
 
     def visible(self, mask: Tensor | None, length: int, device: torch.device) -> Tensor:
         """``mask`` as blocks: boolean ``(*mask_batch, M, nb, block_size)``, ``M`` 1 (one mask for
@@ -113,7 +110,7 @@ class SinkhornAttention(Attention):
         pooled_q, pooled_k = (
             torch.matmul(weights, x.unsqueeze(-4).to(weights.dtype)).squeeze(-2) for x in (queries, keys)
         )
-        logits = torch.matmul(pooled_q, pooled_k.transpose(-2, -1)) * (self._scale(queries) / self.temperature)
+        logits = torch.matmul(pooled_q, pooled_k.transpose(-2, -1)) * (self.dot_scale(queries) / self.temperature)
         return log_sinkhorn(logits, self.sinkhorn_iters)
 
     def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
@@ -136,7 +133,7 @@ class SinkhornAttention(Attention):
         group_k, group_v = (
             torch.cat(torch.broadcast_tensors(a, b), -2) for a, b in ((own_k, sorted_k), (own_v, sorted_v))
         )
-        scores = torch.matmul(group_q, group_k.transpose(-2, -1)) * self._scale(queries)  # (*, G, nq, 2b)
+        scores = torch.matmul(group_q, group_k.transpose(-2, -1)) * self.dot_scale(queries)  # (*, G, nq, 2b)
         weights = masked_softmax(scores, mask=keep)
         output = torch.matmul(self.dropout(weights), group_v).flatten(-3, -2)[..., :length, :]
         if not need_weights:

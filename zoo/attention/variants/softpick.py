@@ -20,14 +20,12 @@ fused kernel is FlashAttention-2's with the two sums kept; this is the explicit 
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import Attention
 from zoo.attention.factory import register_attention
+from zoo.attention.scaled_dot import ScaledDotScores
 
 __all__ = ["SoftpickAttention"]
 
@@ -36,7 +34,7 @@ EPS = 1e-8
 
 
 @register_attention("softpick", aliases=("softpick_attention",))
-class SoftpickAttention(Attention):
+class SoftpickAttention(ScaledDotScores):
     """Attention whose weights are the softpick of the scaled dot products (see the module docstring).
 
     Args:
@@ -45,14 +43,6 @@ class SoftpickAttention(Attention):
     """
 
     normalized_weights = False
-
-    def __init__(self, dropout: float = 0.0, scale: float | None = None) -> None:
-        super().__init__(dropout)
-        self.scale = scale
-
-    def score(self, queries: Tensor, keys: Tensor) -> Tensor:
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
-        return torch.matmul(queries, keys.transpose(-2, -1)) * scale
 
     def weigh(self, scores: Tensor, mask: Tensor | None) -> Tensor:
         """Softpick over the visible keys, in float32 at least; zero on hidden keys."""
@@ -63,6 +53,3 @@ class SoftpickAttention(Attention):
         shifted = (torch.exp(z - top) - torch.exp(-top)).masked_fill(~visible, 0.0)  # exp(-m) (exp(z) - 1)
         weights = F.relu(shifted) / (shifted.abs().sum(-1, keepdim=True) + EPS)
         return weights.to(scores.dtype)
-
-    def extra_repr(self) -> str:
-        return f"scale={self.scale}" if self.scale is not None else ""

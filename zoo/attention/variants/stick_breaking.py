@@ -30,20 +30,18 @@ sum to one when the query's own position is visible.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import Attention
 from zoo.attention.factory import register_attention
+from zoo.attention.scaled_dot import ScaledDotScores
 
 __all__ = ["StickBreakingAttention"]
 
 
 @register_attention("stick_breaking", aliases=("stickbreaking",))
-class StickBreakingAttention(Attention):
+class StickBreakingAttention(ScaledDotScores):
     """Stick-breaking attention over the keys before each query (see the module docstring).
 
     Args:
@@ -54,14 +52,6 @@ class StickBreakingAttention(Attention):
     supports_bidirectional = False
     supports_position_bias = False
     normalized_weights = False
-
-    def __init__(self, dropout: float = 0.0, scale: float | None = None) -> None:
-        super().__init__(dropout)
-        self.scale = scale
-
-    def score(self, queries: Tensor, keys: Tensor) -> Tensor:
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(queries.shape[-1])
-        return torch.matmul(queries, keys.transpose(-2, -1)) * scale
 
     def weigh(self, scores: Tensor, mask: Tensor | None) -> Tensor:
         """The stick-breaking weights of ``scores`` ``(*batch, Lq, Lk)`` under ``mask`` (causality
@@ -79,6 +69,3 @@ class StickBreakingAttention(Attention):
         remainder = torch.exp(suffix[..., :1])  # what every earlier key left: the query's own share
         weights = weights + remainder * (visible & (cols == rows))
         return weights.to(scores.dtype)
-
-    def extra_repr(self) -> str:
-        return f"scale={self.scale}" if self.scale is not None else ""
