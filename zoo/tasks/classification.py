@@ -19,7 +19,7 @@ from zoo.datamodules.listops import ListOpsCodec
 from zoo.models import SequenceClassifier
 from zoo.tasks.base import ZooTask
 from zoo.tasks.figures import attention_heatmaps, publish_figure
-from zoo.tasks.optim import adamw_with_warmup, fused_allowed
+from zoo.tasks.optim import configure_adamw
 from zoo.tasks.registry import register_model
 from zoo.text.bytes import ByteCodec
 from zoo.text.codecs import TextClassificationCodec
@@ -148,14 +148,7 @@ class Classifier(ZooTask):
         return _labelled(logits, list(inputs), codec.class_names)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        return adamw_with_warmup(
-            self.model,
-            lr=self.hparams.lr,
-            weight_decay=self.hparams.weight_decay,
-            warmup_steps=self.hparams.warmup_steps,
-            total_steps=self.trainer.estimated_stepping_batches,
-            fused=fused_allowed(self.trainer),
-        )
+        return configure_adamw(self)
 
 
 @register_model("sentiment", aliases=("sentiment_classifier",))

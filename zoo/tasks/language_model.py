@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from zoo.errors import DataError
 from zoo.models import GPT
 from zoo.tasks.base import ZooTask
-from zoo.tasks.optim import adamw_with_warmup, fused_allowed
+from zoo.tasks.optim import configure_adamw
 from zoo.tasks.registry import register_model
 from zoo.text.language import LANGUAGE_CODECS
 
@@ -123,17 +123,7 @@ class LanguageModel(ZooTask):
         self._evaluate(batch, "test")
 
     def configure_optimizers(self) -> dict[str, Any]:
-        hp = self.hparams
-        return adamw_with_warmup(
-            self.model,
-            lr=hp.lr,
-            weight_decay=hp.weight_decay,
-            warmup_steps=hp.warmup_steps,
-            total_steps=self.trainer.estimated_stepping_batches,
-            betas=(hp.beta1, hp.beta2),
-            min_ratio=hp.min_lr / hp.lr,
-            fused=fused_allowed(self.trainer),
-        )
+        return configure_adamw(self, betas=(self.hparams.beta1, self.hparams.beta2))
 
     # -- text in, text out --------------------------------------------------------------------------
 

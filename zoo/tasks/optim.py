@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 
-__all__ = ["adamw_with_warmup", "fused_allowed", "warmup_cosine"]
+__all__ = ["adamw_with_warmup", "configure_adamw", "fused_allowed", "warmup_cosine"]
 
 
 def fused_allowed(trainer: L.Trainer) -> bool:
@@ -70,3 +70,21 @@ def adamw_with_warmup(
         lambda step: warmup_cosine(step, warmup_steps=warmup_steps, total_steps=total_steps, min_ratio=min_ratio),
     )
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def configure_adamw(module: L.LightningModule, **options: Any) -> dict[str, Any]:
+    """:func:`adamw_with_warmup` over ``module.model`` from the module's hyperparameters ``lr``,
+    ``weight_decay``, ``warmup_steps`` and, where it has one, ``min_lr`` (the schedule's end; 0
+    otherwise), over the trainer's estimated steps with the fused kernel where it may run: a task's
+    ``configure_optimizers``. ``options`` (``betas``, ``decay_all``) go to :func:`adamw_with_warmup`."""
+    hp = module.hparams
+    return adamw_with_warmup(
+        module.model,
+        lr=hp.lr,
+        weight_decay=hp.weight_decay,
+        warmup_steps=hp.warmup_steps,
+        total_steps=module.trainer.estimated_stepping_batches,
+        min_ratio=hp.get("min_lr", 0.0) / hp.lr,
+        fused=fused_allowed(module.trainer),
+        **options,
+    )

@@ -53,7 +53,7 @@ from zoo.datamodules.recall import IGNORE_INDEX, MADDataModule
 from zoo.errors import ConfigurationError, DataError
 from zoo.models import RecallLM
 from zoo.tasks.base import ZooTask
-from zoo.tasks.optim import adamw_with_warmup, fused_allowed
+from zoo.tasks.optim import configure_adamw
 from zoo.tasks.registry import register_model
 
 __all__ = ["MAD_TARGET", "ZOOLOGY_TARGET", "RecallModel"]
@@ -187,18 +187,7 @@ class RecallModel(ZooTask):
         self._evaluate(batch, "test")
 
     def configure_optimizers(self) -> dict[str, Any]:
-        hp = self.hparams
-        return adamw_with_warmup(
-            self.model,
-            lr=hp.lr,
-            weight_decay=hp.weight_decay,
-            warmup_steps=hp.warmup_steps,
-            total_steps=self.trainer.estimated_stepping_batches,
-            betas=(0.9, 0.999),  # torch's defaults, which Zoology and MAD keep
-            min_ratio=hp.min_lr / hp.lr,
-            fused=fused_allowed(self.trainer),
-            decay_all=True,
-        )
+        return configure_adamw(self, betas=(0.9, 0.999), decay_all=True)  # torch's betas, as Zoology and MAD train
 
 
 def per_example_accuracy(correct: Tensor, scored: Tensor) -> tuple[Tensor, int]:

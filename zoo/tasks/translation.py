@@ -27,7 +27,7 @@ from zoo.positions import LearnedPositions
 from zoo.tasks.base import ZooTask
 from zoo.tasks.bleu import CorpusBLEU
 from zoo.tasks.figures import attention_heatmaps, publish_figure
-from zoo.tasks.optim import adamw_with_warmup, fused_allowed
+from zoo.tasks.optim import configure_adamw
 from zoo.tasks.registry import register_model
 from zoo.text.codecs import TranslationCodec
 
@@ -89,7 +89,6 @@ class TranslationTask(ZooTask):
         self.save_model_hyperparameters(self.architecture, model_kwargs)
         self.model = self.architecture(vocab_size=vocab_size, padding_idx=padding_idx, **model_kwargs)
         self.padding_idx, self.bos_idx, self.eos_idx = padding_idx, bos_idx, eos_idx
-        self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.label_smoothing, self.beam_size, self.alpha = label_smoothing, beam_size, length_penalty
         self.max_decode_len, self.heatmap_examples = max_decode_len, heatmap_examples
         self.bleu = nn.ModuleDict({name: CorpusBLEU() for name in ("val", "test", "test_greedy")})
@@ -128,14 +127,7 @@ class TranslationTask(ZooTask):
         return [ThroughputMonitor(_sentences, _target_tokens, window_size=self.throughput_window)]
 
     def configure_optimizers(self) -> dict[str, Any]:
-        return adamw_with_warmup(
-            self.model,
-            lr=self.lr,
-            weight_decay=self.weight_decay,
-            warmup_steps=self.warmup_steps,
-            total_steps=self.trainer.estimated_stepping_batches,
-            fused=fused_allowed(self.trainer),
-        )
+        return configure_adamw(self)
 
     # -- decoding -------------------------------------------------------------------------------
 
