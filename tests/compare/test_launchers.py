@@ -16,6 +16,9 @@ import io
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +28,7 @@ import pytest
 import yaml
 
 import zoo.compare.run as runs
+from tests.helpers import PROJECT_ROOT
 from tests.helpers.wandb_offline import wandb_records
 from zoo.commands import main
 from zoo.compare.records import load_records
@@ -343,3 +347,25 @@ def test_wandb_offline_run_has_the_group_and_the_grid(in_tmp: Path, monkeypatch:
         config = {item.key: json.loads(item.value_json) for item in record.config.update}
         kept[record.job_type] = (record.run_group, record.display_name, {key: config[key] for key in grid})
     assert kept == {stage: ("sweep", "attention=average/seed0", grid) for stage in ("fit", "validate")}
+
+
+def test_sigterm_stops_the_comparison_and_its_fits_and_records_nothing_of_them(tmp_path: Path) -> None:
+    """SIGTERM, as a scheduler or ``kill`` sends it, reaches the comparison alone (not its process
+    group, as Ctrl-C does): the running fit is sent it too, saves ``last.ckpt`` and stops; it is
+    neither tested nor recorded (the fit ends with status 0 once saved); the comparison says so in
+    one line with status 143, and nothing is left running."""
+    out = tmp_path / "cmp"
+    command = [sys.executable, "-m", "zoo", "compare", "--model", "nadaraya_watson", "--budget", "100000steps",
+               "--out", str(out), "--parallel", "1", "--cpus_per_run", "1"]  # fmt: skip
+    comparison = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = out / "runs" / "base" / "seed0"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(run.rglob("metrics.csv")):  # the fit is training
+        time.sleep(0.2)
+    comparison.send_signal(signal.SIGTERM)
+    _, stderr = comparison.communicate(timeout=60)
+    assert comparison.returncode == 143
+    assert stderr.strip().splitlines()[-1].startswith("compare: stopped by SIGTERM with its running fits,")
+    assert _processes_mentioning(str(out)) == []
+    assert list(run.rglob("last.ckpt"))  # the fit stopped as on its own SIGTERM
+    assert load_records(out / "records.jsonl") == [] and not (run / "test.log").exists()

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import shlex
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import yaml
 from zoo.compare.grid import combinations, parse_budget, parse_grid
 from zoo.compare.launch import Launcher
 from zoo.compare.local import LocalLauncher
+from zoo.compare.process import Terminated, stop_children_on_sigterm
 from zoo.compare.report import summary_tables, write_report
 from zoo.compare.run import STAGE_PREFIX
 from zoo.compare.runner import CompareConfig, Comparison
@@ -200,7 +203,23 @@ def _slurm_parameters(specs: list[str]) -> dict[str, Any]:
 
 
 def main(args: list[str]) -> None:
-    """Parse, run every unfinished run, write the report, print its tables and where it is."""
+    """Parse, run every unfinished run, write the report, print its tables and where it is.
+
+    SIGTERM stops the comparison as Ctrl-C does, its running fits too (nothing of them recorded),
+    with one line and status 143; the same command then runs what is unfinished."""
+    try:
+        with stop_children_on_sigterm():
+            _compare(args)
+    except Terminated:
+        print(
+            "compare: stopped by SIGTERM with its running fits, which are not recorded; "
+            "the same command runs them again and keeps the finished ones.",
+            file=sys.stderr,
+        )
+        raise SystemExit(128 + signal.SIGTERM) from None
+
+
+def _compare(args: list[str]) -> None:
     options, base = parser().parse_known_args(args)
     axes = parse_grid(options.grid)
     names = [combination.name for combination in combinations(axes)]
