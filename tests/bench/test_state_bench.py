@@ -11,7 +11,7 @@ import torch
 import zoo
 from zoo.bench.attention import AttentionBenchConfig, run_attention_bench
 from zoo.bench.cli import main
-from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, state_table
+from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, state_layer, state_table
 
 TINY = {"d_model": 16, "heads": 2, "warmup": 0, "repeats": 1}
 RECURRENT = ["deltanet", "gated_deltanet", "gated_deltaproduct", "gla", "kda", "mamba2", "retention", "rwkv7"]
@@ -46,6 +46,27 @@ def test_bench_state_runs_from_the_command_line(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["state", "--attentions", "retnt", "--out", str(out)])
     assert "Unknown attention 'retnt'. Did you mean 'retnet', 'retention'" in capsys.readouterr().err
+
+
+def test_an_entry_with_arguments_builds_that_layer_and_a_bad_one_is_one_line(capsys) -> None:
+    """MLA decoding in its naive and absorbed forms: the same weights (same seed) give the same
+    next output; the cache is the latent either way."""
+    outputs = []
+    for mode in ("naive", "absorbed"):
+        torch.manual_seed(0)
+        layer = state_layer(f"{{name: mla, mode: {mode}}}", 16, 2).eval()
+        assert layer.mode == mode
+        context = torch.randn(1, 9, 16, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            _, cache = layer.attend_cached(context[:, :8], None)
+            outputs.append(layer.attend_cached(context[:, 8:], cache)[0])
+    torch.testing.assert_close(outputs[0], outputs[1], atol=1e-5, rtol=1e-5)
+    with pytest.raises(SystemExit):
+        main(["state", "--attentions", "{name: mla, mode: fused}"])
+    assert (
+        "error: --attentions {name: mla, mode: fused}: MultiHeadLatentAttention: mode must be one of"
+        in capsys.readouterr().err
+    )
 
 
 def test_bench_attention_runs_the_recurrent_families_in_a_layer_when_causal(capsys) -> None:

@@ -24,7 +24,7 @@ from zoo.bench.classify import (
 from zoo.bench.decode import DecodeBenchConfig, decode_table, run_decode_bench
 from zoo.bench.measure import resolve_device
 from zoo.bench.report import environment, plot_growth, write_json
-from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, state_table
+from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, state_layer, state_table
 from zoo.bench.sweep import SweepSettings
 from zoo.bench.train import TrainBenchConfig, run_train_bench, train_table
 from zoo.bench.translation import TranslationSetup
@@ -157,7 +157,7 @@ def parser() -> argparse.ArgumentParser:
     state.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384], help="context lengths")
     state.add_argument(
         "--attentions", nargs="+", default=None,
-        help="registered causal attentions (default: the recurrent ones and dot_product)",
+        help="registered causal attentions, or a name with arguments as in a config: '{name: mla, mode: naive}' (default: the recurrent ones and dot_product)",
     )  # fmt: skip
     state.add_argument("--d-model", type=int, default=256)
     state.add_argument("--heads", type=int, default=8)
@@ -190,9 +190,12 @@ def main(argv: list[str]) -> dict[str, Any]:
     if args.benchmark == "state" and args.d_model % args.heads:
         argument_parser.error(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads}).")
     try:
-        if args.benchmark in ("classify", "state"):
+        if args.benchmark == "classify":
             for name in args.attentions or []:
                 get_attention(name)  # an unknown name: one line naming the closest
+        if args.benchmark == "state":
+            for entry in args.attentions or []:
+                state_layer(entry, args.d_model, args.heads)  # an unknown name or argument: one line
         return _run(args, argv)
     except ZooError as error:  # a bad name or setting: one line, like argparse's errors
         argument_parser.error(str(error))

@@ -12,6 +12,10 @@ variant's state has the same size whatever ``L``, so its step should cost the sa
 as at 1k; a key/value cache grows with ``L``, and so does the step (it reads, and here copies,
 every key). The table gives each quantity at the longest length over the shortest.
 
+An entry of ``--attentions`` is a registered name or, as in a model's ``attention`` list, a
+mapping of a name and its arguments (``'{name: mla, mode: naive}'``: MLA decoding without the
+absorbed form), reported under the text given.
+
 The prompt is encoded without gradients, as decoding runs, in the layer's float32.
 """
 
@@ -23,21 +27,44 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import yaml
 from torch import Tensor
 
 from zoo.attention import get_attention, self_attention_layer
 from zoo.attention.cache import LayerCache
 from zoo.attention.factory import layer_names
 from zoo.attention.layer import AttentionLayer
+from zoo.attention.spec import AttentionSpec
 from zoo.bench.measure import peak_memory, time_call
 from zoo.bench.report import markdown_table
+from zoo.errors import ConfigurationError, ZooError
 
-__all__ = ["StateBenchConfig", "recurrent_names", "run_state_bench", "state_table"]
+__all__ = ["StateBenchConfig", "recurrent_names", "run_state_bench", "state_layer", "state_table"]
 
 
 def recurrent_names() -> list[str]:
     """The registered layers that decode from a fixed-size state (``fixed_state``), plugins included."""
     return [name for name in layer_names() if get_attention(name).fixed_state]
+
+
+def state_layer(entry: str, d_model: int, heads: int) -> AttentionLayer:
+    """The self-attention layer an ``--attentions`` entry names, ``NAME`` or ``{name: NAME,
+    ARGUMENT: VALUE, ...}``, built at ``d_model`` and ``heads``; a bad entry is one line."""
+    loaded = yaml.safe_load(entry) if entry.lstrip().startswith("{") else entry
+    if isinstance(loaded, dict) and isinstance(loaded.get("name"), str):
+        name, arguments = loaded["name"], {key: value for key, value in loaded.items() if key != "name"}
+    elif isinstance(loaded, str):
+        name, arguments = loaded, {}
+    else:
+        raise ConfigurationError(
+            f"--attentions takes names or mappings such as '{{name: mla, mode: naive}}'; got {entry!r}."
+        )
+    try:
+        return self_attention_layer(AttentionSpec(name, arguments), d_model, heads)
+    except ZooError:  # an unknown name: its own line, with the closest names
+        raise
+    except (TypeError, ValueError) as error:  # an argument the attention refuses
+        raise ConfigurationError(f"--attentions {entry}: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -69,7 +96,7 @@ def _measure(name: str, config: StateBenchConfig, length: int, device: torch.dev
     """One attention at one context length."""
     generator = torch.Generator().manual_seed(config.seed * 100_003 + length)
     torch.manual_seed(config.seed)
-    layer = self_attention_layer(name, config.d_model, config.heads).to(device).eval()
+    layer = state_layer(name, config.d_model, config.heads).to(device).eval()
     context = torch.randn(config.batch, length + 1, config.d_model, generator=generator).to(device)
     _, cache = layer.attend_cached(context[:, :length], None)
     step = _step(layer, context[:, length:], cache)
