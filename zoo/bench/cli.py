@@ -157,7 +157,8 @@ def parser() -> argparse.ArgumentParser:
     state.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384], help="context lengths")
     state.add_argument(
         "--attentions", nargs="+", default=None,
-        help="registered causal attentions, or a name with arguments as in a config: '{name: mla, mode: naive}' (default: the recurrent ones and dot_product)",
+        help="registered causal attentions, or a name with arguments as in a config: '{name: mla, mode: naive}' "
+        "(default: the recurrent ones and dot_product)",
     )  # fmt: skip
     state.add_argument("--d-model", type=int, default=256)
     state.add_argument("--heads", type=int, default=8)
