@@ -19,8 +19,8 @@ rotary key. Two forms compute it, equal up to rounding:
   over ``r + dr`` features), so a decoding step reads the cached latents as they are instead of
   up-projecting all of them (DeepSeek-V3's ``inference/model.py``, its ``absorb`` path).
 
-Both run in PyTorch's fused :func:`~torch.nn.functional.scaled_dot_product_attention` under the
-zoo's masking rules (:func:`~zoo.attention.kernels.sdpa.fused_attention`: bottom-right causality,
+Both run in PyTorch's fused :func:`~torch.nn.functional.scaled_dot_product_attention` (the values
+zero-padded to the keys' width, which its flash kernels need) under the zoo's masking rules (:func:`~zoo.attention.kernels.sdpa.fused_attention`: bottom-right causality,
 a zero output for a query that sees no key); :func:`latent_attention_weights` gives the
 ``(B, H, Lq, Lk)`` weights, the same for both.
 
@@ -51,8 +51,7 @@ def latent_attention_naive(
         [torch.einsum("blr,hdr->bhld", latent, key_up), rope_key.unsqueeze(1).expand(-1, heads, -1, -1)], dim=-1
     )
     values = torch.einsum("blr,hdr->bhld", latent, value_up)
-    queries = torch.cat([qn, qr], dim=-1)
-    return fused_attention(queries, keys, values, mask, is_causal=is_causal, bias=None, dropout_p=0.0, scale=scale)
+    return _fused(torch.cat([qn, qr], dim=-1), keys, values, mask, is_causal=is_causal, scale=scale)
 
 
 def latent_attention_absorbed(
@@ -62,17 +61,23 @@ def latent_attention_absorbed(
     """The up-projections folded into the queries and the output: one shared key and value head
     over the latents as they are; the output ``(B, H, Lq, dv)``.
 
-    With one key head, the query heads are folded into the query axis (``(B, 1, H * Lq, r + dr)``):
-    one head of ``H * Lq`` queries, which PyTorch's fused CPU kernel runs several times faster than
-    ``H`` heads over a shared key head (measured here: 5.6 against 165 ms for a decoded token over
-    1024 latents of 576 features and 16 heads); a mask (causality among several queries included)
-    is laid out the same way."""
+    For one query (a decoding step) the query heads are folded into the query axis (``(B, 1, H,
+    r + dr)``): one head of ``H`` queries, which PyTorch's fused CPU kernel runs several times faster
+    than ``H`` heads over a shared key head (measured here: 5.6 against 165 ms for a decoded token
+    over 1024 latents of 576 features and 16 heads), the mask laid out the same way. Several
+    queries (a prompt, when ``mode: absorbed`` forces this form there) stay ``H`` heads over the
+    shared key head, repeated as a view, so causality stays in the kernel: folded, it would be a
+    ``(H * Lq, Lk)`` mask (2 GiB at 16k tokens and 8 heads)."""
     batch, heads, num_queries, _ = qn.shape
     num_keys = latent.shape[-2]
     queries = torch.cat([torch.einsum("bhld,hdr->bhlr", qn, key_up), qr], dim=-1)  # (B, H, Lq, r + dr)
     keys = torch.cat([latent, rope_key], dim=-1).unsqueeze(1)  # (B, 1, Lk, r + dr)
-    if is_causal and num_queries > 1:  # a single query sees every key (bottom-right)
-        mask = with_causal(mask, num_queries, num_keys, qn.device)
+    if num_queries > 1:  # the shared head repeated as a view: PyTorch's CPU kernels take no grouped heads
+        shared = (batch, heads, num_keys, -1)
+        mixed = _fused(
+            queries, keys.expand(shared), latent.unsqueeze(1).expand(shared), mask, is_causal=is_causal, scale=scale
+        )
+        return torch.einsum("bhlr,hdr->bhld", mixed, value_up)
     if mask is not None:
         mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
         mask = mask.expand(-1, heads, num_queries, num_keys).reshape(mask.shape[0], 1, heads * num_queries, num_keys)
@@ -81,6 +86,20 @@ def latent_attention_absorbed(
         folded, keys, latent.unsqueeze(1), mask, is_causal=False, bias=None, dropout_p=0.0, scale=scale
     ).view(batch, heads, num_queries, -1)
     return torch.einsum("bhlr,hdr->bhld", mixed, value_up)
+
+
+def _fused(
+    queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, is_causal: bool, scale: float
+) -> Tensor:
+    """:func:`fused_attention` with the values zero-padded to the keys' width and the output cut
+    back: MLA's keys are wider than its values (``dn + dr`` against ``dv``; ``r + dr`` against ``r``
+    absorbed), and PyTorch's flash kernels take one width, so unpadded they fall back to the math
+    kernel, which holds every ``(Lq, Lk)`` score (20 GiB at 16k tokens and 8 heads here)."""
+    width = values.shape[-1]
+    if keys.shape[-1] > width:
+        values = torch.nn.functional.pad(values, (0, keys.shape[-1] - width))
+    output = fused_attention(queries, keys, values, mask, is_causal=is_causal, bias=None, dropout_p=0.0, scale=scale)
+    return output[..., :width]
 
 
 def latent_attention_weights(
