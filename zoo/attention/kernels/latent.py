@@ -20,8 +20,9 @@ rotary key. Two forms compute it, equal up to rounding:
   up-projecting all of them (DeepSeek-V3's ``inference/model.py``, its ``absorb`` path).
 
 Both run in PyTorch's fused :func:`~torch.nn.functional.scaled_dot_product_attention` (the values
-zero-padded to the keys' width, which its flash kernels need) under the zoo's masking rules (:func:`~zoo.attention.kernels.sdpa.fused_attention`: bottom-right causality,
-a zero output for a query that sees no key); :func:`latent_attention_weights` gives the
+zero-padded to the keys' width, which its flash kernels need) under the zoo's masking rules
+(:func:`~zoo.attention.kernels.sdpa.fused_attention`: bottom-right causality, a zero output for a
+query that sees no key); :func:`latent_attention_weights` gives the
 ``(B, H, Lq, Lk)`` weights, the same for both.
 
 Shapes: ``qn`` ``(B, H, Lq, dn)``, ``qr`` ``(B, H, Lq, dr)``, ``latent`` ``(B, Lk, r)``,
