@@ -214,6 +214,20 @@ def test_the_newest_benchmark_of_a_case_counts_and_older_cells_are_marked(tmp_pa
     assert cells["ms 1k (cpu B1)"].href.startswith("bench/results_a_new.json")
 
 
+def test_a_partial_benchmark_file_is_left_out(tmp_path: Path) -> None:
+    """A benchmark cut at its time limit leaves its lengths so far, without the case descriptions:
+    the board shows the finished file beside it and builds."""
+    folder = tmp_path / "results"
+    (new,) = _git_commits(folder, 1)
+    (folder / "a_new.json").write_text(json.dumps(_bench(new, {1024: 20.0})), encoding="utf-8")
+    partial = {"benchmark": "attention", "environment": {"command": "python -m zoo bench attention"}, "partial": True,
+               "results_so_far": {"dot_product": [{"length": 4096, "status": "ok", "time_ms": {"median": 1.0}}]}}  # fmt: skip
+    (folder / "b_partial.json").write_text(json.dumps(partial), encoding="utf-8")
+    board, _ = _board([folder])
+    cells = {c.label: board.cells.get(("dot_product", c.key)) for c in board.columns if c.group == "speed"}
+    assert cells["ms 1k (cpu B1)"].text == "20.0" and "ms 4k (cpu B1)" not in cells
+
+
 @pytest.mark.parametrize(
     ("case", "named"),
     [

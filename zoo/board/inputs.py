@@ -181,12 +181,14 @@ def _read_comparison(directory: Path, name: str) -> Comparison:
 
 
 def _read_bench(path: Path, name: str) -> BenchResult | None:
-    """The benchmark result in ``path``; None for a JSON file that is not one."""
+    """The benchmark result in ``path``; None for a JSON file that is not one, or is the partial
+    file a benchmark cut at its time limit leaves (``"partial": true``, its lengths so far and no
+    case descriptions): the board shows finished measurements."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    if not isinstance(data, dict) or "benchmark" not in data or "environment" not in data:
+    if not isinstance(data, dict) or "benchmark" not in data or "environment" not in data or data.get("partial"):
         return None
     kind = data["benchmark"]
     if kind in LISTED_BENCHMARKS:
