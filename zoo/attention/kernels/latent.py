@@ -78,14 +78,14 @@ def latent_attention_absorbed(
         mixed = _fused(
             queries, keys.expand(shared), latent.unsqueeze(1).expand(shared), mask, is_causal=is_causal, scale=scale
         )
-        return torch.einsum("bhlr,hdr->bhld", mixed, value_up)
-    if mask is not None:
-        mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
-        mask = mask.expand(-1, heads, num_queries, num_keys).reshape(mask.shape[0], 1, heads * num_queries, num_keys)
-    folded = queries.reshape(batch, 1, heads * num_queries, -1)
-    mixed = fused_attention(
-        folded, keys, latent.unsqueeze(1), mask, is_causal=False, bias=None, dropout_p=0.0, scale=scale
-    ).view(batch, heads, num_queries, -1)
+    else:  # one query: the heads folded into the query axis, the mask with them
+        if mask is not None:
+            mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+            mask = mask.expand(-1, heads, 1, num_keys).reshape(mask.shape[0], 1, heads, num_keys)
+        mixed = fused_attention(
+            queries.reshape(batch, 1, heads, -1), keys, latent.unsqueeze(1), mask, is_causal=False, bias=None,
+            dropout_p=0.0, scale=scale,
+        ).view(batch, heads, 1, -1)  # fmt: skip
     return torch.einsum("bhlr,hdr->bhld", mixed, value_up)
 
 
