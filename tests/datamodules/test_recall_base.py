@@ -170,5 +170,7 @@ def test_the_command_line_builds_each_module_from_its_arguments(name: str, argum
     module = DATAMODULE_REGISTRY.get(name)
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(module, "data")
-    data = module(**vars(parser.parse_args(arguments).data))
+    parsed = vars(parser.parse_args(arguments).data)
+    data = module(**parsed)
     assert (data.vocab_size, data.block_size) == sizes  # what the CLI links into a model
+    assert dict(data.hparams) == parsed  # every argument, the base's too: what a checkpoint rebuilds it from

@@ -312,7 +312,9 @@ class RecallDataModule(L.LightningDataModule):
     """Generated recall and copying data (nothing downloaded): a subclass sets ``name``,
     ``vocab_size`` and ``block_size`` (which the CLI links into a model) and builds each split as
     a list of :class:`Examples` (:meth:`build_split`); training is shuffled per epoch unless the
-    subclass generates it afresh (:meth:`train_dataloader`).
+    subclass generates it afresh (:meth:`train_dataloader`). The constructor saves the
+    subclass's arguments as hyperparameters (``save_hyperparameters`` reads every ``__init__`` on
+    the call stack), so a checkpoint rebuilds the data module.
 
     Args:
         batch_size: Examples per batch.
@@ -330,6 +332,7 @@ class RecallDataModule(L.LightningDataModule):
 
     def __init__(self, batch_size: int = 64, generator_seed: int = 0, seed: int = 0, num_workers: int | None = None):
         super().__init__()
+        self.save_hyperparameters()  # every subclass's arguments too: Lightning reads each __init__ frame
         check_minimums(
             batch_size=(batch_size, 1), generator_seed=(generator_seed, 0), seed=(seed, 0), num_workers=(num_workers, 0)
         )

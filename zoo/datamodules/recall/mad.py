@@ -204,7 +204,6 @@ class MADDataModule(RecallDataModule):
         num_workers: int | None = None,
     ) -> None:
         super().__init__(batch_size=batch_size, generator_seed=generator_seed, seed=seed, num_workers=num_workers)
-        self.save_hyperparameters()
         check_minimums(num_test=(num_test, 1))
         self.task = task.replace("-", "_")
         self.spec = _task(task)

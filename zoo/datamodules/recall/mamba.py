@@ -212,7 +212,6 @@ class SelectiveCopyingDataModule(_LengthExtrapolation):
             seq_len, test_lengths, num_test, train_batches, vocab_size,
             batch_size=batch_size, generator_seed=generator_seed, seed=seed, num_workers=num_workers,
         )  # fmt: skip
-        self.save_hyperparameters()
         self.num_tokens = num_tokens
         for length in sorted({seq_len, *self.test_lengths}):
             check_selective_copying(length, vocab_size, num_tokens)
@@ -261,7 +260,6 @@ class InductionHeadsDataModule(_LengthExtrapolation):
             seq_len, test_lengths, num_test, train_batches, vocab_size,
             batch_size=batch_size, generator_seed=generator_seed, seed=seed, num_workers=num_workers,
         )  # fmt: skip
-        self.save_hyperparameters()
         for length in sorted({seq_len, *self.test_lengths}):
             check_induction_heads(length, vocab_size)
 

@@ -232,7 +232,6 @@ class MQARDataModule(RecallDataModule):
         num_workers: int | None = None,
     ) -> None:
         super().__init__(batch_size=batch_size, generator_seed=generator_seed, seed=seed, num_workers=num_workers)
-        self.save_hyperparameters()
         cell = {"seq_len": seq_len, "num_kv_pairs": num_kv_pairs, "num_train": num_train, "num_test": num_test}
         if mixture is None:
             cell = {key: self.CELL_DEFAULTS[key] if value is None else value for key, value in cell.items()}
