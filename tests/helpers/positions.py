@@ -16,6 +16,6 @@ def takes_position(name: str, position: str) -> bool:
     return {"absolute": True, "rotary": cls.supports_rotary, "bias": cls.supports_position_bias}[kind]
 
 
-#: what a built-in needs to keep the contract at the kit's short lengths (4 to 9 tokens): NSA's
-#: compression and selection blocks of 2, so that every parameter gets a gradient
+#: what a built-in needs to be exercised whole at the kit's short lengths (4 to 9 tokens): NSA's
+#: compression and selection blocks of 2, so that its checks see blocks compressed and selected
 KIT_OPTIONS = {"nsa": {"compress_block": 2, "compress_stride": 1, "select_block": 2, "select_count": 3, "window": 2}}

@@ -34,6 +34,12 @@ def test_the_built_ins_are_all_checked() -> None:
     assert {"additive", "dot_product", "gaussian_kernel", "average", "multi_head", "self", "cross"} <= set(BUILT_INS)
 
 
+def test_a_layer_whose_parameters_need_longer_inputs_passes_with_its_defaults() -> None:
+    """NSA compresses blocks of 8 keys: at the gradient check's 4 tokens its compression takes no
+    part, so whether every parameter learns is checked at a longer input."""
+    assert "gradients" in check_attention("nsa").passed
+
+
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_every_built_in_keeps_the_contract(name: str) -> None:
     report = check_attention(name, **KIT_OPTIONS.get(name, {}))

@@ -28,8 +28,9 @@ hold whatever the implementation (explicit scores, a fused kernel, no score matr
 * ``float16`` / ``bfloat16``: the variant runs in half precision, stays finite forwards and
   backwards, and stays close to the same computation in float32.
 * ``gradients``: queries, keys and values get finite gradients, every trainable parameter gets
-  one (DistributedDataParallel fails on parameters that get none), and the gradients match
-  finite differences in float64.
+  one over 32 keys (DistributedDataParallel fails on parameters that get none; 32, so that a
+  layer's blocks fill, as NSA's compression blocks of 8 do), and the gradients match finite
+  differences in float64 over a few tokens.
 
 **Layers.** An attention layer a stack builds by name (the recurrent families, a plugin's
 layer) is fed the block's input ``x`` as a stack feeds it: the same checks hold with ``x`` as the

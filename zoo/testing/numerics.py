@@ -18,6 +18,10 @@ from zoo.testing.report import fail
 __all__ = ["check_gradients", "half_precision_check"]
 
 _HALF_TOL = {torch.float16: 1e-2, torch.bfloat16: 6e-2}
+#: Keys in the check that every trainable parameter gets a gradient: longer than the gradient
+#: check's few tokens, so that a layer's blocks fill (NSA compresses blocks of 8 keys, and at
+#: fewer its compression's parameters take no part, as at none of its training lengths).
+LEARNING_LENGTH = 32
 
 
 def half_precision_check(dtype: torch.dtype) -> Callable[[Harness, torch.Generator], None]:
@@ -80,8 +84,9 @@ def check_gradients(h: Harness, g: torch.Generator) -> None:
         if tensor.grad is not None and not torch.isfinite(tensor.grad).all():
             fail("an input's gradient has NaN or inf (a fully masked row is included).")
     for name, param in module.named_parameters():
-        if param.requires_grad and (param.grad is None or not torch.isfinite(param.grad).all()):
-            fail(f"the trainable parameter {name!r} gets {'no' if param.grad is None else 'a non-finite'} gradient.")
+        if param.grad is not None and not torch.isfinite(param.grad).all():
+            fail(f"the trainable parameter {name!r} gets a non-finite gradient.")
+    _check_every_parameter_learns(h, g)
     fresh = tuple(t.detach().requires_grad_() for t in inputs)
 
     def forward(*tensors: Tensor) -> Tensor:
@@ -91,3 +96,20 @@ def check_gradients(h: Harness, g: torch.Generator) -> None:
         torch.autograd.gradcheck(forward, fresh, eps=1e-6, atol=1e-5, rtol=1e-3, fast_mode=True)
     except GradcheckError as error:
         fail(f"analytical gradients differ from finite differences in float64: {str(error).splitlines()[0]}")
+
+
+def _check_every_parameter_learns(h: Harness, g: torch.Generator) -> None:
+    """Every trainable parameter gets a finite gradient from a forward over ``LEARNING_LENGTH``
+    keys, padded rows included: one that gets none stops DistributedDataParallel."""
+    module = h.module()
+    if not any(param.requires_grad for param in module.parameters()):
+        return
+    lq, lk = h.lengths
+    lq, lk = lq * LEARNING_LENGTH // lk, LEARNING_LENGTH
+    inputs = _unique(h.inputs(lq, lk, g))
+    valid_lens = torch.tensor([lk, 2, 0]) if h.prototype.supports_padding_mask else None
+    output, _ = h(module, _retie(h, inputs), valid_lens)
+    output.mul(torch.randn(output.shape, generator=g).to(output)).sum().backward()
+    for name, param in module.named_parameters():
+        if param.requires_grad and (param.grad is None or not torch.isfinite(param.grad).all()):
+            fail(f"the trainable parameter {name!r} gets {'no' if param.grad is None else 'a non-finite'} gradient.")
