@@ -100,12 +100,15 @@ def check_gradients(h: Harness, g: torch.Generator) -> None:
 
 def _check_every_parameter_learns(h: Harness, g: torch.Generator) -> None:
     """Every trainable parameter gets a finite gradient from a forward over ``LEARNING_LENGTH``
-    keys, padded rows included: one that gets none stops DistributedDataParallel."""
+    keys (fewer where a module was built for at most ``max_len``), padded rows included: one
+    that gets none stops DistributedDataParallel."""
     module = h.module()
     if not any(param.requires_grad for param in module.parameters()):
         return
     lq, lk = h.lengths
-    lq, lk = lq * LEARNING_LENGTH // lk, LEARNING_LENGTH
+    limits = [m.max_len for m in module.modules() if isinstance(getattr(m, "max_len", None), int)]
+    longest = min([LEARNING_LENGTH, *limits])  # a layer built for at most max_len keys (Linformer) gets those
+    lq, lk = max(1, lq * longest // lk), longest
     inputs = _unique(h.inputs(lq, lk, g))
     valid_lens = torch.tensor([lk, 2, 0]) if h.prototype.supports_padding_mask else None
     output, _ = h(module, _retie(h, inputs), valid_lens)
