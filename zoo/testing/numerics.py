@@ -73,10 +73,7 @@ def _retie(h: Harness, distinct: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Te
 def check_gradients(h: Harness, g: torch.Generator) -> None:
     lq, lk = (4, 4) if h.lengths[0] == h.lengths[1] else (3, 4)  # small: gradcheck runs in float64
     module = h.module(torch.float64)
-    inputs = tuple(t.detach().requires_grad_() for t in _unique(h.inputs(lq, lk, g, torch.float64)))
-    valid_lens = torch.tensor([lk, 2, 0]) if h.prototype.supports_padding_mask else None
-    output, _ = h(module, _retie(h, inputs), valid_lens)
-    output.mul(torch.randn(output.shape, generator=g, dtype=torch.float64)).sum().backward()
+    inputs, valid_lens = _backward(h, module, lq, lk, g, torch.float64)
     values = inputs[-1]
     if values.grad is None or not torch.any(values.grad != 0):
         fail("the values get no gradient.")
@@ -98,21 +95,28 @@ def check_gradients(h: Harness, g: torch.Generator) -> None:
         fail(f"analytical gradients differ from finite differences in float64: {str(error).splitlines()[0]}")
 
 
+def _backward(
+    h: Harness, module: torch.nn.Module, lq: int, lk: int, g: torch.Generator, dtype: torch.dtype
+) -> tuple[tuple[Tensor, ...], Tensor | None]:
+    """Backpropagate a random projection of ``module``'s output over new inputs of ``lq`` queries
+    and ``lk`` keys (a full, a short and an empty row where the variant takes padding); returns
+    the distinct inputs, holding their gradients, and the lengths used."""
+    inputs = tuple(t.detach().requires_grad_() for t in _unique(h.inputs(lq, lk, g, dtype)))
+    valid_lens = torch.tensor([lk, 2, 0]) if h.prototype.supports_padding_mask else None
+    output, _ = h(module, _retie(h, inputs), valid_lens)
+    output.mul(torch.randn(output.shape, generator=g, dtype=dtype).to(output.device)).sum().backward()
+    return inputs, valid_lens
+
+
 def _check_every_parameter_learns(h: Harness, g: torch.Generator) -> None:
     """Every trainable parameter gets a finite gradient from a forward over ``LEARNING_LENGTH``
     keys (fewer where a module was built for at most ``max_len``), padded rows included: one
     that gets none stops DistributedDataParallel."""
     module = h.module()
-    if not any(param.requires_grad for param in module.parameters()):
-        return
     lq, lk = h.lengths
     limits = [m.max_len for m in module.modules() if isinstance(getattr(m, "max_len", None), int)]
     longest = min([LEARNING_LENGTH, *limits])  # a layer built for at most max_len keys (Linformer) gets those
-    lq, lk = max(1, lq * longest // lk), longest
-    inputs = _unique(h.inputs(lq, lk, g))
-    valid_lens = torch.tensor([lk, 2, 0]) if h.prototype.supports_padding_mask else None
-    output, _ = h(module, _retie(h, inputs), valid_lens)
-    output.mul(torch.randn(output.shape, generator=g).to(output)).sum().backward()
+    _backward(h, module, max(1, lq * longest // lk), longest, g, torch.float32)
     for name, param in module.named_parameters():
         if param.requires_grad and (param.grad is None or not torch.isfinite(param.grad).all()):
             fail(f"the trainable parameter {name!r} gets {'no' if param.grad is None else 'a non-finite'} gradient.")
