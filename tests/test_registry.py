@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import warnings
 from collections.abc import Iterator
@@ -15,7 +14,8 @@ import torch
 from typing_extensions import TypedDict, Unpack
 
 import zoo
-from tests.helpers import PROJECT_ROOT, write_distribution
+from tests.helpers import write_distribution
+from tests.helpers.fresh_import import fresh_import_facts
 from zoo.registry import (
     DuplicateNameError,
     Entry,
@@ -644,30 +644,15 @@ def test_plugin_that_registers_itself_on_import_is_credited_to_its_distribution(
         sys.modules.pop("zoo_test_selfreg", None)
 
 
-def _fresh_python(code: str) -> str:
-    """Run ``code`` in a new interpreter that imports this checkout; return its stdout."""
-    import subprocess
-
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
-    )
-    return done.stdout.strip()
-
-
 def test_model_registry_is_full_where_it_is_imported_from() -> None:
     """The tasks fill the model registry, and it lives beside them: never seen half empty."""
-    out = _fresh_python("from zoo.tasks import list_models; print(' '.join(list_models()))")
-    assert out.split() == ["classifier", "gpt", "nadaraya_watson", "recall", "sentiment", "seq2seq", "transformer"]
+    models = fresh_import_facts()["models"]
+    assert models == ["classifier", "gpt", "nadaraya_watson", "recall", "sentiment", "seq2seq", "transformer"]
 
 
 def test_loading_the_figures_leaves_the_plotting_backend_alone() -> None:
     """``zoo.load_checkpoint`` imports the tasks and their figures: a notebook's backend stays."""
-    code = (
-        "import matplotlib; matplotlib.use('svg'); import zoo; zoo.load_checkpoint; import zoo.tasks.figures;"
-        " import zoo.bench.report; print(matplotlib.get_backend())"
-    )
-    assert _fresh_python(code) == "svg"
+    assert fresh_import_facts()["backend"] == "svg"
 
 
 class _SharedOptions(TypedDict, total=False):

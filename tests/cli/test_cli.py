@@ -139,7 +139,7 @@ def test_bad_settings_end_in_one_line(in_tmp, capsys, args, message) -> None:
 
 
 def test_fits_started_together_each_get_a_complete_run_directory(in_tmp) -> None:
-    """Three seeds started at once from one directory: three run directories, each named by
+    """Two seeds started at once from one directory: two run directories, each named by
     the run's own closing line, each with its config, checkpoint and metrics."""
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     command = [sys.executable, "-m", "zoo", "fit", "--model", "nadaraya_watson", "--trainer.max_epochs", "2", *QUIET]
@@ -151,7 +151,7 @@ def test_fits_started_together_each_get_a_complete_run_directory(in_tmp) -> None
             text=True,
             env=env,
         )
-        for seed in range(3)
+        for seed in range(2)
     ]
     outputs = [proc.communicate(timeout=300) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), [err[-2000:] for _, err in outputs]
@@ -159,7 +159,7 @@ def test_fits_started_together_each_get_a_complete_run_directory(in_tmp) -> None
         next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("run directory: "))
         for out, _ in outputs
     ]
-    assert len(set(reported)) == 3 and sorted(
+    assert len(set(reported)) == 2 and sorted(
         p.name for p in (in_tmp / "runs" / "nadaraya_watson").iterdir()
     ) == sorted(Path(r).name for r in reported)
     for seed, run in enumerate(reported):

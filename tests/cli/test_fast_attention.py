@@ -44,6 +44,7 @@ def test_short_sst2_run_lowers_the_loss(shared_data, in_tmp, attention: str, kwa
     assert metrics["val/acc"] > 0.58
 
 
+@pytest.mark.slow  # 26 s; the default run has their SST-2 learning and their translation fit from the CLI
 @pytest.mark.parametrize(("attention", "kwargs"), VARIANTS, ids=IDS)
 def test_short_translation_run_lowers_the_loss(shared_data, in_tmp, attention: str, kwargs: dict) -> None:
     """As for ``dot_product`` in test_translation: far below the unigram level (about 5.5 nats)."""

@@ -6,8 +6,6 @@ split is one clear line."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from tests.helpers.fresh_import import fresh_import_facts
 from zoo.commands import main
 from zoo.datamodules import FraEngDataModule
 from zoo.datamodules.fra_eng import split_of
@@ -85,8 +84,7 @@ def test_codecs_store_tokenizers_json_and_label_heatmaps() -> None:
 
 
 def test_tasks_import_no_corpus_machinery() -> None:
-    code = "import sys, zoo.tasks, zoo.text; assert 'datasets' not in sys.modules, 'datasets imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    assert fresh_import_facts()["datasets_imported"] is False
 
 
 # -- datasets and collators -----------------------------------------------------------------------
