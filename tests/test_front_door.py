@@ -35,7 +35,7 @@ def test_make_train_compares_softmax_a_fixed_state_family_and_a_hybrid_on_mqar()
     assert COMMAND[:6] == ["python", "-m", "zoo", "compare", "--model", "recall"]
     assert GRID == {
         "model.attention": [
-            "[{name: local, window: 2}, dot_product]",
+            "[{name: softmax, conv_size: 4}]",
             "gated_deltanet",
             "[gated_deltanet, dot_product]",
         ]

@@ -16,7 +16,7 @@ import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
 from zoo.attention import AttentionContext, AttentionSpec
 from zoo.attention.cache import KeyValueCache, WindowCache
-from zoo.attention.variants.softmax import SoftmaxAttention
+from zoo.attention.variants.softmax import ConvolvedCache, SoftmaxAttention
 from zoo.models.gpt import GPT
 from zoo.models.transformer import Transformer
 from zoo.positions import create_position
@@ -48,11 +48,26 @@ def reference(layer: SoftmaxAttention, x: Tensor, keep: Tensor, causal: bool, ro
     """
     batch, length, _ = x.shape
     heads, kv_heads, d = layer.num_heads, layer.num_kv_heads, layer.head_dim
+    real = keep.any(1).to(x.dtype)[..., None]  # (B, L, 1): the positions some query sees (key padding)
 
-    def project(linear: torch.nn.Linear, count: int) -> Tensor:
-        return (x @ linear.weight.T + linear.bias).view(batch, length, count, d).transpose(1, 2)
+    def project(linear: torch.nn.Linear, conv: torch.nn.Conv1d | None, count: int) -> Tensor:
+        p = x @ linear.weight.T + linear.bias
+        if conv is not None:  # y_t = sum_r w[K - 1 - r] p_{t - r}, padded positions as zeros
+            p, size = p * real, conv.kernel_size[0]
+            p = torch.stack(
+                [
+                    sum(conv.weight[:, 0, size - 1 - r] * p[:, t - r] for r in range(min(size, t + 1)))
+                    for t in range(length)
+                ],
+                1,
+            )
+        return p.view(batch, length, count, d).transpose(1, 2)
 
-    q, k, v = project(layer.q_proj, heads), project(layer.k_proj, kv_heads), project(layer.v_proj, kv_heads)
+    q, k, v = (
+        project(layer.q_proj, layer.q_conv, heads),
+        project(layer.k_proj, layer.k_conv, kv_heads),
+        project(layer.v_proj, layer.v_conv, kv_heads),
+    )
     if layer.q_norm is not None:
         q, k = rms(q, layer.q_norm.weight, 1e-6), rms(k, layer.k_norm.weight, 1e-6)
     if rotary:
@@ -106,6 +121,8 @@ OPTIONS = [
     {"sinks": True},
     {"window": 3, "sink_tokens": 0},
     {"window": 2, "sink_tokens": 2, "sinks": True, "qk_norm": True, "gate": "elementwise", "num_kv_heads": 1},
+    {"conv_size": 3, "num_kv_heads": 2},
+    {"conv_size": 2, "window": 3, "sink_tokens": 1, "qk_norm": True, "sinks": True},
 ]
 
 
@@ -149,6 +166,25 @@ def test_without_a_window_decoding_through_the_key_value_cache_equals_the_full_f
     full = layer(x, AttentionContext.for_keys(keep, is_causal=True)).output
     torch.testing.assert_close(decoded, full, rtol=1e-10, atol=1e-10)
     assert isinstance(caches[-1], KeyValueCache) and caches[-1].keys.shape == (B, 2, 9, E // H)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_the_short_convolution_decodes_from_its_windows_as_the_full_forward(window: int | None) -> None:
+    """Left-padded prompts, then one token at a time: the convolutions continue from the last
+    ``K - 1`` projections the cache holds (padded ones zero), so decoding equals the full forward."""
+    layer = build(True, conv_size=4, qk_norm=True, num_kv_heads=2, window=window, sink_tokens=1).eval()
+    x = torch.randn(B, 10, E, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    keep = torch.arange(10) >= torch.tensor([0, 2, 5])[:, None]
+    decoded, caches = decode(layer, x, keep, 2)  # a prompt shorter than the kernel
+    full = layer(x, AttentionContext.for_keys(keep, is_causal=True)).output
+    torch.testing.assert_close(decoded, full, rtol=1e-10, atol=1e-10)
+    cache = caches[-1]
+    assert isinstance(cache, ConvolvedCache) and cache.length == 10
+    assert isinstance(cache.inner, KeyValueCache if window is None else WindowCache)
+    assert [w.shape for w in cache.windows] == [(B, 3, E), (B, 3, E // 2), (B, 3, E // 2)]
+    assert torch.equal(cache.select(torch.tensor([1])).windows[0], cache.windows[0][[1]])
+    with pytest.raises(TypeError, match="continues a (KeyValue|Window)Cache in a ConvolvedCache"):
+        layer.attend_cached(x[:, :1], cache.inner)
 
 
 @pytest.mark.parametrize("position", ["rope", "alibi"])
@@ -200,6 +236,7 @@ def test_bad_options_are_one_line_each() -> None:
         ({"gate": "channelwise"}, "gate must be 'elementwise', 'headwise' or None"),
         ({"window": 0}, "window must be a positive integer"),
         ({"sink_tokens": -1}, "sink_tokens must be 0 or a positive integer"),
+        ({"conv_size": -1}, "conv_size must be 0 \\(no convolution\\) or a positive kernel size"),
     ]:
         with pytest.raises(ValueError, match=message) as error:
             SoftmaxAttention(E, H, **options)

@@ -34,13 +34,26 @@ the layer's input ``x_i``:
   it was rotated at, as gpt-oss and Mistral's rolling caches do. ``S = 0`` is a plain sliding
   window (gpt-oss's, whose learned sinks take the first tokens' part).
 
+* ``conv_size`` ``K`` (So et al., 2021, Primer's "Multi-DConv-Head Attention"): a short causal
+  depthwise convolution over the last ``K`` positions on each projected query, key and value
+  channel, ``q_i <- sum_{r<K} w_r * q_{i-r}`` (the same for ``k`` and ``v``, each with its own
+  filters; no bias, no activation), after the projections and before QK-norm and the rotation.
+  It puts a token's neighbours into its query, key and value, which is what the recurrent
+  families' short convolutions give them (kernel 4, as flash-linear-attention's and Zoology's):
+  at a value's position the key then also carries the key before it, so one layer of attention
+  does associative recall that otherwise needs a previous-token head learned first
+  (benchmarks/RESULTS.md 31). The convolution is causal in a bidirectional stack too; padded
+  positions enter it as zeros, and decoding keeps the last ``K - 1`` projections of each in a
+  :class:`ConvolvedCache` beside the keys and values.
+
 The registered names are this one layer with other defaults, so every option combines with the
 others and with the stack's options (``--model.num_kv_heads``, ``--model.attention_dropout``,
 ``--model.position rope``): ``softmax`` (none on), ``qk_norm``, ``gated_attention`` (elementwise
 gate), ``sink_attention`` (learned sinks, ``sink_tokens`` 0) and ``streaming`` (a window of 128
 with the first 4 positions). Qwen3-Next's attention is
 ``{name: gated_attention, qk_norm: true}``; gpt-oss's sliding layers
-``{name: sink_attention, window: 128}`` and its full ones ``sink_attention``.
+``{name: sink_attention, window: 128}`` and its full ones ``sink_attention``; Primer's attention
+is ``{name: softmax, conv_size: 3}``.
 
 Kernels: without ``sinks`` and ``window`` the heads run ``dot_product`` as ``self`` does (its
 fused kernel). A sink is one more key whose value is zero and which every query scores at its
@@ -54,6 +67,7 @@ sequence). Weights (``need_weights``) take the explicit form.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import partialmethod
 from typing import Literal
 
@@ -62,22 +76,54 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput
-from zoo.attention.cache import LayerCache, WindowCache
+from zoo.attention.cache import KeyValueCache, LayerCache, WindowCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.kernels import block_attention, rows_from
+from zoo.attention.kernels import block_attention, causal_conv1d, rows_from
 from zoo.attention.kernels.sdpa import masked_sdpa
-from zoo.attention.masking import mask_at, masked_softmax
+from zoo.attention.masking import key_column, mask_at, masked_softmax
 from zoo.attention.multi_head import SelfAttention
 from zoo.attention.rotation import rotate_heads
 from zoo.attention.spec import AttentionSpec
 from zoo.positions import PositionScheme
 
-__all__ = ["GatedAttention", "Gate", "QKNormAttention", "SinkAttention", "SoftmaxAttention", "StreamingAttention"]
+__all__ = [
+    "ConvolvedCache",
+    "GatedAttention",
+    "Gate",
+    "QKNormAttention",
+    "SinkAttention",
+    "SoftmaxAttention",
+    "StreamingAttention",
+]
 
 Gate = Literal["elementwise", "headwise"]
 #: QK-norm's epsilon (Qwen3's, OLMo 2's and Gemma 3's)
 NORM_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class ConvolvedCache:
+    """The cache of a layer with short convolutions: the keys and values (``inner``, a
+    :class:`~zoo.attention.cache.KeyValueCache` or, with a window, a
+    :class:`~zoo.attention.cache.WindowCache`) and each convolution's last ``K - 1`` projected
+    inputs (queries', keys', values', ``(B, K - 1, width)`` each), which the next positions'
+    convolutions continue from."""
+
+    inner: KeyValueCache | WindowCache
+    windows: tuple[Tensor, Tensor, Tensor]
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    @property
+    def nbytes(self) -> int:
+        return self.inner.nbytes + sum(window.nbytes for window in self.windows)
+
+    def select(self, index: Tensor) -> ConvolvedCache:
+        windows = tuple(window.index_select(0, index) for window in self.windows)
+        return ConvolvedCache(self.inner.select(index), windows)  # type: ignore[arg-type]
 
 
 @register_attention_layer("softmax", aliases=("softmax_attention",))
@@ -94,13 +140,16 @@ class SoftmaxAttention(SelfAttention):
         sinks: A learned logit per head in the softmax's denominator.
         window: Keys within this many positions of the query (itself included); None for all.
         sink_tokens: With a window: the first positions every query sees too (StreamingLLM's 4).
+        conv_size: Kernel of a short causal depthwise convolution on the projected queries, keys
+            and values (Primer's; 4 as the recurrent families'); 0 for none.
         num_kv_heads: Key/value heads (grouped-query attention); the stack gives the model's.
         dropout: Dropout on the weights; the stack gives the model's attention dropout.
         position: The stack's rotary or bias scheme.
         bias: Whether the projections (and the gate's) have biases.
 
     Parameters besides ``self``'s projections: ``q_norm`` and ``k_norm`` (``head_dim`` scales
-    each), ``gate_proj``, ``sinks`` (``num_heads``).
+    each), ``gate_proj``, ``sinks`` (``num_heads``), ``q_conv``, ``k_conv`` and ``v_conv``
+    (``nn.Conv1d`` depthwise filters of ``conv_size``).
     """
 
     stack_layer = True
@@ -119,6 +168,7 @@ class SoftmaxAttention(SelfAttention):
         sinks: bool = False,
         window: int | None = None,
         sink_tokens: int = 4,
+        conv_size: int = 0,
         num_kv_heads: int | None = None,
         dropout: float = 0.0,
         position: PositionScheme | None = None,
@@ -134,6 +184,10 @@ class SoftmaxAttention(SelfAttention):
             raise ValueError(f"{name}: window must be a positive integer or None; got {window!r}.")
         if not isinstance(sink_tokens, int) or sink_tokens < 0:
             raise ValueError(f"{name}: sink_tokens must be 0 or a positive integer; got {sink_tokens!r}.")
+        if not isinstance(conv_size, int) or isinstance(conv_size, bool) or conv_size < 0:
+            raise ValueError(
+                f"{name}: conv_size must be 0 (no convolution) or a positive kernel size; got {conv_size!r}."
+            )
         self.q_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
         self.k_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
         self.gate = gate
@@ -141,26 +195,70 @@ class SoftmaxAttention(SelfAttention):
             None if gate is None else nn.Linear(embed_dim, embed_dim if gate == "elementwise" else num_heads, bias=bias)
         )
         self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
+        self.q_conv, self.k_conv, self.v_conv = (
+            nn.Conv1d(proj.out_features, proj.out_features, conv_size, groups=proj.out_features, bias=False)
+            if conv_size
+            else None
+            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        )
         self.window = window
         self.sink_tokens = sink_tokens if window is not None else 0
         self.supports_cross_attention = False  # the multi-head layer copied its heads' flag
         if sinks:  # some weight may go to no key: an instance flag, as a multi-head layer's are
             self.normalized_weights = False
+        if conv_size:  # a key's neighbours are in it: masks hide positions from every query alike
+            self.supports_query_mask = False
 
     # -- projections: QK-norm before the rotation ---------------------------------------------------
 
     def _queries(self, queries: Tensor, offset: int, context: AttentionContext | None) -> Tensor:
         """Queries projected, split into heads, normalized (QK-norm) and rotated at ``offset ..``."""
-        return rotate_heads(
-            self.rotary, self._normed(self.q_norm, self._split_heads(self.q_proj(queries))), offset, context
-        )
+        return self._query_heads(self.q_proj(queries), offset, context)
+
+    def _query_heads(self, projected: Tensor, offset: int, context: AttentionContext | None) -> Tensor:
+        """Projected queries split into heads, normalized (QK-norm) and rotated at ``offset ..``."""
+        return rotate_heads(self.rotary, self._normed(self.q_norm, self._split_heads(projected)), offset, context)
 
     def project_kv(
         self, keys: Tensor, values: Tensor, *, offset: int = 0, context: AttentionContext | None = None
     ) -> tuple[Tensor, Tensor]:
         """Keys (normalized, then rotated at ``offset ..``) and values, split into heads."""
-        k = self._normed(self.k_norm, self._split_heads(self.k_proj(keys)))
-        return rotate_heads(self.rotary, k, offset, context), self._split_heads(self.v_proj(values))
+        return self._kv_heads(self.k_proj(keys), self.v_proj(values), offset, context)
+
+    def _kv_heads(
+        self, keys: Tensor, values: Tensor, offset: int, context: AttentionContext | None
+    ) -> tuple[Tensor, Tensor]:
+        """Projected keys (split into heads, normalized, rotated at ``offset ..``) and values."""
+        k = rotate_heads(self.rotary, self._normed(self.k_norm, self._split_heads(keys)), offset, context)
+        return k, self._split_heads(values)
+
+    def _convolved(
+        self, x: Tensor, context: AttentionContext, windows: tuple[Tensor, ...] | None
+    ) -> tuple[list[Tensor], tuple[Tensor, Tensor, Tensor]]:
+        """The projected queries, keys and values of ``x`` ``(B, T, embed_dim)`` through the short
+        convolutions after ``windows`` (None: a sequence's start), padded positions (the context's
+        key padding, read at the last ``T`` positions) entering as zeros; and the windows after ``x``."""
+        column = None if context.mask is None else key_column(context.mask)  # None: no padding to zero
+        if column is not None and column.dim() > 2:
+            column = column.all(dim=-3)  # over the heads axis: (B, Lk, 1)
+        real = None if column is None else column[..., -x.shape[1] :, :].to(x.dtype)
+        convs = (self.q_conv, self.k_conv, self.v_conv)
+        results = [
+            causal_conv1d(
+                proj(x) if real is None else proj(x) * real, conv.weight, None, None if windows is None else w
+            )
+            for proj, conv, w in zip((self.q_proj, self.k_proj, self.v_proj), convs, windows or (None,) * 3)
+        ]
+        return [y for y, _ in results], (results[0][1], results[1][1], results[2][1])
+
+    def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
+        """``x`` ``(B, L, embed_dim)`` over itself under the forward's ``context`` (a sequence's
+        start when the layer convolves)."""
+        if self.q_conv is None:
+            return super().attend(x, context)
+        (q, k, v), _ = self._convolved(x, context, None)
+        k, v = self._kv_heads(k, v, context.offset, context)
+        return self.attend_positions(x, k, v, context, first=k.shape[-2] - x.shape[1], projected_queries=q)
 
     @staticmethod
     def _normed(norm: nn.Module | None, heads: Tensor) -> Tensor:
@@ -182,13 +280,19 @@ class SoftmaxAttention(SelfAttention):
         first: int,
         key_positions: Tensor | None = None,
         logits: Tensor | None = None,
+        projected_queries: Tensor | None = None,
     ) -> AttentionOutput:
         """The layer's input ``x`` ``(B, Lq, embed_dim)`` at positions ``first ..`` over projected
         ``k``, ``v`` ``(B, num_kv_heads, Lk, d)`` at ``key_positions`` (None: ``0 .. Lk - 1``).
         ``logits``, broadcastable to ``(B, H, Lq, Lk)``, are added to the scores (a subclass's:
         the Forgetting Transformer's decay). The context's mask spans the keys given, or every
-        position up to the last key (a window cache's context), of which those held are read."""
-        q = self._queries(x, first, context)
+        position up to the last key (a window cache's context), of which those held are read.
+        ``projected_queries`` ``(B, Lq, H * d)``: the queries already projected (and convolved);
+        None projects ``x``."""
+        if projected_queries is None:
+            q = self._queries(x, first, context)
+        else:
+            q = self._query_heads(projected_queries, first, context)
         custom = self.sinks is not None or self.window is not None or logits is not None or key_positions is not None
         if custom:
             heads, weights = self._attend_heads(q, k, v, context, first, key_positions, logits)
@@ -359,20 +463,33 @@ class SoftmaxAttention(SelfAttention):
     ) -> tuple[Tensor, LayerCache]:
         """New positions after ``cache``: a :class:`~zoo.attention.cache.KeyValueCache` without a
         window, a :class:`~zoo.attention.cache.WindowCache` with one (which keeps the first
-        ``sink_tokens`` positions and the last ``window - 1``)."""
-        if self.window is None:
-            return super().attend_cached(x, cache, context)
-        if cache is not None and not isinstance(cache, WindowCache):
-            raise TypeError(
-                f"{type(self).__name__} with a window continues a WindowCache; got a {type(cache).__name__}."
-            )
+        ``sink_tokens`` positions and the last ``window - 1``); held in a :class:`ConvolvedCache`
+        with the convolutions' windows when the layer convolves."""
+        expected = WindowCache if self.window is not None else KeyValueCache
+        inner, windows = (cache.inner, cache.windows) if isinstance(cache, ConvolvedCache) else (cache, None)
+        if cache is not None and (not isinstance(inner, expected) or (windows is None) != (self.q_conv is None)):
+            wanted = f"a {expected.__name__}" + (" in a ConvolvedCache" if self.q_conv is not None else "")
+            raise TypeError(f"{type(self).__name__} continues {wanted}; got a {type(cache).__name__}.")
         context = AttentionContext(is_causal=True) if context is None else context
-        seen = 0 if cache is None else cache.length
-        k, v = self.project_kv(x, x, offset=seen, context=context)
-        empty = k[..., :0, :]
-        held = (cache or WindowCache(empty, v[..., :0, :], 0, self.sink_tokens, self.window)).extend(k, v)
-        output, _ = self.attend_positions(x, held.keys, held.values, context, first=seen, key_positions=held.positions)
-        return output, held.trimmed()
+        seen = 0 if inner is None else inner.length
+        q: Tensor | None = None
+        if self.q_conv is None:
+            k, v = self.project_kv(x, x, offset=seen, context=context)
+        else:
+            (q, k, v), windows = self._convolved(x, context, windows)
+            k, v = self._kv_heads(k, v, seen, context)
+        if self.window is None:
+            held: KeyValueCache | WindowCache = KeyValueCache(k, v) if inner is None else inner.extend(k, v)
+            output, _ = self.attend_positions(x, held.keys, held.values, context, first=seen, projected_queries=q)
+        else:
+            empty = WindowCache(k[..., :0, :], v[..., :0, :], 0, self.sink_tokens, self.window)
+            window_cache = (inner or empty).extend(k, v)
+            output, _ = self.attend_positions(
+                x, window_cache.keys, window_cache.values, context, first=seen,
+                key_positions=window_cache.positions, projected_queries=q,
+            )  # fmt: skip
+            held = window_cache.trimmed()
+        return output, held if windows is None else ConvolvedCache(held, windows)
 
     def extra_repr(self) -> str:
         options = [
@@ -382,6 +499,7 @@ class SoftmaxAttention(SelfAttention):
             f"gate={self.gate!r}" if self.gate is not None else "",
             "sinks=True" if self.sinks is not None else "",
             f"window={self.window}, sink_tokens={self.sink_tokens}" if self.window is not None else "",
+            f"conv_size={self.q_conv.kernel_size[0]}" if self.q_conv is not None else "",
         ]
         return ", ".join(filter(None, options))
 
