@@ -15,8 +15,8 @@ from torch import Tensor
 import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
 from zoo.attention import AttentionContext, AttentionSpec
-from zoo.attention.cache import KeyValueCache, WindowCache
-from zoo.attention.variants.softmax import ConvolvedCache, SoftmaxAttention
+from zoo.attention.cache import ConvolvedCache, KeyValueCache, WindowCache
+from zoo.attention.variants.softmax import SoftmaxAttention
 from zoo.models.gpt import GPT
 from zoo.models.transformer import Transformer
 from zoo.positions import create_position

@@ -11,6 +11,8 @@ is the layer's business:
   keeps a fixed-size state (:class:`StateCache`), whatever the context's length;
 * a sliding-window layer keeps the keys and values of the first positions and of the last
   window (:class:`WindowCache`, StreamingLLM's rolling cache), a fixed size too;
+* a softmax layer with short convolutions (``conv_size``) keeps its keys and values and each
+  convolution's last inputs (:class:`ConvolvedCache`);
 * multi-head latent attention (``mla``) keeps one compressed latent and one shared rotary key per
   position (:class:`LatentCache`): it grows with the context, but by a fraction of a multi-head
   layer's keys and values.
@@ -28,7 +30,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-__all__ = ["KeyValueCache", "LatentCache", "LayerCache", "StateCache", "WindowCache"]
+__all__ = ["ConvolvedCache", "KeyValueCache", "LatentCache", "LayerCache", "StateCache", "WindowCache"]
 
 
 class LayerCache(Protocol):
@@ -176,3 +178,26 @@ class WindowCache:
             self.sink_tokens,
             self.window,
         )
+
+
+@dataclass(frozen=True)
+class ConvolvedCache:
+    """The cache of a softmax layer with short convolutions: the keys and values (``inner``, a
+    :class:`KeyValueCache` or, with a window, a :class:`WindowCache`) and each convolution's last ``K - 1`` projected
+    inputs (queries', keys', values', ``(B, K - 1, width)`` each), which the next positions'
+    convolutions continue from."""
+
+    inner: KeyValueCache | WindowCache
+    windows: tuple[Tensor, Tensor, Tensor]
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    @property
+    def nbytes(self) -> int:
+        return self.inner.nbytes + sum(window.nbytes for window in self.windows)
+
+    def select(self, index: Tensor) -> ConvolvedCache:
+        windows = tuple(window.index_select(0, index) for window in self.windows)
+        return ConvolvedCache(self.inner.select(index), windows)  # type: ignore[arg-type]

@@ -44,7 +44,7 @@ the layer's input ``x_i``:
   does associative recall that otherwise needs a previous-token head learned first
   (benchmarks/RESULTS.md 31). The convolution is causal in a bidirectional stack too; padded
   positions enter it as zeros, and decoding keeps the last ``K - 1`` projections of each in a
-  :class:`ConvolvedCache` beside the keys and values.
+  :class:`~zoo.attention.cache.ConvolvedCache` beside the keys and values.
 
 The registered names are this one layer with other defaults, so every option combines with the
 others and with the stack's options (``--model.num_kv_heads``, ``--model.attention_dropout``,
@@ -67,7 +67,6 @@ sequence). Weights (``need_weights``) take the explicit form.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import partialmethod
 from typing import Literal
 
@@ -76,7 +75,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput
-from zoo.attention.cache import KeyValueCache, LayerCache, WindowCache
+from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
 from zoo.attention.kernels import block_attention, causal_conv1d, rows_from
@@ -87,43 +86,11 @@ from zoo.attention.rotation import rotate_heads
 from zoo.attention.spec import AttentionSpec
 from zoo.positions import PositionScheme
 
-__all__ = [
-    "ConvolvedCache",
-    "GatedAttention",
-    "Gate",
-    "QKNormAttention",
-    "SinkAttention",
-    "SoftmaxAttention",
-    "StreamingAttention",
-]
+__all__ = ["GatedAttention", "Gate", "QKNormAttention", "SinkAttention", "SoftmaxAttention", "StreamingAttention"]
 
 Gate = Literal["elementwise", "headwise"]
 #: QK-norm's epsilon (Qwen3's, OLMo 2's and Gemma 3's)
 NORM_EPS = 1e-6
-
-
-@dataclass(frozen=True)
-class ConvolvedCache:
-    """The cache of a layer with short convolutions: the keys and values (``inner``, a
-    :class:`~zoo.attention.cache.KeyValueCache` or, with a window, a
-    :class:`~zoo.attention.cache.WindowCache`) and each convolution's last ``K - 1`` projected
-    inputs (queries', keys', values', ``(B, K - 1, width)`` each), which the next positions'
-    convolutions continue from."""
-
-    inner: KeyValueCache | WindowCache
-    windows: tuple[Tensor, Tensor, Tensor]
-
-    @property
-    def length(self) -> int:
-        return self.inner.length
-
-    @property
-    def nbytes(self) -> int:
-        return self.inner.nbytes + sum(window.nbytes for window in self.windows)
-
-    def select(self, index: Tensor) -> ConvolvedCache:
-        windows = tuple(window.index_select(0, index) for window in self.windows)
-        return ConvolvedCache(self.inner.select(index), windows)  # type: ignore[arg-type]
 
 
 @register_attention_layer("softmax", aliases=("softmax_attention",))
@@ -258,7 +225,7 @@ class SoftmaxAttention(SelfAttention):
             return super().attend(x, context)
         (q, k, v), _ = self._convolved(x, context, None)
         k, v = self._kv_heads(k, v, context.offset, context)
-        return self.attend_positions(x, k, v, context, first=k.shape[-2] - x.shape[1], projected_queries=q)
+        return self.attend_positions(x, k, v, context, first=0, projected_queries=q)
 
     @staticmethod
     def _normed(norm: nn.Module | None, heads: Tensor) -> Tensor:
@@ -463,7 +430,8 @@ class SoftmaxAttention(SelfAttention):
     ) -> tuple[Tensor, LayerCache]:
         """New positions after ``cache``: a :class:`~zoo.attention.cache.KeyValueCache` without a
         window, a :class:`~zoo.attention.cache.WindowCache` with one (which keeps the first
-        ``sink_tokens`` positions and the last ``window - 1``); held in a :class:`ConvolvedCache`
+        ``sink_tokens`` positions and the last ``window - 1``); held in a
+        :class:`~zoo.attention.cache.ConvolvedCache`
         with the convolutions' windows when the layer convolves."""
         expected = WindowCache if self.window is not None else KeyValueCache
         inner, windows = (cache.inner, cache.windows) if isinstance(cache, ConvolvedCache) else (cache, None)
