@@ -188,7 +188,7 @@ class ConvolvedCache:
     convolutions continue from."""
 
     inner: KeyValueCache | WindowCache
-    windows: tuple[Tensor, Tensor, Tensor]
+    windows: tuple[Tensor, ...]
 
     @property
     def length(self) -> int:
@@ -200,4 +200,4 @@ class ConvolvedCache:
 
     def select(self, index: Tensor) -> ConvolvedCache:
         windows = tuple(window.index_select(0, index) for window in self.windows)
-        return ConvolvedCache(self.inner.select(index), windows)  # type: ignore[arg-type]
+        return ConvolvedCache(self.inner.select(index), windows)

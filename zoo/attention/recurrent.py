@@ -84,7 +84,7 @@ from zoo.attention.backends import choose, requested_backend
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import LayerCache, StateCache
 from zoo.attention.context import AttentionContext
-from zoo.attention.kernels import causal_conv1d
+from zoo.attention.kernels import convolve_projections
 from zoo.attention.kernels.fla import fla_available, fla_chunk
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.recurrence import Recurrence, RecurrenceForms
@@ -277,13 +277,8 @@ class RecurrentLayer(AttentionLayer):
         projected = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
         new_windows: tuple[Tensor, ...] = ()
         if self.convolved:
-            real = None if steps is None else steps.all(dim=1, keepdim=True).transpose(1, 2)  # (B, T, 1)
             convs = (self.q_conv, self.k_conv, self.v_conv)
-            results = [
-                causal_conv1d(t if real is None else t * real, conv.weight, conv.bias, None if windows is None else w)
-                for t, conv, w in zip(projected, convs, windows or (None,) * 3)
-            ]
-            projected, new_windows = [y for y, _ in results], tuple(w for _, w in results)
+            projected, new_windows = convolve_projections(projected, convs, windows, steps)
         q, k = (t.unflatten(-1, (self.qk_heads, -1)).transpose(1, 2) for t in projected[:2])
         q = rotate_heads(self.rotary, q, offset, context)
         k = k.unflatten(-1, (self.writes, -1)).transpose(-3, -2)  # (B, G, writes, T, dk): each write at its token

@@ -41,11 +41,12 @@ from zoo.attention.kernels.sdpa import fused_attention
 from zoo.attention.kernels.decay import decay_chunkwise, decay_recurrent, decay_weights
 from zoo.attention.kernels.delta_product import delta_product_chunkwise, delta_product_recurrent, delta_product_weights
 from zoo.attention.kernels.dplr import dplr_chunkwise, dplr_recurrent, dplr_weights
-from zoo.attention.kernels.short_conv import causal_conv1d
+from zoo.attention.kernels.short_conv import causal_conv1d, convolve_projections
 
 __all__ = [
     "block_attention",
     "causal_conv1d",
+    "convolve_projections",
     "decay_chunkwise",
     "decay_recurrent",
     "decay_weights",

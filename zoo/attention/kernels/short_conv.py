@@ -9,11 +9,13 @@ the last ``K - 1`` inputs between steps (the *window*), so one token at a time e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["causal_conv1d"]
+__all__ = ["causal_conv1d", "convolve_projections"]
 
 
 def causal_conv1d(
@@ -41,3 +43,26 @@ def causal_conv1d(
         history.transpose(1, 2), weight.to(x.dtype), None if bias is None else bias.to(x.dtype), groups=x.shape[-1]
     )
     return y.transpose(1, 2), history[:, history.shape[1] - (kernel - 1) :]
+
+
+def convolve_projections(
+    projected: Sequence[Tensor],
+    convs: Sequence[nn.Conv1d],
+    windows: Sequence[Tensor] | None = None,
+    key_padding: Tensor | None = None,
+) -> tuple[list[Tensor], tuple[Tensor, ...]]:
+    """A layer's projections ``(B, T, C_i)`` each through its own short convolution, after its
+    window (``windows`` None: a sequence's start), positions that ``key_padding`` marks as padding
+    entering as zeros; the outputs and the windows after them.
+
+    ``key_padding``: True at real positions, ``(B, 1 or H, L)`` with ``L >= T`` (a context's
+    :attr:`~zoo.attention.context.AttentionContext.key_padding`), read at its last ``T``.
+    """
+    real = None
+    if key_padding is not None:
+        real = key_padding[..., -projected[0].shape[1] :].all(dim=1, keepdim=True).transpose(1, 2)  # (B, T, 1)
+    results = [
+        causal_conv1d(t if real is None else t * real, conv.weight, conv.bias, None if windows is None else w)
+        for t, conv, w in zip(projected, convs, windows or (None,) * len(convs))
+    ]
+    return [y for y, _ in results], tuple(window for _, window in results)

@@ -78,9 +78,9 @@ from zoo.attention.base import AttentionOutput
 from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.kernels import block_attention, causal_conv1d, rows_from
+from zoo.attention.kernels import block_attention, convolve_projections, rows_from
 from zoo.attention.kernels.sdpa import masked_sdpa
-from zoo.attention.masking import key_column, mask_at, masked_softmax
+from zoo.attention.masking import mask_at, masked_softmax
 from zoo.attention.multi_head import SelfAttention
 from zoo.attention.rotation import rotate_heads
 from zoo.attention.spec import AttentionSpec
@@ -201,22 +201,14 @@ class SoftmaxAttention(SelfAttention):
 
     def _convolved(
         self, x: Tensor, context: AttentionContext, windows: tuple[Tensor, ...] | None
-    ) -> tuple[list[Tensor], tuple[Tensor, Tensor, Tensor]]:
+    ) -> tuple[list[Tensor], tuple[Tensor, ...]]:
         """The projected queries, keys and values of ``x`` ``(B, T, embed_dim)`` through the short
         convolutions after ``windows`` (None: a sequence's start), padded positions (the context's
-        key padding, read at the last ``T`` positions) entering as zeros; and the windows after ``x``."""
-        column = None if context.mask is None else key_column(context.mask)  # None: no padding to zero
-        if column is not None and column.dim() > 2:
-            column = column.all(dim=-3)  # over the heads axis: (B, Lk, 1)
-        real = None if column is None else column[..., -x.shape[1] :, :].to(x.dtype)
+        key padding: a mask that differs per query was refused) entering as zeros; and the windows
+        after ``x``."""
+        projected = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
         convs = (self.q_conv, self.k_conv, self.v_conv)
-        results = [
-            causal_conv1d(
-                proj(x) if real is None else proj(x) * real, conv.weight, None, None if windows is None else w
-            )
-            for proj, conv, w in zip((self.q_proj, self.k_proj, self.v_proj), convs, windows or (None,) * 3)
-        ]
-        return [y for y, _ in results], (results[0][1], results[1][1], results[2][1])
+        return convolve_projections(projected, convs, windows, context.key_padding)
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         """``x`` ``(B, L, embed_dim)`` over itself under the forward's ``context`` (a sequence's
