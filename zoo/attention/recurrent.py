@@ -227,7 +227,7 @@ class RecurrentLayer(AttentionLayer):
         ``(B, T, embed_dim)`` and, if the context asks, the parallel form's weights
         ``(B, H, T, T)``; the context's mask marks the real tokens (key padding)."""
         steps = context.key_padding
-        q, k, v, layer_input, _ = self._project(x, steps, None, 0, context)
+        q, k, v, layer_input, _ = self._project(x, context, None)
         recurrence = self._prepare(q, k, v, layer_input)
         form = "parallel" if context.need_weights else self._form(x.shape[1])
         output, _ = self._run(recurrence, form, None, steps, weights=context.need_weights)
@@ -256,29 +256,27 @@ class RecurrentLayer(AttentionLayer):
             context = context.replace(mask=context.mask[..., -count:])
         self.check_request(context)
         steps = context.key_padding
-        q, k, v, layer_input, windows = self._project(x, steps, None if cache is None else cache.extra, offset, context)
+        q, k, v, layer_input, windows = self._project(x, context, cache)
         recurrence = self._prepare(q, k, v, layer_input)
         output, state = self._run(recurrence, self._form(count), None if cache is None else cache.state, steps)
         return self._output(output, recurrence, steps, layer_input), StateCache(state, offset + count, windows)
 
     def _project(
-        self,
-        x: Tensor,
-        steps: Tensor | None,
-        windows: tuple[Tensor, ...] | None,
-        offset: int,
-        context: AttentionContext,
+        self, x: Tensor, context: AttentionContext, cache: StateCache | None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
-        """Queries, keys ``(B, qk_heads, T, dk)`` and values ``(B, H, T, dv)``: projected, convolved
-        after ``windows`` (padded steps as zeros), split into heads, rotated at ``offset ..``; what
+        """Queries, keys ``(B, qk_heads, T, dk)`` and values ``(B, H, T, dv)`` of the new positions
+        ``x`` after ``cache`` (None: from position 0): projected, convolved after the cache's windows
+        (the context's padded steps as zeros), split into heads, rotated from the cache's length; what
         :meth:`prepare` and :meth:`finish` read as the layer's input (``x`` here; a family whose
         gates read more, such as RWKV-7's token shift, says what); and the convolutions' windows
         after ``x`` (none without a convolution)."""
+        offset = 0 if cache is None else cache.length
         projected = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
         new_windows: tuple[Tensor, ...] = ()
         if self.convolved:
             convs = (self.q_conv, self.k_conv, self.v_conv)
-            projected, new_windows = convolve_projections(projected, convs, windows, steps)
+            windows = None if cache is None else cache.extra
+            projected, new_windows = convolve_projections(projected, convs, windows, context.key_padding)
         q, k = (t.unflatten(-1, (self.qk_heads, -1)).transpose(1, 2) for t in projected[:2])
         q = rotate_heads(self.rotary, q, offset, context)
         k = k.unflatten(-1, (self.writes, -1)).transpose(-3, -2)  # (B, G, writes, T, dk): each write at its token

@@ -34,6 +34,9 @@ scale the queries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -61,6 +64,23 @@ def _per_token(output: Tensor, steps: int) -> Tensor:
     return output.unflatten(-2, (-1, steps))[..., -1, :]
 
 
+def _over_steps(
+    form: Callable[..., tuple[Tensor, Tensor]],
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_decay: Tensor | None,
+    mask: Tensor | None,
+    **options: Any,
+) -> tuple[Tensor, Tensor]:
+    """The delta rule's ``form`` over the interleaved steps; its outputs at each token's last step."""
+    steps = k.shape[-2]
+    q, k, v, beta, log_decay, mask = _interleaved(q, k, v, beta, log_decay, mask)
+    output, state = form(q, k, v, beta, log_decay, mask=mask, **options)
+    return _per_token(output, steps), state
+
+
 def delta_product_chunkwise(
     q: Tensor,
     k: Tensor,
@@ -77,13 +97,10 @@ def delta_product_chunkwise(
     Returns:
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``.
     """
-    steps = k.shape[-2]
-    q, k, v, beta, log_decay, mask = _interleaved(q, k, v, beta, log_decay, mask)
-    size = None if chunk_size is None else chunk_size * steps
-    output, state = delta_rule_chunkwise(
-        q, k, v, beta, log_decay, chunk_size=size, initial_state=initial_state, mask=mask
+    size = None if chunk_size is None else chunk_size * k.shape[-2]
+    return _over_steps(
+        delta_rule_chunkwise, q, k, v, beta, log_decay, mask, chunk_size=size, initial_state=initial_state
     )
-    return _per_token(output, steps), state
 
 
 def delta_product_recurrent(
@@ -96,15 +113,9 @@ def delta_product_recurrent(
     state: Tensor | None = None,
     mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """The recurrent form from ``state`` (zeros if None): ``n`` delta-rule steps per token.
-
-    Returns:
-        ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``.
-    """
-    steps = k.shape[-2]
-    q, k, v, beta, log_decay, mask = _interleaved(q, k, v, beta, log_decay, mask)
-    output, state = delta_rule_recurrent(q, k, v, beta, log_decay, state=state, mask=mask)
-    return _per_token(output, steps), state
+    """The recurrent form from ``state`` (zeros if None): ``n`` delta-rule steps per token; returns
+    as :func:`delta_product_chunkwise`."""
+    return _over_steps(delta_rule_recurrent, q, k, v, beta, log_decay, mask, state=state)
 
 
 def delta_product_weights(

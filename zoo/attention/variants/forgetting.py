@@ -39,14 +39,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from typing_extensions import Unpack
 
 from zoo.attention.base import AttentionOutput
 from zoo.attention.cache import LayerCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
 from zoo.attention.masking import key_column
-from zoo.attention.variants.softmax import Gate, SoftmaxAttention
-from zoo.positions import PositionScheme
+from zoo.attention.variants.softmax import SoftmaxAttention, SoftmaxOptions
 
 __all__ = ["ForgetCache", "ForgettingAttention"]
 
@@ -87,8 +87,9 @@ class ForgettingAttention(SoftmaxAttention):
 
     Args:
         embed_dim, num_heads: The stack's width and heads (it fills them).
-        qk_norm, gate, sinks: As the ``softmax`` layer's.
-        num_kv_heads, dropout, position, bias: The stack's (it fills them).
+        options: ``qk_norm``, ``gate`` and ``sinks`` as the ``softmax`` layer's; ``num_kv_heads``,
+            ``dropout``, ``position`` and ``bias``, the stack's (it fills them). Not its
+            ``window``: the gate is the layer's forgetting.
 
     Parameters besides the ``softmax`` layer's: ``forget_proj`` (``embed_dim -> num_heads``, with
     a bias), the gates' logits.
@@ -96,23 +97,8 @@ class ForgettingAttention(SoftmaxAttention):
 
     supports_bidirectional = False
 
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        qk_norm: bool = False,
-        gate: Gate | None = None,
-        sinks: bool = False,
-        num_kv_heads: int | None = None,
-        dropout: float = 0.0,
-        position: PositionScheme | None = None,
-        bias: bool = True,
-    ) -> None:
-        super().__init__(
-            embed_dim, num_heads, qk_norm=qk_norm, gate=gate, sinks=sinks, num_kv_heads=num_kv_heads,
-            dropout=dropout, position=position, bias=bias,
-        )  # fmt: skip
+    def __init__(self, embed_dim: int, num_heads: int, **options: Unpack[SoftmaxOptions]) -> None:
+        super().__init__(embed_dim, num_heads, **options)
         self.supports_bidirectional = False  # the multi-head layer copied its heads' flag; the decay is causal
         self.forget_proj = nn.Linear(embed_dim, num_heads)
 

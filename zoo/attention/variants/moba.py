@@ -40,13 +40,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import KeyValueCache, LayerCache
+from zoo.attention.base import AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
 from zoo.attention.kernels.selection import GATHERED_KEYS, block_means, selected_block_attention, top_blocks
-from zoo.attention.layer import AttentionLayer
-from zoo.attention.rotation import rotate_heads
+from zoo.attention.selection import BlockSelectionLayer
 from zoo.positions import PositionScheme
 
 __all__ = ["MoBAAttention", "moba_blocks"]
@@ -75,7 +73,7 @@ def moba_blocks(q: Tensor, k: Tensor, block_size: int, top_k: int, key_padding: 
 
 
 @register_attention_layer("moba", aliases=("mixture_of_block_attention",))
-class MoBAAttention(AttentionLayer):
+class MoBAAttention(BlockSelectionLayer):
     """Mixture of block attention (see the module docstring).
 
     Args:
@@ -85,12 +83,10 @@ class MoBAAttention(AttentionLayer):
         top_k: Blocks each query attends to, its own included.
         position: The stack's rotary scheme, or None.
         bias: Biases in the projections (the stack's ``bias``).
-    """
 
-    supports_bidirectional = False
-    supports_query_mask = False
-    supports_rotary = True
-    supports_position_bias = False
+    Causal, key padding only, decoded from a key-value cache: see
+    :class:`~zoo.attention.selection.BlockSelectionLayer`.
+    """
 
     def __init__(
         self,
@@ -102,31 +98,13 @@ class MoBAAttention(AttentionLayer):
         position: PositionScheme | None = None,
         bias: bool = True,
     ) -> None:
-        super().__init__()
-        name = type(self).__name__
-        for label, value in (("embed_dim", embed_dim), ("num_heads", num_heads), ("block_size", block_size),
-                             ("top_k", top_k)):  # fmt: skip
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {label} must be a positive integer, got {value!r}.")
-        if embed_dim % num_heads:
-            raise ValueError(f"{name}: num_heads ({num_heads}) must divide embed_dim ({embed_dim}).")
-        if position is not None and position.kind != "rotary":
-            raise IncompatibleAttentionError(f"{name} takes a rotary scheme or none; got a {position.kind} scheme.")
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        super().__init__(embed_dim, num_heads, position, block_size=block_size, top_k=top_k)
         self.block_size, self.top_k = block_size, top_k
-        self.rotary = None if position is None else position.for_head_dim(self.head_dim)
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
             nn.Linear(embed_dim, embed_dim, bias=bias) for _ in range(4)
         )
 
-    def _heads(self, x: Tensor, offset: int, context: AttentionContext) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values ``(B, H, L, d)``, queries and keys rotated at ``offset ..``."""
-        q, k, v = (
-            p(x).unflatten(-1, (self.num_heads, -1)).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj)
-        )
-        return rotate_heads(self.rotary, q, offset, context), rotate_heads(self.rotary, k, offset, context), v
-
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
+    def select_attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
         """New queries over every key and value seen: the output ``(B, Lq, embed_dim)`` and the weights."""
         padding = context.key_padding
         blocks = moba_blocks(q, k, self.block_size, self.top_k, padding)
@@ -135,25 +113,6 @@ class MoBAAttention(AttentionLayer):
             need_weights=context.need_weights,
         )  # fmt: skip
         return AttentionOutput(self.out_proj(heads.transpose(1, 2).flatten(-2)), weights)
-
-    def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
-        return self._attend(*self._heads(x, context.offset, context), context)
-
-    def attend_cached(
-        self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
-    ) -> tuple[Tensor, LayerCache]:
-        """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
-        :class:`~zoo.attention.cache.KeyValueCache`, or None), causal: the output and the cache
-        extended by their keys and values. The context's mask, if any, is key padding over every
-        position seen, ``(B, 1, 1, L)``."""
-        if cache is not None and not isinstance(cache, KeyValueCache):
-            raise TypeError(f"{type(self).__name__} continues a KeyValueCache; got a {type(cache).__name__}.")
-        context = AttentionContext(is_causal=True) if context is None else context
-        self.check_request(context)
-        q, k, v = self._heads(x, 0 if cache is None else cache.length, context)
-        cache = KeyValueCache(k, v) if cache is None else cache.extend(k, v)
-        output, _ = self._attend(q, cache.keys, cache.values, context.replace(need_weights=False))
-        return output, cache
 
     def extra_repr(self) -> str:
         return (

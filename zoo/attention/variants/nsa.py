@@ -54,14 +54,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import KeyValueCache, LayerCache
+from zoo.attention.base import AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
 from zoo.attention.kernels.selection import GATHERED_KEYS, overlap_sums, selected_block_attention, top_blocks
-from zoo.attention.layer import AttentionLayer
 from zoo.attention.masking import masked_softmax
-from zoo.attention.rotation import rotate_heads
+from zoo.attention.selection import BlockSelectionLayer
 from zoo.attention.variants.local import LocalAttention
 from zoo.positions import PositionScheme
 
@@ -101,7 +99,7 @@ class BlockCompression(nn.Module):
 
 
 @register_attention_layer("nsa", aliases=("native_sparse_attention",))
-class NativeSparseAttention(AttentionLayer):
+class NativeSparseAttention(BlockSelectionLayer):
     """Native Sparse Attention (see the module docstring).
 
     Args:
@@ -126,11 +124,6 @@ class NativeSparseAttention(AttentionLayer):
     bias); ``out_proj``.
     """
 
-    supports_bidirectional = False
-    supports_query_mask = False
-    supports_rotary = True
-    supports_position_bias = False
-
     def __init__(
         self,
         embed_dim: int,
@@ -146,20 +139,14 @@ class NativeSparseAttention(AttentionLayer):
         position: PositionScheme | None = None,
         bias: bool = True,
     ) -> None:
-        super().__init__()
-        name = type(self).__name__
         kv_heads = num_heads if kv_heads is None else kv_heads
-        sizes = {
-            "embed_dim": embed_dim, "num_heads": num_heads, "kv_heads": kv_heads, "compress_block": compress_block,
-            "compress_stride": compress_stride, "select_block": select_block, "window": window,
-        }  # fmt: skip
-        for label, value in sizes.items():
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {label} must be a positive integer, got {value!r}.")
-        if embed_dim % num_heads or num_heads % kv_heads:
-            raise ValueError(
-                f"{name}: num_heads ({num_heads}) must divide embed_dim ({embed_dim}), and kv_heads ({kv_heads}) num_heads."
-            )
+        super().__init__(
+            embed_dim, num_heads, position, kv_heads=kv_heads, compress_block=compress_block,
+            compress_stride=compress_stride, select_block=select_block, window=window,
+        )  # fmt: skip
+        name = type(self).__name__
+        if num_heads % kv_heads:
+            raise ValueError(f"{name}: kv_heads ({kv_heads}) must divide num_heads ({num_heads}).")
         if compress_block % compress_stride or select_block % compress_stride:
             raise ValueError(
                 f"{name}: compress_stride ({compress_stride}) must divide compress_block ({compress_block}) and "
@@ -170,13 +157,9 @@ class NativeSparseAttention(AttentionLayer):
                 f"{name}: select_count must be at least 3 (the first block and the two local ones are always "
                 f"selected); got {select_count!r}."
             )
-        if position is not None and position.kind != "rotary":
-            raise IncompatibleAttentionError(f"{name} takes a rotary scheme or none; got a {position.kind} scheme.")
-        self.embed_dim, self.num_heads, self.kv_heads = embed_dim, num_heads, kv_heads
-        self.head_dim = embed_dim // num_heads
+        self.kv_heads = kv_heads
         self.select_block, self.select_count = select_block, select_count
         self.branches = 1 if shared_kv else len(BRANCHES)
-        self.rotary = None if position is None else position.for_head_dim(self.head_dim)
         kv_width = self.branches * kv_heads * self.head_dim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, kv_width, bias=bias)
@@ -186,14 +169,6 @@ class NativeSparseAttention(AttentionLayer):
         self.gate = nn.Linear(embed_dim, len(BRANCHES) * num_heads, bias=False)
         self.window = LocalAttention(window=window)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-
-    def _heads(self, x: Tensor, offset: int, context: AttentionContext) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries ``(B, H, L, d)`` and every branch's keys and values ``(B, branches * G, L, d)``,
-        queries and keys rotated at ``offset ..``."""
-        q, k, v = (
-            p(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj)
-        )
-        return rotate_heads(self.rotary, q, offset, context), rotate_heads(self.rotary, k, offset, context), v
 
     def _compressed(self, k: Tensor, v: Tensor, padding: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """The compressed keys and values ``(B, G, C, d)``, each block's last position ``(C,)``, and
@@ -208,7 +183,7 @@ class NativeSparseAttention(AttentionLayer):
             real = padding.unfold(-1, blocks.length, blocks.stride).all(-1)
         return self.compress_keys(k), self.compress_values(v), ends, real
 
-    def _attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
+    def select_attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
         """New queries ``q`` (of the inputs ``x``) over every key and value seen: the output and the weights."""
         padding, need = context.key_padding, context.need_weights
         num_queries, num_keys = q.shape[-2], k.shape[-2]
@@ -303,25 +278,6 @@ class NativeSparseAttention(AttentionLayer):
         total = sum(g * s for g, s in zip(gates, seen))
         mixed = sum(g.unsqueeze(-1) * w for g, w in zip(gates, weights))
         return mixed / torch.where(total > 0, total, 1.0).unsqueeze(-1)
-
-    def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
-        return self._attend(x, *self._heads(x, context.offset, context), context)
-
-    def attend_cached(
-        self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
-    ) -> tuple[Tensor, LayerCache]:
-        """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
-        :class:`~zoo.attention.cache.KeyValueCache` of every branch's keys and values, or None),
-        causal: the output and the cache extended. The context's mask, if any, is key padding over
-        every position seen, ``(B, 1, 1, L)``."""
-        if cache is not None and not isinstance(cache, KeyValueCache):
-            raise TypeError(f"{type(self).__name__} continues a KeyValueCache; got a {type(cache).__name__}.")
-        context = AttentionContext(is_causal=True) if context is None else context
-        self.check_request(context)
-        q, k, v = self._heads(x, 0 if cache is None else cache.length, context)
-        cache = KeyValueCache(k, v) if cache is None else cache.extend(k, v)
-        output, _ = self._attend(x, q, cache.keys, cache.values, context.replace(need_weights=False))
-        return output, cache
 
     def extra_repr(self) -> str:
         blocks = self.compress_keys

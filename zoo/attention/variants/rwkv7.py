@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
+from zoo.attention.cache import StateCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
 from zoo.attention.recurrence import LowRankRecurrence, RecurrenceForms
@@ -160,19 +161,16 @@ class RWKV7Attention(RecurrentLayer):
         self.norm_eps = 1e-5 * size
 
     def _project(
-        self,
-        x: Tensor,
-        steps: Tensor | None,
-        windows: tuple[Tensor, ...] | None,
-        offset: int,
-        context: AttentionContext,
+        self, x: Tensor, context: AttentionContext, cache: StateCache | None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
-        """Receptance, keys and values per head from the shifted inputs; the layer's input as the
+        """Receptance, keys and values per head from the shifted inputs (the token before the first
+        is the cache's window: the last token it saw, zeros without one); the layer's input as the
         pair ``(x_t, x_{t-1})`` ``(B, T, 2, C)`` (padded tokens as zeros); and the shift's window,
         the last token's input ``(B, 1, C)``."""
+        steps = context.key_padding
         if steps is not None:
             x = x * steps.all(dim=1).unsqueeze(-1).to(x.dtype)  # padded tokens as zeros
-        before = x.new_zeros(x.shape[0], 1, x.shape[2]) if windows is None else windows[0].to(x.dtype)
+        before = x.new_zeros(x.shape[0], 1, x.shape[2]) if cache is None else cache.extra[0].to(x.dtype)
         pair = torch.stack([x, torch.cat([before, x[:, :-1]], dim=1)], dim=-2)
         r, k, v = (
             self.split_heads(projection(self._mixed(pair, name)))

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import math
 from functools import partialmethod
-from typing import Literal
+from typing import Literal, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -86,9 +86,33 @@ from zoo.attention.rotation import rotate_heads
 from zoo.attention.spec import AttentionSpec
 from zoo.positions import PositionScheme
 
-__all__ = ["GatedAttention", "Gate", "QKNormAttention", "SinkAttention", "SoftmaxAttention", "StreamingAttention"]
+__all__ = [
+    "GatedAttention",
+    "Gate",
+    "QKNormAttention",
+    "SinkAttention",
+    "SoftmaxAttention",
+    "SoftmaxOptions",
+    "StreamingAttention",
+]
 
 Gate = Literal["elementwise", "headwise"]
+
+
+class SoftmaxOptions(TypedDict, total=False):
+    """The ``softmax`` layer's arguments that a layer built on it takes as they are and hands on
+    (``**options: Unpack[SoftmaxOptions]``), as :class:`SoftmaxAttention` documents them; the window,
+    its sink tokens and the convolution are left to layers that honour them."""
+
+    qk_norm: bool
+    gate: Gate | None
+    sinks: bool
+    num_kv_heads: int | None
+    dropout: float
+    position: PositionScheme | None
+    bias: bool
+
+
 #: QK-norm's epsilon (Qwen3's, OLMo 2's and Gemma 3's)
 NORM_EPS = 1e-6
 

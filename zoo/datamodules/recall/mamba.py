@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -123,25 +124,27 @@ def induction_heads(rng: np.random.Generator, num_examples: int, seq_len: int = 
 
 
 class _LengthExtrapolation(RecallDataModule):
-    """Fresh training batches at ``seq_len``, validation at ``seq_len``, a test set per test length.
+    """Fresh training batches at ``seq_len``, validation at ``seq_len``, a test set per test length;
+    a subclass checks each length (:meth:`check_length`) and generates its examples.
 
     Args:
-        seq_len: Tokens per training (and validation) example.
+        seq_len: Tokens per training and validation example.
         test_lengths: Tokens per example of each test set.
+        vocab_size: Token ids, the special ones included (Mamba: 16).
         num_test: Examples per validation set and per test set.
-        train_batches: Training batches per epoch, each generated afresh.
-        vocab_size: Token ids, the special ones included.
-        kwargs: ``batch_size``, ``generator_seed``, ``seed``, ``num_workers`` (see
-            :class:`~zoo.datamodules.recall.base.RecallDataModule`).
+        train_batches: Fresh training batches per epoch (Mamba's "epoch": 8,192 steps).
+        kwargs: ``batch_size``, ``generator_seed``, ``seed`` (``zoo compare`` varies this one: the
+            training stream; the validation and test sets depend on ``generator_seed`` alone),
+            ``num_workers`` (see :class:`~zoo.datamodules.recall.base.RecallDataModule`).
     """
 
     def __init__(
         self,
-        seq_len: int,
-        test_lengths: Sequence[int],
-        num_test: int,
-        train_batches: int,
-        vocab_size: int,
+        seq_len: int = 256,
+        test_lengths: Sequence[int] = TEST_LENGTHS,
+        vocab_size: int = 16,
+        num_test: int = 512,
+        train_batches: int = 8_192,
         **kwargs: int | None,
     ) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -151,6 +154,12 @@ class _LengthExtrapolation(RecallDataModule):
         self.seq_len, self.test_lengths = seq_len, tuple(test_lengths)
         self.num_test, self.train_batches, self.vocab_size = num_test, train_batches, vocab_size
         self.block_size = max(seq_len, *self.test_lengths)
+        for length in sorted({seq_len, *self.test_lengths}):
+            self.check_length(length)
+
+    def check_length(self, seq_len: int) -> None:
+        """Refuse, in one line, settings that do not fit examples of ``seq_len`` tokens."""
+        raise NotImplementedError
 
     def examples(self, seq_len: int) -> Callable[[np.random.Generator, int], Examples]:
         """``generate(rng, count)``: examples of ``seq_len`` tokens (picklable, for worker processes)."""
@@ -176,45 +185,25 @@ class SelectiveCopyingDataModule(_LengthExtrapolation):
     ``num_tokens`` data ids, scattered among noise, at the markers that end the sequence.
 
     Batches hold ``inputs``, ``targets`` (the data ids at the markers, -100 elsewhere) and
-    ``scored`` (the markers). ``vocab_size`` and ``block_size`` (the longest test length) are what
-    a model links.
+    ``scored`` (the markers). ``vocab_size`` (noise 0, the marker ``vocab_size - 1``, data between)
+    and ``block_size`` (the longest test length) are what a model links. Mamba trains and tests at
+    4,096 tokens with 16 ids, 16 to copy and batches of 64; the zoo trains at 256 by default.
 
     Args:
-        seq_len: Tokens per training and validation example (Mamba: 4,096).
-        test_lengths: Tokens per example of each test set.
         num_tokens: Data ids to copy (Mamba: 16).
-        vocab_size: Ids: noise 0, the marker ``vocab_size - 1``, data between (Mamba: 16).
-        num_test: Examples per validation and test set.
-        train_batches: Fresh training batches per epoch.
-        batch_size: Examples per batch (Mamba: 64).
-        generator_seed: Seed of the data: the same seeds give the same examples.
-        seed: Seed of the training stream (``zoo compare`` varies this one); the validation and
-            test sets depend on ``generator_seed`` alone.
-        num_workers: DataLoader worker processes; ``None``: none on a CPU, a few on a GPU.
+        kwargs: ``seq_len``, ``test_lengths``, ``vocab_size``, ``num_test``, ``train_batches`` and
+            the recall data's arguments (``batch_size``: Mamba's 64 by default), as
+            :class:`InductionHeadsDataModule` takes them.
     """
 
     name = "selective_copying"
 
-    def __init__(
-        self,
-        seq_len: int = 256,
-        test_lengths: Sequence[int] = TEST_LENGTHS,
-        num_tokens: int = 16,
-        vocab_size: int = 16,
-        num_test: int = 512,
-        train_batches: int = 8_192,
-        batch_size: int = 64,
-        generator_seed: int = 0,
-        seed: int = 0,
-        num_workers: int | None = None,
-    ) -> None:
-        super().__init__(
-            seq_len, test_lengths, num_test, train_batches, vocab_size,
-            batch_size=batch_size, generator_seed=generator_seed, seed=seed, num_workers=num_workers,
-        )  # fmt: skip
-        self.num_tokens = num_tokens
-        for length in sorted({seq_len, *self.test_lengths}):
-            check_selective_copying(length, vocab_size, num_tokens)
+    def __init__(self, num_tokens: int = 16, **kwargs: Any) -> None:
+        self.num_tokens = num_tokens  # before the base checks each length with it
+        super().__init__(**kwargs)
+
+    def check_length(self, seq_len: int) -> None:
+        check_selective_copying(seq_len, self.vocab_size, self.num_tokens)
 
     def examples(self, seq_len: int) -> Callable[[np.random.Generator, int], Examples]:
         return partial(_selective_copying_examples, seq_len, self.vocab_size, self.num_tokens)
@@ -226,42 +215,23 @@ class InductionHeadsDataModule(_LengthExtrapolation):
     ends the sequence, recall the id that followed its first occurrence.
 
     Batches hold ``inputs``, ``targets`` (every next id, and the recalled id at the end: H3 trains
-    on all of them) and ``scored`` (the last position only). ``vocab_size`` and ``block_size``
-    (the longest test length) are what a model links.
+    on all of them) and ``scored`` (the last position only). ``vocab_size`` (the special id
+    ``vocab_size - 1`` and the ids drawn) and ``block_size`` (the longest test length) are what a
+    model links. Mamba trains at 256 tokens with 16 ids and batches of 8, and tests from 2^6 to 2^20.
 
     Args:
-        seq_len: Tokens per training and validation example (Mamba: 256).
-        test_lengths: Tokens per example of each test set (Mamba: 2^6 to 2^20).
-        vocab_size: Ids: the special id ``vocab_size - 1`` and the ids drawn (Mamba: 16).
-        num_test: Examples per validation and test set.
-        train_batches: Fresh training batches per epoch (Mamba's "epoch": 8,192 steps).
         batch_size: Examples per batch (Mamba: 8).
-        generator_seed: Seed of the data: the same seeds give the same examples.
-        seed: Seed of the training stream (``zoo compare`` varies this one); the validation and
-            test sets depend on ``generator_seed`` alone.
-        num_workers: DataLoader worker processes; ``None``: none on a CPU, a few on a GPU.
+        kwargs: ``seq_len``, ``test_lengths``, ``vocab_size``, ``num_test``, ``train_batches``,
+            ``generator_seed``, ``seed``, ``num_workers``.
     """
 
     name = "induction_heads"
 
-    def __init__(
-        self,
-        seq_len: int = 256,
-        test_lengths: Sequence[int] = TEST_LENGTHS,
-        vocab_size: int = 16,
-        num_test: int = 512,
-        train_batches: int = 8_192,
-        batch_size: int = 8,
-        generator_seed: int = 0,
-        seed: int = 0,
-        num_workers: int | None = None,
-    ) -> None:
-        super().__init__(
-            seq_len, test_lengths, num_test, train_batches, vocab_size,
-            batch_size=batch_size, generator_seed=generator_seed, seed=seed, num_workers=num_workers,
-        )  # fmt: skip
-        for length in sorted({seq_len, *self.test_lengths}):
-            check_induction_heads(length, vocab_size)
+    def __init__(self, batch_size: int = 8, **kwargs: Any) -> None:
+        super().__init__(batch_size=batch_size, **kwargs)
+
+    def check_length(self, seq_len: int) -> None:
+        check_induction_heads(seq_len, self.vocab_size)
 
     def examples(self, seq_len: int) -> Callable[[np.random.Generator, int], Examples]:
         return partial(_induction_heads_examples, seq_len, self.vocab_size)

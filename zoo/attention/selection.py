@@ -1,0 +1,90 @@
+"""The base of the layers that pick, per query, which key blocks to attend to: MoBA
+(:mod:`zoo.attention.variants.moba`) and Native Sparse Attention (:mod:`zoo.attention.variants.nsa`).
+
+Both are causal (a query picks among the blocks before it), take key padding but no mask that
+differs per query (a block is picked from its real keys, the same for every query), may rotate
+queries and keys with the stack's rotary scheme before the selection and the cache, and decode
+from a :class:`~zoo.attention.cache.KeyValueCache` of every position's keys and values: a new
+token picks among the cached blocks as the full forward's query at its position does. A
+subclass builds ``q_proj``, ``k_proj`` and ``v_proj`` (keys and values in heads of
+``head_dim``) and implements :meth:`BlockSelectionLayer.select_attend`; the selection's operations
+are in :mod:`zoo.attention.kernels.selection`.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
+from zoo.attention.cache import KeyValueCache, LayerCache
+from zoo.attention.context import AttentionContext
+from zoo.attention.layer import AttentionLayer
+from zoo.attention.rotation import rotate_heads
+from zoo.positions import PositionScheme
+
+__all__ = ["BlockSelectionLayer"]
+
+
+class BlockSelectionLayer(AttentionLayer):
+    """Base class of the block-selection layers (see the module docstring).
+
+    Args:
+        embed_dim: The block's width.
+        num_heads: Query heads, of ``embed_dim // num_heads`` features each.
+        position: The stack's rotary scheme, or None.
+        sizes: The subclass's sizes, each refused in one line unless a positive integer.
+    """
+
+    supports_bidirectional = False
+    supports_query_mask = False
+    supports_rotary = True
+    supports_position_bias = False
+
+    q_proj: nn.Linear
+    k_proj: nn.Linear
+    v_proj: nn.Linear
+
+    def __init__(self, embed_dim: int, num_heads: int, position: PositionScheme | None, **sizes: int) -> None:
+        super().__init__()
+        name = type(self).__name__
+        for label, value in {"embed_dim": embed_dim, "num_heads": num_heads, **sizes}.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: {label} must be a positive integer, got {value!r}.")
+        if embed_dim % num_heads:
+            raise ValueError(f"{name}: num_heads ({num_heads}) must divide embed_dim ({embed_dim}).")
+        if position is not None and position.kind != "rotary":
+            raise IncompatibleAttentionError(f"{name} takes a rotary scheme or none; got a {position.kind} scheme.")
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.rotary = None if position is None else position.for_head_dim(self.head_dim)
+
+    def heads(self, x: Tensor, offset: int, context: AttentionContext) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries ``(B, H, L, d)``, keys and values ``(B, heads, L, d)`` (as many heads as the
+        projections give), queries and keys rotated at ``offset ..``."""
+        q, k, v = (
+            p(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        return rotate_heads(self.rotary, q, offset, context), rotate_heads(self.rotary, k, offset, context), v
+
+    def select_attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
+        """New queries ``q`` (of the inputs ``x``, at the last positions) over every key and value
+        seen: the output ``(B, Lq, embed_dim)`` and, if the context asks, the weights."""
+        raise NotImplementedError(f"{type(self).__name__} must implement select_attend(x, q, k, v, context).")
+
+    def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
+        return self.select_attend(x, *self.heads(x, context.offset, context), context)
+
+    def attend_cached(
+        self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
+    ) -> tuple[Tensor, LayerCache]:
+        """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
+        :class:`~zoo.attention.cache.KeyValueCache` of the keys and values :meth:`heads` gives, or
+        None), causal: the output and the cache extended. The context's mask, if any, is key
+        padding over every position seen, ``(B, 1, 1, L)``."""
+        if cache is not None and not isinstance(cache, KeyValueCache):
+            raise TypeError(f"{type(self).__name__} continues a KeyValueCache; got a {type(cache).__name__}.")
+        context = AttentionContext(is_causal=True) if context is None else context
+        self.check_request(context)
+        q, k, v = self.heads(x, 0 if cache is None else cache.length, context)
+        cache = KeyValueCache(k, v) if cache is None else cache.extend(k, v)
+        output, _ = self.select_attend(x, q, cache.keys, cache.values, context.replace(need_weights=False))
+        return output, cache
