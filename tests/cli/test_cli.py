@@ -96,6 +96,14 @@ def test_print_config_round_trips_into_fit(in_tmp, capsys) -> None:
     main(["fit", "--config", str(config_file), "--trainer.fast_dev_run", "true", *QUIET])
 
 
+def test_one_attention_mapping_is_taken_from_the_command_line(in_tmp, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "gpt", "--model.attention", "{name: softmax, conv_size: 4}", "--print_config"])
+    assert exit_info.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["attention"]
+    assert printed == {"name": "softmax", "conv_size": 4}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

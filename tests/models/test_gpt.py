@@ -23,11 +23,11 @@ KWARGS = {
 CAUSAL = [e.name for e in ATTENTION_REGISTRY.entries() if issubclass(e.obj, Attention) and e.obj.supports_causal]
 
 
-def small_gpt(attention: str | list = "dot_product", **kwargs) -> GPT:
+def small_gpt(attention: str | dict | list = "dot_product", **kwargs) -> GPT:
     torch.manual_seed(0)
     options = {"d_model": 16, "num_heads": 2, "num_layers": 2, "block_size": BLOCK, **kwargs}
     if isinstance(attention, str):
-        options["attention_kwargs"] = KWARGS.get(attention)
+        options.setdefault("attention_kwargs", KWARGS.get(attention))
     return GPT(VOCAB, attention=attention, **options).double().eval()
 
 
@@ -78,6 +78,21 @@ def test_cached_logits_equal_the_uncached_forward() -> None:
             steps.append(logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
     assert caches[0].keys.shape == (3, 1, 10, 8)  # one key/value head: the cache shrinks with it
+
+
+def test_one_mapping_is_one_entry_for_every_layer() -> None:
+    """``--model.attention '{name: softmax, conv_size: 4}'``: the same model as the name with
+    ``attention_kwargs``, and as a one-entry list."""
+    tokens = torch.randint(VOCAB, (2, 12))
+    mapping = small_gpt({"name": "softmax", "conv_size": 4})
+    named = small_gpt("softmax", attention_kwargs={"conv_size": 4})
+    listed = small_gpt([{"name": "softmax", "conv_size": 4}])
+    assert all(block.attention.q_conv is not None for block in mapping.blocks)
+    with torch.no_grad():
+        torch.testing.assert_close(mapping(tokens)[0], named(tokens)[0])
+        torch.testing.assert_close(mapping(tokens)[0], listed(tokens)[0])
+    widened = small_gpt({"name": "softmax", "conv_size": 4}, attention_kwargs={"conv_size": 2})
+    assert widened.blocks[0].attention.q_conv.kernel_size == (2,)  # attention_kwargs add to the mapping
 
 
 def test_a_hybrid_stack_decodes_each_layer_with_its_own_cache() -> None:

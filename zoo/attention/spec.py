@@ -50,8 +50,9 @@ __all__ = [
 AttentionEntry = str | dict[str, Any]
 """One layer's attention as a model argument: a registered name, or ``{"name": NAME, **arguments}``."""
 
-AttentionChoice = str | list[AttentionEntry]
-"""A model's ``attention`` argument: one name for every layer, or a list of entries (hybrid stacks)."""
+AttentionChoice = AttentionEntry | list[AttentionEntry]
+"""A model's ``attention`` argument: one entry for every layer (a name, or a mapping with its
+arguments: ``{name: softmax, conv_size: 4}``), or a list of entries (hybrid stacks)."""
 
 #: the capability flag of :class:`~zoo.attention.base.Attention` a position scheme of each kind needs
 POSITION_CAPABILITY: Mapping[str, str] = MappingProxyType(
@@ -201,12 +202,15 @@ def layer_specs(
     once against what the stack needs: ``causal`` masking, or else attending both ways (an
     encoder), ``padding`` masks, and ``decoding`` from a cache (a decoder's self-attention).
 
-    ``attention`` is a name (every layer), or a list: one entry per layer, or a pattern whose
-    length divides ``num_layers``, repeated. An error names the layer (``stack`` and its number
-    from 1, ``"encoder layer 2"``) and the fix.
+    ``attention`` is one entry for every layer (a name, or a mapping of a name and its
+    arguments, which ``attention_kwargs`` add to), or a list: one entry per layer, or a pattern
+    whose length divides ``num_layers``, repeated. An error names the layer (``stack`` and its
+    number from 1, ``"encoder layer 2"``) and the fix.
     """
     if isinstance(attention, str):
         entries: list[AttentionEntry] = [{"name": attention, **(attention_kwargs or {})}]
+    elif isinstance(attention, Mapping):
+        entries = [{**attention, **(attention_kwargs or {})}]
     elif isinstance(attention, Sequence) and attention:
         if attention_kwargs:
             raise ValueError(
@@ -215,7 +219,10 @@ def layer_specs(
             )
         entries = list(attention)
     else:
-        raise ValueError(f"attention must be a registered name or a non-empty list of entries; got {attention!r}.")
+        raise ValueError(
+            "attention must be a registered name, a mapping such as {name: local, window: 64}, or a non-empty list "
+            f"of entries; got {attention!r}."
+        )
     period = len(entries)
     if num_layers % period:
         raise ValueError(

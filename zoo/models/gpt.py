@@ -9,7 +9,7 @@ Shapes: B batch, T positions, D ``d_model``, V vocabulary.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -39,7 +39,7 @@ def family_position(attention: AttentionChoice) -> str:
     convolutions give the stack its order, as Zoology's convolutions, SSMs and recurrences get no
     positions), ``learned`` otherwise (Zoology's softmax attention, which sees no order without
     them, gets learned absolute positions; so does any scoring attention here)."""
-    entries = [attention] if isinstance(attention, str) else list(attention)
+    entries = [attention] if isinstance(attention, (str, Mapping)) else list(attention)
     names = [entry if isinstance(entry, str) else entry.get("name") for entry in entries]
     # an entry without a name is left to the stack's check, which says what an entry holds
     recurrent = any(isinstance(name, str) and issubclass(get_attention(name), RecurrentLayer) for name in names)
