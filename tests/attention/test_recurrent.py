@@ -166,6 +166,23 @@ def test_every_form_matches_the_papers_recurrence(family: str, padding: str | No
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_the_chunk_size_is_the_devices_unless_given(family: str) -> None:
+    """16 steps on the CPU and 64 elsewhere by default, and ``auto`` cuts at it: past 16 steps the
+    CPU runs chunkwise, equal to the parallel form."""
+    module = layer(family)
+    assert module.chunk_size is None
+    assert (module.chunk_length(torch.device("cpu")), module.chunk_length(torch.device("cuda"))) == (16, 64)
+    assert layer(family, chunk_size=32).chunk_length(torch.device("cuda")) == 32
+    assert module._form(40, torch.device("cpu")) == "chunkwise"
+    assert module._form(40, torch.device("cuda")) == "parallel"
+    x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        chunked = run_layer(module, x, is_causal=True).output
+        module.mode = "parallel"
+        torch.testing.assert_close(chunked, run_layer(module, x, is_causal=True).output, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_decoding_from_a_chunkwise_prompt_matches_the_papers_recurrence(family: str) -> None:
     """A left-padded prompt of 40 tokens in chunks of 16, then one token at a time from the state."""
     module = layer(family, chunk_size=16)

@@ -40,6 +40,11 @@ The recurrence runs in one of three forms, equal up to rounding (``mode``):
 * ``auto`` (the default): ``parallel`` up to ``chunk_size`` steps, else ``chunkwise``; a single
   step, ``recurrent``. ``need_weights=True`` takes the parallel form.
 
+``chunk_size`` defaults to the device's: 64 on a GPU (flash-linear-attention's chunk), 16 on the
+CPU (:data:`CPU_CHUNK_SIZE`), where the work inside a chunk (per-dimension decays, sub-chunks)
+costs more than the loop between chunks: 16 trains MQAR's (256, 16) cell 1.4-1.6x faster than 64
+and is no slower from 2k to 8k tokens (``benchmarks/RESULTS.md`` section 32).
+
 On CUDA with the ``fla`` extra installed, the chunkwise form runs in flash-linear-attention's
 Triton kernels (:mod:`zoo.attention.kernels.fla`; :mod:`zoo.attention.backends` says when, and
 how to force either); decoding steps stay the zoo's recurrent form.
@@ -91,10 +96,26 @@ from zoo.attention.recurrence import Recurrence, RecurrenceForms
 from zoo.attention.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
-__all__ = ["HeadNorm", "Mode", "Recurrence", "RecurrentLayer", "RecurrentOptions", "StepDecay"]
+__all__ = [
+    "CHUNK_SIZE",
+    "CPU_CHUNK_SIZE",
+    "HeadNorm",
+    "Mode",
+    "Recurrence",
+    "RecurrentLayer",
+    "RecurrentOptions",
+    "StepDecay",
+]
 
 Mode = Literal["auto", "parallel", "chunkwise", "recurrent"]
 """Which form runs the recurrence (see :mod:`zoo.attention.recurrent`)."""
+
+CHUNK_SIZE = 64
+"""Steps per chunk by default on a GPU, flash-linear-attention's chunk."""
+
+CPU_CHUNK_SIZE = 16
+"""Steps per chunk by default on the CPU: one sub-chunk of the per-dimension decay kernel
+(:data:`~zoo.attention.kernels.decay.SUB_CHUNK_SIZE`), so a chunk's weights need no sub-chunks."""
 
 
 class RecurrentOptions(TypedDict, total=False):
@@ -104,7 +125,7 @@ class RecurrentOptions(TypedDict, total=False):
 
     conv_size: int
     mode: Mode
-    chunk_size: int
+    chunk_size: int | None
     position: PositionScheme | None
     bias: bool
 
@@ -131,6 +152,7 @@ class RecurrentLayer(AttentionLayer):
         mode: ``auto``, ``parallel``, ``chunkwise`` or ``recurrent``: the form of training and
             full passes (and of a prompt when decoding).
         chunk_size: Steps per chunk of the chunkwise form; ``auto`` runs the parallel form up to it.
+            None: the device's (:data:`CPU_CHUNK_SIZE` on the CPU, :data:`CHUNK_SIZE` elsewhere).
         position: The stack's rotary scheme, or None.
         bias: Biases in the query, key, value and output projections (the stack's ``bias``).
     """
@@ -158,18 +180,21 @@ class RecurrentLayer(AttentionLayer):
         conv_size: int = 4,
         conv_bias: bool = False,
         mode: Mode = "auto",
-        chunk_size: int = 64,
+        chunk_size: int | None = None,
         position: PositionScheme | None = None,
         bias: bool = True,
     ) -> None:
         super().__init__()
         name = type(self).__name__
         qk_heads = num_heads if qk_heads is None else qk_heads
-        for label, value in (("embed_dim", embed_dim), ("num_heads", num_heads), ("chunk_size", chunk_size),
-                             ("key_dim", key_dim), ("value_dim", value_dim), ("qk_heads", qk_heads),
-                             ("writes", writes)):  # fmt: skip
+        for label, value in (("embed_dim", embed_dim), ("num_heads", num_heads), ("key_dim", key_dim),
+                             ("value_dim", value_dim), ("qk_heads", qk_heads), ("writes", writes)):  # fmt: skip
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {label} must be a positive integer, got {value!r}.")
+        if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+            raise ValueError(
+                f"{name}: chunk_size must be a positive integer or None (the device's), got {chunk_size!r}."
+            )
         if not isinstance(conv_size, int) or conv_size < 0:
             raise ValueError(
                 f"{name}: conv_size must be 0 (no convolution) or a positive kernel size, got {conv_size!r}."
@@ -229,7 +254,7 @@ class RecurrentLayer(AttentionLayer):
         steps = context.key_padding
         q, k, v, layer_input, _ = self._project(x, context, None)
         recurrence = self._prepare(q, k, v, layer_input)
-        form = "parallel" if context.need_weights else self._form(x.shape[1])
+        form = "parallel" if context.need_weights else self._form(x.shape[1], x.device)
         output, _ = self._run(recurrence, form, None, steps, weights=context.need_weights)
         weights = None
         if context.need_weights:
@@ -258,7 +283,9 @@ class RecurrentLayer(AttentionLayer):
         steps = context.key_padding
         q, k, v, layer_input, windows = self._project(x, context, cache)
         recurrence = self._prepare(q, k, v, layer_input)
-        output, state = self._run(recurrence, self._form(count), None if cache is None else cache.state, steps)
+        output, state = self._run(
+            recurrence, self._form(count, x.device), None if cache is None else cache.state, steps
+        )
         return self._output(output, recurrence, steps, layer_input), StateCache(state, offset + count, windows)
 
     def _project(
@@ -283,13 +310,19 @@ class RecurrentLayer(AttentionLayer):
         k = rotate_heads(self.rotary, k, offset, context).transpose(-3, -2).flatten(-2)
         return q, k, self.split_heads(projected[2]), x, new_windows
 
-    def _form(self, length: int) -> Mode:
+    def chunk_length(self, device: torch.device) -> int:
+        """Steps per chunk on ``device``: ``chunk_size``, or the device's default."""
+        if self.chunk_size is not None:
+            return self.chunk_size
+        return CPU_CHUNK_SIZE if device.type == "cpu" else CHUNK_SIZE
+
+    def _form(self, length: int, device: torch.device) -> Mode:
         """The form for ``length`` steps: ``mode``, or for ``auto`` the fastest (see the module docstring)."""
         if self.mode != "auto":
             return self.mode
         if length == 1:
             return "recurrent"
-        return "parallel" if length <= self.chunk_size else "chunkwise"
+        return "parallel" if length <= self.chunk_length(device) else "chunkwise"
 
     def _prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> RecurrenceForms:
         """:meth:`prepare` on queries, keys and values in float32 at least (the state's precision)."""
@@ -317,7 +350,7 @@ class RecurrentLayer(AttentionLayer):
             if fused and (form == "chunkwise" or requested_backend() == "fla"):  # forced: the parallel form too
                 assert isinstance(recurrence, Recurrence), "fla_refusal keeps other recurrences off fla's kernels"
                 return fla_chunk(recurrence, state, steps)
-            return recurrence.chunkwise(None if form == "parallel" else self.chunk_size, state, steps)
+            return recurrence.chunkwise(None if form == "parallel" else self.chunk_length(device), state, steps)
 
     def fused_backend(self, device: torch.device, dtype: torch.dtype) -> tuple[str, str | None]:
         """``("fla", why not)``: flash-linear-attention's chunk kernels run the chunkwise form

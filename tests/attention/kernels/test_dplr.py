@@ -17,7 +17,7 @@ from tests.attention.kernels.inputs import (
     randn,
     uniform,
 )
-from zoo.attention.kernels import dplr_chunkwise, dplr_recurrent, dplr_weights
+from zoo.attention.kernels import decay, dplr_chunkwise, dplr_recurrent, dplr_weights
 
 DK, DV = 4, 3
 LENGTHS = (1, 50, 130)
@@ -114,7 +114,13 @@ def expected(family: str, x: dict[str, Tensor], state: Tensor, mask: Tensor) -> 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("length", LENGTHS)
-def test_every_form_matches_the_papers_recurrence(family: str, length: int, generator: torch.Generator) -> None:
+@pytest.mark.parametrize("span_limit", [40.0, -1.0], ids=["products", "per-dimension"])
+def test_every_form_matches_the_papers_recurrence(
+    family: str, length: int, span_limit: float, generator: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each form against the paper's per-token loop, with each sub-chunk's own weights formed both
+    ways the decay kernel knows (one product; per key dimension, under a limit below any drop)."""
+    monkeypatch.setattr(decay, "SPAN_LIMIT", span_limit)
     make, arguments = FAMILIES[family][:2]
     x = make(length, generator)
     initial_state = randn(*BATCH, DK, DV, generator=generator)

@@ -59,6 +59,8 @@ flash-linear-attention does:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -72,7 +74,15 @@ from zoo.attention.kernels.recurrence import (
     zero_padding,
 )
 
-__all__ = ["SPAN_LIMIT", "SUB_CHUNK_SIZE", "chunk_weights", "decay_chunkwise", "decay_recurrent", "decay_weights"]
+__all__ = [
+    "SPAN_LIMIT",
+    "SUB_CHUNK_SIZE",
+    "chunk_weight_grid",
+    "chunk_weights",
+    "decay_chunkwise",
+    "decay_recurrent",
+    "decay_weights",
+]
 
 SUB_CHUNK_SIZE = 16
 """Steps per sub-chunk of the weights inside a chunk; a diagonal sub-chunk costs ``(16, 16, dk)``
@@ -93,68 +103,88 @@ def _prepare(
     return zero_padding(mask, q, k, v, log_decay)
 
 
-def _pad_steps(q: Tensor, k: Tensor, cum: Tensor, multiple: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Pad the chunk axis (``-2``) to a multiple of ``multiple`` with identity steps.
+def _pad_steps(tensors: Sequence[Tensor], cum: Tensor, multiple: int) -> tuple[list[Tensor], Tensor]:
+    """Pad the chunk axis (``-2``) of ``tensors`` and ``cum`` to a multiple of ``multiple`` with identity steps.
 
     Zero queries and keys give zero weights; the cumulative log decay is carried on unchanged, so
     the padded steps keep every exponent non-positive.
     """
-    pad = -q.shape[-2] % multiple
+    pad = -cum.shape[-2] % multiple
     if pad == 0:
-        return q, k, cum
-    zeros = q.new_zeros(*q.shape[:-2], pad, q.shape[-1])
+        return list(tensors), cum
+    padded = [torch.cat([x, x.new_zeros(*x.shape[:-2], pad, x.shape[-1])], -2) for x in tensors]
     carried = cum[..., -1:, :].expand(*cum.shape[:-2], pad, cum.shape[-1])
-    return torch.cat([q, zeros], -2), torch.cat([k, zeros], -2), torch.cat([cum, carried], -2)
+    return padded, torch.cat([cum, carried], -2)
 
 
-def _intra_chunk_weights(q: Tensor, k: Tensor, cum: Tensor) -> Tensor:
-    """The weights inside each chunk, ``sum_d q_id k_jd exp(b_id - b_jd)`` for ``j <= i``, else 0.
+def _intra_chunk_weights(queries: Sequence[Tensor], keys: Sequence[Tensor], cum: Tensor) -> list[list[Tensor]]:
+    """The weights inside each chunk, ``sum_d q_id k_jd exp(b_id - b_jd)`` for ``j <= i``, else 0,
+    for every query and key tensor: the decays' factors are formed once for all of them.
 
     Args:
-        q: Queries ``(*batch, N, c, dk)``.
-        k: Keys ``(*batch, N, c, dk)``.
+        queries: Queries ``(*batch, N, c, dk)`` each.
+        keys: Keys ``(*batch, N, c, dk)`` each.
         cum: Log decays summed within each chunk ``(*batch, N, c, dk)``, non-increasing in steps.
 
     Returns:
-        ``(*batch, N, c, c)``, lower triangular.
+        ``weights[i][j]`` for ``queries[i]`` and ``keys[j]``: ``(*batch, N, c, c)``, lower triangular.
     """
-    c = q.shape[-2]
+    c = cum.shape[-2]
     sub = min(SUB_CHUNK_SIZE, c)
-    q, k, cum = _pad_steps(q, k, cum, sub)
-    padded = q.shape[-2]
-    num_sub = padded // sub
-    q_sub, k_sub, cum_sub = (x.unflatten(-2, (num_sub, sub)) for x in (q, k, cum))  # (*batch, N, M, s, dk)
+    padded, cum = _pad_steps([*queries, *keys], cum, sub)
+    queries, keys = padded[: len(queries)], padded[len(queries) :]
+    length = cum.shape[-2]
+    num_sub = length // sub
+    cum_sub = cum.unflatten(-2, (num_sub, sub))  # (*batch, N, M, s, dk)
     neg_inf = cum.new_tensor(float("-inf"))
 
     # Keys of earlier sub-chunks, measured from each query sub-chunk's first step r.
     ref = cum_sub[..., :1, :]  # (*batch, N, M, 1, dk)
-    q_from_ref = q_sub * (cum_sub - ref).exp()
-    steps = torch.arange(padded, device=q.device)
-    earlier = steps < (torch.arange(num_sub, device=q.device) * sub).unsqueeze(-1)  # (M, c')
-    to_ref = torch.where(earlier.unsqueeze(-1), ref - cum.unsqueeze(-3), neg_inf)  # (*batch, N, M, c', dk)
-    k_to_ref = k.unsqueeze(-3) * to_ref.exp()
-    weights = (q_from_ref @ k_to_ref.mT).unflatten(-1, (num_sub, sub))  # (*batch, N, M, s, M, s)
+    from_ref = (cum_sub - ref).exp()
+    steps = torch.arange(length, device=cum.device)
+    earlier = steps < (torch.arange(num_sub, device=cum.device) * sub).unsqueeze(-1)  # (M, c')
+    to_ref = torch.where(earlier.unsqueeze(-1), ref - cum.unsqueeze(-3), neg_inf).exp()  # (*batch, N, M, c', dk)
+    queries_from_ref = [q.unflatten(-2, (num_sub, sub)) * from_ref for q in queries]
+    keys_to_ref = [k.unsqueeze(-3) * to_ref for k in keys]
 
     # Keys of the query's own sub-chunk: one product when the decays allow it, else one per key dimension.
-    causal = torch.ones(sub, sub, dtype=torch.bool, device=q.device).tril()
+    causal = torch.ones(sub, sub, dtype=torch.bool, device=cum.device).tril()
     if float((ref - cum_sub[..., -1:, :]).detach().amax()) <= SPAN_LIMIT:
-        diagonal = torch.where(causal, q_from_ref @ (k_sub * (ref - cum_sub).exp()).mT, 0.0)  # (*batch, N, M, s, s)
+        own_keys = [k.unflatten(-2, (num_sub, sub)) * (ref - cum_sub).exp() for k in keys]
+        diagonals = [[torch.where(causal, q @ k.mT, 0.0) for k in own_keys] for q in queries_from_ref]
     else:
-        diff = torch.where(causal.unsqueeze(-1), cum_sub.unsqueeze(-2) - cum_sub.unsqueeze(-3), neg_inf)
-        diagonal = (q_sub.unsqueeze(-2) * k_sub.unsqueeze(-3) * diff.exp()).sum(-1)  # via (*batch, N, M, s, s, dk)
-    block_eye = torch.eye(num_sub, dtype=q.dtype, device=q.device)[:, None, :, None]  # (M, 1, M, 1)
-    weights = weights + diagonal.unsqueeze(-2) * block_eye
-    return weights.flatten(-4, -3).flatten(-2, -1)[..., :c, :c]
+        decay = torch.where(causal.unsqueeze(-1), cum_sub.unsqueeze(-2) - cum_sub.unsqueeze(-3), neg_inf).exp()
+        q_subs, k_subs = ([x.unflatten(-2, (num_sub, sub)) for x in xs] for xs in (queries, keys))
+        diagonals = [[(q.unsqueeze(-2) * k.unsqueeze(-3) * decay).sum(-1) for k in k_subs] for q in q_subs]
+    block_eye = torch.eye(num_sub, dtype=cum.dtype, device=cum.device)[:, None, :, None]  # (M, 1, M, 1)
+    return [
+        [
+            ((q @ k.mT).unflatten(-1, (num_sub, sub)) + diagonal.unsqueeze(-2) * block_eye)
+            .flatten(-4, -3)
+            .flatten(-2, -1)[..., :c, :c]
+            for k, diagonal in zip(keys_to_ref, row)
+        ]
+        for q, row in zip(queries_from_ref, diagonals)
+    ]
 
 
 def chunk_weights(q: Tensor, k: Tensor, cum: Tensor) -> Tensor:
     """The weights inside each chunk ``(..., c, c)``, ``sum_d q_id k_jd exp(b_id - b_jd)`` for ``j <= i``
     (else 0), from its log decays summed within it ``(..., c, w)`` (``w``: 1 or ``dk``), formed as
-    the module docstring says. The generalized delta rule (:mod:`~zoo.attention.kernels.dplr`)
-    forms its four in-chunk matrices with it."""
+    the module docstring says."""
+    [[weights]] = chunk_weight_grid([q], [k], cum)
+    return weights
+
+
+def chunk_weight_grid(queries: Sequence[Tensor], keys: Sequence[Tensor], cum: Tensor) -> list[list[Tensor]]:
+    """:func:`chunk_weights` for every query tensor and key tensor under the same decays
+    (``weights[i][j]`` for ``queries[i]`` and ``keys[j]``), which form their factors once: the
+    generalized delta rule (:mod:`~zoo.attention.kernels.dplr`) forms its four in-chunk matrices
+    from two queries and two keys."""
     if cum.shape[-1] == 1:  # a scalar decay: one decay matrix scales the scores
-        return (q @ k.mT) * causal_decay(cum.squeeze(-1))
-    return _intra_chunk_weights(q, k, cum)
+        decay = causal_decay(cum.squeeze(-1))
+        return [[(q @ k.mT) * decay for k in keys] for q in queries]
+    return _intra_chunk_weights(queries, keys, cum)
 
 
 def _chunked(

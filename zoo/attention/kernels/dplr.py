@@ -32,7 +32,8 @@ Three forms compute it, equal up to rounding:
       S_c = Diag(exp(c_c)) S_0 + sum_j Diag(exp(c_c - c_j)) (a_j^T u_j + k_j^T v_j)
 
   The four in-chunk matrices are formed for all chunks at once by the per-dimension decay
-  kernel's :func:`~zoo.attention.kernels.decay.chunk_weights` (the ``A`` ones as its inclusive
+  kernel's :func:`~zoo.attention.kernels.decay.chunk_weight_grid`, which forms the decays'
+  factors once for the four (the ``A`` ones as its inclusive
   matrix of the next step's ``b`` moved down a row, so only non-positive exponents are ever
   formed), and the system is solved for all chunks at once (``torch.linalg.solve_triangular``):
   ``u = U + W S_0`` with ``U`` and ``W`` fixed per chunk. Only ``u`` and the state update run in
@@ -59,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.kernels.decay import chunk_weights
+from zoo.attention.kernels.decay import chunk_weight_grid
 from zoo.attention.kernels.recurrence import chunk_length, from_chunks, initial_or_zeros, to_chunks, zero_padding
 
 __all__ = ["dplr_chunkwise", "dplr_recurrent", "dplr_weights"]
@@ -79,12 +80,8 @@ def _next(x: Tensor) -> Tensor:
 def _matrices(q: Tensor, k: Tensor, a: Tensor, b: Tensor, cum: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The four in-chunk matrices ``A_ba``, ``A_bk``, ``Q_qa``, ``Q_qk`` ``(*batch, N, c, c)`` of
     chunked inputs and their cumulative log decays ``cum`` (see the module docstring)."""
-    return (
-        _below(chunk_weights(_next(b), a, cum)),
-        _below(chunk_weights(_next(b), k, cum)),
-        chunk_weights(q, a, cum),
-        chunk_weights(q, k, cum),
-    )
+    (read_reads, read_keys), (query_reads, query_keys) = chunk_weight_grid([_next(b), q], [a, k], cum)
+    return _below(read_reads), _below(read_keys), query_reads, query_keys
 
 
 def _unit_lower_solve(lower: Tensor, right: Tensor) -> Tensor:
