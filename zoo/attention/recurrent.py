@@ -42,8 +42,8 @@ The recurrence runs in one of three forms, equal up to rounding (``mode``):
 
 ``chunk_size`` defaults to the device's: 64 on a GPU (flash-linear-attention's chunk), 16 on the
 CPU (:data:`CPU_CHUNK_SIZE`), where the work inside a chunk (per-dimension decays, sub-chunks)
-costs more than the loop between chunks: 16 trains MQAR's (256, 16) cell 1.4-1.6x faster than 64
-and is no slower from 2k to 8k tokens (``benchmarks/RESULTS.md`` section 32).
+costs more than the loop between chunks: a training step at MQAR's (256, 16) cell is 1.2-1.4x
+faster with 16 than with 64 (``benchmarks/chunk_speed.py``, ``benchmarks/RESULTS.md`` section 32).
 
 On CUDA with the ``fla`` extra installed, the chunkwise form runs in flash-linear-attention's
 Triton kernels (:mod:`zoo.attention.kernels.fla`; :mod:`zoo.attention.backends` says when, and
