@@ -118,6 +118,13 @@ class _Capabilities:
                 "(a decoder's self-attention), or use a variant that attends both ways."
             )
 
+    def require_positive(self, **values: int | None) -> None:
+        """Refuse, naming it, the first constructor argument of ``values`` that is set (not None)
+        but not a positive integer."""
+        for label, value in values.items():
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{type(self).__name__}: {label} must be a positive integer, got {value!r}.")
+
 
 class Attention(_Capabilities, nn.Module):
     """Base class of scoring attentions (additive, dot-product, Gaussian kernel, plugins).
@@ -295,13 +302,6 @@ class Attention(_Capabilities, nn.Module):
         return AttentionOutput(
             output, values.new_zeros((*queries.shape[:-1], keys.shape[-2])) if need_weights else None
         )
-
-    def require_positive(self, **values: int | None) -> None:
-        """Refuse, naming it, the first constructor argument of ``values`` that is set (not None)
-        but not a positive integer."""
-        for label, value in values.items():
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{type(self).__name__}: {label} must be a positive integer, got {value!r}.")
 
     def check_one_sequence(self, queries: Tensor, keys: Tensor, is_causal: bool, what: str) -> None:
         """Refuse a non-causal call over two sequences for a variant defined by positions within

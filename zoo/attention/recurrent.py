@@ -187,14 +187,10 @@ class RecurrentLayer(AttentionLayer):
         super().__init__()
         name = type(self).__name__
         qk_heads = num_heads if qk_heads is None else qk_heads
-        for label, value in (("embed_dim", embed_dim), ("num_heads", num_heads), ("key_dim", key_dim),
-                             ("value_dim", value_dim), ("qk_heads", qk_heads), ("writes", writes)):  # fmt: skip
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {label} must be a positive integer, got {value!r}.")
-        if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-            raise ValueError(
-                f"{name}: chunk_size must be a positive integer or None (the device's), got {chunk_size!r}."
-            )
+        self.require_positive(
+            embed_dim=embed_dim, num_heads=num_heads, key_dim=key_dim, value_dim=value_dim, qk_heads=qk_heads,
+            writes=writes, chunk_size=chunk_size,
+        )  # fmt: skip
         if not isinstance(conv_size, int) or conv_size < 0:
             raise ValueError(
                 f"{name}: conv_size must be 0 (no convolution) or a positive kernel size, got {conv_size!r}."

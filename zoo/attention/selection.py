@@ -46,10 +46,8 @@ class BlockSelectionLayer(AttentionLayer):
 
     def __init__(self, embed_dim: int, num_heads: int, position: PositionScheme | None, **sizes: int) -> None:
         super().__init__()
+        self.require_positive(embed_dim=embed_dim, num_heads=num_heads, **sizes)
         name = type(self).__name__
-        for label, value in {"embed_dim": embed_dim, "num_heads": num_heads, **sizes}.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: {label} must be a positive integer, got {value!r}.")
         if embed_dim % num_heads:
             raise ValueError(f"{name}: num_heads ({num_heads}) must divide embed_dim ({embed_dim}).")
         if position is not None and position.kind != "rotary":

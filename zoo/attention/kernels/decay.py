@@ -150,7 +150,8 @@ def _intra_chunk_weights(queries: Sequence[Tensor], keys: Sequence[Tensor], cum:
     # Keys of the query's own sub-chunk: one product when the decays allow it, else one per key dimension.
     causal = torch.ones(sub, sub, dtype=torch.bool, device=cum.device).tril()
     if float((ref - cum_sub[..., -1:, :]).detach().amax()) <= SPAN_LIMIT:
-        own_keys = [k.unflatten(-2, (num_sub, sub)) * (ref - cum_sub).exp() for k in keys]
+        to_own_ref = (ref - cum_sub).exp()
+        own_keys = [k.unflatten(-2, (num_sub, sub)) * to_own_ref for k in keys]
         diagonals = [[torch.where(causal, q @ k.mT, 0.0) for k in own_keys] for q in queries_from_ref]
     else:
         decay = torch.where(causal.unsqueeze(-1), cum_sub.unsqueeze(-2) - cum_sub.unsqueeze(-3), neg_inf).exp()
