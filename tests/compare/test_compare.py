@@ -323,3 +323,42 @@ def test_a_sweep_with_no_metric_reported_is_refused_in_one_line(tmp_path: Path, 
               "--out", str(tmp_path)])  # fmt: skip
     with pytest.raises(ConfigurationError, match="--select and --sweep_seeds go with --sweep"):
         main(["--model", "nadaraya_watson", "--select", "test/mse", "--out", str(tmp_path)])
+
+
+# -- a metric against one axis: Zoology's Figure 2 ---------------------------------------------
+
+
+def test_plot_against_an_axis_pivots_the_kept_runs_means(tmp_path: Path, fake_child) -> None:
+    """``--plot_against model.d_model`` with a sweep: one row per attention, one column per width,
+    each cell the mean over the seeds of the runs kept at the best rate (the swept rate not a line)."""
+    import math
+
+    from zoo.compare.cli import main
+
+    fake_child.score = lambda flags: (
+        int(flags["--seed_everything"]) + 64 / int(flags["--model.d_model"]) + abs(math.log10(float(flags["--model.lr"])) + 3)
+        + (flags["--model.attention"] == "b")
+    )  # fmt: skip
+    main(["--model", "nadaraya_watson", "--grid", "model.attention=a,b", "--grid", "model.d_model=16,64",
+          "--sweep", "model.lr=1e-3,1e-2", "--select", "test/mse:min", "--seeds", "2",
+          "--plot_against", "model.d_model", "--metric", "test/mse", "--out", str(tmp_path)])  # fmt: skip
+    report = " ".join((tmp_path / "report.md").read_text().split())
+    # a at width 16: 64/16 = 4 at the kept rate 1e-3, seeds 0 and 1 -> 4.5; at 64: 1.5; b one more
+    assert "| test/mse \\ d_model | 16 | 64 |" in report
+    assert "| attention=a | 4.500 (2 seeds) | 1.500 (2 seeds) |" in report
+    assert "| attention=b | 5.500 (2 seeds) | 2.500 (2 seeds) |" in report
+    assert (tmp_path / "plot_d_model.png").stat().st_size > 0
+
+
+def test_plot_against_refuses_what_is_not_a_grid_axis(tmp_path: Path, fake_child) -> None:
+    from zoo.compare.cli import main
+
+    with pytest.raises(
+        ConfigurationError, match=r"--plot_against 'model.d_mode' is not a --grid axis .* 'model.d_model'"
+    ):
+        main(["--model", "nadaraya_watson", "--grid", "model.d_model=16,64", "--plot_against", "model.d_mode",
+              "--out", str(tmp_path)])  # fmt: skip
+    with pytest.raises(ConfigurationError, match="the axis has one value"):
+        main(["--model", "nadaraya_watson", "--grid", "model.d_model=16", "--plot_against", "model.d_model",
+              "--out", str(tmp_path)])  # fmt: skip
+    assert not fake_child.commands

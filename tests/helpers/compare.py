@@ -16,7 +16,7 @@ __all__ = ["RESOLVED", "FakeChild"]
 #: What fit resolves for the stand-in runs: the flags a grid may vary.
 RESOLVED = {
     "data": {"class_path": "x.Data", "init_args": {"seed": 0}},
-    "model": {"class_path": "x.Model", "init_args": {"attention": "a", "lr": 1.0}},
+    "model": {"class_path": "x.Model", "init_args": {"attention": "a", "lr": 1.0, "d_model": 32}},
 }
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from zoo.compare.against import against_table, check_against, plot_against
 from zoo.compare.grid import combinations, parse_budget, parse_grid
 from zoo.compare.launch import Launcher
 from zoo.compare.local import LocalLauncher
@@ -89,6 +90,10 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument(
         "--calibration_steps", type=int, default=20, help="steps of the fit that measures step time for a time budget"
     )
+    root.add_argument(
+        "--plot_against", default=None, metavar="KEY",
+        help="a --grid axis (model.d_model): the report adds the metric against its values, one line per other combination",
+    )  # fmt: skip
     root.add_argument("--name", default=None, help="the comparison's name, its W&B group (default: --out's name)")
     where = root.add_argument_group("where the runs run (docs/scaling.md)")
     where.add_argument(
@@ -222,6 +227,7 @@ def main(args: list[str]) -> None:
 def _compare(args: list[str]) -> None:
     options, base = parser().parse_known_args(args)
     axes = parse_grid(options.grid)
+    against = check_against(options.plot_against, axes) if options.plot_against else None
     names = [combination.name for combination in combinations(axes)]
     baseline = options.baseline or names[0]
     if baseline not in names:
@@ -249,10 +255,13 @@ def _compare(args: list[str]) -> None:
         if comparison.monitor is None:
             raise ConfigurationError("--ray_scheduler asha needs a registered model: its checkpoints' metric.")
         launcher.metric, launcher.mode = comparison.monitor
+    metric = options.metric or comparison.default_metric
+    if against is not None and metric is None:
+        raise ConfigurationError("--plot_against needs --metric NAME: this model's checkpoints monitor no metric.")
     sweep_lines = ""
     if options.sweep:
-        metric, mode = parse_select(options.select, comparison.monitor, STAGE_PREFIX[config.evaluate])
-        sweep = parse_sweep(options.sweep, metric, mode, options.sweep_seeds)
+        selected, mode = parse_select(options.select, comparison.monitor, STAGE_PREFIX[config.evaluate])
+        sweep = parse_sweep(options.sweep, selected, mode, options.sweep_seeds)
         groups = grouped(sweep, axes)
         choices = choose(comparison.run([(c, range(sweep.seeds)) for _, runs in groups for c in runs]), sweep, groups)
         records = comparison.run([(choice.kept, range(config.seeds)) for choice in choices])
@@ -280,9 +289,12 @@ def _compare(args: list[str]) -> None:
     if failed:
         header += "\n\nFailed, after their retries (no record; started again by the same command):\n\n"
         header += "\n".join(f"- {line}" for line in failed)
-    metric = options.metric or comparison.default_metric
-    report = write_report(records, config.out, names, baseline, header, metric)
-    print("\n".join(summary_tables(records, names, baseline, metric)))
+    sections: list[str] = []
+    if against is not None and metric is not None:
+        plot_against(records, against, axes, metric, config.out)
+        sections = against_table(records, against, axes, metric)
+    report = write_report(records, config.out, names, baseline, header, metric, sections)
+    print("\n".join([*summary_tables(records, names, baseline, metric), *sections]))
     print(f"{len(records) + len(stopped)} runs recorded in {comparison.records_file}; report: {report}")
     if failed:
         raise ConfigurationError(

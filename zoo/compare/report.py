@@ -133,9 +133,11 @@ def write_report(
     baseline: str,
     header: str,
     metric: str | None = None,
+    sections: Sequence[str] = (),
 ) -> Path:
-    """Write ``<out>/report.md`` (``header``, then :func:`summary_tables`) and, beside it,
-    ``plot.png`` of ``metric`` (default: the first); return the report's path."""
+    """Write ``<out>/report.md`` (``header``, then :func:`summary_tables`, then the Markdown lines
+    of ``sections``) and, beside it, ``plot.png`` of ``metric`` (default: the first); return the
+    report's path."""
     metrics = _ordered_metrics(records, metric)
     lines = ["# Comparison", "", header, "", *summary_tables(records, order, baseline, metric)]
     report = out / "report.md"
@@ -144,7 +146,7 @@ def write_report(
             f"![metric against training time]({plot_metric_vs_time(_by_combination(records, order), metrics[0], out / 'plot.png').name})",
             "",
         ]
-    report.write_text("\n".join(lines), encoding="utf-8")
+    report.write_text("\n".join([*lines, *sections]), encoding="utf-8")
     return report
 
 
