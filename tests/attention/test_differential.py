@@ -113,6 +113,8 @@ def test_the_stack_hands_each_layer_its_depth_for_lambda_init() -> None:
     )
     with pytest.raises(ValueError, match="num_heads must be even"):
         GPT(11, d_model=12, num_heads=3, num_layers=1, attention="differential")
+    with pytest.raises(ValueError, match="DifferentialAttention: num_heads must be a positive integer, got 0"):
+        zoo.create_attention("differential", embed_dim=E, num_heads=0)
     with pytest.raises(zoo.IncompatibleAttentionError, match="differential"):
         GPT(11, d_model=E, num_heads=H, num_layers=1, attention="differential", position="alibi")
 

@@ -168,6 +168,12 @@ def test_what_mla_cannot_take_is_refused_in_one_line() -> None:
         layer(qk_rope_head_dim=3)
     with pytest.raises(ValueError, match="mode must be one of auto, naive, absorbed"):
         layer(mode="fast")
+    with pytest.raises(ValueError, match="kv_lora_rank must be a positive integer, got 0"):
+        layer(kv_lora_rank=0)
+    with pytest.raises(ValueError, match="q_lora_rank must be a positive integer, got -2"):
+        layer(q_lora_rank=-2)
+    with pytest.raises(ValueError, match="qk_rope_head_dim must be 0 or more, got -2"):
+        layer(qk_rope_head_dim=-2)
 
 
 def test_a_gpt_learns_a_repeating_sequence_and_a_kimi_linear_stack_decodes_from_its_caches() -> None:

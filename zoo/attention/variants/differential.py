@@ -95,6 +95,7 @@ class DifferentialAttention(AttentionLayer):
         bias: bool = True,
     ) -> None:
         super().__init__()
+        self.require_positive(embed_dim=embed_dim, num_heads=num_heads)
         if num_heads < 2 or num_heads % 2 or embed_dim % num_heads:
             raise ValueError(
                 f"DifferentialAttention pairs the stack's heads: num_heads must be even and divide embed_dim; got "

@@ -112,9 +112,7 @@ class MultiHeadLatentAttention(AttentionLayer):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        for label, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {label} must be a positive integer, got {value!r}.")
+        self.require_positive(embed_dim=embed_dim, num_heads=num_heads, q_lora_rank=q_lora_rank)
         head_dim = max(embed_dim // num_heads, 1)
         sizes = {
             "kv_lora_rank": max(embed_dim // 4, 1) if kv_lora_rank is None else kv_lora_rank,
@@ -122,13 +120,9 @@ class MultiHeadLatentAttention(AttentionLayer):
             "qk_rope_head_dim": max(head_dim // 4 * 2, 2) if qk_rope_head_dim is None else qk_rope_head_dim,
             "v_head_dim": head_dim if v_head_dim is None else v_head_dim,
         }
-        for label, value in sizes.items():
-            if not isinstance(value, int) or value < (0 if label == "qk_rope_head_dim" else 1):
-                raise ValueError(f"{name}: {label} must be a positive integer or None, got {value!r}.")
-        if q_lora_rank is not None and (not isinstance(q_lora_rank, int) or q_lora_rank < 1):
-            raise ValueError(
-                f"{name}: q_lora_rank must be a positive integer or None (no compression), got {q_lora_rank!r}."
-            )
+        self.require_positive(**{label: value for label, value in sizes.items() if label != "qk_rope_head_dim"})
+        if not isinstance(sizes["qk_rope_head_dim"], int) or sizes["qk_rope_head_dim"] < 0:
+            raise ValueError(f"{name}: qk_rope_head_dim must be 0 or more, got {sizes['qk_rope_head_dim']!r}.")
         if mode not in get_args(LatentMode):
             raise ValueError(f"{name}: mode must be one of {', '.join(get_args(LatentMode))}; got {mode!r}.")
         rank, nope, rope_dim, value = (
