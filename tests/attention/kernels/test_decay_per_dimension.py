@@ -16,6 +16,7 @@ from tests.attention.kernels.inputs import (
     uniform,
 )
 from zoo.attention.kernels import decay, decay_chunkwise, decay_recurrent, decay_weights
+from zoo.attention.kernels.decay import sub_chunk_length
 
 
 def decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, **options) -> tuple[Tensor, ...]:
@@ -169,13 +170,13 @@ def test_a_chunk_size_below_one_is_refused(generator: torch.Generator) -> None:
         decay_chunkwise(*inputs(4, generator), chunk_size=0)
 
 
-@pytest.mark.parametrize("span_limit", [40.0, -1.0])
-def test_both_forms_of_a_sub_chunks_own_weights_match_the_reference(
+@pytest.mark.parametrize("span_limit", [40.0, 3.0, -1.0], ids=["16 steps", "4 steps", "1 step"])
+def test_every_sub_chunk_length_matches_the_reference(
     span_limit: float, generator: torch.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Mild gates (a drop of at most 8 over a sub-chunk) take one matrix product per sub-chunk;
-    with the limit below any drop, every sub-chunk's weights are formed per key dimension. Both
-    give the recurrence, gradients included."""
+    """Mild gates (a drop of at most 0.5 a step) fit 16-step sub-chunks under the limit of 40; a
+    limit of 3 halves them to 4 steps (at most 1.5 within one), a limit below any drop to one step.
+    Each gives the recurrence, gradients included."""
     monkeypatch.setattr(decay, "SPAN_LIMIT", span_limit)
     q, k, v = qkv(70, DK, DV, generator)
     log_decay = uniform(*BATCH, 70, DK, low=-0.5, high=0.0, generator=generator).requires_grad_()
@@ -187,3 +188,13 @@ def test_both_forms_of_a_sub_chunks_own_weights_match_the_reference(
     (gradient,) = torch.autograd.grad((output * v).sum(), log_decay)
     (expected_gradient,) = torch.autograd.grad((expected * v).sum(), log_decay)
     assert_matches(gradient, expected_gradient)
+
+
+def test_a_sub_chunk_is_halved_until_its_decays_fit_the_limit() -> None:
+    """A drop of 5 a step spans 75 over 16 steps and 35 over 8: 8-step sub-chunks; 20 a step: 2
+    steps (20 within each); 50 a step: one step. One dimension and one step decide for the batch."""
+    for per_step, expected in ((0.5, 16), (5.0, 8), (20.0, 2), (50.0, 1)):
+        cum = torch.zeros(2, 3, 64, DK)
+        cum[1, 2, :, -1] = -per_step * torch.arange(64.0)
+        assert sub_chunk_length(cum, 16) == expected
+    assert sub_chunk_length(torch.zeros(1, 10, DK), 10) == 10

@@ -46,15 +46,16 @@ flash-linear-attention does:
   ``r``: ``(q_i exp(b_i - b_r)) . (k_j exp(b_r - b_j))``, both exponents ``<= 0``, one matrix
   product per query sub-chunk;
 * within a sub-chunk, one matrix product too, ``(q_i exp(b_i - b_r)) . (k_j exp(b_r - b_j))``,
-  whenever every sub-chunk's log decays sum to no less than ``-SPAN_LIMIT`` (40) in each key
-  dimension: the keys' factor is then at most ``exp(40)``, far inside float32, and the products
-  above the diagonal are dropped with ``torch.where``. That holds unless a gate forgets nearly
-  everything at every step of 16 (GLA's ``logsigmoid(z) / 16`` below ``-2.5`` on average, ``z``
-  below about ``-40``); where it does not, the ``(16, 16, dk)`` products ``q_id k_jd exp(b_id -
-  b_jd)`` are formed explicitly, masked to ``-inf`` above the diagonal before ``exp``, as
-  flash-linear-attention's kernel does inside its sub-chunks. The explicit form costs 16 times
-  the queries' size in memory and time; profiling GLA at 8k tokens found it the step's largest
-  cost. The choice is made once per call, from the largest span of the batch.
+  the products above the diagonal dropped with ``torch.where``. The keys' factor is at most
+  ``exp(SPAN_LIMIT)`` (``exp(40)``, far inside float32) as long as every sub-chunk's log decays
+  drop by at most 40 in each key dimension. Where a gate forgets faster than that (GLA's
+  ``logsigmoid(z) / 16`` below ``-2.5`` a step, which a trained Kimi Delta Attention reaches),
+  the sub-chunk is halved until the drops fit, down to one step, whose own weight ``q_i . k_i``
+  has no decay at all. Forming the ``(16, 16, dk)`` products ``q_id k_jd exp(b_id - b_jd)``
+  instead, as flash-linear-attention's kernel does in its registers, costs 16 times the queries'
+  size here: a Kimi Delta Attention step at MQAR's (256, 16) cell took 4x as long that way
+  (``benchmarks/RESULTS.md`` section 33), and profiling GLA at 8k tokens found it the step's
+  largest cost. The sub-chunk is chosen once per call, from the largest drop in the batch.
 """
 
 from __future__ import annotations
@@ -82,15 +83,15 @@ __all__ = [
     "decay_chunkwise",
     "decay_recurrent",
     "decay_weights",
+    "sub_chunk_length",
 ]
 
 SUB_CHUNK_SIZE = 16
-"""Steps per sub-chunk of the weights inside a chunk; a diagonal sub-chunk costs ``(16, 16, dk)``
-when its decays are too strong for a matrix product."""
+"""Steps per sub-chunk of the weights inside a chunk, where the decays allow (:data:`SPAN_LIMIT`)."""
 
 SPAN_LIMIT = 40.0
-"""The largest drop of the log decays within a sub-chunk (per key dimension) for which its own
-weights are one matrix product: factors up to ``exp(40)``, about ``2e17``."""
+"""The largest drop of the log decays within a sub-chunk (per key dimension): factors up to
+``exp(40)``, about ``2e17``; a sub-chunk over which the decays drop more is halved."""
 
 
 def _prepare(
@@ -130,7 +131,7 @@ def _intra_chunk_weights(queries: Sequence[Tensor], keys: Sequence[Tensor], cum:
         ``weights[i][j]`` for ``queries[i]`` and ``keys[j]``: ``(*batch, N, c, c)``, lower triangular.
     """
     c = cum.shape[-2]
-    sub = min(SUB_CHUNK_SIZE, c)
+    sub = sub_chunk_length(cum, min(SUB_CHUNK_SIZE, c))
     padded, cum = _pad_steps([*queries, *keys], cum, sub)
     queries, keys = padded[: len(queries)], padded[len(queries) :]
     length = cum.shape[-2]
@@ -147,16 +148,11 @@ def _intra_chunk_weights(queries: Sequence[Tensor], keys: Sequence[Tensor], cum:
     queries_from_ref = [q.unflatten(-2, (num_sub, sub)) * from_ref for q in queries]
     keys_to_ref = [k.unsqueeze(-3) * to_ref for k in keys]
 
-    # Keys of the query's own sub-chunk: one product when the decays allow it, else one per key dimension.
+    # Keys of the query's own sub-chunk, measured from its first step r too (the sub-chunk's drop fits SPAN_LIMIT).
     causal = torch.ones(sub, sub, dtype=torch.bool, device=cum.device).tril()
-    if float((ref - cum_sub[..., -1:, :]).detach().amax()) <= SPAN_LIMIT:
-        to_own_ref = (ref - cum_sub).exp()
-        own_keys = [k.unflatten(-2, (num_sub, sub)) * to_own_ref for k in keys]
-        diagonals = [[torch.where(causal, q @ k.mT, 0.0) for k in own_keys] for q in queries_from_ref]
-    else:
-        decay = torch.where(causal.unsqueeze(-1), cum_sub.unsqueeze(-2) - cum_sub.unsqueeze(-3), neg_inf).exp()
-        q_subs, k_subs = ([x.unflatten(-2, (num_sub, sub)) for x in xs] for xs in (queries, keys))
-        diagonals = [[(q.unsqueeze(-2) * k.unsqueeze(-3) * decay).sum(-1) for k in k_subs] for q in q_subs]
+    to_own_ref = (ref - cum_sub).exp()
+    own_keys = [k.unflatten(-2, (num_sub, sub)) * to_own_ref for k in keys]
+    diagonals = [[torch.where(causal, q @ k.mT, 0.0) for k in own_keys] for q in queries_from_ref]
     block_eye = torch.eye(num_sub, dtype=cum.dtype, device=cum.device)[:, None, :, None]  # (M, 1, M, 1)
     return [
         [
@@ -167,6 +163,20 @@ def _intra_chunk_weights(queries: Sequence[Tensor], keys: Sequence[Tensor], cum:
         ]
         for q, row in zip(queries_from_ref, diagonals)
     ]
+
+
+def sub_chunk_length(cum: Tensor, longest: int) -> int:
+    """The steps of the sub-chunks inside a chunk: ``longest``, halved until the log decays
+    ``cum`` ``(..., c, dk)`` (summed within each chunk) drop by at most :data:`SPAN_LIMIT` over
+    every sub-chunk in every key dimension; one step always fits (it has no drop of its own)."""
+    size = longest
+    while size > 1:
+        _, padded = _pad_steps([], cum, size)
+        steps = padded.unflatten(-2, (-1, size))
+        if float((steps[..., 0, :] - steps[..., -1, :]).detach().amax()) <= SPAN_LIMIT:
+            break
+        size //= 2
+    return size
 
 
 def chunk_weights(q: Tensor, k: Tensor, cum: Tensor) -> Tensor:
