@@ -40,10 +40,13 @@ The recurrence runs in one of three forms, equal up to rounding (``mode``):
 * ``auto`` (the default): ``parallel`` up to ``chunk_size`` steps, else ``chunkwise``; a single
   step, ``recurrent``. ``need_weights=True`` takes the parallel form.
 
-``chunk_size`` defaults to the device's: 64 on a GPU (flash-linear-attention's chunk), 16 on the
-CPU (:data:`CPU_CHUNK_SIZE`), where the work inside a chunk (per-dimension decays, sub-chunks)
-costs more than the loop between chunks: a training step at MQAR's (256, 16) cell is 1.2-1.4x
-faster with 16 than with 64 (``benchmarks/chunk_speed.py``, ``benchmarks/RESULTS.md`` section 32).
+``chunk_size`` defaults to the device's: 64 on a GPU (flash-linear-attention's chunk), and on the
+CPU the layer's :attr:`~RecurrentLayer.cpu_chunk_size`, 16 (:data:`CPU_CHUNK_SIZE`), where the work
+inside a chunk (per-dimension decays, sub-chunks) costs more than the loop between chunks: a
+training step at MQAR's (256, 16) cell is 1.2-1.4x faster with 16 than with 64
+(``benchmarks/chunk_speed.py``, ``benchmarks/RESULTS.md`` section 32). Mamba-2 takes 32: its
+state is ``d_state`` (128) wide, so the pass between chunks costs more than the work inside one
+(1.2x faster than 16 at that cell, 1.3x at 1k-8k tokens; section 33).
 
 On CUDA with the ``fla`` extra installed, the chunkwise form runs in flash-linear-attention's
 Triton kernels (:mod:`zoo.attention.kernels.fla`; :mod:`zoo.attention.backends` says when, and
@@ -152,7 +155,7 @@ class RecurrentLayer(AttentionLayer):
         mode: ``auto``, ``parallel``, ``chunkwise`` or ``recurrent``: the form of training and
             full passes (and of a prompt when decoding).
         chunk_size: Steps per chunk of the chunkwise form; ``auto`` runs the parallel form up to it.
-            None: the device's (:data:`CPU_CHUNK_SIZE` on the CPU, :data:`CHUNK_SIZE` elsewhere).
+            None: the device's (:attr:`cpu_chunk_size` on the CPU, :data:`CHUNK_SIZE` elsewhere).
         position: The stack's rotary scheme, or None.
         bias: Biases in the query, key, value and output projections (the stack's ``bias``).
     """
@@ -167,6 +170,8 @@ class RecurrentLayer(AttentionLayer):
     #: why flash-linear-attention's kernels cannot run this family's recurrence (None: they can,
     #: :mod:`zoo.attention.kernels.fla`)
     fla_refusal: ClassVar[str | None] = None
+    #: steps per chunk on the CPU when ``chunk_size`` is None (see the module docstring)
+    cpu_chunk_size: ClassVar[int] = CPU_CHUNK_SIZE
 
     def __init__(
         self,
@@ -310,7 +315,7 @@ class RecurrentLayer(AttentionLayer):
         """Steps per chunk on ``device``: ``chunk_size``, or the device's default."""
         if self.chunk_size is not None:
             return self.chunk_size
-        return CPU_CHUNK_SIZE if device.type == "cpu" else CHUNK_SIZE
+        return self.cpu_chunk_size if device.type == "cpu" else CHUNK_SIZE
 
     def _form(self, length: int, device: torch.device) -> Mode:
         """The form for ``length`` steps: ``mode``, or for ``auto`` the fastest (see the module docstring)."""

@@ -61,6 +61,10 @@ class Mamba2Attention(RecurrentLayer):
     (``embed_dim -> inner width``, no bias), ``z``; ``norm_weight``, the norm's scale per feature.
     """
 
+    #: a state ``d_state`` wide makes the pass between chunks the larger cost on the CPU
+    #: (``zoo.attention.recurrent``; ``benchmarks/RESULTS.md`` section 33)
+    cpu_chunk_size = 32
+
     def __init__(
         self,
         embed_dim: int,
