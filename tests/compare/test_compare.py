@@ -362,3 +362,28 @@ def test_plot_against_refuses_what_is_not_a_grid_axis(tmp_path: Path, fake_child
         main(["--model", "nadaraya_watson", "--grid", "model.d_model=16", "--plot_against", "model.d_model",
               "--out", str(tmp_path)])  # fmt: skip
     assert not fake_child.commands
+
+
+def test_plot_against_a_split_reads_the_metric_per_set_in_numeric_order(tmp_path: Path) -> None:
+    """``--plot_against length``: Mamba's extrapolation plot from the metrics a task logs per test
+    length, one line per combination, the lengths in numeric order (not as text: 256 before 1024)."""
+    from zoo.compare.against import against_section, check_against
+
+    def record(combination: str, seed: int, accuracies: dict[int, float]) -> dict:
+        metrics = {f"test/accuracy/length_{length}": value for length, value in accuracies.items()}
+        return {"combination": combination, "seed": seed, "overrides": {}, "metrics": {"test/accuracy": 1.0, **metrics}}
+
+    records = [
+        record("attention=a", 0, {256: 1.0, 1024: 0.6, 4096: 0.2}),
+        record("attention=a", 1, {256: 1.0, 1024: 0.8, 4096: 0.4}),
+        record("attention=b", 0, {256: 0.9, 1024: 0.9, 4096: 0.9}),
+    ]
+    axes = {"model.attention": ["a", "b"]}
+    assert check_against("length", axes) == "length"
+    section = " ".join(" ".join(against_section(records, "length", axes, "test/accuracy", tmp_path)).split())
+    assert "| test/accuracy \\ length | 256 | 1024 | 4096 |" in section
+    assert "| attention=a | 1.000 (2 seeds) | 0.700 (2 seeds) | 0.300 (2 seeds) |" in section
+    assert "| attention=b | 0.900 | 0.900 | 0.900 |" in section
+    assert (tmp_path / "plot_length.png").stat().st_size > 0
+    missing = " ".join(against_section(records, "num_kv_pairs", axes, "test/accuracy", tmp_path))
+    assert "No record has test/accuracy along num_kv_pairs" in missing

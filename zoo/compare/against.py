@@ -1,12 +1,15 @@
-"""A metric against one grid axis: the shape of Zoology's Figure 2 (MQAR accuracy against the
-model's width, one line per mixer), for any comparison.
+"""A metric against one grid axis, or against the sets a metric is split by: the shapes of
+Zoology's Figure 2 (MQAR accuracy against the model's width, one line per mixer) and of Mamba's
+extrapolation plot (accuracy against the test length), for any comparison.
 
 ``python -m zoo compare ... --grid model.attention=a,b --grid model.d_model=16,32,64
 --plot_against model.d_model`` adds to the report a table (one row per combination of the other
 axes, one column per value of ``model.d_model``, each cell the mean over seeds) and
-``plot_d_model.png``, the same means as lines with their confidence intervals. A numeric axis is
-drawn to scale (logarithmic where its values span a factor of 4 or more, as widths and learning
-rates do); any other axis in the grid's order.
+``plot_d_model.png``, the same means as lines with their confidence intervals.
+``--plot_against length`` (no dot: not a flag) reads the metric's split instead, the metrics
+``<metric>/length_<L>`` a task logs per test set (``test/accuracy/length_4096``), one line per
+combination. A numeric axis is drawn to scale (logarithmic where its values span a factor of 4 or
+more, as widths, lengths and learning rates do); any other in the grid's order.
 """
 
 from __future__ import annotations
@@ -20,34 +23,49 @@ from zoo.bench.report import markdown_table
 from zoo.compare.stats import CONFIDENCE, summarize
 from zoo.errors import ConfigurationError
 
-__all__ = ["against_table", "check_against", "plot_against"]
+__all__ = ["against_lines", "against_section", "check_against"]
 
 Lines = dict[str, dict[str, list[float]]]
 
 
 def check_against(key: str, axes: Mapping[str, Sequence[str]]) -> str:
-    """``key`` without its dashes, refused in one line unless it is a ``--grid`` axis with two or more values."""
+    """``key`` without its dashes: a ``--grid`` axis with two or more values, or a split's name
+    (no dot); a flag that is not a grid axis is refused in one line."""
     key = key.removeprefix("--")
-    if key not in axes:
+    if key in axes:
+        if len(axes[key]) < 2:
+            raise ConfigurationError(f"--plot_against {key!r}: the axis has one value; give it two or more in --grid.")
+        return key
+    if "." in key:
         close = difflib.get_close_matches(key, list(axes), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f": add --grid {key}=V1,V2,..."
         raise ConfigurationError(f"--plot_against {key!r} is not a --grid axis of this comparison{hint}")
-    if len(axes[key]) < 2:
-        raise ConfigurationError(f"--plot_against {key!r}: the axis has one value; give it two or more in --grid.")
     return key
 
 
-def _lines(records: Sequence[dict[str, Any]], key: str, axes: Mapping[str, Sequence[str]], metric: str) -> Lines:
-    """Line label (the other axes' values) -> ``key``'s value -> the metric of each run there."""
-    others = [k for k in axes if k != key]
+def against_lines(
+    records: Sequence[dict[str, Any]], key: str, axes: Mapping[str, Sequence[str]], metric: str
+) -> tuple[list[str], Lines]:
+    """The values along ``key`` and, per line, the metric of each run at each value: for a grid
+    axis one line per combination of the other axes; for a split, one per combination, read from
+    the metrics ``<metric>/<key>_<value>``."""
     lines: Lines = {}
+    if key in axes:
+        others = [k for k in axes if k != key]
+        for record in records:
+            overrides = record.get("overrides", {})
+            if key in overrides and metric in record["metrics"]:
+                label = ", ".join(f"{k.rsplit('.', 1)[-1]}={overrides.get(k)}" for k in others) or metric
+                lines.setdefault(label, {}).setdefault(overrides[key], []).append(float(record["metrics"][metric]))
+        return list(axes[key]), lines
+    prefix = f"{metric}/{key}_"
     for record in records:
-        overrides = record.get("overrides", {})
-        if key not in overrides or metric not in record["metrics"]:
-            continue
-        label = ", ".join(f"{k.rsplit('.', 1)[-1]}={overrides.get(k)}" for k in others) or metric
-        lines.setdefault(label, {}).setdefault(overrides[key], []).append(float(record["metrics"][metric]))
-    return lines
+        for name, value in record["metrics"].items():
+            if name.startswith(prefix):
+                lines.setdefault(record["combination"], {}).setdefault(name[len(prefix) :], []).append(float(value))
+    values = {value for points in lines.values() for value in points}
+    numbers = _numbers(sorted(values))
+    return (sorted(values, key=float) if numbers is not None else sorted(values)), lines
 
 
 def _numbers(values: Sequence[str]) -> list[float] | None:
@@ -57,45 +75,53 @@ def _numbers(values: Sequence[str]) -> list[float] | None:
         return None
 
 
-def against_table(
-    records: Sequence[dict[str, Any]], key: str, axes: Mapping[str, Sequence[str]], metric: str
+def against_section(
+    records: Sequence[dict[str, Any]], key: str, axes: Mapping[str, Sequence[str]], metric: str, folder: Path
 ) -> list[str]:
-    """Markdown lines: ``metric``'s mean over seeds, one row per line, one column per value of ``key``
-    (``-`` where no run finished), the seeds counted in brackets where they differ from one."""
-    values = list(axes[key])
+    """The report's Markdown lines for ``--plot_against key``: ``metric``'s mean over seeds, one
+    row per line and one column per value (``-`` where no run has one, the seeds counted where
+    more than one), and ``folder/plot_<key's last part>.png`` drawn beside it; a line saying so
+    when no record has the metric along ``key``."""
+    values, lines = against_lines(records, key, axes, metric)
+    short = key.rsplit(".", 1)[-1]
+    title = f"## {metric} against `{key}`"
+    if not lines:
+        return [
+            title,
+            "",
+            f"No record has {metric} along {key} (a split's metrics are named {metric}/{key}_<value>).",
+            "",
+        ]
     rows = []
-    for label, points in _lines(records, key, axes, metric).items():
+    for label, points in lines.items():
         cells = []
         for value in values:
             runs = points.get(value, [])
             mean = f"{summarize(runs).mean:.3f}" if runs else "-"
             cells.append(mean if len(runs) <= 1 else f"{mean} ({len(runs)} seeds)")
         rows.append([label, *cells])
-    short = key.rsplit(".", 1)[-1]
+    path = _plot(values, lines, key, metric, folder / f"plot_{short}.png")
     return [
-        f"## {metric} against `{key}`",
+        title,
         "",
         markdown_table([f"{metric} \\ {short}", *values], rows),
         "",
-        f"![{metric} against {short}](plot_{short}.png)",
+        f"![{metric} against {short}]({path.name})",
         "",
     ]
 
 
-def plot_against(
-    records: Sequence[dict[str, Any]], key: str, axes: Mapping[str, Sequence[str]], metric: str, folder: Path
-) -> Path:
-    """``folder/plot_<key's last part>.png``: each line's mean against ``key``'s values, with its interval."""
+def _plot(values: Sequence[str], lines: Lines, key: str, metric: str, path: Path) -> Path:
+    """Each line's mean against ``values``, with its interval over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    values = list(axes[key])
     numbers = _numbers(values)
     positions = numbers if numbers is not None else list(range(len(values)))
     figure, axis = plt.subplots(figsize=(6, 4.5))
-    for label, points in _lines(records, key, axes, metric).items():
+    for label, points in lines.items():
         xs, means, errors = [], [], [[], []]
         for position, value in zip(positions, values):
             if not points.get(value):
@@ -114,7 +140,6 @@ def plot_against(
     axis.set_title(f"{metric} against {key.rsplit('.', 1)[-1]} ({CONFIDENCE:.0%} intervals over seeds)")
     axis.legend(fontsize="small")
     figure.tight_layout()
-    path = folder / f"plot_{key.rsplit('.', 1)[-1]}.png"
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from zoo.compare.against import against_table, check_against, plot_against
+from zoo.compare.against import against_section, check_against
 from zoo.compare.grid import combinations, parse_budget, parse_grid
 from zoo.compare.launch import Launcher
 from zoo.compare.local import LocalLauncher
@@ -92,7 +92,8 @@ def parser() -> argparse.ArgumentParser:
     )
     root.add_argument(
         "--plot_against", default=None, metavar="KEY",
-        help="a --grid axis (model.d_model): the report adds the metric against its values, one line per other combination",
+        help="a --grid axis (model.d_model), or the split a metric is logged by (length: test/accuracy/length_<L>): "
+        "the report adds the metric against its values, a line per other combination",
     )  # fmt: skip
     root.add_argument("--name", default=None, help="the comparison's name, its W&B group (default: --out's name)")
     where = root.add_argument_group("where the runs run (docs/scaling.md)")
@@ -291,8 +292,7 @@ def _compare(args: list[str]) -> None:
         header += "\n".join(f"- {line}" for line in failed)
     sections: list[str] = []
     if against is not None and metric is not None:
-        plot_against(records, against, axes, metric, config.out)
-        sections = against_table(records, against, axes, metric)
+        sections = against_section(records, against, axes, metric, config.out)
     report = write_report(records, config.out, names, baseline, header, metric, sections)
     print("\n".join([*summary_tables(records, names, baseline, metric), *sections]))
     print(f"{len(records) + len(stopped)} runs recorded in {comparison.records_file}; report: {report}")
