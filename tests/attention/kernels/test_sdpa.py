@@ -1,16 +1,45 @@
 """The fused call's guard for a query with no visible key: whatever a kernel leaves in such a row
 (cuDNN's leaves a non-zero one on an H200), the zoo's answer is a zero output, as in the explicit
-path. A stand-in kernel that averages the values there checks the guard on the CPU."""
+path. A stand-in kernel that averages the values there checks the guard on the CPU, with the CPU
+taken off the devices that need none; and the CPU's own kernels are checked to need none."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import zoo
+from zoo.attention.kernels import sdpa
 
 _sdpa = F.scaled_dot_product_attention
+
+
+@pytest.fixture(autouse=True)
+def _guard_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sdpa, "ZERO_ROW_DEVICES", frozenset())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("backend", [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
+@pytest.mark.parametrize("boolean", [True, False], ids=["boolean mask", "float mask"])
+def test_the_cpu_kernels_give_a_hidden_row_zeros_and_finite_gradients(
+    dtype: torch.dtype, backend: SDPBackend, boolean: bool
+) -> None:
+    """What lets the CPU skip the guard (``sdpa.ZERO_ROW_DEVICES``): each of its kernels answers a
+    query that sees no key with zeros, and no gradient becomes NaN."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 4, dtype=dtype, requires_grad=True) for _ in range(3))
+    visible = torch.ones(2, 1, 6, 6, dtype=torch.bool).tril()
+    visible[0, :, 2] = False  # query 2 of the first example sees nothing
+    visible[1, :, :, :3] = False  # the first three queries of the second see nothing (left padding)
+    mask = visible if boolean else torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, float("-inf"))
+    with sdpa_kernel([backend]):
+        output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        output.sum().backward()
+    assert not output[0, :, 2].any() and not output[1, :, :3].any()
+    assert output.isfinite().all() and all(t.grad.isfinite().all() for t in (q, k, v))
 
 
 def _averages_hidden_rows(queries, keys, values, attn_mask=None, **kwargs):

@@ -12,7 +12,13 @@ from torch import Tensor
 
 from zoo.attention.masking import with_causal
 
-__all__ = ["fused_attention", "masked_sdpa"]
+__all__ = ["ZERO_ROW_DEVICES", "fused_attention", "masked_sdpa"]
+
+ZERO_ROW_DEVICES = frozenset({"cpu"})
+"""Devices whose every fused kernel answers a query with no visible key with a zero row and
+finite gradients, so :func:`masked_sdpa` needs no guard there: the CPU's flash and math kernels,
+in float32, float64 and bfloat16, under boolean and float masks
+(``tests/attention/kernels/test_sdpa.py`` checks it on every run)."""
 
 
 def fused_attention(
@@ -52,13 +58,15 @@ def masked_sdpa(queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | No
 
     The zoo answers a query with no visible key with a zero output (zero weights). PyTorch's
     math, flash and memory-efficient kernels give zeros there too, but cuDNN's, picked on an H200
-    in float16 and bfloat16, gave non-zero rows, and NaN in the block kernels' causal case; a
-    fully masked row never reaches a kernel so (Hugging Face's SDPA masks "unmask unattended"
-    rows for the same reason): such a row is shown every key, and its output zeroed after.
+    in float16 and bfloat16, gave non-zero rows, and NaN in the block kernels' causal case; off
+    the CPU a fully masked row never reaches a kernel so (Hugging Face's SDPA masks "unmask
+    unattended" rows for the same reason): such a row is shown every key, and its output zeroed
+    after. On the devices of :data:`ZERO_ROW_DEVICES` the mask goes in as it is: the guard's two
+    passes over a ``(B, 1, L, L)`` mask cost 3-4% of a padded causal layer at 2k tokens there.
     ``mask``: boolean (True = attend) or float (``-inf`` hides).
     """
-    if mask is None:
-        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=None, **options)
+    if mask is None or queries.device.type in ZERO_ROW_DEVICES:
+        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, **options)
     if mask.dtype == torch.bool:
         seen = mask.any(-1, keepdim=True)  # (..., Lq, 1)
         mask = mask | ~seen
