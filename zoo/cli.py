@@ -117,8 +117,9 @@ class ZooCLI(LightningCLI):
         args = list(sys.argv[1:] if args is None else args)
         command = command_line(args)  # as typed, before names become class paths
         args, model_value = _rewrite_choice(args, "--model", MODEL_REGISTRY)
-        args, _ = _rewrite_choice(args, "--data", DATAMODULE_REGISTRY)
+        args, data_value = _rewrite_choice(args, "--data", DATAMODULE_REGISTRY)
         self.task_class = _resolve_task(model_value or _model_from_configs(args))
+        self.data_named = data_value is not None
         for _, ckpt_path, _ in flag_values(args, "--ckpt_path"):
             if ckpt_path.split(":", 1)[0] not in LIGHTNING_CHECKPOINT_NAMES:
                 verify_checkpoint(ckpt_path, MODEL_REGISTRY.name_of(self.task_class) if self.task_class else None)
@@ -163,7 +164,10 @@ class ZooCLI(LightningCLI):
                 "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
                 "init_args": {"save_dir": "runs", "name": MODEL_REGISTRY.name_of(task)},
             }
-            if getattr(task, "default_datamodule", None):
+            if getattr(task, "default_datamodule", None) and not self.data_named:
+                # Only when --data names none: jsonargparse carries a class's values over to the
+                # class that replaces it, so MQAR's 8,192 ids and batch 64 would become
+                # ``--data induction_heads``'s instead of its own 16 and 8.
                 defaults["data"] = {"class_path": _class_path(DATAMODULE_REGISTRY.get(task.default_datamodule))}
             for attribute in task.data_links:
                 parser.link_arguments(f"data.{attribute}", f"model.init_args.{attribute}", apply_on="instantiate")

@@ -105,6 +105,25 @@ def test_one_attention_mapping_is_taken_from_the_command_line(in_tmp, capsys) ->
 
 
 @pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ("induction_heads", {"vocab_size": 16, "batch_size": 8}),
+        ("mad", {"batch_size": 128}),
+        (None, {"vocab_size": 8192}),
+    ],
+)
+def test_a_named_data_module_keeps_its_own_defaults(in_tmp, capsys, data: str | None, expected: dict) -> None:
+    """``--data NAME`` builds that module with its defaults, not the model's default module's
+    values for the arguments they share (jsonargparse carries those over to a replacing class):
+    Mamba's induction heads with 16 ids in batches of 8, not MQAR's 8,192 and 64."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "recall", *(["--data", data] if data else []), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    arguments = yaml.safe_load(capsys.readouterr().out)["data"]["init_args"]
+    assert {key: arguments[key] for key in expected} == expected
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["fit", "--model", "nadaraya_watsn"], "Did you mean 'nadaraya_watson'"),
