@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.bench.report import markdown_table
+from zoo.compare.report import pyplot, save_plot
 from zoo.compare.stats import CONFIDENCE, summarize
 from zoo.errors import ConfigurationError
 
@@ -113,14 +114,9 @@ def against_section(
 
 def _plot(values: Sequence[str], lines: Lines, key: str, metric: str, path: Path) -> Path:
     """Each line's mean against ``values``, with its interval over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     numbers = _numbers(values)
     positions = numbers if numbers is not None else list(range(len(values)))
-    figure, axis = plt.subplots(figsize=(6, 4.5))
+    figure, axis = pyplot().subplots(figsize=(6, 4.5))
     for label, points in lines.items():
         xs, means, errors = [], [], [[], []]
         for position, value in zip(positions, values):
@@ -135,11 +131,5 @@ def _plot(values: Sequence[str], lines: Lines, key: str, metric: str, path: Path
     if numbers is not None and min(numbers) > 0 and max(numbers) >= 4 * min(numbers):
         axis.set_xscale("log", base=2)
     axis.set_xticks(positions, values)
-    axis.set_xlabel(key)
-    axis.set_ylabel(metric)
-    axis.set_title(f"{metric} against {key.rsplit('.', 1)[-1]} ({CONFIDENCE:.0%} intervals over seeds)")
-    axis.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    title = f"{metric} against {key.rsplit('.', 1)[-1]} ({CONFIDENCE:.0%} intervals over seeds)"
+    return save_plot(figure, axis, path, xlabel=key, ylabel=metric, title=title)

@@ -11,7 +11,15 @@ from typing import Any
 from zoo.bench.report import markdown_table
 from zoo.compare.stats import CONFIDENCE, Summary, paired_differences, summarize
 
-__all__ = ["format_summary", "metric_names", "plot_metric_vs_time", "summary_tables", "write_report"]
+__all__ = [
+    "format_summary",
+    "metric_names",
+    "plot_metric_vs_time",
+    "pyplot",
+    "save_plot",
+    "summary_tables",
+    "write_report",
+]
 
 _COST = (
     ("fit_seconds", "fit s"),
@@ -150,14 +158,31 @@ def write_report(
     return report
 
 
-def plot_metric_vs_time(groups: dict[str, list[dict[str, Any]]], metric: str, path: Path) -> Path:
-    """Each run as a faint dot, each combination's mean as a point with its interval, against fit time."""
+def pyplot() -> Any:
+    """matplotlib's ``pyplot`` on the file-only Agg backend (a comparison runs without a display)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    return plt
+
+
+def save_plot(figure: Any, axes: Any, path: Path, *, xlabel: str, ylabel: str, title: str) -> Path:
+    """Label ``axes``, add the legend, write ``figure`` to ``path`` and close it."""
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot().close(figure)
+    return path
+
+
+def plot_metric_vs_time(groups: dict[str, list[dict[str, Any]]], metric: str, path: Path) -> Path:
+    """Each run as a faint dot, each combination's mean as a point with its interval, against fit time."""
+    figure, axes = pyplot().subplots(figsize=(7, 4.5))
     for name, group in groups.items():
         runs = [(r["fit_seconds"], r["metrics"][metric]) for r in group if metric in r["metrics"]]
         if not runs:
@@ -167,11 +192,5 @@ def plot_metric_vs_time(groups: dict[str, list[dict[str, Any]]], metric: str, pa
         error = None if summary.sd is None else [[summary.mean - summary.low], [summary.high - summary.mean]]
         line = axes.errorbar([sum(times) / len(times)], [summary.mean], yerr=error, fmt="o", capsize=4, label=name)
         axes.scatter(times, values, color=line[0].get_color(), alpha=0.3, s=12)
-    axes.set_xlabel("fit wall time per run (s)")
-    axes.set_ylabel(metric)
-    axes.set_title(f"{metric} against training time ({CONFIDENCE:.0%} intervals)")
-    axes.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    title = f"{metric} against training time ({CONFIDENCE:.0%} intervals)"
+    return save_plot(figure, axes, path, xlabel="fit wall time per run (s)", ylabel=metric, title=title)
