@@ -48,6 +48,18 @@ def _averages_hidden_rows(queries, keys, values, attn_mask=None, **kwargs):
     return torch.where(visible, output, values.mean(-2, keepdim=True))
 
 
+def test_the_cpu_kernel_picked_under_dropout_gives_a_hidden_row_zeros_too() -> None:
+    """Training adds attention dropout, under which torch picks its kernel itself."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 4, requires_grad=True) for _ in range(3))
+    visible = torch.ones(2, 1, 6, 6, dtype=torch.bool).tril()
+    visible[0, :, 2] = False
+    output = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=0.3)
+    output.sum().backward()
+    assert not output[0, :, 2].any()
+    assert output.isfinite().all() and all(t.grad.isfinite().all() for t in (q, k, v))
+
+
 def test_a_row_with_nothing_visible_is_zero_whatever_the_kernel_leaves(monkeypatch) -> None:
     torch.manual_seed(0)
     layer = zoo.create_attention("multi_head", embed_dim=32, num_heads=2).eval()
