@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.bench.report import markdown_table
+from zoo.compare.grid import axis_label
 from zoo.compare.report import pyplot, save_plot
 from zoo.compare.stats import CONFIDENCE, summarize
 from zoo.errors import ConfigurationError
@@ -56,7 +57,7 @@ def against_lines(
         for record in records:
             overrides = record.get("overrides", {})
             if key in overrides and metric in record["metrics"]:
-                label = ", ".join(f"{k.rsplit('.', 1)[-1]}={overrides.get(k)}" for k in others) or metric
+                label = ", ".join(f"{axis_label(k, others)}={overrides.get(k)}" for k in others) or metric
                 lines.setdefault(label, {}).setdefault(overrides[key], []).append(float(record["metrics"][metric]))
         return list(axes[key]), lines
     prefix = f"{metric}/{key}_"
@@ -64,9 +65,8 @@ def against_lines(
         for name, value in record["metrics"].items():
             if name.startswith(prefix):
                 lines.setdefault(record["combination"], {}).setdefault(name[len(prefix) :], []).append(float(value))
-    values = {value for points in lines.values() for value in points}
-    numbers = _numbers(sorted(values))
-    return (sorted(values, key=float) if numbers is not None else sorted(values)), lines
+    values = sorted({value for points in lines.values() for value in points})
+    return (sorted(values, key=float) if _numbers(values) is not None else values), lines
 
 
 def _numbers(values: Sequence[str]) -> list[float] | None:

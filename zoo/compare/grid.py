@@ -11,7 +11,7 @@ import yaml
 
 from zoo.errors import ConfigurationError
 
-__all__ = ["Budget", "Combination", "combinations", "parse_budget", "parse_grid"]
+__all__ = ["Budget", "Combination", "axis_label", "combinations", "parse_budget", "parse_grid"]
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _BUDGET = re.compile(r"(\d+(?:\.\d+)?)\s*(steps?|epochs?|s|sec|min|h)", re.IGNORECASE)
@@ -89,7 +89,7 @@ class Combination:
         return [f"--{key}={value}" for key, value in self.overrides.items()]
 
 
-def _label(key: str, keys: Sequence[str]) -> str:
+def axis_label(key: str, keys: Sequence[str]) -> str:
     """The last part of a dotted key when no other axis ends the same way, else the whole key."""
     short = key.rsplit(".", 1)[-1]
     return short if sum(k.rsplit(".", 1)[-1] == short for k in keys) == 1 else key
@@ -102,7 +102,7 @@ def combinations(axes: dict[str, list[str]]) -> list[Combination]:
     keys = list(axes)
     out = []
     for values in itertools.product(*axes.values()):
-        name = ",".join(f"{_label(key, keys)}={_value_label(value)}" for key, value in zip(keys, values))
+        name = ",".join(f"{axis_label(key, keys)}={_value_label(value)}" for key, value in zip(keys, values))
         out.append(Combination(re.sub(r"[^\w.,=+-]", "_", name), dict(zip(keys, values))))
     return out
 
