@@ -65,12 +65,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from zoo.attention.kernels.chunk_scan import chunk_scan
 from zoo.attention.kernels.recurrence import (
     causal_decay,
     chunk_length,
     from_chunks,
     initial_or_zeros,
-    pass_states,
     to_chunks,
     zero_padding,
 )
@@ -215,7 +215,7 @@ def _chunked(
     weights = chunk_weights(q, k, cum)
     decayed_q = q * cum.exp()  # read the state entering the chunk
     decayed_k = k * (cum_end - cum).exp()  # written at the chunk's end
-    entering, final_state = pass_states(initial_state, cum_end.mT.exp(), decayed_k.mT @ v)
+    entering, final_state, _ = chunk_scan(initial_state, cum_end.mT.exp(), decayed_k.mT @ v)
     output = decayed_q @ entering + weights @ v
     return from_chunks(output, length), final_state
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.attention.kernels.chunk_scan import chunk_scan
 from zoo.attention.kernels.recurrence import (
     causal_decay,
     chunk_length,
@@ -97,12 +98,8 @@ def _chunked(
     decayed_k = k * (cum_end - cum).exp().unsqueeze(-1)  # written at the chunk's end
     chunk_decay = cum_end.exp().unsqueeze(-1)
 
-    entering, new_values = [], []
-    for w_n, u_n, k_n, g_n in zip(w.unbind(-3), u.unbind(-3), decayed_k.unbind(-3), chunk_decay.unbind(-3)):
-        entering.append(state)
-        new_values.append(u_n - w_n @ state)
-        state = g_n * state + k_n.mT @ new_values[-1]
-    output = (q * gamma) @ torch.stack(entering, dim=-3) + scores @ torch.stack(new_values, dim=-3)
+    entering, state, new_values = chunk_scan(state, chunk_decay, values=u, from_state=-w, written=decayed_k.mT)
+    output = (q * gamma) @ entering + scores @ new_values
     return from_chunks(output, length), scores, transform, state
 
 

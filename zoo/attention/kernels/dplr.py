@@ -61,6 +61,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.kernels.decay import chunk_weight_grid
+from zoo.attention.kernels.chunk_scan import chunk_scan
 from zoo.attention.kernels.recurrence import chunk_length, from_chunks, initial_or_zeros, to_chunks, zero_padding
 
 __all__ = ["dplr_chunkwise", "dplr_recurrent", "dplr_weights"]
@@ -107,15 +108,10 @@ def _chunked(
     written_a, written_k = (a * to_end).mT, (k * to_end).mT
     chunk_decay = cum_end.exp().mT  # (*batch, N, dk, 1)
 
-    entering, reads = [], []
-    for u_n, w_n, a_n, k_n, v_n, d_n in zip(
-        values.unbind(-3), from_state.unbind(-3), written_a.unbind(-3), written_k.unbind(-3), v.unbind(-3),
-        chunk_decay.unbind(-3),
-    ):  # fmt: skip
-        entering.append(state)
-        reads.append(u_n + w_n @ state)
-        state = d_n * state + a_n @ reads[-1] + k_n @ v_n
-    output = (q * cum.exp()) @ torch.stack(entering, dim=-3) + query_reads @ torch.stack(reads, dim=-3)
+    entering, state, reads = chunk_scan(
+        state, chunk_decay, written_k @ v, values=values, from_state=from_state, written=written_a
+    )
+    output = (q * cum.exp()) @ entering + query_reads @ reads
     return from_chunks(output + query_keys @ v, length), state
 
 

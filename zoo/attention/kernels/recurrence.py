@@ -18,7 +18,6 @@ __all__ = [
     "chunk_length",
     "from_chunks",
     "initial_or_zeros",
-    "pass_states",
     "to_chunks",
     "zero_padding",
 ]
@@ -91,22 +90,3 @@ def initial_or_zeros(initial_state: Tensor | None, k: Tensor, v: Tensor) -> Tens
         return initial_state
     return k.new_zeros(*torch.broadcast_shapes(k.shape[:-2], v.shape[:-2]), k.shape[-1], v.shape[-1])
 
-
-def pass_states(initial_state: Tensor, chunk_decay: Tensor, chunk_update: Tensor) -> tuple[Tensor, Tensor]:
-    """Run ``S_{n+1} = chunk_decay_n * S_n + chunk_update_n`` over the chunks ``n``.
-
-    Args:
-        initial_state: ``(*batch, dk, dv)``, the state before the first chunk.
-        chunk_decay: ``(*batch, N, dk or 1, 1)``, each chunk's total decay (``<= 1``).
-        chunk_update: ``(*batch, N, dk, dv)``, each chunk's keys and values, decayed to its end.
-
-    Returns:
-        The state entering each chunk ``(*batch, N, dk, dv)`` and the final state
-        ``(*batch, dk, dv)``.
-    """
-    state = initial_state
-    entering = []
-    for decay, update in zip(chunk_decay.unbind(-3), chunk_update.unbind(-3)):
-        entering.append(state)
-        state = decay * state + update
-    return torch.stack(entering, dim=-3), state

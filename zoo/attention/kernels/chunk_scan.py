@@ -1,0 +1,125 @@
+"""The pass between chunks of a chunkwise recurrence, as one autograd function with its adjoint.
+
+Every chunkwise form here (:mod:`~zoo.attention.kernels.decay`, :mod:`~zoo.attention.kernels.delta_rule`,
+:mod:`~zoo.attention.kernels.dplr`) forms its in-chunk matrices for all chunks at once and ends in
+one sequential loop over its ``N`` chunks, carrying a state ``S_n`` ``(dk, dv)``::
+
+    R_n     = U_n + W_n S_n                  (the chunk's values corrected by the state; optional)
+    S_{n+1} = D_n * S_n + A_n R_n + E_n
+
+the decay families with ``S_{n+1} = D_n * S_n + E_n`` (``E_n = K_n^T V_n`` decayed to the chunk's
+end), the delta rule with ``R_n = U_n - W_n S_n`` and ``A_n = K_n^T``, the generalized delta rule
+with all five. ``D_n`` is ``(dk or 1, 1)``: a decay per key dimension or one per head.
+
+Left to autograd, that loop records five to eight nodes a chunk and replays each as several small
+kernels; at the CPU's 16-step chunks those per-chunk calls cost about as much as the arithmetic
+(RESULTS 34a). Here the forward is two or three fused calls a chunk (``addcmul``, ``baddbmm``) and
+the backward walks the chunks back once with the adjoint recurrence::
+
+    dR_n = G^R_n + A_n^T dS_{n+1}
+    dS_n = G^S_n + D_n * dS_{n+1} + W_n^T dR_n
+
+(``G`` the gradients reaching the outputs), after which every other gradient is one product over
+all chunks: ``dU = dR``, ``dW = dR S_n^T``, ``dA = dS_{n+1} R_n^T``, ``dE = dS_{n+1}`` and
+``dD = sum(dS_{n+1} * S_n)`` over what ``D`` broadcasts. flash-linear-attention does the same in
+its chunk kernels' hand-written backward passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import FunctionCtx, once_differentiable
+
+__all__ = ["chunk_scan"]
+
+
+class _ChunkScan(torch.autograd.Function):
+    """The loop on flattened batches: every argument ``(P, N, ...)``, ``initial`` ``(P, dk, dv)``;
+    ``update`` and ``values`` may be empty (``numel() == 0``: absent, and ``W``, ``A`` with ``U``)."""
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx, initial: Tensor, decay: Tensor, update: Tensor, values: Tensor, from_state: Tensor, written: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        corrected, added = values.numel() > 0, update.numel() > 0
+        state, entering, reads = initial, [], []
+        for n in range(decay.shape[1]):
+            entering.append(state)
+            following = torch.addcmul(update[:, n], decay[:, n], state) if added else decay[:, n] * state
+            if corrected:
+                reads.append(torch.baddbmm(values[:, n], from_state[:, n], state))
+                following.baddbmm_(written[:, n], reads[-1])
+            state = following
+        stacked = torch.stack(entering, dim=1)
+        read = torch.stack(reads, dim=1) if corrected else values.new_empty(0)
+        ctx.save_for_backward(decay, from_state, written, stacked, read)
+        ctx.present = (added, corrected)  # type: ignore[attr-defined]
+        return stacked, state, read
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_entering: Tensor, grad_final: Tensor, grad_reads: Tensor) -> tuple[Tensor | None, ...]:
+        decay, from_state, written, entering, reads = ctx.saved_tensors
+        added, corrected = ctx.present
+        grad, after, read_grads = grad_final, [], []
+        for n in reversed(range(decay.shape[1])):
+            after.append(grad)
+            before = torch.addcmul(grad_entering[:, n], decay[:, n], grad)
+            if corrected:
+                read_grads.append(torch.baddbmm(grad_reads[:, n], written[:, n].mT, grad))
+                before.baddbmm_(from_state[:, n].mT, read_grads[-1])
+            grad = before
+        grad_after = torch.stack(after[::-1], dim=1)  # dS_{n+1}, (P, N, dk, dv)
+        if decay.shape[-2] == 1:  # sum(dS_{n+1} * S_n) as one batched dot product, without the product's temporary
+            grad_decay = grad_after.flatten(-2).unsqueeze(-2) @ entering.flatten(-2).unsqueeze(-1)
+        else:
+            grad_decay = (grad_after.unsqueeze(-2) @ entering.unsqueeze(-1)).squeeze(-1)
+        grad_update = grad_after if added else None
+        if not corrected:
+            return grad, grad_decay, grad_update, None, None, None
+        grad_values = torch.stack(read_grads[::-1], dim=1)
+        return grad, grad_decay, grad_update, grad_values, grad_values @ entering.mT, grad_after @ reads.mT
+
+
+def chunk_scan(
+    initial: Tensor,
+    decay: Tensor,
+    update: Tensor | None = None,
+    *,
+    values: Tensor | None = None,
+    from_state: Tensor | None = None,
+    written: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Run ``R_n = U_n + W_n S_n``, ``S_{n+1} = D_n * S_n + A_n R_n + E_n`` over the chunks ``n``.
+
+    Args:
+        initial: ``S_0``, ``(*batch, dk, dv)``.
+        decay: ``D``, ``(*batch, N, dk or 1, 1)``, each chunk's total decay.
+        update: ``E``, ``(*batch, N, dk, dv)``, or None (zero).
+        values, from_state, written: ``U`` ``(*batch, N, c, dv)``, ``W`` ``(*batch, N, c, dk)`` and
+            ``A`` ``(*batch, N, dk, c)``, all three or none (no ``R``).
+
+    Returns:
+        The state entering each chunk ``(*batch, N, dk, dv)``, the final state ``(*batch, dk, dv)``
+        and ``R`` ``(*batch, N, c, dv)`` (None without ``values``).
+    """
+    corrected = values is not None
+    if corrected != (from_state is not None) or corrected != (written is not None):
+        raise ValueError("chunk_scan takes values, from_state and written together, or none of them.")
+    operands = [update, values, from_state, written]
+    batch = torch.broadcast_shapes(
+        initial.shape[:-2], decay.shape[:-3], *(t.shape[:-3] for t in operands if t is not None)
+    )
+
+    def flat(t: Tensor | None, tail: int) -> Tensor:
+        if t is None:
+            return initial.new_empty(0)
+        return t.broadcast_to(*batch, *t.shape[-tail:]).reshape(-1, *t.shape[-tail:])
+
+    entering, final, reads = _ChunkScan.apply(
+        flat(initial, 2), flat(decay, 3), flat(update, 3), flat(values, 3), flat(from_state, 3), flat(written, 3)
+    )
+    return entering.unflatten(0, batch), final.unflatten(0, batch), reads.unflatten(0, batch) if corrected else None
