@@ -35,15 +35,11 @@ FAMILIES = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2", "kda", "
 
 
 def looped_scan(
-    initial: Tensor,
-    decay: Tensor,
-    update: Tensor | None = None,
-    *,
-    values: Tensor | None = None,
-    from_state: Tensor | None = None,
-    written: Tensor | None = None,
+    initial: Tensor, decay: Tensor, update: Tensor | None = None, **corrected: Tensor
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """``chunk_scan``'s recurrence one chunk at a time, its backward left to autograd (the form before)."""
+    """``chunk_scan``'s recurrence one chunk at a time, its backward left to autograd (the form
+    before); ``corrected`` holds ``values``, ``from_state`` and ``written``, or nothing."""
+    values, from_state, written = (corrected.get(name) for name in ("values", "from_state", "written"))
     absent = itertools.repeat(None)
     chunks = (t.unbind(-3) if t is not None else absent for t in (update, values, from_state, written))
     state, entering, reads = initial, [], []
