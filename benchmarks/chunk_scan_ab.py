@@ -120,7 +120,9 @@ def main() -> None:
         lengths=args.lengths, batch=args.batch, d_model=args.d_model, heads=args.heads, causal=True, padding=False,
         warmup=args.warmup, repeats=args.repeats, memory=False,
     )  # fmt: skip
-    records = bench.run_attention_bench(config, torch.device("cpu"), ["floor", *args.families, *(c.name for c in before)])
+    records = bench.run_attention_bench(
+        config, torch.device("cpu"), ["floor", *args.families, *(c.name for c in before)]
+    )
     times = {r["name"]: {x["length"]: x.get("time_ms", {}).get("median") for x in r["results"]} for r in records}
     for length in args.lengths:
         print(f"L={length}: floor {times['floor'][length]:.0f} ms")
@@ -128,7 +130,9 @@ def main() -> None:
             now, then = times[name][length], times[f"{name}@autograd"][length]
             print(f"  {name:20s} {now:8.1f} ms against {then:8.1f} ms: {then / now:.2f}x")
     if args.out:
-        args.out.write_text(json.dumps({"environment": environment(torch.device("cpu"), []), "times_ms": times}, indent=1))
+        args.out.write_text(
+            json.dumps({"environment": environment(torch.device("cpu"), []), "times_ms": times}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,12 @@ from .inputs import randn, uniform
 
 
 def looped(
-    initial: Tensor, decay: Tensor, update: Tensor | None, values: Tensor | None, from_state: Tensor | None, written: Tensor | None
+    initial: Tensor,
+    decay: Tensor,
+    update: Tensor | None,
+    values: Tensor | None,
+    from_state: Tensor | None,
+    written: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """``R_n = U_n + W_n S_n``, ``S_{n+1} = D_n S_n + A_n R_n + E_n``, one chunk at a time."""
     state, entering, reads = initial, [], []

@@ -58,4 +58,9 @@ def test_bfloat16_inputs_keep_their_dtype() -> None:
     weight = torch.randn(4, 1, 4)
     y, after = causal_conv1d(x, weight)
     assert y.dtype == after.dtype == torch.bfloat16
-    torch.testing.assert_close(y.float(), conv1d_reference(x.float(), weight.bfloat16().float(), None, torch.zeros(1, 3, 4)), atol=0.05, rtol=0.02)
+    torch.testing.assert_close(
+        y.float(),
+        conv1d_reference(x.float(), weight.bfloat16().float(), None, torch.zeros(1, 3, 4)),
+        atol=0.05,
+        rtol=0.02,
+    )

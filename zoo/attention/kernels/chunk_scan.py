@@ -42,7 +42,13 @@ class _ChunkScan(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: FunctionCtx, initial: Tensor, decay: Tensor, update: Tensor, values: Tensor, from_state: Tensor, written: Tensor
+        ctx: FunctionCtx,
+        initial: Tensor,
+        decay: Tensor,
+        update: Tensor,
+        values: Tensor,
+        from_state: Tensor,
+        written: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor]:
         corrected, added = values.numel() > 0, update.numel() > 0
         state, entering, reads = initial, [], []

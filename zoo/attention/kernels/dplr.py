@@ -60,8 +60,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.kernels.decay import chunk_weight_grid
 from zoo.attention.kernels.chunk_scan import chunk_scan
+from zoo.attention.kernels.decay import chunk_weight_grid
 from zoo.attention.kernels.recurrence import chunk_length, from_chunks, initial_or_zeros, to_chunks, zero_padding
 
 __all__ = ["dplr_chunkwise", "dplr_recurrent", "dplr_weights"]

@@ -89,4 +89,3 @@ def initial_or_zeros(initial_state: Tensor | None, k: Tensor, v: Tensor) -> Tens
     if initial_state is not None:
         return initial_state
     return k.new_zeros(*torch.broadcast_shapes(k.shape[:-2], v.shape[:-2]), k.shape[-1], v.shape[-1])
-

@@ -88,7 +88,9 @@ def causal_conv1d(
     y = ShortConvolution.apply(x, weight[:, 0].T.to(x.dtype), window)
     if bias is not None:
         y = y + bias.to(x.dtype)
-    after = x[:, x.shape[1] - (kernel - 1) :] if x.shape[1] >= kernel - 1 else torch.cat([window, x], 1)[:, x.shape[1] :]
+    after = (
+        x[:, x.shape[1] - (kernel - 1) :] if x.shape[1] >= kernel - 1 else torch.cat([window, x], 1)[:, x.shape[1] :]
+    )
     return y, after
 
 
