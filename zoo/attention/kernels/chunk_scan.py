@@ -78,16 +78,23 @@ class _ChunkScan(torch.autograd.Function):
                 read_grads.append(torch.baddbmm(grad_reads[:, n], written[:, n].mT, grad))
                 before.baddbmm_(from_state[:, n].mT, read_grads[-1])
             grad = before
-        grad_after = torch.stack(after[::-1], dim=1)  # dS_{n+1}, (P, N, dk, dv)
-        if decay.shape[-2] == 1:  # sum(dS_{n+1} * S_n) as one batched dot product, without the product's temporary
-            grad_decay = grad_after.flatten(-2).unsqueeze(-2) @ entering.flatten(-2).unsqueeze(-1)
-        else:
-            grad_decay = (grad_after.unsqueeze(-2) @ entering.unsqueeze(-1)).squeeze(-1)
-        grad_update = grad_after if added else None
-        if not corrected:
-            return grad, grad_decay, grad_update, None, None, None
-        grad_values = torch.stack(read_grads[::-1], dim=1)
-        return grad, grad_decay, grad_update, grad_values, grad_values @ entering.mT, grad_after @ reads.mT
+        needs = ctx.needs_input_grad  # initial, decay, update, values, from_state, written
+        grad_after = torch.stack(after[::-1], dim=1) if needs[1] or needs[2] or needs[5] else None  # dS_{n+1}
+        grad_decay = None
+        if needs[1]:  # sum(dS_{n+1} * S_n) as one batched dot product, without the product's temporary
+            if decay.shape[-2] == 1:
+                grad_decay = grad_after.flatten(-2).unsqueeze(-2) @ entering.flatten(-2).unsqueeze(-1)
+            else:
+                grad_decay = (grad_after.unsqueeze(-2) @ entering.unsqueeze(-1)).squeeze(-1)
+        grads = [grad, grad_decay, grad_after if added and needs[2] else None, None, None, None]
+        if corrected:
+            grad_values = torch.stack(read_grads[::-1], dim=1)
+            grads[3:] = [
+                grad_values,
+                grad_values @ entering.mT if needs[4] else None,
+                grad_after @ reads.mT if needs[5] else None,
+            ]
+        return tuple(grads)
 
 
 def chunk_scan(
