@@ -18,7 +18,9 @@ holds what they share):
 * :mod:`~zoo.attention.kernels.delta_rule`: the delta rule, optionally decayed (DeltaNet, Gated DeltaNet);
 * :mod:`~zoo.attention.kernels.dplr`: the generalized delta rule, a decay per key dimension plus a
   rank-one correction (Kimi Delta Attention, RWKV-7);
-* :mod:`~zoo.attention.kernels.delta_product`: several delta-rule steps per token (Gated DeltaProduct).
+* :mod:`~zoo.attention.kernels.delta_product`: several delta-rule steps per token (Gated DeltaProduct);
+* :mod:`~zoo.attention.kernels.chunk_scan`: the pass between chunks that the chunkwise forms of the
+  first three end in, one autograd function with its adjoint written out.
 
 What the recurrent layers put in front of their recurrence:
 
