@@ -7,6 +7,7 @@ the per-chunk loop left to autograd and ``F.conv1d`` on a transposed copy, writt
 
     python benchmarks/chunk_scan_ab.py --lengths 8192 --batch 1 --d-model 256 --heads 8
     python benchmarks/chunk_scan_ab.py --lengths 256 --batch 64 --d-model 64 --heads 2 --repeats 7
+    python benchmarks/chunk_scan_ab.py --check-gradients   # the GPT's gradients, both ways, float64
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import zoo.attention.kernels.short_conv as short_conv
 from zoo.bench import attention as bench
 from zoo.bench.report import environment
 from zoo.bench.sweep import Workload
+from zoo.models import GPT
 
 FAMILIES = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2", "kda", "rwkv7", "gated_deltaproduct"]
 
@@ -98,6 +100,27 @@ def with_previous_forms(build: Callable[..., Workload]) -> Callable[..., Workloa
     return built
 
 
+def check_gradients(families: list[str]) -> None:
+    """Print, per family, how far a small float64 GPT's gradients with the kernels as they are lie
+    from the gradients with the previous forms (one batch of random characters, 16-step chunks)."""
+    tokens = torch.randint(65, (2, 49), generator=torch.Generator().manual_seed(0))
+
+    def gradients(model: GPT) -> list[Tensor]:
+        model.zero_grad()
+        logits, _ = model(tokens[:, :-1])
+        F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    for name in families:
+        torch.manual_seed(0)
+        model = GPT(65, block_size=64, attention={"name": name, "chunk_size": 16}).double()
+        now = gradients(model)
+        with previous_forms():
+            before = gradients(model)
+        worst = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in zip(now, before))
+        print(f"{name:20s} {len(now)} gradients, largest relative difference {worst:.1e}")
+
+
 def main() -> None:
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--families", nargs="+", default=FAMILIES)
@@ -108,7 +131,11 @@ def main() -> None:
     options.add_argument("--warmup", type=int, default=1)
     options.add_argument("--repeats", type=int, default=5)
     options.add_argument("--out", type=Path)
+    options.add_argument("--check-gradients", action="store_true", help="compare gradients instead of timing")
     args = options.parse_args()
+    if args.check_gradients:
+        check_gradients(args.families)
+        return
     cases = {case.name: case for case in bench.attention_cases()}
     before = [
         dataclasses.replace(cases[name], name=f"{name}@autograd", build=with_previous_forms(cases[name].build))
