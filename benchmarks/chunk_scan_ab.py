@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -56,9 +57,14 @@ def looped_scan(
 
 
 def conv1d_convolution(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, window: Tensor | None = None
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    window: Tensor | None = None,
+    *,
+    activation: Literal["silu"] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """``causal_conv1d`` through ``F.conv1d`` on the channels-first copy (the form before)."""
+    """``causal_conv1d`` through ``F.conv1d`` on the channels-first copy, SiLU after it (the form before)."""
     kernel = weight.shape[-1]
     if window is None:
         window = x.new_zeros(x.shape[0], kernel - 1, x.shape[-1])
@@ -66,7 +72,8 @@ def conv1d_convolution(
     y = F.conv1d(
         history.transpose(1, 2), weight.to(x.dtype), None if bias is None else bias.to(x.dtype), groups=x.shape[-1]
     )
-    return y.transpose(1, 2), history[:, history.shape[1] - (kernel - 1) :]
+    y = y.transpose(1, 2)
+    return (F.silu(y) if activation else y), history[:, history.shape[1] - (kernel - 1) :]
 
 
 @contextmanager

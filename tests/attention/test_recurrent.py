@@ -296,6 +296,37 @@ def test_what_a_causal_recurrence_cannot_do_is_refused_in_one_line(family: str) 
     )
 
 
+@pytest.mark.parametrize("rotary", [False, True], ids=["no_positions", "rotary"])
+@pytest.mark.parametrize(("family", "conv_size"), [("gla", 4), ("gla", 0), ("deltanet", 4), ("deltanet", 0)])
+def test_silu_acts_after_the_convolution_and_after_a_rotation(family: str, conv_size: int, rotary: bool) -> None:
+    """What ``prepare`` receives: convolved, rotated, then SiLU where the family has it (GLA only
+    after a convolution, DeltaNet always), whether the layer fuses SiLU into the convolution (no
+    rotation, and always for values) or applies it after rotating queries and keys."""
+    position = zoo.create_position("rope", d_model=EMBED, num_heads=HEADS) if rotary else None
+    module = layer(family, conv_size=conv_size, position=position)
+    seen: dict[str, Tensor] = {}
+    prepare = module.prepare
+
+    def recording(queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor):
+        seen.update(q=queries, k=keys, v=values)
+        return prepare(queries, keys, values, layer_input)
+
+    module.prepare = recording  # type: ignore[method-assign]
+    x = torch.randn(2, 9, EMBED, dtype=torch.float64)
+    run_layer(module, x, is_causal=True)
+    real = torch.ones(2, 9, dtype=torch.bool)
+    projected = [F.linear(x, p.weight, p.bias) for p in (module.q_proj, module.k_proj, module.v_proj)]
+    q, k, v = (convolved(t, c, real) for t, c in zip(projected, (module.q_conv, module.k_conv, module.v_conv)))
+    q, k, v = heads(q, module.qk_heads), heads(k, module.qk_heads), heads(v)
+    if rotary:
+        positions = torch.arange(9)
+        q, k = module.rotary(q, positions), module.rotary(k, positions)
+    if conv_size or family == "deltanet":
+        q, k, v = F.silu(q), F.silu(k), F.silu(v)
+    for name, expected in zip("qkv", (q, k, v)):
+        torch.testing.assert_close(seen[name], expected, msg=name)
+
+
 def test_a_bad_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="mode must be one of auto, parallel, chunkwise, recurrent; got 'fast'"):
         zoo.create_attention("gla", embed_dim=EMBED, num_heads=HEADS, mode="fast")

@@ -10,7 +10,8 @@ its gates, its output norm and its output projection. One forward of a layer::
 
     q, k, v = conv(x W_q), conv(x W_k), conv(x W_v)        # (B, T, width), causal, per channel
     q, k, v -> heads; q, k rotated (a rotary stack)        # (B, H, T, d)
-    recurrence = family.prepare(q, k, v, x)                # activations, decays, write strengths
+    q, k, v = silu(q), silu(k), silu(v)                    # where the family has it (below)
+    recurrence = family.prepare(q, k, v, x)                # normalizations, decays, write strengths
     o = recurrence(q, k, v)                                # one of three forms, below
     y = out_proj(family.finish(o, x))                      # output gate and norm
 
@@ -26,9 +27,13 @@ orientation this follows). A family says two things (:class:`RecurrentLayer`):
   :class:`~zoo.attention.recurrence.ProductRecurrence`, :mod:`zoo.attention.recurrence`);
 * :meth:`~RecurrentLayer.finish`: what it does to the output (a per-head norm, an output gate).
 
-The convolution's activation is SiLU, applied by the family's :meth:`~RecurrentLayer.prepare`
-(after a rotary scheme, which rotates the convolved queries and keys): DeltaNet and Mamba-2 apply
-SiLU with or without a convolution, GLA and retention only after one (:meth:`RecurrentLayer.convolved`).
+The convolution's activation is SiLU, which a family asks for once
+(:attr:`RecurrentLayer.silu`): DeltaNet, Gated DeltaNet, Mamba-2, Kimi Delta Attention and Gated
+DeltaProduct apply it to queries, keys and values with or without a convolution, GLA and retention
+only after one, RWKV-7 never. The layer applies it inside the convolution's function (which then
+keeps only the convolution's input for the backward: one saved tensor a projection, as without a
+convolution), except on queries and keys a rotary scheme rotates, which it rotates first and
+activates after, so that :meth:`~RecurrentLayer.prepare` receives activated inputs either way.
 
 The recurrence runs in one of three forms, equal up to rounding (``mode``):
 
@@ -172,6 +177,9 @@ class RecurrentLayer(AttentionLayer):
     fla_refusal: ClassVar[str | None] = None
     #: steps per chunk on the CPU when ``chunk_size`` is None (see the module docstring)
     cpu_chunk_size: ClassVar[int] = CPU_CHUNK_SIZE
+    #: where SiLU acts on the queries, keys and values before :meth:`prepare`: ``"always"``,
+    #: ``"convolved"`` (only after a short convolution) or ``"never"`` (see the module docstring)
+    silu: ClassVar[Literal["always", "convolved", "never"]] = "never"
 
     def __init__(
         self,
@@ -240,8 +248,7 @@ class RecurrentLayer(AttentionLayer):
 
     @property
     def convolved(self) -> bool:
-        """Whether queries, keys and values pass the short convolution (whose activation, SiLU,
-        :meth:`prepare` applies)."""
+        """Whether queries, keys and values pass the short convolution."""
         return self.q_conv is not None
 
     def split_heads(self, x: Tensor) -> Tensor:
@@ -300,15 +307,24 @@ class RecurrentLayer(AttentionLayer):
         after ``x`` (none without a convolution)."""
         offset = 0 if cache is None else cache.length
         projected = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
+        activated = self.silu == "always" or (self.silu == "convolved" and self.convolved)
+        rotated = self.rotary is not None
         new_windows: tuple[Tensor, ...] = ()
         if self.convolved:
             convs = (self.q_conv, self.k_conv, self.v_conv)
             windows = None if cache is None else cache.extra
-            projected, new_windows = convolve_projections(projected, convs, windows, context.key_padding)
+            fused = ["silu" if activated and not (rotated and i < 2) else None for i in range(3)]
+            projected, new_windows = convolve_projections(projected, convs, windows, context.key_padding, fused)
+        elif activated:
+            projected[2] = F.silu(projected[2])
+            if not rotated:
+                projected[:2] = [F.silu(t) for t in projected[:2]]
         q, k = (t.unflatten(-1, (self.qk_heads, -1)).transpose(1, 2) for t in projected[:2])
         q = rotate_heads(self.rotary, q, offset, context)
         k = k.unflatten(-1, (self.writes, -1)).transpose(-3, -2)  # (B, G, writes, T, dk): each write at its token
         k = rotate_heads(self.rotary, k, offset, context).transpose(-3, -2).flatten(-2)
+        if activated and rotated:  # rotated, then activated: SiLU does not commute with the rotation
+            q, k = F.silu(q), F.silu(k)
         return q, k, self.split_heads(projected[2]), x, new_windows
 
     def chunk_length(self, device: torch.device) -> int:

@@ -34,10 +34,50 @@ def test_shifted_sums_equal_conv1d_with_gradients(length: int, kernel: int) -> N
     torch.testing.assert_close(torch.autograd.grad(y, leaves, grad), torch.autograd.grad(expected, leaves, grad))
 
 
-def test_the_function_passes_gradcheck() -> None:
+@pytest.mark.parametrize("silu", [False, True], ids=["identity", "silu"])
+def test_the_function_passes_gradcheck(silu: bool) -> None:
     generator = torch.Generator().manual_seed(0)
-    inputs = [torch.randn(shape, dtype=torch.float64, generator=generator) for shape in ((2, 6, 3), (4, 3), (2, 3, 3))]
-    assert torch.autograd.gradcheck(ShortConvolution.apply, [t.requires_grad_() for t in inputs])
+    shapes = ((2, 6, 3), (4, 3), (2, 3, 3), (3,))
+    inputs = [torch.randn(shape, dtype=torch.float64, generator=generator).requires_grad_() for shape in shapes]
+    assert torch.autograd.gradcheck(lambda *t: ShortConvolution.apply(*t, silu), inputs)
+
+
+@pytest.mark.parametrize("length", [1, 2, 5], ids=lambda t: f"T={t}")
+def test_the_fused_silu_equals_silu_after_conv1d_with_gradients(length: int) -> None:
+    generator = torch.Generator().manual_seed(7 + length)
+    options = {"dtype": torch.float64, "generator": generator}
+    x = torch.randn(2, length, 6, **options).requires_grad_()
+    weight = torch.randn(6, 1, 4, **options).requires_grad_()
+    bias = torch.randn(6, **options).requires_grad_()
+    window = torch.randn(2, 3, 6, **options)
+    y, _ = causal_conv1d(x, weight, bias, window, activation="silu")
+    expected = F.silu(conv1d_reference(x, weight, bias, window))
+    torch.testing.assert_close(y, expected)
+    grad = torch.randn(y.shape, **options)
+    leaves = (x, weight, bias)
+    torch.testing.assert_close(torch.autograd.grad(y, leaves, grad), torch.autograd.grad(expected, leaves, grad))
+
+
+def test_the_fused_silu_keeps_only_the_input_for_the_backward() -> None:
+    """One saved activation-sized tensor (the input), where conv then SiLU keeps two."""
+    x = torch.randn(2, 64, 8, requires_grad=True)
+    weight = torch.randn(8, 1, 4, requires_grad=True)
+    for activation, count in (("silu", 1), (None, 2)):
+        sizes: list[int] = []
+
+        def pack(t: Tensor, sizes: list[int] = sizes) -> Tensor:
+            sizes.append(t.numel())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y, _ = causal_conv1d(x, weight, activation=activation)
+            y = y if activation else F.silu(y)
+        assert sum(size >= x.numel() for size in sizes) == count, activation
+
+
+def test_an_unknown_activation_is_refused() -> None:
+    with pytest.raises(ValueError, match="'silu' or None"):
+        causal_conv1d(torch.randn(1, 3, 2), torch.randn(2, 1, 4), activation="gelu")  # type: ignore[arg-type]
 
 
 def test_a_sequence_start_reads_zeros_and_decoding_continues_from_the_window() -> None:

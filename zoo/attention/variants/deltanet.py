@@ -59,6 +59,9 @@ class DeltaNetAttention(RecurrentLayer):
     ``norm``, the per-head RMSNorm's scale.
     """
 
+    #: SiLU on queries, keys and values, as flash-linear-attention's DeltaNet
+    silu = "always"
+
     def __init__(
         self, embed_dim: int, num_heads: int, *, expand_v: float = 1.0, **options: Unpack[RecurrentOptions]
     ) -> None:
@@ -71,10 +74,10 @@ class DeltaNetAttention(RecurrentLayer):
         return None
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
-        q = F.normalize(F.silu(queries), dim=-1) * self.key_head_dim**-0.5
-        k = F.normalize(F.silu(keys), dim=-1)
+        q = F.normalize(queries, dim=-1) * self.key_head_dim**-0.5
+        k = F.normalize(keys, dim=-1)
         beta = self.beta(layer_input).to(queries.dtype).sigmoid().transpose(-1, -2)  # (B, H, T)
-        return Recurrence(q, k, F.silu(values), self.log_decay(layer_input, queries.dtype), beta)
+        return Recurrence(q, k, values, self.log_decay(layer_input, queries.dtype), beta)
 
     def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         return self.norm(output)

@@ -65,6 +65,9 @@ class GatedDeltaProductAttention(RecurrentLayer):
     (``embed_dim -> value width``, no bias), the swish output gate; ``norm``, the per-head RMSNorm's scale.
     """
 
+    #: SiLU on queries, keys and values, as Gated DeltaNet's
+    silu = "always"
+
     fla_refusal = "the zoo does not hand Gated DeltaProduct to fla's chunk_gated_delta_product (its own form runs)"
 
     def __init__(
@@ -92,9 +95,9 @@ class GatedDeltaProductAttention(RecurrentLayer):
         self.norm = HeadNorm(self.head_dim)
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> ProductRecurrence:
-        q = F.normalize(F.silu(queries), dim=-1) * self.key_head_dim**-0.5
-        k = F.normalize(F.silu(keys.unflatten(-1, (self.writes, -1))), dim=-1)  # (B, H, T, n, dk)
-        v = F.silu(values).unflatten(-1, (self.writes, -1))
+        q = F.normalize(queries, dim=-1) * self.key_head_dim**-0.5
+        k = F.normalize(keys.unflatten(-1, (self.writes, -1)), dim=-1)  # (B, H, T, n, dk)
+        v = values.unflatten(-1, (self.writes, -1))
         beta = self.split_heads(self.beta(layer_input).to(queries.dtype).sigmoid() * self.beta_scale)  # (B, H, T, n)
         return ProductRecurrence(q, k, v, beta, self.decay(layer_input, queries.dtype)[1])
 

@@ -59,6 +59,9 @@ class GatedLinearAttention(RecurrentLayer):
     swish output gate; ``norm``, the per-head RMSNorm's scale.
     """
 
+    #: SiLU after the convolution only, as flash-linear-attention's GLA
+    silu = "convolved"
+
     def __init__(
         self,
         embed_dim: int,
@@ -87,8 +90,6 @@ class GatedLinearAttention(RecurrentLayer):
         return {**super().legacy_layout(embed_dim, num_heads), "expand_k": 1.0}
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
-        if self.convolved:
-            queries, keys, values = F.silu(queries), F.silu(keys), F.silu(values)
         logits = self.split_heads(self.decay_gate(layer_input)).to(queries.dtype)  # (B, H, T, dk)
         log_decay = F.logsigmoid(logits) / self.gate_normalizer
         return Recurrence(queries * self.key_head_dim**-0.5, keys, values, log_decay)

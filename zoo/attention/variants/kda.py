@@ -104,6 +104,9 @@ class KimiDeltaAttention(RecurrentLayer):
     second), the sigmoid output gate; ``norm``, the per-head RMSNorm's scale.
     """
 
+    #: SiLU on queries, keys and values, as Kimi Linear's
+    silu = "always"
+
     fla_refusal = "the zoo does not hand Kimi Delta Attention to fla's chunk_kda (its own chunkwise form runs)"
 
     def __init__(
@@ -126,11 +129,11 @@ class KimiDeltaAttention(RecurrentLayer):
         self.norm = HeadNorm(self.head_dim)
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> LowRankRecurrence:
-        q = F.normalize(F.silu(queries), dim=-1) * self.key_head_dim**-0.5
-        k = F.normalize(F.silu(keys), dim=-1)
+        q = F.normalize(queries, dim=-1) * self.key_head_dim**-0.5
+        k = F.normalize(keys, dim=-1)
         beta = self.beta(layer_input).to(queries.dtype).sigmoid().transpose(-1, -2).unsqueeze(-1)  # (B, H, T, 1)
         log_alpha = self.decay(layer_input, queries.dtype)
-        return LowRankRecurrence(q, beta * k, F.silu(values), -beta * k, k * log_alpha.exp(), log_alpha)
+        return LowRankRecurrence(q, beta * k, values, -beta * k, k * log_alpha.exp(), log_alpha)
 
     def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         return self.norm(output) * self.split_heads(self.gate(layer_input)).to(output.dtype).sigmoid()

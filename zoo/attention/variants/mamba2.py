@@ -61,6 +61,9 @@ class Mamba2Attention(RecurrentLayer):
     (``embed_dim -> inner width``, no bias), ``z``; ``norm_weight``, the norm's scale per feature.
     """
 
+    #: SiLU on ``C``, ``B`` and ``x``, as Mamba-2's convolution has
+    silu = "always"
+
     #: a state ``d_state`` wide makes the pass between chunks the larger cost on the CPU
     #: (``zoo.attention.recurrent``; ``benchmarks/RESULTS.md`` section 33)
     cpu_chunk_size = 32
@@ -100,9 +103,8 @@ class Mamba2Attention(RecurrentLayer):
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
         dt, log_decay = self.decay(layer_input, queries.dtype)  # (B, H, T) each
-        x = F.silu(values)
-        skip = self.D.to(x.dtype)[:, None, None] * x
-        return Recurrence(F.silu(queries), F.silu(keys), x * dt.unsqueeze(-1), log_decay.unsqueeze(-1), skip=skip)
+        skip = self.D.to(values.dtype)[:, None, None] * values
+        return Recurrence(queries, keys, values * dt.unsqueeze(-1), log_decay.unsqueeze(-1), skip=skip)
 
     def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         gated = output * F.silu(self.split_heads(self.gate(layer_input)).to(output.dtype))  # (B, H, T, hd)

@@ -33,7 +33,6 @@ Left out, and why:
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
@@ -57,6 +56,9 @@ class RetentionAttention(RecurrentLayer):
     ``norm``, the per-head RMSNorm's scale.
     """
 
+    #: SiLU after a convolution only (RetNet has neither)
+    silu = "convolved"
+
     def __init__(
         self, embed_dim: int, num_heads: int, *, expand_v: float = 1.0, **options: Unpack[RecurrentOptions]
     ) -> None:
@@ -72,8 +74,6 @@ class RetentionAttention(RecurrentLayer):
         return torch.log1p(-torch.exp2(exponents))
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
-        if self.convolved:
-            queries, keys, values = F.silu(queries), F.silu(keys), F.silu(values)
         log_decay = self.log_decays(queries.dtype, queries.device)[:, None, None]  # (H, 1, 1): every step
         return Recurrence(queries * self.key_head_dim**-0.5, keys, values, log_decay)
 
