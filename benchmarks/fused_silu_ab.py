@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal
 
 import torch.nn.functional as F
 from gpt_layer_cost import training_step
@@ -26,16 +26,9 @@ from zoo.bench.measure import time_round_robin
 FUSED = short_conv.causal_conv1d
 
 
-def separate_silu(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    window: Tensor | None = None,
-    *,
-    activation: Literal["silu"] | None = None,
-) -> tuple[Tensor, Tensor]:
+def separate_silu(*args: Any, activation: Literal["silu"] | None = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
     """The convolution, then SiLU as its own autograd node (which keeps the convolution's output)."""
-    y, after = FUSED(x, weight, bias, window)
+    y, after = FUSED(*args, **kwargs)
     return (F.silu(y) if activation else y), after
 
 

@@ -4,6 +4,8 @@ Softmax attention:
 
 * :mod:`~zoo.attention.kernels.sdpa`: the fused softmax-attention call under the zoo's masks;
 * :mod:`~zoo.attention.kernels.blocks`: rows by position and blocks laid out for the fused kernel;
+* :mod:`~zoo.attention.kernels.window`: a sliding window with the first positions kept, and
+  learned sink logits, on the fused kernel (the ``softmax`` layer's);
 * :mod:`~zoo.attention.kernels.prefix`: exclusive prefix sums along a sequence.
 
 Linear attention with a decaying or delta-rule state, each recurrence in three forms that agree

@@ -56,12 +56,8 @@ with the first 4 positions). Qwen3-Next's attention is
 is ``{name: softmax, conv_size: 3}``.
 
 Kernels: without ``sinks`` and ``window`` the heads run ``dot_product`` as ``self`` does (its
-fused kernel). A sink is one more key whose value is zero and which every query scores at its
-head's logit (queries get a constant feature 1, the sink key the logit there), so the fused kernel
-runs it with no float ``(L, L)`` mask, causal by its own flag behind one extra leading query. A
-window runs blockwise, as ``local`` does: each block of queries over the keys its window reaches
-and the first positions, in ``O(L (W + S))`` (one dense call when the window spans most of the
-sequence). Weights (``need_weights``) take the explicit form.
+fused kernel); sinks and windows run on it too (:mod:`zoo.attention.kernels.window`: a sink as one
+more key, a window blockwise in ``O(L (W + S))``). Weights (``need_weights``) take the explicit form.
 """
 
 from __future__ import annotations
@@ -71,16 +67,16 @@ from functools import partialmethod
 from typing import Literal, TypedDict
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput
 from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.kernels import block_attention, convolve_projections, rows_from
+from zoo.attention.kernels import convolve_projections
 from zoo.attention.kernels.sdpa import masked_sdpa
-from zoo.attention.masking import mask_at, masked_softmax
+from zoo.attention.kernels.window import sink_attention, sink_weights, window_blocks
+from zoo.attention.masking import masked_softmax
 from zoo.attention.multi_head import SelfAttention
 from zoo.attention.rotation import rotate_heads
 from zoo.attention.spec import AttentionSpec
@@ -305,7 +301,12 @@ class SoftmaxAttention(SelfAttention):
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         scale, dropout = 1.0 / math.sqrt(q.shape[-1]), self.score_attention
         if self.window is not None and key_positions is None and logits is None and not context.need_weights:
-            if (blocks := self._attend_window_blocks(q, k, v, context, first, scale)) is not None:
+            blocks = window_blocks(
+                q, k, v, window=self.window, sink_tokens=self.sink_tokens, is_causal=context.is_causal, first=first,
+                mask=context.mask, scale=scale, dropout_p=dropout.active_dropout, bias=self.bias_scheme,
+                sinks=self.sinks,
+            )  # fmt: skip
+            if blocks is not None:
                 return blocks, None
         plain_causal = (
             context.is_causal and context.mask is None and self.window is None and logits is None
@@ -320,91 +321,23 @@ class SoftmaxAttention(SelfAttention):
         if context.need_weights:
             scores = torch.matmul(q, k.transpose(-2, -1)) * scale
             scores = scores if logits is None else scores + logits.to(scores.dtype)
-            if self.sinks is None:
-                weights = masked_softmax(scores, mask=mask)
-            else:  # the sink as a first column of every row's scores, always visible, dropped after
-                sink = self.sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)
-                with_sink = (
-                    mask if mask is None else torch.cat([mask.new_ones(()).expand(*mask.shape[:-1], 1), mask], -1)
-                )
-                weights = masked_softmax(torch.cat([sink, scores], -1), mask=with_sink)[..., 1:]
+            weights = (
+                masked_softmax(scores, mask=mask) if self.sinks is None else sink_weights(scores, mask, self.sinks)
+            )
             return torch.matmul(dropout.dropout(weights), v), weights
         if logits is not None:  # a float mask: the logits, -inf where a key is hidden
             logits = logits.to(q.dtype).expand(*logits.shape[:-2], num_queries, num_keys)
             mask = logits if mask is None else logits.masked_fill(~mask, float("-inf"))
         if self.sinks is None:
             return self._sdpa(q, k, v, mask, scale), None
-        width = v.shape[-1]
-        q, k, v, mask = self._with_sink_key(q * scale, k, v, None if plain_causal else mask)
-        if plain_causal:  # one more query first, which sees the sink alone: causal as SDPA aligns it
-            q = torch.cat([q.new_zeros(*q.shape[:-2], 1, q.shape[-1]), q], -2)
-            output = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout.active_dropout, is_causal=True, scale=1.0
-            )
-            return output[..., 1:, :width], None
-        return self._sdpa(q, k, v, mask, 1.0)[..., :width], None
+        dropout_p = dropout.active_dropout
+        return sink_attention(q, k, v, mask, self.sinks, scale=scale, dropout_p=dropout_p, is_causal=plain_causal), None
 
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
         """The fused kernel under a boolean or float ``mask`` of the inputs' rank."""
         if mask is not None and mask.dim() < q.dim():
             mask = mask[(None,) * (q.dim() - mask.dim())]
         return masked_sdpa(q, k, v, mask, dropout_p=self.score_attention.active_dropout, scale=scale)
-
-    def _attend_window_blocks(
-        self, q: Tensor, k: Tensor, v: Tensor, context: AttentionContext, first: int, scale: float
-    ) -> Tensor | None:
-        """The window in ``O(L (W + S))``: each block of queries over the keys its window reaches
-        and the first ``S`` positions (those outside its window), laid out for the fused kernel
-        (:func:`~zoo.attention.kernels.block_attention`), the mask and a bias scheme read at the
-        scored pairs only; None when the window spans most of the sequence (one dense call is then
-        cheaper). Keys sit at ``0 .. Lk - 1``, queries at ``first ..``."""
-        num_queries, num_keys, device = q.shape[-2], k.shape[-2], q.device
-        before, after = self.window - 1, (0 if context.is_causal else self.window - 1)
-        block = min(max(1, (before + after + 1) // 2), num_queries)
-        num_blocks, span, heads = (
-            math.ceil(num_queries / block),
-            block + before + after,
-            min(self.sink_tokens, num_keys),
-        )
-        if num_blocks * block * (span + heads + 1) >= num_queries * num_keys:
-            return None
-        starts = torch.arange(num_blocks, device=device)[:, None] * block
-        query_index = starts + torch.arange(block, device=device)  # (nb, block)
-        window_keys = first - before + starts + torch.arange(span, device=device)  # (nb, span) positions
-        key_positions = torch.cat([torch.arange(heads, device=device).expand(num_blocks, heads), window_keys], -1)
-        offsets = (first + query_index)[..., None] - key_positions[:, None, :]  # (nb, block, S + span)
-        in_window = (offsets <= before) & (offsets >= -after) & (key_positions[:, None, :] >= 0)
-        in_window &= key_positions[:, None, :] < num_keys
-        first_ones = ~in_window & (offsets >= 0 if context.is_causal else True)  # never one key twice
-        keep = torch.cat([first_ones[..., :heads], in_window[..., heads:]], -1) & (query_index < num_queries)[..., None]
-        if context.mask is not None:
-            query_at, key_at = query_index.clamp(max=num_queries - 1)[..., None], key_positions.clamp(0, num_keys - 1)
-            keep = keep & mask_at(context.mask, query_at, key_at[:, None, :])
-        blocks_q = rows_from(q, 0, num_blocks * block).unflatten(-2, (num_blocks, block))
-        blocks_k, blocks_v = (
-            torch.cat(
-                [
-                    t[..., None, :heads, :].expand(*t.shape[:-2], num_blocks, heads, t.shape[-1]),
-                    rows_from(t, first - before, (num_blocks - 1) * block + span)
-                    .unfold(-2, span, block)
-                    .transpose(-2, -1),
-                ],
-                -2,
-            )
-            for t in (k, v)
-        )
-        mask: Tensor = keep
-        if self.bias_scheme is not None:  # (heads, nb, block, S + span), at the scored pairs only
-            bias = self.bias_scheme((first + query_index)[..., None], key_positions[:, None, :]).to(q.dtype)
-            mask = bias.masked_fill(~keep, float("-inf"))
-        width = v.shape[-1]
-        if self.sinks is not None:
-            blocks_q, blocks_k, blocks_v, mask = self._with_sink_key(blocks_q * scale, blocks_k, blocks_v, mask)
-            scale = 1.0
-        output = block_attention(
-            blocks_q, blocks_k, blocks_v, mask, dropout_p=self.score_attention.active_dropout, scale=scale
-        )
-        return output.flatten(-3, -2)[..., :num_queries, :width]
 
     def _visible(self, context: AttentionContext, query_positions: Tensor, key_positions: Tensor) -> Tensor | None:
         """Which keys each query sees, broadcastable to ``(B, H, Lq, Lk)``: the context's mask
@@ -420,24 +353,6 @@ class SoftmaxAttention(SelfAttention):
         if rule is None or bool(rule.all()):
             return mask
         return rule if mask is None else mask & rule
-
-    def _with_sink_key(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """Scaled queries ``(B, H, ..., Lq, d)``, keys, values and mask with one more key first,
-        per head: queries get a constant feature 1, real keys a 0 there and the sink key its
-        head's logit (0 elsewhere), so every query scores it at the logit; its value is zero, and
-        it is visible to all. Values get a zero feature too: the fused kernel wants one width."""
-        heads = q.shape[1]
-        q = torch.cat([q, q.new_ones(*q.shape[:-1], 1)], -1)
-        sink_key = torch.cat([k.new_zeros(heads, k.shape[-1]), self.sinks.to(k.dtype)[:, None]], -1)
-        sink_key = sink_key.view(1, heads, *(1,) * (k.dim() - 3), -1).expand(*k.shape[:-2], 1, -1)
-        k = torch.cat([sink_key, torch.cat([k, k.new_zeros(*k.shape[:-1], 1)], -1)], -2)
-        v = F.pad(v, (0, q.shape[-1] - v.shape[-1], 1, 0))  # a zero first row, zero features up to q's width
-        if mask is not None:
-            first = mask.new_ones(()) if mask.dtype == torch.bool else mask.new_zeros(())
-            mask = torch.cat([first.expand(*mask.shape[:-1], 1), mask], -1)
-        return q, k, v, mask
 
     # -- decoding ---------------------------------------------------------------------------------------
 
