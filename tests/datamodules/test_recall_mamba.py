@@ -46,6 +46,18 @@ def test_induction_heads_recall_the_id_after_the_first_special_one() -> None:
     assert chi_square_p(np.bincount(ids, minlength=15), np.full(15, 1 / 15)) > 1e-3
 
 
+def test_induction_heads_trained_on_the_recalled_id_alone_ignore_every_other_target() -> None:
+    rng = lambda: np.random.default_rng(2)  # noqa: E731
+    every = _arrays(induction_heads(rng(), 500, 32, 16))
+    inputs, targets, scored = _arrays(induction_heads(rng(), 500, 32, 16, scored_only=True))
+    assert (inputs == every[0]).all() and (scored == every[2]).all()  # the same examples
+    assert (targets[:, -1] == every[1][:, -1]).all() and (targets[:, :-1] == -100).all()
+    data = InductionHeadsDataModule(seq_len=32, test_lengths=[32], num_test=4, train_batches=2, scored_only=True)
+    data.setup()
+    batch = next(iter(data.train_dataloader()))
+    assert bool((batch["targets"][:, :-1] == -100).all()) and bool((batch["targets"][:, -1] >= 0).all())
+
+
 @pytest.mark.parametrize("module", [SelectiveCopyingDataModule, InductionHeadsDataModule])
 def test_tests_at_every_length_validates_at_the_training_one_and_links_the_longest(module) -> None:
     assert DATAMODULE_REGISTRY.get(module.name) is module
