@@ -18,7 +18,7 @@ What the variants read, as in the papers and flash-linear-attention:
   after its short convolution, or without one);
 * the write strength ``b_t = sigmoid(x_t w_b)`` per head, from the layer's input;
 * Gated DeltaNet's decay ``a_t = exp(-softplus(x_t w_a + dt_bias) A)`` per head, Mamba-2's
-  (:class:`~zoo.attention.recurrent.StepDecay`, ``A`` starting uniform in ``(0, 16)``).
+  (:class:`~zoo.attention.gating.StepDecay`, ``A`` starting uniform in ``(0, 16)``).
 
 Outputs: each head's RMSNorm (DeltaNet), times a swish gate ``silu(x W_g)`` of the layer's input
 (Gated DeltaNet), before the layer's output projection.
@@ -39,7 +39,8 @@ from torch import Tensor, nn
 from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.recurrent import HeadNorm, Recurrence, RecurrentLayer, RecurrentOptions, StepDecay
+from zoo.attention.gating import HeadNorm, StepDecay
+from zoo.attention.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["DeltaNetAttention", "GatedDeltaNetAttention"]
 

@@ -22,7 +22,7 @@ What the layer reads, as the paper and flash-linear-attention's ``fla/layers/gat
 * ``beta_{t,j} = 2 sigmoid(x_t w_{b,j})`` per head and step (``negative_eigenvalues``, the
   paper's and fla's default; ``False``: ``sigmoid``, eigenvalues in ``[0, 1]``);
 * Gated DeltaNet's decay per head and token, Mamba-2's ``a_t = exp(-softplus(x_t w_a + dt_bias) A)``
-  (:class:`~zoo.attention.recurrent.StepDecay`), applied once, before the token's first step;
+  (:class:`~zoo.attention.gating.StepDecay`), applied once, before the token's first step;
 * the output: each head's RMSNorm times ``silu(x W_g)``, then the output projection.
 
 Where the zoo differs: the heads are the stack's (fla defaults to 6 heads of 256); values are the
@@ -41,8 +41,9 @@ from torch import Tensor, nn
 from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
+from zoo.attention.gating import HeadNorm, StepDecay
 from zoo.attention.recurrence import ProductRecurrence
-from zoo.attention.recurrent import HeadNorm, RecurrentLayer, RecurrentOptions, StepDecay
+from zoo.attention.recurrent import RecurrentLayer, RecurrentOptions
 
 __all__ = ["GatedDeltaProductAttention"]
 

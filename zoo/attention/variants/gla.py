@@ -36,7 +36,8 @@ from torch import Tensor, nn
 from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.recurrent import HeadNorm, Recurrence, RecurrentLayer, RecurrentOptions
+from zoo.attention.gating import HeadNorm
+from zoo.attention.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["GatedLinearAttention"]
 

@@ -41,8 +41,9 @@ from torch import Tensor, nn
 from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
+from zoo.attention.gating import HeadNorm
 from zoo.attention.recurrence import LowRankRecurrence
-from zoo.attention.recurrent import HeadNorm, RecurrentLayer, RecurrentOptions
+from zoo.attention.recurrent import RecurrentLayer, RecurrentOptions
 
 __all__ = ["ChannelDecay", "KimiDeltaAttention"]
 

@@ -9,7 +9,7 @@ by one scalar per step::
     a_t = exp(-dt_t A_h),        h_t = a_t h_{t-1} + B_t^T (dt_t x_t),        y_t = C_t h_t + D_h x_t
 
 with ``dt_t = softplus(u_t w + dt_bias)`` and ``A_h = exp(A_log_h) > 0`` learned per head
-(:class:`~zoo.attention.recurrent.StepDecay`, Mamba-2's initialization: ``A`` uniform in
+(:class:`~zoo.attention.gating.StepDecay`, Mamba-2's initialization: ``A`` uniform in
 ``(1, 16)``, step sizes log-uniform in ``(0.001, 0.1)``). Unrolled, ``y = (L * C B^T) (dt x) + D x``
 with ``L_ij = a_{j+1} ... a_i``: attention under a 1-semiseparable mask, with ``C`` as queries,
 ``B`` as keys and ``x`` as values, which is what the scalar-decay kernels compute
@@ -38,7 +38,8 @@ from torch import Tensor, nn
 from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.recurrent import Recurrence, RecurrentLayer, RecurrentOptions, StepDecay
+from zoo.attention.gating import StepDecay
+from zoo.attention.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["Mamba2Attention"]
 
