@@ -308,22 +308,21 @@ class RecurrentLayer(AttentionLayer):
         offset = 0 if cache is None else cache.length
         projected = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
         activated = self.silu == "always" or (self.silu == "convolved" and self.convolved)
-        rotated = self.rotary is not None
+        qk_in_conv = self.convolved and self.rotary is None  # SiLU does not commute with a rotation
         new_windows: tuple[Tensor, ...] = ()
         if self.convolved:
             convs = (self.q_conv, self.k_conv, self.v_conv)
             windows = None if cache is None else cache.extra
-            fused = ["silu" if activated and not (rotated and i < 2) else None for i in range(3)]
-            projected, new_windows = convolve_projections(projected, convs, windows, context.key_padding, fused)
+            act = "silu" if activated else None
+            acts = [act if qk_in_conv else None] * 2 + [act]
+            projected, new_windows = convolve_projections(projected, convs, windows, context.key_padding, acts)
         elif activated:
             projected[2] = F.silu(projected[2])
-            if not rotated:
-                projected[:2] = [F.silu(t) for t in projected[:2]]
         q, k = (t.unflatten(-1, (self.qk_heads, -1)).transpose(1, 2) for t in projected[:2])
         q = rotate_heads(self.rotary, q, offset, context)
         k = k.unflatten(-1, (self.writes, -1)).transpose(-3, -2)  # (B, G, writes, T, dk): each write at its token
         k = rotate_heads(self.rotary, k, offset, context).transpose(-3, -2).flatten(-2)
-        if activated and rotated:  # rotated, then activated: SiLU does not commute with the rotation
+        if activated and not qk_in_conv:  # after the rotation, where there is one
             q, k = F.silu(q), F.silu(k)
         return q, k, self.split_heads(projected[2]), x, new_windows
 
