@@ -202,6 +202,16 @@ class ZooCLI(LightningCLI):
         if self.subcommand in ("fit", "validate", "test"):
             claim_run_directory(self.trainer.logger)
 
+    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        """Lightning's, without the zoo's ``checkpoint`` callback when ``--trainer.enable_checkpointing
+        false`` turns checkpointing off, as it does with Lightning's own default callback (the
+        trainer refuses a ``ModelCheckpoint`` then); nothing is written, nothing resumes."""
+        callbacks = [self._get(self.config_init, key) for key in self._parser(self.subcommand).callback_keys]
+        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        if config.get("enable_checkpointing") is False:
+            callbacks = [callback for callback in callbacks if not isinstance(callback, ModelCheckpoint)]
+        return self._instantiate_trainer(config, callbacks)
+
     def before_fit(self) -> None:
         """Beside Lightning's model summary (when it is on): which attention each layer holds."""
         if self.trainer.is_global_zero and any(isinstance(c, ModelSummary) for c in self.trainer.callbacks):

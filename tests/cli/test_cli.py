@@ -80,6 +80,13 @@ def test_fit_test_predict_nadaraya_watson_by_registered_name(in_tmp, capsys) -> 
     assert len(lines) == 50 and all(float(x) >= 0 for x, _ in lines)
 
 
+def test_checkpointing_turned_off_writes_no_checkpoint(in_tmp, capsys) -> None:
+    main(["fit", "--model", "nadaraya_watson", "--trainer.max_epochs", "2", "--trainer.enable_checkpointing", "false", *QUIET])
+    run = _run_dir(in_tmp, "nadaraya_watson")
+    assert (run / "config.yaml").is_file() and not (run / "checkpoints").exists()
+    assert "val/mse" in capsys.readouterr().out
+
+
 def test_validate_accepts_class_name_and_class_path(in_tmp, capsys) -> None:
     for model in ("NadarayaWatson", "zoo.tasks.regression.NadarayaWatson"):
         main(["validate", "--model", model, "--data", "synthetic_regression", *QUIET])
