@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`, one thread each (tests/conftest.py): auto is one a core
+TEST_WORKERS ?= auto
 
 .PHONY: setup train test lint bench board clean
 
@@ -29,7 +31,7 @@ train: setup
 		--evaluate test --parallel 1 --out runs/mqar
 
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The leaderboard of the committed results (docs/board.md) into build/board, and its screenshot
 # docs/board.png (the README's), taken by Debian's headless Chromium (apt-get install chromium chromium-driver).

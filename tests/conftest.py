@@ -13,6 +13,13 @@ from zoo.plugins import ENV_VAR
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under pytest-xdist (``make test`` runs a worker a core): one thread a worker and for the
+    # processes it starts, so that the workers do not oversubscribe the cores they share.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
