@@ -62,6 +62,7 @@ def test_there_is_a_default_config_per_model_and_overlays_exist() -> None:
             f"gpt_shakespeare_cpu_{recipe}"
             for recipe in ("gemma3", "gptoss", "jamba", "kimilinear", "qwen3next", "samba")
         ),
+        "recall_mad",
         "recall_mqar",
         "sentiment_imdb",
         "sentiment_local",
