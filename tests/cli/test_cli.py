@@ -81,7 +81,18 @@ def test_fit_test_predict_nadaraya_watson_by_registered_name(in_tmp, capsys) -> 
 
 
 def test_checkpointing_turned_off_writes_no_checkpoint(in_tmp, capsys) -> None:
-    main(["fit", "--model", "nadaraya_watson", "--trainer.max_epochs", "2", "--trainer.enable_checkpointing", "false", *QUIET])
+    main(
+        [
+            "fit",
+            "--model",
+            "nadaraya_watson",
+            "--trainer.max_epochs",
+            "2",
+            "--trainer.enable_checkpointing",
+            "false",
+            *QUIET,
+        ]
+    )
     run = _run_dir(in_tmp, "nadaraya_watson")
     assert (run / "config.yaml").is_file() and not (run / "checkpoints").exists()
     assert "val/mse" in capsys.readouterr().out
