@@ -80,6 +80,7 @@ from zoo.attention.kernels.flex_patterns import (
     chain_scores,
     documents,
     fixed_sparse,
+    flex_available,
     flex_module,
     key_padding,
     longformer,
@@ -134,9 +135,7 @@ def flex_supported(device: torch.device | str, dtype: torch.dtype, *, requires_g
     """Whether :func:`flex_attend` runs on ``device`` in ``dtype`` (with gradients if
     ``requires_grad``): CUDA in float16, bfloat16 and float32; the CPU (eager, forward only) in
     float32, float64 and bfloat16; nowhere without ``torch.nn.attention.flex_attention``."""
-    try:
-        flex_module()
-    except RuntimeError:
+    if not flex_available():
         return False
     kind = torch.device(device).type
     if kind == "cuda":

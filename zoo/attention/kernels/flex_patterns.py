@@ -39,6 +39,7 @@ __all__ = [
     "chain_scores",
     "documents",
     "fixed_sparse",
+    "flex_available",
     "flex_module",
     "key_padding",
     "longformer",
@@ -246,6 +247,11 @@ def chain_scores(*score_mods: ScoreMod) -> ScoreMod:
         return score
 
     return score_mod
+
+
+def flex_available() -> bool:
+    """Whether this PyTorch has ``torch.nn.attention.flex_attention`` (2.5 on)."""
+    return _flex is not None
 
 
 def flex_module() -> Any:
