@@ -14,6 +14,7 @@ from torch import Tensor
 import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
 from zoo.attention import AttentionContext, layer_specs
+from zoo.attention.cache import ConvolvedCache
 from zoo.attention.variants.forgetting import ForgetCache, ForgettingAttention
 from zoo.models.gpt import GPT
 
@@ -27,11 +28,19 @@ def reference(layer: ForgettingAttention, x: Tensor, keep: Tensor) -> Tensor:
     hides from a query is neither read nor forgets for it. With the layer's sinks, if it has them."""
     batch, length, _ = x.shape
     heads, d = layer.num_heads, layer.head_dim
+    real = keep[:, -1].to(x.dtype)  # (B, L): the positions a convolution reads (a key mask's)
 
-    def project(linear: torch.nn.Linear, count: int) -> Tensor:
-        return (x @ linear.weight.T + linear.bias).view(batch, length, count, linear.out_features // count)
+    def project(linear: torch.nn.Linear, conv: torch.nn.Conv1d | None, count: int) -> Tensor:
+        projected = x @ linear.weight.T + linear.bias
+        if conv is not None:  # y_t = sum_{r < K} w_{K-1-r} x_{t-r}, per channel; padded or absent inputs are 0
+            width = conv.weight.shape[-1]
+            inputs = projected * real[..., None]
+            projected = sum(
+                conv.weight[:, 0, width - 1 - r] * F.pad(inputs, (0, 0, r, 0))[:, :length] for r in range(width)
+            )
+        return projected.view(batch, length, count, linear.out_features // count)
 
-    q, k, v = project(layer.q_proj, heads), project(layer.k_proj, heads), project(layer.v_proj, heads)
+    q, k, v = (project(linear, conv, heads) for linear, conv in layer_projections(layer))
     forget = torch.sigmoid(x @ layer.forget_proj.weight.T + layer.forget_proj.bias)  # (B, L, H)
     out = torch.zeros(batch, length, heads, d, dtype=x.dtype)
     for b in range(batch):
@@ -51,6 +60,10 @@ def reference(layer: ForgettingAttention, x: Tensor, keep: Tensor) -> Tensor:
     return out.reshape(batch, length, -1) @ layer.out_proj.weight.T + layer.out_proj.bias
 
 
+def layer_projections(layer: ForgettingAttention) -> list[tuple[torch.nn.Linear, torch.nn.Conv1d | None]]:
+    return [(layer.q_proj, layer.q_conv), (layer.k_proj, layer.k_conv), (layer.v_proj, layer.v_conv)]
+
+
 def built(**options) -> ForgettingAttention:
     torch.manual_seed(0)
     layer = ForgettingAttention(E, H, **options).double()
@@ -61,7 +74,7 @@ def built(**options) -> ForgettingAttention:
     return layer
 
 
-@pytest.mark.parametrize("options", [{}, {"sinks": True}])
+@pytest.mark.parametrize("options", [{}, {"sinks": True}, {"conv_size": 3}])
 def test_the_layer_computes_the_papers_equations_with_and_without_padding(options) -> None:
     layer = built(**options)
     x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
@@ -70,8 +83,9 @@ def test_the_layer_computes_the_papers_equations_with_and_without_padding(option
     cases = [
         (AttentionContext(is_causal=True), torch.ones(B, L, L, dtype=torch.bool)),
         (AttentionContext.for_keys(holes, is_causal=True), holes[:, None, :].expand(B, L, L)),
-        (AttentionContext.build(B, L, attn_mask=per_query, is_causal=True), per_query),
     ]
+    if "conv_size" not in options:  # a convolution mixes neighbours: a mask must hide a key from every query
+        cases.append((AttentionContext.build(B, L, attn_mask=per_query, is_causal=True), per_query))
     for context, keep in cases:
         expected = reference(layer, x, keep)
         torch.testing.assert_close(layer(x, context).output, expected, rtol=1e-10, atol=1e-10)  # fused kernel
@@ -91,8 +105,10 @@ def test_with_every_gate_at_one_it_is_softmax_attention() -> None:
     torch.testing.assert_close(layer(x, context).output, softmax(x, context).output, rtol=1e-12, atol=1e-12)
 
 
-def test_decoding_token_by_token_equals_the_full_forward() -> None:
-    layer = built(qk_norm=True, gate="elementwise", position=zoo.create_position("rope", d_model=E, num_heads=H)).eval()
+@pytest.mark.parametrize("conv_size", [0, 3])
+def test_decoding_token_by_token_equals_the_full_forward(conv_size: int) -> None:
+    rope = zoo.create_position("rope", d_model=E, num_heads=H)
+    layer = built(qk_norm=True, gate="elementwise", position=rope, conv_size=conv_size).eval()
     x = torch.randn(B, 10, E, dtype=torch.float64)
     keep = torch.arange(10) >= torch.tensor([0, 2, 5])[:, None]  # left-padded rows
     full = layer(x, AttentionContext.for_keys(keep, is_causal=True)).output
@@ -103,9 +119,14 @@ def test_decoding_token_by_token_equals_the_full_forward() -> None:
         )
         outputs.append(output)
     torch.testing.assert_close(torch.cat(outputs, 1), full, rtol=1e-10, atol=1e-10)
-    assert isinstance(cache, ForgetCache) and cache.length == 10 and cache.log_forget.shape == (B, H, 10)
-    picked = cache.select(torch.tensor([1]))
-    assert torch.equal(picked.log_forget, cache.log_forget[[1]])
+    assert cache.length == 10 and cache.select(torch.tensor([1])).length == 10
+    if conv_size:  # the keys, values and gates beside the convolutions' last conv_size - 1 inputs
+        assert isinstance(cache, ConvolvedCache) and [w.shape for w in cache.windows] == [(B, conv_size - 1, E)] * 3
+        with pytest.raises(TypeError, match="continues a ForgetCache in a ConvolvedCache"):
+            layer.attend_cached(x[:, :1], cache.inner)
+        cache = cache.inner
+    assert isinstance(cache, ForgetCache) and cache.log_forget.shape == (B, H, 10)
+    assert torch.equal(cache.select(torch.tensor([1])).log_forget, cache.log_forget[[1]])
 
 
 def test_it_is_causal_only_and_refuses_a_window() -> None:
@@ -139,3 +160,11 @@ def test_a_forgetting_gpt_fits_shakespeare_from_the_command_line(shared_data, in
     assert hparams(run)["attention"] == "fox"
     layer = zoo.load_checkpoint(str(run / "checkpoints" / "last.ckpt")).model.blocks[0].attention
     assert isinstance(layer, ForgettingAttention)
+
+
+def test_with_a_short_convolution_it_passes_the_kit_and_refuses_a_mask_per_query() -> None:
+    report = zoo.check_attention("forgetting", conv_size=4, position="rope")
+    assert "causal" in report.passed and "gradients" in report.passed
+    assert "query_masks" in report.skipped
+    layer = ForgettingAttention(E, H, conv_size=4)
+    assert layer.supports_query_mask is False and layer.q_conv.kernel_size == (4,)

@@ -182,12 +182,13 @@ class WindowCache:
 
 @dataclass(frozen=True)
 class ConvolvedCache:
-    """The cache of a softmax layer with short convolutions: the keys and values (``inner``, a
-    :class:`KeyValueCache` or, with a window, a :class:`WindowCache`) and each convolution's last ``K - 1`` projected
-    inputs (queries', keys', values', ``(B, K - 1, width)`` each), which the next positions'
+    """The cache of a softmax layer with short convolutions: what the layer keeps without them
+    (``inner``: a :class:`KeyValueCache`, a :class:`WindowCache` with a window, the Forgetting
+    Transformer's keys, values and gates) and each convolution's last ``K - 1`` projected inputs
+    (queries', keys', values', ``(B, K - 1, width)`` each), which the next positions'
     convolutions continue from."""
 
-    inner: KeyValueCache | WindowCache
+    inner: LayerCache
     windows: tuple[Tensor, ...]
 
     @property

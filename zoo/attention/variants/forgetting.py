@@ -19,8 +19,12 @@ quadratic memory, where the reference's Triton kernel forms ``D`` block by block
 
 The layer is the ``softmax`` layer (:mod:`zoo.attention.variants.softmax`) with the gate added,
 so it takes the same options: ``qk_norm`` and ``gate`` give two of the parts of the paper's
-"Pro" block (QK-norm, an output gate); its output norm and the data-dependent shifts of keys and
-values are left out, and the default is the paper's basic FoX (the LLaMA block). ``sinks`` work
+"Pro" block (QK-norm, an output gate); its output norm is left out, and the default is the
+paper's basic FoX (the LLaMA block). The Pro block's data-dependent shift of keys and values
+(each a learned, gated mix of a token's projection and its predecessor's) is not built; the
+softmax layer's ``conv_size`` (a short causal depthwise convolution on queries, keys and
+values, off by default) is the zoo's way of giving a token its neighbours, as the recurrent
+families have it, and is what recall needs first (benchmarks/RESULTS.md 31). ``sinks`` work
 too; a sliding window does not (the gate is the layer's forgetting). The gate's projection has a
 bias, as the reference's; its initial values are PyTorch's defaults (the reference draws the
 weight from ``N(0, 0.02^2)`` with a zero bias: gates near 0.5 either way).
@@ -29,7 +33,8 @@ Causal only (``supports_bidirectional`` is False): the decay runs from the past 
 A position hidden from a query by a mask is neither read nor forgets for it: its gate leaves
 the query's sums (the reference zeroes the gates before a left-padded row's first token, the
 same for left padding), so a padded token changes nothing a real one computes. Decoding keeps
-the keys, the values and the log gates (in float32 at least) of every position seen (:class:`ForgetCache`).
+the keys, the values and the log gates (in float32 at least) of every position seen (:class:`ForgetCache`),
+and with a convolution its windows beside them (a :class:`~zoo.attention.cache.ConvolvedCache`).
 """
 
 from __future__ import annotations
@@ -87,7 +92,7 @@ class ForgettingAttention(SoftmaxAttention):
 
     Args:
         embed_dim, num_heads: The stack's width and heads (it fills them).
-        options: ``qk_norm``, ``gate`` and ``sinks`` as the ``softmax`` layer's; ``num_kv_heads``,
+        options: ``qk_norm``, ``gate``, ``sinks`` and ``conv_size`` as the ``softmax`` layer's; ``num_kv_heads``,
             ``dropout``, ``position`` and ``bias``, the stack's (it fills them). Not its
             ``window``: the gate is the layer's forgetting.
 
@@ -125,20 +130,24 @@ class ForgettingAttention(SoftmaxAttention):
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         """``x`` ``(B, L, embed_dim)`` over itself, causally, the decay on the logits."""
-        k, v = self.project_kv(x, x, offset=context.offset, context=context)
+        q, k, v, _ = self._projected(x, context, None, context.offset)
         logits = self.decay(self.log_forget(x), context, first=0)
-        return self.attend_positions(x, k, v, context, first=0, logits=logits)
+        return self.attend_positions(x, k, v, context, first=0, logits=logits, projected_queries=q)
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
-        """New positions after a :class:`ForgetCache` of the earlier ones."""
-        if cache is not None and not isinstance(cache, ForgetCache):
-            raise TypeError(f"{type(self).__name__} continues a ForgetCache; got a {type(cache).__name__}.")
+        """New positions after a :class:`ForgetCache` of the earlier ones (in a
+        :class:`~zoo.attention.cache.ConvolvedCache` with the convolutions' windows when the layer
+        convolves)."""
+        held, windows = self._continued(cache, ForgetCache)
         context = AttentionContext(is_causal=True) if context is None else context
-        seen = 0 if cache is None else cache.length
-        k, v, log_forget = *self.project_kv(x, x, offset=seen, context=context), self.log_forget(x)
-        cache = ForgetCache(k, v, log_forget) if cache is None else cache.extend(k, v, log_forget)
-        logits = self.decay(cache.log_forget, context, first=seen)
-        output, _ = self.attend_positions(x, cache.keys, cache.values, context, first=seen, logits=logits)
-        return output, cache
+        seen = 0 if held is None else held.length
+        q, k, v, windows = self._projected(x, context, windows, seen)
+        log_forget = self.log_forget(x)
+        held = ForgetCache(k, v, log_forget) if held is None else held.extend(k, v, log_forget)
+        logits = self.decay(held.log_forget, context, first=seen)
+        output, _ = self.attend_positions(
+            x, held.keys, held.values, context, first=seen, logits=logits, projected_queries=q
+        )
+        return output, self._wrapped(held, windows)

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 from functools import partialmethod
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -93,16 +93,18 @@ __all__ = [
 ]
 
 Gate = Literal["elementwise", "headwise"]
+CacheT = TypeVar("CacheT", bound=LayerCache)
 
 
 class SoftmaxOptions(TypedDict, total=False):
     """The ``softmax`` layer's arguments that a layer built on it takes as they are and hands on
-    (``**options: Unpack[SoftmaxOptions]``), as :class:`SoftmaxAttention` documents them; the window,
-    its sink tokens and the convolution are left to layers that honour them."""
+    (``**options: Unpack[SoftmaxOptions]``), as :class:`SoftmaxAttention` documents them; the window
+    and its sink tokens are left to layers that honour them."""
 
     qk_norm: bool
     gate: Gate | None
     sinks: bool
+    conv_size: int
     num_kv_heads: int | None
     dropout: float
     position: PositionScheme | None
@@ -230,13 +232,24 @@ class SoftmaxAttention(SelfAttention):
         convs = (self.q_conv, self.k_conv, self.v_conv)
         return convolve_projections(projected, convs, windows, context.key_padding)
 
+    def _projected(
+        self, x: Tensor, context: AttentionContext, windows: tuple[Tensor, ...] | None, offset: int
+    ) -> tuple[Tensor | None, Tensor, Tensor, tuple[Tensor, ...] | None]:
+        """What ``x`` ``(B, T, embed_dim)`` at positions ``offset ..`` writes and asks: its queries
+        when the layer convolves them (projected and convolved; None: :meth:`attend_positions`
+        projects them), its keys (normalized, rotated) and values in heads, and the convolutions'
+        windows after ``x`` (continuing ``windows``; None without convolutions)."""
+        if self.q_conv is None:
+            return None, *self.project_kv(x, x, offset=offset, context=context), None
+        (q, k, v), windows = self._convolved(x, context, windows)
+        return q, *self._kv_heads(k, v, offset, context), windows
+
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         """``x`` ``(B, L, embed_dim)`` over itself under the forward's ``context`` (a sequence's
         start when the layer convolves)."""
         if self.q_conv is None:
             return super().attend(x, context)
-        (q, k, v), _ = self._convolved(x, context, None)
-        k, v = self._kv_heads(k, v, context.offset, context)
+        q, k, v, _ = self._projected(x, context, None, context.offset)
         return self.attend_positions(x, k, v, context, first=0, projected_queries=q)
 
     @staticmethod
@@ -364,19 +377,10 @@ class SoftmaxAttention(SelfAttention):
         ``sink_tokens`` positions and the last ``window - 1``); held in a
         :class:`~zoo.attention.cache.ConvolvedCache`
         with the convolutions' windows when the layer convolves."""
-        expected = WindowCache if self.window is not None else KeyValueCache
-        inner, windows = (cache.inner, cache.windows) if isinstance(cache, ConvolvedCache) else (cache, None)
-        if cache is not None and (not isinstance(inner, expected) or (windows is None) != (self.q_conv is None)):
-            wanted = f"a {expected.__name__}" + (" in a ConvolvedCache" if self.q_conv is not None else "")
-            raise TypeError(f"{type(self).__name__} continues {wanted}; got a {type(cache).__name__}.")
+        inner, windows = self._continued(cache, WindowCache if self.window is not None else KeyValueCache)
         context = AttentionContext(is_causal=True) if context is None else context
         seen = 0 if inner is None else inner.length
-        q: Tensor | None = None
-        if self.q_conv is None:
-            k, v = self.project_kv(x, x, offset=seen, context=context)
-        else:
-            (q, k, v), windows = self._convolved(x, context, windows)
-            k, v = self._kv_heads(k, v, seen, context)
+        q, k, v, windows = self._projected(x, context, windows, seen)
         if self.window is None:
             held: KeyValueCache | WindowCache = KeyValueCache(k, v) if inner is None else inner.extend(k, v)
             output, _ = self.attend_positions(x, held.keys, held.values, context, first=seen, projected_queries=q)
@@ -388,7 +392,24 @@ class SoftmaxAttention(SelfAttention):
                 key_positions=window_cache.positions, projected_queries=q,
             )  # fmt: skip
             held = window_cache.trimmed()
-        return output, held if windows is None else ConvolvedCache(held, windows)
+        return output, self._wrapped(held, windows)
+
+    def _continued(
+        self, cache: LayerCache | None, expected: type[CacheT]
+    ) -> tuple[CacheT | None, tuple[Tensor, ...] | None]:
+        """``cache``'s keys and values (an ``expected`` cache; None at a sequence's start) and its
+        convolutions' windows (None when the layer has none); a ``TypeError`` for a cache this
+        layer does not continue."""
+        inner, windows = (cache.inner, cache.windows) if isinstance(cache, ConvolvedCache) else (cache, None)
+        if cache is not None and (not isinstance(inner, expected) or (windows is None) != (self.q_conv is None)):
+            wanted = f"a {expected.__name__}" + (" in a ConvolvedCache" if self.q_conv is not None else "")
+            raise TypeError(f"{type(self).__name__} continues {wanted}; got a {type(cache).__name__}.")
+        return inner, windows
+
+    @staticmethod
+    def _wrapped(held: LayerCache, windows: tuple[Tensor, ...] | None) -> LayerCache:
+        """The cache to hand back: ``held``, beside the convolutions' ``windows`` when there are some."""
+        return held if windows is None else ConvolvedCache(held, windows)
 
     def extra_repr(self) -> str:
         options = [
