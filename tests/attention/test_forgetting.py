@@ -13,6 +13,7 @@ from torch import Tensor
 
 import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
+from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, layer_specs
 from zoo.attention.cache import ConvolvedCache
 from zoo.attention.variants.forgetting import ForgetCache, ForgettingAttention
@@ -28,16 +29,10 @@ def reference(layer: ForgettingAttention, x: Tensor, keep: Tensor) -> Tensor:
     hides from a query is neither read nor forgets for it. With the layer's sinks, if it has them."""
     batch, length, _ = x.shape
     heads, d = layer.num_heads, layer.head_dim
-    real = keep[:, -1].to(x.dtype)  # (B, L): the positions a convolution reads (a key mask's)
+    real = keep[:, -1]  # (B, L): the positions a convolution reads (a key mask's)
 
     def project(linear: torch.nn.Linear, conv: torch.nn.Conv1d | None, count: int) -> Tensor:
-        projected = x @ linear.weight.T + linear.bias
-        if conv is not None:  # y_t = sum_{r < K} w_{K-1-r} x_{t-r}, per channel; padded or absent inputs are 0
-            width = conv.weight.shape[-1]
-            inputs = projected * real[..., None]
-            projected = sum(
-                conv.weight[:, 0, width - 1 - r] * F.pad(inputs, (0, 0, r, 0))[:, :length] for r in range(width)
-            )
+        projected = convolved(x @ linear.weight.T + linear.bias, conv, real)
         return projected.view(batch, length, count, linear.out_features // count)
 
     q, k, v = (project(linear, conv, heads) for linear, conv in layer_projections(layer))

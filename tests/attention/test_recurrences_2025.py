@@ -15,6 +15,7 @@ from torch import Tensor
 
 import zoo
 from tests.helpers.layers import run_layer
+from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, RecurrentLayer
 from zoo.attention.cache import StateCache
 from zoo.models import GPT
@@ -46,18 +47,6 @@ def heads(x: Tensor, count: int = HEADS) -> Tensor:
 
 def linear(x: Tensor, module: torch.nn.Linear) -> Tensor:
     return x @ module.weight.T + (0 if module.bias is None else module.bias)
-
-
-def convolved(x: Tensor, conv: torch.nn.Conv1d, real: Tensor) -> Tensor:
-    """Each channel's sum over its last ``K`` inputs (padded ones and those before the start as zeros)."""
-    x = x * real[..., None]
-    kernel = conv.weight.shape[-1]
-    out = torch.zeros_like(x)
-    for t in range(x.shape[1]):
-        for i in range(kernel):
-            if t - kernel + 1 + i >= 0:
-                out[:, t] += conv.weight[:, 0, i] * x[:, t - kernel + 1 + i]
-    return out + (0 if conv.bias is None else conv.bias)
 
 
 def rms_norm(x: Tensor, weight: Tensor) -> Tensor:

@@ -16,6 +16,7 @@ from torch import Tensor
 
 import zoo
 from tests.helpers.layers import run_layer
+from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
 from zoo.attention.cache import KeyValueCache, StateCache
 from zoo.attention.recurrent import RecurrentLayer
@@ -53,22 +54,6 @@ def heads(x: Tensor, count: int = HEADS) -> Tensor:
 
 def rms_norm(x: Tensor, weight: Tensor) -> Tensor:
     return x / (x.square().mean(-1, keepdim=True) + EPS).sqrt() * weight
-
-
-def convolved(x: Tensor, conv: torch.nn.Conv1d | None, real: Tensor) -> Tensor:
-    """Each channel's sum over its window of the last K inputs (padded tokens and those before the
-    start as zeros), plus the bias: the short convolution, token by token."""
-    if conv is None:
-        return x
-    x = x * real[..., None]
-    kernel = conv.weight.shape[-1]
-    out = torch.zeros_like(x)
-    for t in range(x.shape[1]):
-        for i in range(kernel):
-            source = t - kernel + 1 + i
-            if source >= 0:
-                out[:, t] += conv.weight[:, 0, i] * x[:, source]
-    return out + (0 if conv.bias is None else conv.bias)
 
 
 def reference(module: RecurrentLayer, x: Tensor, real: Tensor) -> Tensor:

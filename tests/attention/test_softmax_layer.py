@@ -14,6 +14,7 @@ from torch import Tensor
 
 import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
+from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, AttentionSpec
 from zoo.attention.cache import ConvolvedCache, KeyValueCache, WindowCache
 from zoo.attention.variants.softmax import SoftmaxAttention
@@ -48,19 +49,10 @@ def reference(layer: SoftmaxAttention, x: Tensor, keep: Tensor, causal: bool, ro
     """
     batch, length, _ = x.shape
     heads, kv_heads, d = layer.num_heads, layer.num_kv_heads, layer.head_dim
-    real = keep.any(1).to(x.dtype)[..., None]  # (B, L, 1): the positions some query sees (key padding)
+    real = keep.any(1)  # (B, L): the positions some query sees (key padding)
 
     def project(linear: torch.nn.Linear, conv: torch.nn.Conv1d | None, count: int) -> Tensor:
-        p = x @ linear.weight.T + linear.bias
-        if conv is not None:  # y_t = sum_r w[K - 1 - r] p_{t - r}, padded positions as zeros
-            p, size = p * real, conv.kernel_size[0]
-            p = torch.stack(
-                [
-                    sum(conv.weight[:, 0, size - 1 - r] * p[:, t - r] for r in range(min(size, t + 1)))
-                    for t in range(length)
-                ],
-                1,
-            )
+        p = convolved(x @ linear.weight.T + linear.bias, conv, real)
         return p.view(batch, length, count, d).transpose(1, 2)
 
     q, k, v = (

@@ -12,8 +12,9 @@ from torch import Tensor
 
 import zoo
 from tests.helpers.layers import run_layer
+from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
-from zoo.attention.cache import KeyValueCache
+from zoo.attention.cache import ConvolvedCache, KeyValueCache
 from zoo.models import GPT
 
 EMBED, HEADS, LENGTH = 8, 2, 30
@@ -37,8 +38,11 @@ def heads(x: Tensor) -> Tensor:
     return x.unflatten(-1, (-1, EMBED // HEADS)).transpose(1, 2)
 
 
-def project(module, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    return tuple(heads(p(x)) for p in (module.q_proj, module.k_proj, module.v_proj))
+def projections(module, x: Tensor, real: Tensor) -> list[Tensor]:
+    """The queries, keys and values ``(B, L, width)``, through the layer's short convolutions when
+    it has them (padded positions entering them as zeros)."""
+    pairs = [(module.q_proj, module.q_conv), (module.k_proj, module.k_conv), (module.v_proj, module.v_conv)]
+    return [convolved(linear(x), conv, real) for linear, conv in pairs]
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, visible: Tensor) -> tuple[Tensor, Tensor]:
@@ -54,7 +58,7 @@ def moba_reference(module, x: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
     """MoBA: query ``t`` in block ``c`` scores each earlier block with a real key by its dot
     product with the block's mean real key, and attends to its own block (up to ``t``) and the
     ``top_k - 1`` best. Returns the output and the weights ``(B, H, L, L)``."""
-    q, k, v = project(module, x)
+    q, k, v = (heads(t) for t in projections(module, x, real))
     size, top = module.block_size, module.top_k
     outputs, weights = torch.zeros_like(q), torch.zeros(*q.shape[:-1], q.shape[-2], dtype=x.dtype)
     position = torch.arange(x.shape[1])
@@ -81,8 +85,8 @@ def nsa_reference(module, x: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
     mixed by the gates. Returns the output and the weights, each branch's (the compressed one's
     spread over its blocks' keys) mixed by the gates over the branches that see a key."""
     length = x.shape[1]
-    q = heads(module.q_proj(x))
-    keys, values = heads(module.k_proj(x)).chunk(3, dim=1), heads(module.v_proj(x)).chunk(3, dim=1)
+    projected_q, projected_k, projected_v = projections(module, x, real)
+    q, keys, values = heads(projected_q), heads(projected_k).chunk(3, dim=1), heads(projected_v).chunk(3, dim=1)
     block, stride = module.compress_keys.length, module.compress_keys.stride
     size, count, width = module.select_block, module.select_count, module.window.window
     starts = list(range(0, length - block + 1, stride))
@@ -140,16 +144,21 @@ def padded(kind: str | None) -> tuple[dict, Tensor]:
     return {}, torch.ones(2, LENGTH, dtype=torch.bool)
 
 
+@pytest.mark.parametrize("conv_size", [0, 3])
 @pytest.mark.parametrize("padding", [None, "left", "right"])
 @pytest.mark.parametrize("name", ["moba", "nsa"])
-def test_the_layer_equals_dense_attention_under_its_selection(name: str, padding: str | None) -> None:
-    module = layer(name, kv_heads=1) if name == "nsa" else layer(name)  # NSA: both heads share one selection
+def test_the_layer_equals_dense_attention_under_its_selection(name: str, padding: str | None, conv_size: int) -> None:
+    shared = {"kv_heads": 1} if name == "nsa" else {}  # NSA: both heads share one selection
+    module = layer(name, conv_size=conv_size, **shared)
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     mask, real = padded(padding)
     with torch.no_grad():
         output, weights = run_layer(module, x, is_causal=True, need_weights=True, **mask)
         plain = run_layer(module, x, is_causal=True, **mask).output
         expected_output, expected_weights = REFERENCES[name](module, x, real)
+    if conv_size:  # a padded query convolves zeros only: its gate scores every block 0, a tie the kernel breaks
+        output, plain, expected_output = (t * real[..., None] for t in (output, plain, expected_output))
+        weights, expected_weights = (t * real[:, None, :, None] for t in (weights, expected_weights))
     torch.testing.assert_close(output, expected_output, atol=1e-12, rtol=0)
     torch.testing.assert_close(plain, output, atol=1e-12, rtol=0)
     torch.testing.assert_close(weights, expected_weights, atol=1e-12, rtol=0)
@@ -168,9 +177,10 @@ def test_the_selection_shows_in_the_weights_as_blocks() -> None:
         assert blocks[0, :, t, t // MOBA["block_size"]].all()
 
 
+@pytest.mark.parametrize("conv_size", [0, 3])
 @pytest.mark.parametrize("name", ["moba", "nsa"])
-def test_decoding_from_the_cache_equals_one_causal_pass(name: str) -> None:
-    module = layer(name)
+def test_decoding_from_the_cache_equals_one_causal_pass(name: str, conv_size: int) -> None:
+    module = layer(name, conv_size=conv_size)
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     mask, real = padded("left")
     with torch.no_grad():
@@ -182,7 +192,13 @@ def test_decoding_from_the_cache_equals_one_causal_pass(name: str) -> None:
             output, cache = module.attend_cached(x[:, t : t + 1], cache, context)
             outputs.append(output)
     torch.testing.assert_close(torch.cat(outputs, dim=1), expected, atol=1e-12, rtol=0)
-    assert isinstance(cache, KeyValueCache) and cache.length == LENGTH
+    assert cache.length == LENGTH
+    if conv_size:  # the keys and values beside each convolution's last conv_size - 1 inputs
+        assert isinstance(cache, ConvolvedCache) and all(w.shape[:2] == (2, conv_size - 1) for w in cache.windows)
+        with pytest.raises(TypeError, match="continues a KeyValueCache in a ConvolvedCache"):
+            module.attend_cached(x[:, :1], cache.inner)
+        cache = cache.inner
+    assert isinstance(cache, KeyValueCache)
 
 
 @pytest.mark.parametrize("name", ["moba", "nsa"])
@@ -214,3 +230,10 @@ def test_what_the_sparse_layers_cannot_take_is_refused_in_one_line() -> None:
         zoo.create_attention("nsa", embed_dim=EMBED, num_heads=HEADS, compress_block=6, compress_stride=4)
     with pytest.raises(ValueError, match="select_count must be at least 3"):
         zoo.create_attention("nsa", embed_dim=EMBED, num_heads=HEADS, select_count=2)
+
+
+@pytest.mark.parametrize("name", ["moba", "nsa"])
+def test_with_a_short_convolution_the_layer_passes_the_kit(name: str) -> None:
+    report = zoo.check_attention(name, conv_size=4, position="rope", **(MOBA if name == "moba" else NSA))
+    assert {"causal", "padding", "gradients"} <= set(report.passed)
+    assert "conv_size=4" in repr(zoo.create_attention(name, embed_dim=EMBED, num_heads=HEADS, conv_size=4))

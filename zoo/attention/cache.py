@@ -25,7 +25,7 @@ layer, each of its layer's kind, so hybrid stacks decode with no special case.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -44,6 +44,9 @@ class LayerCache(Protocol):
     def nbytes(self) -> int: ...
 
     def select(self, index: Tensor) -> LayerCache: ...
+
+
+CacheT = TypeVar("CacheT", bound=LayerCache)
 
 
 @dataclass(frozen=True)
@@ -202,3 +205,22 @@ class ConvolvedCache:
     def select(self, index: Tensor) -> ConvolvedCache:
         windows = tuple(window.index_select(0, index) for window in self.windows)
         return ConvolvedCache(self.inner.select(index), windows)
+
+    @staticmethod
+    def unwrap(
+        cache: LayerCache | None, expected: type[CacheT], *, convolves: bool, owner: object
+    ) -> tuple[CacheT | None, tuple[Tensor, ...] | None]:
+        """A layer's ``cache`` as what it keeps without convolutions (an ``expected`` cache; None
+        at a sequence's start) and the convolutions' windows (None when the layer has none); a
+        ``TypeError`` naming ``owner``'s class for a cache that layer does not continue."""
+        inner, windows = (cache.inner, cache.windows) if isinstance(cache, ConvolvedCache) else (cache, None)
+        if cache is not None and (not isinstance(inner, expected) or (windows is None) == convolves):
+            wanted = f"a {expected.__name__}" + (" in a ConvolvedCache" if convolves else "")
+            raise TypeError(f"{type(owner).__name__} continues {wanted}; got a {type(cache).__name__}.")
+        return inner, windows
+
+    @staticmethod
+    def wrap(held: LayerCache, windows: tuple[Tensor, ...] | None) -> LayerCache:
+        """The cache a layer hands back: ``held``, in a :class:`ConvolvedCache` with the
+        convolutions' ``windows`` when it has some."""
+        return held if windows is None else ConvolvedCache(held, windows)

@@ -97,7 +97,7 @@ from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import LayerCache, StateCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.gating import HeadNorm, StepDecay
-from zoo.attention.kernels import convolve_projections
+from zoo.attention.kernels import convolve_projections, short_convolutions
 from zoo.attention.kernels.fla import fla_available, fla_chunk
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.recurrence import Recurrence, RecurrenceForms
@@ -204,10 +204,6 @@ class RecurrentLayer(AttentionLayer):
             embed_dim=embed_dim, num_heads=num_heads, key_dim=key_dim, value_dim=value_dim, qk_heads=qk_heads,
             writes=writes, chunk_size=chunk_size,
         )  # fmt: skip
-        if not isinstance(conv_size, int) or conv_size < 0:
-            raise ValueError(
-                f"{name}: conv_size must be 0 (no convolution) or a positive kernel size, got {conv_size!r}."
-            )
         if value_dim % num_heads or key_dim % qk_heads or num_heads % qk_heads:
             raise ValueError(
                 f"{name}: num_heads ({num_heads}) must divide the value width ({value_dim}), and the query and key "
@@ -227,9 +223,8 @@ class RecurrentLayer(AttentionLayer):
         self.k_proj = nn.Linear(embed_dim, writes * key_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, writes * value_dim, bias=bias)
         self.out_proj = nn.Linear(value_dim, embed_dim, bias=bias)
-        self.q_conv, self.k_conv, self.v_conv = (
-            nn.Conv1d(width, width, conv_size, groups=width, bias=conv_bias) if conv_size else None
-            for width in (key_dim, writes * key_dim, writes * value_dim)
+        self.q_conv, self.k_conv, self.v_conv = short_convolutions(
+            name, conv_size, (key_dim, writes * key_dim, writes * value_dim), bias=conv_bias
         )
 
     # -- what a family defines ----------------------------------------------------------------------

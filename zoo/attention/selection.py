@@ -5,10 +5,19 @@ Both are causal (a query picks among the blocks before it), take key padding but
 differs per query (a block is picked from its real keys, the same for every query), may rotate
 queries and keys with the stack's rotary scheme before the selection and the cache, and decode
 from a :class:`~zoo.attention.cache.KeyValueCache` of every position's keys and values: a new
-token picks among the cached blocks as the full forward's query at its position does. A
-subclass builds ``q_proj``, ``k_proj`` and ``v_proj`` (keys and values in heads of
-``head_dim``) and implements :meth:`BlockSelectionLayer.select_attend`; the selection's operations
-are in :mod:`zoo.attention.kernels.selection`.
+token picks among the cached blocks as the full forward's query at its position does.
+
+``conv_size`` ``K`` (0 by default: neither paper has one) puts the ``softmax`` layer's short
+causal depthwise convolution (Primer's) on the projected queries, keys and values before the
+rotation, the selection and the cache, so a key carries its predecessors, as the recurrent
+families' do; decoding then keeps each convolution's last ``K - 1`` inputs beside the keys and
+values (a :class:`~zoo.attention.cache.ConvolvedCache`). It is what lets one softmax layer
+recall on MQAR without first learning a previous-token head (benchmarks/RESULTS.md 31).
+
+A subclass builds ``q_proj``, ``k_proj`` and ``v_proj`` (keys and values in heads of
+``head_dim``), then :meth:`BlockSelectionLayer.add_convolutions`, and implements
+:meth:`BlockSelectionLayer.select_attend`; the selection's operations are in
+:mod:`zoo.attention.kernels.selection`.
 """
 
 from __future__ import annotations
@@ -16,8 +25,9 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import KeyValueCache, LayerCache
+from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache
 from zoo.attention.context import AttentionContext
+from zoo.attention.kernels import convolve_projections, short_convolutions
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.rotation import rotate_heads
 from zoo.positions import PositionScheme
@@ -43,6 +53,9 @@ class BlockSelectionLayer(AttentionLayer):
     q_proj: nn.Linear
     k_proj: nn.Linear
     v_proj: nn.Linear
+    q_conv: nn.Conv1d | None
+    k_conv: nn.Conv1d | None
+    v_conv: nn.Conv1d | None
 
     def __init__(self, embed_dim: int, num_heads: int, position: PositionScheme | None, **sizes: int) -> None:
         super().__init__()
@@ -55,13 +68,29 @@ class BlockSelectionLayer(AttentionLayer):
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.rotary = None if position is None else position.for_head_dim(self.head_dim)
 
-    def heads(self, x: Tensor, offset: int, context: AttentionContext) -> tuple[Tensor, Tensor, Tensor]:
+    def add_convolutions(self, conv_size: int) -> None:
+        """The short convolutions on the projections (see the module docstring); none when
+        ``conv_size`` is 0. A subclass calls it once its projections are built."""
+        widths = [proj.out_features for proj in (self.q_proj, self.k_proj, self.v_proj)]
+        self.q_conv, self.k_conv, self.v_conv = short_convolutions(type(self).__name__, conv_size, widths)
+
+    def conv_repr(self) -> str:
+        """``", conv_size=K"`` for a subclass's ``extra_repr`` when the layer convolves, else ``""``."""
+        return "" if self.q_conv is None else f", conv_size={self.q_conv.kernel_size[0]}"
+
+    def heads(
+        self, x: Tensor, offset: int, context: AttentionContext, windows: tuple[Tensor, ...] | None = None
+    ) -> tuple[tuple[Tensor, Tensor, Tensor], tuple[Tensor, ...] | None]:
         """Queries ``(B, H, L, d)``, keys and values ``(B, heads, L, d)`` (as many heads as the
-        projections give), queries and keys rotated at ``offset ..``."""
-        q, k, v = (
-            p(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj)
-        )
-        return rotate_heads(self.rotary, q, offset, context), rotate_heads(self.rotary, k, offset, context), v
+        projections give), queries and keys rotated at ``offset ..``; and the convolutions'
+        windows after ``x`` (continuing ``windows``; None without convolutions)."""
+        projected = [proj(x) for proj in (self.q_proj, self.k_proj, self.v_proj)]
+        if self.q_conv is not None:
+            convs = (self.q_conv, self.k_conv, self.v_conv)
+            projected, windows = convolve_projections(projected, convs, windows, context.key_padding)
+        q, k, v = (t.unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for t in projected)
+        rotated = rotate_heads(self.rotary, q, offset, context), rotate_heads(self.rotary, k, offset, context), v
+        return rotated, windows
 
     def select_attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
         """New queries ``q`` (of the inputs ``x``, at the last positions) over every key and value
@@ -69,20 +98,21 @@ class BlockSelectionLayer(AttentionLayer):
         raise NotImplementedError(f"{type(self).__name__} must implement select_attend(x, q, k, v, context).")
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
-        return self.select_attend(x, *self.heads(x, context.offset, context), context)
+        heads, _ = self.heads(x, context.offset, context)
+        return self.select_attend(x, *heads, context)
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
         """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
-        :class:`~zoo.attention.cache.KeyValueCache` of the keys and values :meth:`heads` gives, or
-        None), causal: the output and the cache extended. The context's mask, if any, is key
+        :class:`~zoo.attention.cache.KeyValueCache` of the keys and values :meth:`heads` gives, in
+        a :class:`~zoo.attention.cache.ConvolvedCache` when the layer convolves; None at the
+        start), causal: the output and the cache extended. The context's mask, if any, is key
         padding over every position seen, ``(B, 1, 1, L)``."""
-        if cache is not None and not isinstance(cache, KeyValueCache):
-            raise TypeError(f"{type(self).__name__} continues a KeyValueCache; got a {type(cache).__name__}.")
+        held, windows = ConvolvedCache.unwrap(cache, KeyValueCache, convolves=self.q_conv is not None, owner=self)
         context = AttentionContext(is_causal=True) if context is None else context
         self.check_request(context)
-        q, k, v = self.heads(x, 0 if cache is None else cache.length, context)
-        cache = KeyValueCache(k, v) if cache is None else cache.extend(k, v)
-        output, _ = self.select_attend(x, q, cache.keys, cache.values, context.replace(need_weights=False))
-        return output, cache
+        (q, k, v), windows = self.heads(x, 0 if held is None else held.length, context, windows)
+        held = KeyValueCache(k, v) if held is None else held.extend(k, v)
+        output, _ = self.select_attend(x, q, held.keys, held.values, context.replace(need_weights=False))
+        return output, ConvolvedCache.wrap(held, windows)

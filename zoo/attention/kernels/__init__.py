@@ -45,7 +45,7 @@ from zoo.attention.kernels.sdpa import fused_attention
 from zoo.attention.kernels.decay import decay_chunkwise, decay_recurrent, decay_weights
 from zoo.attention.kernels.delta_product import delta_product_chunkwise, delta_product_recurrent, delta_product_weights
 from zoo.attention.kernels.dplr import dplr_chunkwise, dplr_recurrent, dplr_weights
-from zoo.attention.kernels.short_conv import causal_conv1d, convolve_projections
+from zoo.attention.kernels.short_conv import causal_conv1d, convolve_projections, short_convolutions
 
 __all__ = [
     "block_attention",
@@ -65,5 +65,6 @@ __all__ = [
     "dplr_weights",
     "fused_attention",
     "rows_from",
+    "short_convolutions",
     "sums_before",
 ]

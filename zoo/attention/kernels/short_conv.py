@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import FunctionCtx
 
-__all__ = ["ShortConvolution", "causal_conv1d", "convolve_projections"]
+__all__ = ["ShortConvolution", "causal_conv1d", "convolve_projections", "short_convolutions"]
 
 
 class ShortConvolution(torch.autograd.Function):
@@ -150,3 +150,14 @@ def convolve_projections(
         )
     ]
     return [y for y, _ in results], tuple(window for _, window in results)
+
+
+def short_convolutions(
+    owner: str, conv_size: int, widths: Sequence[int], *, bias: bool = False
+) -> tuple[nn.Conv1d | None, ...]:
+    """One depthwise ``nn.Conv1d`` of kernel ``conv_size`` per projection width (the parameters
+    :func:`convolve_projections` reads), or a None for each when ``conv_size`` is 0; a
+    ``ValueError`` naming ``owner`` for a size that is neither."""
+    if not isinstance(conv_size, int) or isinstance(conv_size, bool) or conv_size < 0:
+        raise ValueError(f"{owner}: conv_size must be 0 (no convolution) or a positive kernel size; got {conv_size!r}.")
+    return tuple(nn.Conv1d(width, width, conv_size, groups=width, bias=bias) if conv_size else None for width in widths)

@@ -47,7 +47,7 @@ from torch import Tensor, nn
 from typing_extensions import Unpack
 
 from zoo.attention.base import AttentionOutput
-from zoo.attention.cache import LayerCache
+from zoo.attention.cache import ConvolvedCache, LayerCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
 from zoo.attention.masking import key_column
@@ -140,7 +140,7 @@ class ForgettingAttention(SoftmaxAttention):
         """New positions after a :class:`ForgetCache` of the earlier ones (in a
         :class:`~zoo.attention.cache.ConvolvedCache` with the convolutions' windows when the layer
         convolves)."""
-        held, windows = self._continued(cache, ForgetCache)
+        held, windows = ConvolvedCache.unwrap(cache, ForgetCache, convolves=self.q_conv is not None, owner=self)
         context = AttentionContext(is_causal=True) if context is None else context
         seen = 0 if held is None else held.length
         q, k, v, windows = self._projected(x, context, windows, seen)
@@ -150,4 +150,4 @@ class ForgettingAttention(SoftmaxAttention):
         output, _ = self.attend_positions(
             x, held.keys, held.values, context, first=seen, logits=logits, projected_queries=q
         )
-        return output, self._wrapped(held, windows)
+        return output, ConvolvedCache.wrap(held, windows)

@@ -81,6 +81,8 @@ class MoBAAttention(BlockSelectionLayer):
         num_heads: Heads; each selects its own blocks.
         block_size: Positions per key block.
         top_k: Blocks each query attends to, its own included.
+        conv_size: Kernel of a short causal convolution on the projected queries, keys and values
+            (:mod:`~zoo.attention.selection`); 0, the paper's, for none.
         position: The stack's rotary scheme, or None.
         bias: Biases in the projections (the stack's ``bias``).
 
@@ -95,6 +97,7 @@ class MoBAAttention(BlockSelectionLayer):
         *,
         block_size: int = 16,
         top_k: int = 3,
+        conv_size: int = 0,
         position: PositionScheme | None = None,
         bias: bool = True,
     ) -> None:
@@ -103,6 +106,7 @@ class MoBAAttention(BlockSelectionLayer):
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
             nn.Linear(embed_dim, embed_dim, bias=bias) for _ in range(4)
         )
+        self.add_convolutions(conv_size)
 
     def select_attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
         """New queries over every key and value seen: the output ``(B, Lq, embed_dim)`` and the weights."""
@@ -117,4 +121,5 @@ class MoBAAttention(BlockSelectionLayer):
     def extra_repr(self) -> str:
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, block_size={self.block_size}, top_k={self.top_k}"
+            + self.conv_repr()
         )

@@ -115,6 +115,8 @@ class NativeSparseAttention(BlockSelectionLayer):
             and the two local blocks are always among them).
         window: Keys of the sliding window (``w``), the query's own included.
         shared_kv: One key and value projection for the three branches (fla's) instead of one each.
+        conv_size: Kernel of a short causal convolution on the projected queries, keys and values
+            (:mod:`~zoo.attention.selection`); 0, the paper's, for none.
         position: The stack's rotary scheme, or None.
         bias: Biases in the query, key, value and output projections (the stack's ``bias``).
 
@@ -136,6 +138,7 @@ class NativeSparseAttention(BlockSelectionLayer):
         select_count: int = 4,
         window: int = 16,
         shared_kv: bool = False,
+        conv_size: int = 0,
         position: PositionScheme | None = None,
         bias: bool = True,
     ) -> None:
@@ -164,6 +167,7 @@ class NativeSparseAttention(BlockSelectionLayer):
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, kv_width, bias=bias)
         self.v_proj = nn.Linear(embed_dim, kv_width, bias=bias)
+        self.add_convolutions(conv_size)
         self.compress_keys = BlockCompression(compress_block, compress_stride, self.head_dim)
         self.compress_values = BlockCompression(compress_block, compress_stride, self.head_dim)
         self.gate = nn.Linear(embed_dim, len(BRANCHES) * num_heads, bias=False)
@@ -285,4 +289,5 @@ class NativeSparseAttention(BlockSelectionLayer):
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, "
             f"compress_block={blocks.length}, compress_stride={blocks.stride}, select_block={self.select_block}, "
             f"select_count={self.select_count}, window={self.window.window}, shared_kv={self.branches == 1}"
+            + self.conv_repr()
         )

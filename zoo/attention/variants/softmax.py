@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 from functools import partialmethod
-from typing import Literal, TypedDict, TypeVar
+from typing import Literal, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -73,7 +73,7 @@ from zoo.attention.base import AttentionOutput
 from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.kernels import convolve_projections
+from zoo.attention.kernels import convolve_projections, short_convolutions
 from zoo.attention.kernels.sdpa import masked_sdpa
 from zoo.attention.kernels.window import sink_attention, sink_weights, window_blocks
 from zoo.attention.masking import masked_softmax
@@ -93,7 +93,6 @@ __all__ = [
 ]
 
 Gate = Literal["elementwise", "headwise"]
-CacheT = TypeVar("CacheT", bound=LayerCache)
 
 
 class SoftmaxOptions(TypedDict, total=False):
@@ -173,10 +172,6 @@ class SoftmaxAttention(SelfAttention):
             raise ValueError(f"{name}: window must be a positive integer or None; got {window!r}.")
         if not isinstance(sink_tokens, int) or sink_tokens < 0:
             raise ValueError(f"{name}: sink_tokens must be 0 or a positive integer; got {sink_tokens!r}.")
-        if not isinstance(conv_size, int) or isinstance(conv_size, bool) or conv_size < 0:
-            raise ValueError(
-                f"{name}: conv_size must be 0 (no convolution) or a positive kernel size; got {conv_size!r}."
-            )
         self.q_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
         self.k_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
         self.gate = gate
@@ -184,11 +179,8 @@ class SoftmaxAttention(SelfAttention):
             None if gate is None else nn.Linear(embed_dim, embed_dim if gate == "elementwise" else num_heads, bias=bias)
         )
         self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
-        self.q_conv, self.k_conv, self.v_conv = (
-            nn.Conv1d(proj.out_features, proj.out_features, conv_size, groups=proj.out_features, bias=False)
-            if conv_size
-            else None
-            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        self.q_conv, self.k_conv, self.v_conv = short_convolutions(
+            name, conv_size, [proj.out_features for proj in (self.q_proj, self.k_proj, self.v_proj)]
         )
         self.window = window
         self.sink_tokens = sink_tokens if window is not None else 0
@@ -377,7 +369,8 @@ class SoftmaxAttention(SelfAttention):
         ``sink_tokens`` positions and the last ``window - 1``); held in a
         :class:`~zoo.attention.cache.ConvolvedCache`
         with the convolutions' windows when the layer convolves."""
-        inner, windows = self._continued(cache, WindowCache if self.window is not None else KeyValueCache)
+        expected = WindowCache if self.window is not None else KeyValueCache
+        inner, windows = ConvolvedCache.unwrap(cache, expected, convolves=self.q_conv is not None, owner=self)
         context = AttentionContext(is_causal=True) if context is None else context
         seen = 0 if inner is None else inner.length
         q, k, v, windows = self._projected(x, context, windows, seen)
@@ -392,24 +385,7 @@ class SoftmaxAttention(SelfAttention):
                 key_positions=window_cache.positions, projected_queries=q,
             )  # fmt: skip
             held = window_cache.trimmed()
-        return output, self._wrapped(held, windows)
-
-    def _continued(
-        self, cache: LayerCache | None, expected: type[CacheT]
-    ) -> tuple[CacheT | None, tuple[Tensor, ...] | None]:
-        """``cache``'s keys and values (an ``expected`` cache; None at a sequence's start) and its
-        convolutions' windows (None when the layer has none); a ``TypeError`` for a cache this
-        layer does not continue."""
-        inner, windows = (cache.inner, cache.windows) if isinstance(cache, ConvolvedCache) else (cache, None)
-        if cache is not None and (not isinstance(inner, expected) or (windows is None) != (self.q_conv is None)):
-            wanted = f"a {expected.__name__}" + (" in a ConvolvedCache" if self.q_conv is not None else "")
-            raise TypeError(f"{type(self).__name__} continues {wanted}; got a {type(cache).__name__}.")
-        return inner, windows
-
-    @staticmethod
-    def _wrapped(held: LayerCache, windows: tuple[Tensor, ...] | None) -> LayerCache:
-        """The cache to hand back: ``held``, beside the convolutions' ``windows`` when there are some."""
-        return held if windows is None else ConvolvedCache(held, windows)
+        return output, ConvolvedCache.wrap(held, windows)
 
     def extra_repr(self) -> str:
         options = [
