@@ -13,8 +13,9 @@ from torch import Tensor
 
 import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
+from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
-from zoo.attention.cache import KeyValueCache
+from zoo.attention.cache import ConvolvedCache, KeyValueCache
 from zoo.attention.variants.differential import DifferentialAttention
 from zoo.models.gpt import GPT
 
@@ -26,15 +27,16 @@ def reference(layer: DifferentialAttention, x: Tensor, keep: Tensor, causal: boo
     """Output and difference maps, one head and query at a time (no positions). ``keep`` ``(B, L, L)``."""
     batch, length, _ = x.shape
     d, heads = layer.head_dim, layer.num_heads // 2
+    real = keep.any(1)  # (B, L): the positions some query sees (key padding), which a convolution reads
 
-    def project(linear: torch.nn.Linear) -> Tensor:
-        return x @ linear.weight.T + linear.bias
+    def project(linear: torch.nn.Linear, conv: torch.nn.Conv1d | None) -> Tensor:
+        return convolved(x @ linear.weight.T + linear.bias, conv, real)
 
     q, k = (
-        project(layer.q_proj).view(batch, length, 2 * heads, d),
-        project(layer.k_proj).view(batch, length, 2 * heads, d),
+        project(layer.q_proj, layer.q_conv).view(batch, length, 2 * heads, d),
+        project(layer.k_proj, layer.k_conv).view(batch, length, 2 * heads, d),
     )
-    v = project(layer.v_proj).view(batch, length, heads, 2 * d)
+    v = project(layer.v_proj, layer.v_conv).view(batch, length, heads, 2 * d)
     depth = layer.layer_index + 1  # the paper's l
     init = 0.8 - 0.6 * math.exp(-0.3 * (depth - 1))
     lam = math.exp(float(layer.lambda_q1 @ layer.lambda_k1)) - math.exp(float(layer.lambda_q2 @ layer.lambda_k2)) + init
@@ -57,17 +59,20 @@ def reference(layer: DifferentialAttention, x: Tensor, keep: Tensor, causal: boo
     return normed.reshape(batch, length, -1) @ layer.out_proj.weight.T + layer.out_proj.bias, maps
 
 
-def built(layer_index: int = 2) -> DifferentialAttention:
+def built(layer_index: int = 2, **options) -> DifferentialAttention:
     torch.manual_seed(0)
-    layer = DifferentialAttention(E, H, layer_index=layer_index).double()
+    layer = DifferentialAttention(E, H, layer_index=layer_index, **options).double()
     with torch.no_grad():
         layer.norm.weight.uniform_(0.5, 1.5)
+        for conv in filter(None, (layer.q_conv, layer.k_conv, layer.v_conv)):  # filters of a trained size
+            conv.weight.normal_()
     return layer
 
 
+@pytest.mark.parametrize("conv_size", [0, 3])
 @pytest.mark.parametrize("causal", [True, False])
-def test_the_layer_computes_the_papers_equations_with_and_without_padding(causal: bool) -> None:
-    layer = built()
+def test_the_layer_computes_the_papers_equations_with_and_without_padding(causal: bool, conv_size: int) -> None:
+    layer = built(conv_size=conv_size)
     x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     lengths = torch.tensor([L, 3, 1])
     for valid_lens in (None, lengths):
@@ -83,9 +88,11 @@ def test_the_layer_computes_the_papers_equations_with_and_without_padding(causal
     assert (weights < 0).any()  # a difference of two maps: not a distribution
 
 
-def test_decoding_token_by_token_equals_the_full_forward_with_rotary_positions() -> None:
+@pytest.mark.parametrize("conv_size", [0, 3])
+def test_decoding_token_by_token_equals_the_full_forward_with_rotary_positions(conv_size: int) -> None:
     torch.manual_seed(0)
-    layer = DifferentialAttention(E, H, position=zoo.create_position("rope", d_model=E, num_heads=H)).double().eval()
+    rope = zoo.create_position("rope", d_model=E, num_heads=H)
+    layer = DifferentialAttention(E, H, position=rope, conv_size=conv_size).double().eval()
     x = torch.randn(B, 9, E, dtype=torch.float64)
     keep = torch.arange(9) >= torch.tensor([0, 2, 5])[:, None]  # left-padded rows
     full = layer(x, AttentionContext.for_keys(keep, is_causal=True)).output
@@ -97,6 +104,11 @@ def test_decoding_token_by_token_equals_the_full_forward_with_rotary_positions()
         outputs.append(output)
     real = keep[:, :, None]
     torch.testing.assert_close(torch.cat(outputs, 1) * real, full * real, rtol=1e-10, atol=1e-10)
+    if conv_size:  # the keys and values beside each convolution's last conv_size - 1 inputs
+        assert isinstance(cache, ConvolvedCache) and [w.shape for w in cache.windows] == [(B, conv_size - 1, E)] * 3
+        with pytest.raises(TypeError, match="continues a KeyValueCache in a ConvolvedCache"):
+            layer.attend_cached(x[:, :1], cache.inner)
+        cache = cache.inner
     assert (
         isinstance(cache, KeyValueCache)
         and cache.keys.shape == (B, H, 9, E // H)
@@ -143,3 +155,10 @@ def test_a_differential_gpt_fits_shakespeare_from_the_command_line(shared_data, 
     assert hparams(run)["attention"] == "differential"
     model = zoo.load_checkpoint(str(run / "checkpoints" / "last.ckpt")).model
     assert [block.attention.layer_index for block in model.blocks] == [0, 1]
+
+
+def test_with_a_short_convolution_it_passes_the_kit_and_refuses_a_mask_per_query() -> None:
+    report = zoo.check_attention("differential", embed_dim=8, num_heads=2, conv_size=4, position="rope")
+    assert {"causal", "padding", "gradients"} <= set(report.passed)
+    assert "query_masks" in report.skipped
+    assert "conv_size=4" in repr(DifferentialAttention(E, H, conv_size=4))

@@ -28,6 +28,13 @@ Depth: ``lambda_init`` needs the layer's place in its stack, which the stack han
 whose constructor takes ``layer_index`` (:class:`~zoo.attention.spec.AttentionSpec`'s field, 0
 for the first layer, the paper's ``l - 1``); built alone the layer is the first.
 
+``conv_size`` ``K`` (0 by default: the paper has none) puts the ``softmax`` layer's short causal
+depthwise convolution (Primer's) on the projected queries, keys and values, before the rotation,
+so a key carries its predecessors, as the recurrent families' do (benchmarks/RESULTS.md 31: what
+one softmax layer needs to recall on MQAR without first learning a previous-token head); a mask
+must then hide a key from every query alike, and decoding keeps each convolution's last ``K - 1``
+inputs (a :class:`~zoo.attention.cache.ConvolvedCache`).
+
 Left out: the reference's grouped key/value heads (this layer takes no ``num_kv_heads``), and
 dropout on the maps (the reference has none). Weights are the difference map, ``(B, H / 2, Lq,
 Lk)``, which may be negative and need not sum to one (``normalized_weights`` is False); without
@@ -44,10 +51,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import KeyValueCache, LayerCache
+from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.kernels import fused_attention
+from zoo.attention.kernels import convolve_projections, fused_attention, short_convolutions
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.masking import masked_softmax, with_causal
 from zoo.attention.rotation import rotate_heads
@@ -75,11 +82,14 @@ class DifferentialAttention(AttentionLayer):
         embed_dim: The block's width (the stack fills it).
         num_heads: The stack's heads ``H`` (even): ``H / 2`` differential heads of two halves.
         layer_index: The layer's place in its stack, from 0 (the stack fills it).
+        conv_size: Kernel of a short causal convolution on the projected queries, keys and values
+            (see the module docstring); 0, the paper's, for none.
         position: The stack's rotary scheme, or None.
         bias: Whether the projections have biases.
 
     Parameters: ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` (``embed_dim`` square),
-    ``lambda_q1``, ``lambda_k1``, ``lambda_q2``, ``lambda_k2`` (``d`` each), ``norm`` (``2d``).
+    ``lambda_q1``, ``lambda_k1``, ``lambda_q2``, ``lambda_k2`` (``d`` each), ``norm`` (``2d``);
+    ``q_conv``, ``k_conv``, ``v_conv`` with a convolution.
     """
 
     supports_rotary = True
@@ -91,6 +101,7 @@ class DifferentialAttention(AttentionLayer):
         num_heads: int,
         *,
         layer_index: int = 0,
+        conv_size: int = 0,
         position: PositionScheme | None = None,
         bias: bool = True,
     ) -> None:
@@ -115,6 +126,10 @@ class DifferentialAttention(AttentionLayer):
             nn.Parameter(torch.randn(self.head_dim) * LAMBDA_STD) for _ in range(4)
         )
         self.norm = nn.RMSNorm(2 * self.head_dim, eps=NORM_EPS)
+        widths = (embed_dim, embed_dim, embed_dim)
+        self.q_conv, self.k_conv, self.v_conv = short_convolutions(type(self).__name__, conv_size, widths)
+        if conv_size:  # a key's neighbours are in it: masks hide positions from every query alike
+            self.supports_query_mask = False
 
     def lambda_full(self) -> Tensor:
         """``lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init``."""
@@ -124,25 +139,37 @@ class DifferentialAttention(AttentionLayer):
             + self.lambda_init
         )
 
-    def _halves(self, x: Tensor, projection: nn.Linear, first: int, context: AttentionContext | None) -> Tensor:
-        """Queries or keys ``(B, H, L, d)``: head ``h``'s halves at ``2h`` and ``2h + 1``, rotated
-        at positions ``first ..``."""
-        heads = projection(x).unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+    def _projected(
+        self, x: Tensor, context: AttentionContext, windows: tuple[Tensor, ...] | None
+    ) -> tuple[list[Tensor], tuple[Tensor, ...] | None]:
+        """The queries, keys and values of ``x`` ``(B, L, embed_dim)`` each, through the
+        convolutions after ``windows`` when the layer has them; and their windows after ``x``
+        (None without convolutions)."""
+        projected = [proj(x) for proj in (self.q_proj, self.k_proj, self.v_proj)]
+        if self.q_conv is None:
+            return projected, None
+        return convolve_projections(projected, (self.q_conv, self.k_conv, self.v_conv), windows, context.key_padding)
+
+    def _halves(self, projected: Tensor, first: int, context: AttentionContext | None) -> Tensor:
+        """Projected queries or keys as ``(B, H, L, d)``: head ``h``'s halves at ``2h`` and
+        ``2h + 1``, rotated at positions ``first ..``."""
+        heads = projected.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
         return rotate_heads(self.position, heads, first, context)
 
-    def _values(self, x: Tensor) -> Tensor:
-        """Values ``(B, H / 2, L, 2d)``."""
-        return self.v_proj(x).unflatten(-1, (self.num_heads // 2, 2 * self.head_dim)).transpose(1, 2)
+    def _values(self, projected: Tensor) -> Tensor:
+        """Projected values as ``(B, H / 2, L, 2d)``."""
+        return projected.unflatten(-1, (self.num_heads // 2, 2 * self.head_dim)).transpose(1, 2)
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         """``x`` ``(B, L, embed_dim)`` over itself."""
-        k = self._halves(x, self.k_proj, context.offset, context)
-        return self._attend(x, k, self._values(x), context)
+        (q, k, v), _ = self._projected(x, context, None)
+        return self._attend(q, self._halves(k, context.offset, context), self._values(v), context)
 
-    def _attend(self, x: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
-        """``x`` at the last ``Lq`` of the ``Lk`` positions of keys ``k`` and values ``v``."""
-        num_queries, num_keys = x.shape[1], k.shape[-2]
-        q = self._halves(x, self.q_proj, num_keys - num_queries, context)
+    def _attend(self, queries: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
+        """Projected ``queries`` ``(B, Lq, embed_dim)`` at the last ``Lq`` of the ``Lk`` positions
+        of keys ``k`` and values ``v``."""
+        num_queries, num_keys = queries.shape[1], k.shape[-2]
+        q = self._halves(queries, num_keys - num_queries, context)
         lam = self.lambda_full().to(q.dtype)
         scale = 1.0 / math.sqrt(self.head_dim)
         mask = context.mask
@@ -171,17 +198,19 @@ class DifferentialAttention(AttentionLayer):
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
         """New positions after a :class:`~zoo.attention.cache.KeyValueCache` of the rotated key
-        halves ``(B, H, L, d)`` and values ``(B, H / 2, L, 2d)``."""
-        if cache is not None and not isinstance(cache, KeyValueCache):
-            raise TypeError(f"{type(self).__name__} continues a KeyValueCache; got a {type(cache).__name__}.")
+        halves ``(B, H, L, d)`` and values ``(B, H / 2, L, 2d)`` (in a
+        :class:`~zoo.attention.cache.ConvolvedCache` when the layer convolves)."""
+        held, windows = ConvolvedCache.unwrap(cache, KeyValueCache, convolves=self.q_conv is not None, owner=self)
         context = AttentionContext(is_causal=True) if context is None else context
-        k = self._halves(x, self.k_proj, 0 if cache is None else cache.length, context)
-        cache = KeyValueCache(k, self._values(x)) if cache is None else cache.extend(k, self._values(x))
-        output, _ = self._attend(x, cache.keys, cache.values, context)
-        return output, cache
+        (q, k, v), windows = self._projected(x, context, windows)
+        k, v = self._halves(k, 0 if held is None else held.length, context), self._values(v)
+        held = KeyValueCache(k, v) if held is None else held.extend(k, v)
+        output, _ = self._attend(q, held.keys, held.values, context)
+        return output, ConvolvedCache.wrap(held, windows)
 
     def extra_repr(self) -> str:
         return (
             f"embed_dim={self.embed_dim}, heads={self.num_heads // 2} (of two halves), layer_index={self.layer_index}, "
             f"lambda_init={self.lambda_init:.4f}"
+            + ("" if self.q_conv is None else f", conv_size={self.q_conv.kernel_size[0]}")
         )
