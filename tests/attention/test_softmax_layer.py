@@ -291,3 +291,41 @@ def test_a_gated_attention_gpt_fits_shakespeare_from_the_command_line(shared_dat
     assert hparams(run)["attention"] == "gated_attention"
     layer = zoo.load_checkpoint(str(run / "checkpoints" / "last.ckpt")).model.blocks[0].attention
     assert type(layer).__name__ == "GatedAttention" and layer.q_norm is not None
+
+
+@pytest.mark.parametrize("scores", ["sigmoid", "softpick", "stick_breaking"])
+def test_scores_runs_another_scoring_attention_in_the_heads_with_the_options(scores: str) -> None:
+    """With no option on, the layer over ``scores`` is the multi-head ``self`` layer over it; a
+    convolution whose filters pass each input through unchanged changes nothing; with trained
+    filters and QK-norm, decoding from the cache equals the full forward."""
+    x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    keep = torch.arange(L) >= torch.tensor([0, 2, 4])[:, None]  # left-padded rows
+    context = AttentionContext.for_keys(keep, is_causal=True)
+    plain = build(scores=scores)
+    multi_head = zoo.create_attention("self", embed_dim=E, num_heads=H, attention=scores).double()
+    multi_head.load_state_dict(plain.state_dict())
+    expected = multi_head(x, context).output
+    torch.testing.assert_close(plain(x, context).output, expected, rtol=1e-12, atol=1e-12)
+    convolving = build(scores=scores, conv_size=3)
+    convolving.load_state_dict(plain.state_dict(), strict=False)
+    with torch.no_grad():
+        for conv in (convolving.q_conv, convolving.k_conv, convolving.v_conv):
+            conv.weight.zero_()[:, 0, -1] = 1.0  # y_t = x_t
+    torch.testing.assert_close(convolving(x, context).output, expected, rtol=1e-12, atol=1e-12)
+    layer = build(True, scores=scores, conv_size=3, qk_norm=True, gate="headwise").eval()
+    with torch.no_grad():
+        for conv in (layer.q_conv, layer.k_conv, layer.v_conv):
+            conv.weight.normal_()
+    decoded, _ = decode(layer, x, keep, 2)
+    full = layer(x, context).output
+    torch.testing.assert_close(decoded * keep[..., None], full * keep[..., None], rtol=1e-10, atol=1e-10)
+    assert f"scores={scores!r}" in repr(layer)
+
+
+def test_scores_that_cannot_do_what_is_asked_are_refused_when_the_model_is_built() -> None:
+    with pytest.raises(ValueError, match="sinks and windows act on softmax over dot products"):
+        SoftmaxAttention(E, H, scores="sigmoid", sinks=True)
+    with pytest.raises(zoo.IncompatibleAttentionError, match="as the scores of 'softmax'.*both directions"):
+        zoo.attention.layer_specs({"name": "softmax", "scores": "stick_breaking"}, None, 2, role="an encoder")
+    with pytest.raises(zoo.IncompatibleAttentionError, match="not a scoring attention"):
+        SoftmaxAttention(E, H, scores="gla")

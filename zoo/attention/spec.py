@@ -150,8 +150,14 @@ class AttentionSpec:
 
     def require(self, *, role: str = "this architecture", **needs: Unpack[AttentionNeeds]) -> AttentionSpec:
         """This spec, if its variant can do what ``role`` needs; else an
-        :class:`~zoo.attention.base.IncompatibleAttentionError` naming the names that can."""
+        :class:`~zoo.attention.base.IncompatibleAttentionError` naming the names that can. A
+        layer whose heads run a scoring attention it is given by name (its ``scores`` argument,
+        as the ``softmax`` layer's) can do only what that attention can, so the name is checked
+        too."""
         require_attention(self.name, role=role, layers=True, **needs)
+        scores = self.kwargs.get("scores")
+        if isinstance(scores, str):
+            require_attention(scores, role=f"{role}, as the scores of {self.name!r}", **needs)
         return self
 
     def with_position(self, position: PositionScheme | None) -> AttentionSpec:

@@ -46,6 +46,12 @@ the layer's input ``x_i``:
   positions enter it as zeros, and decoding keeps the last ``K - 1`` projections of each in a
   :class:`~zoo.attention.cache.ConvolvedCache` beside the keys and values.
 
+* ``scores`` (x-transformers' way of giving every option to every attention): the registered
+  scoring attention each head runs, ``dot_product`` (softmax) by default; ``sigmoid``,
+  ``softpick``, ``stick_breaking`` or any other then get QK-norm, the gate and the convolution
+  as they are (``{name: softmax, scores: sigmoid, conv_size: 4}``). Sinks and windows are
+  softmax's denominator and mask over dot products, so they take ``dot_product`` only.
+
 The registered names are this one layer with other defaults, so every option combines with the
 others and with the stack's options (``--model.num_kv_heads``, ``--model.attention_dropout``,
 ``--model.position rope``): ``softmax`` (none on), ``qk_norm``, ``gated_attention`` (elementwise
@@ -80,6 +86,7 @@ from zoo.attention.masking import masked_softmax
 from zoo.attention.multi_head import SelfAttention
 from zoo.attention.rotation import rotate_heads
 from zoo.attention.spec import AttentionSpec
+from zoo.attention.variants.dot_product import DotProductAttention
 from zoo.positions import PositionScheme
 
 __all__ = [
@@ -130,6 +137,8 @@ class SoftmaxAttention(SelfAttention):
         sink_tokens: With a window: the first positions every query sees too (StreamingLLM's 4).
         conv_size: Kernel of a short causal depthwise convolution on the projected queries, keys
             and values (Primer's; 4 as the recurrent families'); 0 for none.
+        scores: The registered scoring attention each head runs (its defaults); ``dot_product``,
+            softmax over scaled dot products, unless another is named. Sinks and windows need it.
         num_kv_heads: Key/value heads (grouped-query attention); the stack gives the model's.
         dropout: Dropout on the weights; the stack gives the model's attention dropout.
         position: The stack's rotary or bias scheme.
@@ -157,15 +166,20 @@ class SoftmaxAttention(SelfAttention):
         window: int | None = None,
         sink_tokens: int = 4,
         conv_size: int = 0,
+        scores: str = "dot_product",
         num_kv_heads: int | None = None,
         dropout: float = 0.0,
         position: PositionScheme | None = None,
         bias: bool = True,
     ) -> None:
-        super().__init__(
-            embed_dim, num_heads, AttentionSpec("dot_product", {}, num_kv_heads, position, dropout), bias=bias
-        )
+        super().__init__(embed_dim, num_heads, AttentionSpec(scores, {}, num_kv_heads, position, dropout), bias=bias)
         name = type(self).__name__
+        self.scores = scores
+        if (sinks or window is not None) and type(self.score_attention) is not DotProductAttention:
+            raise ValueError(
+                f"{name}: sinks and windows act on softmax over dot products; scores={scores!r} takes neither. "
+                "Leave scores out (dot_product) or drop sinks and window."
+            )
         if gate not in (None, "elementwise", "headwise"):
             raise ValueError(f"{name}: gate must be 'elementwise', 'headwise' or None; got {gate!r}.")
         if window is not None and (not isinstance(window, int) or window < 1):
@@ -396,6 +410,7 @@ class SoftmaxAttention(SelfAttention):
             "sinks=True" if self.sinks is not None else "",
             f"window={self.window}, sink_tokens={self.sink_tokens}" if self.window is not None else "",
             f"conv_size={self.q_conv.kernel_size[0]}" if self.q_conv is not None else "",
+            "" if type(self.score_attention) is DotProductAttention else f"scores={self.scores!r}",
         ]
         return ", ".join(filter(None, options))
 
