@@ -29,7 +29,7 @@ from zoo.attention.kernels.blocks import block_attention, rows_from
 from zoo.attention.kernels.sdpa import masked_sdpa
 from zoo.attention.masking import mask_at, masked_softmax
 
-__all__ = ["sink_attention", "sink_weights", "window_blocks", "with_sink_key"]
+__all__ = ["sink_attention", "sink_weights", "softmax_heads", "window_blocks", "with_sink_key"]
 
 #: a bias scheme read at (query position, key position) pairs: ``(heads, *pairs)``
 PairBias = Callable[[Tensor, Tensor], Tensor]
@@ -160,3 +160,37 @@ def window_blocks(
         scale = 1.0
     output = block_attention(blocks_q, blocks_k, blocks_v, scored, dropout_p=dropout_p, scale=scale)
     return output.flatten(-3, -2)[..., :num_queries, :width]
+
+
+def softmax_heads(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    *,
+    scale: float,
+    logits: Tensor | None = None,
+    sinks: Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    is_causal: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Softmax attention of heads ``q`` ``(B, H, Lq, d)`` over ``k``, ``v`` (as many heads) where
+    the boolean ``mask`` (broadcastable to ``(B, H, Lq, Lk)``; None: every key) lets a query see a
+    key, with ``logits`` added to the scores and learned ``sinks`` ``(H,)`` in the denominator:
+    the explicit form and its weights when ``need_weights``, else the fused kernel (a sink as one
+    more key; ``is_causal`` says the mask is the plain causal one, which that kernel then forms
+    itself). Dropout of ``dropout_p`` on the weights."""
+    if need_weights:
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        scores = scores if logits is None else scores + logits.to(scores.dtype)
+        weights = masked_softmax(scores, mask=mask) if sinks is None else sink_weights(scores, mask, sinks)
+        return torch.matmul(F.dropout(weights, dropout_p), v), weights
+    if logits is not None:  # a float mask: the logits, -inf where a key is hidden
+        logits = logits.to(q.dtype).expand(*logits.shape[:-2], q.shape[-2], k.shape[-2])
+        mask = logits if mask is None else logits.masked_fill(~mask, float("-inf"))
+    if sinks is not None:
+        return sink_attention(q, k, v, mask, sinks, scale=scale, dropout_p=dropout_p, is_causal=is_causal), None
+    if mask is not None and mask.dim() < q.dim():
+        mask = mask[(None,) * (q.dim() - mask.dim())]
+    return masked_sdpa(q, k, v, mask, dropout_p=dropout_p, scale=scale), None

@@ -80,9 +80,7 @@ from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache, Windo
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
 from zoo.attention.kernels import convolve_projections, short_convolutions
-from zoo.attention.kernels.sdpa import masked_sdpa
-from zoo.attention.kernels.window import sink_attention, sink_weights, window_blocks
-from zoo.attention.masking import masked_softmax
+from zoo.attention.kernels.window import softmax_heads, window_blocks
 from zoo.attention.multi_head import SelfAttention
 from zoo.attention.rotation import rotate_heads
 from zoo.attention.spec import AttentionSpec
@@ -337,26 +335,10 @@ class SoftmaxAttention(SelfAttention):
         if self.bias_scheme is not None:
             scheme_bias = self.bias_scheme(query_positions[:, None], key_positions).to(q.dtype)
             logits = scheme_bias if logits is None else logits + scheme_bias
-        if context.need_weights:
-            scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-            scores = scores if logits is None else scores + logits.to(scores.dtype)
-            weights = (
-                masked_softmax(scores, mask=mask) if self.sinks is None else sink_weights(scores, mask, self.sinks)
-            )
-            return torch.matmul(dropout.dropout(weights), v), weights
-        if logits is not None:  # a float mask: the logits, -inf where a key is hidden
-            logits = logits.to(q.dtype).expand(*logits.shape[:-2], num_queries, num_keys)
-            mask = logits if mask is None else logits.masked_fill(~mask, float("-inf"))
-        if self.sinks is None:
-            return self._sdpa(q, k, v, mask, scale), None
-        dropout_p = dropout.active_dropout
-        return sink_attention(q, k, v, mask, self.sinks, scale=scale, dropout_p=dropout_p, is_causal=plain_causal), None
-
-    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
-        """The fused kernel under a boolean or float ``mask`` of the inputs' rank."""
-        if mask is not None and mask.dim() < q.dim():
-            mask = mask[(None,) * (q.dim() - mask.dim())]
-        return masked_sdpa(q, k, v, mask, dropout_p=self.score_attention.active_dropout, scale=scale)
+        return softmax_heads(
+            q, k, v, mask, scale=scale, logits=logits, sinks=self.sinks, dropout_p=dropout.active_dropout,
+            need_weights=context.need_weights, is_causal=plain_causal,
+        )  # fmt: skip
 
     def _visible(self, context: AttentionContext, query_positions: Tensor, key_positions: Tensor) -> Tensor | None:
         """Which keys each query sees, broadcastable to ``(B, H, Lq, Lk)``: the context's mask
