@@ -163,3 +163,19 @@ def test_with_a_short_convolution_it_passes_the_kit_and_refuses_a_mask_per_query
     assert "query_masks" in report.skipped
     layer = ForgettingAttention(E, H, conv_size=4)
     assert layer.supports_query_mask is False and layer.q_conv.kernel_size == (4,)
+
+
+def test_forget_bias_starts_the_gates_open_so_far_keys_are_read() -> None:
+    """With PyTorch's default bias the gates start near 0.5 and a key 40 positions back gets no
+    weight; with ``forget_bias=5`` every gate starts at sigmoid(5) and the layer reads it as
+    softmax attention nearly does."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 41, E, dtype=torch.float64)
+    default, opened = (ForgettingAttention(E, H, forget_bias=bias).double() for bias in (None, 5.0))
+    with torch.no_grad():
+        opened.forget_proj.weight.zero_()
+        default.forget_proj.weight.zero_()  # the gate is sigmoid(bias) at every position
+    assert torch.equal(opened.forget_proj.bias, torch.full((H,), 5.0, dtype=torch.float64))
+    context = AttentionContext(is_causal=True, need_weights=True)
+    far = [float(layer(x, context).weights[0, :, -1, 0].max()) for layer in (default, opened)]
+    assert far[0] < 1e-6 < 1e-3 < far[1]

@@ -27,7 +27,13 @@ values, off by default) is the zoo's way of giving a token its neighbours, as th
 families have it, and is what recall needs first (benchmarks/RESULTS.md 31). ``sinks`` work
 too; a sliding window does not (the gate is the layer's forgetting). The gate's projection has a
 bias, as the reference's; its initial values are PyTorch's defaults (the reference draws the
-weight from ``N(0, 0.02^2)`` with a zero bias: gates near 0.5 either way).
+weight from ``N(0, 0.02^2)`` with a zero bias: gates near 0.5 either way). Gates near 0.5 start
+the layer as a local one: a key ``n`` positions back is ``0.69 n`` lower in the logits, so at
+first nothing beyond a few tokens is read. ``forget_bias`` ``b`` starts the bias there instead,
+gates near ``sigmoid(b)`` (5: 0.993, a key 100 back lowered by 0.67), as LSTMs start their forget
+gates open (Gers et al., 2000) and Mamba its decays slow: the layer starts near softmax attention
+and learns what to forget (benchmarks/RESULTS.md 38: on MQAR at 256 tokens the default stays on
+the plateau).
 
 Causal only (``supports_bidirectional`` is False): the decay runs from the past to the present.
 A position hidden from a query by a mask is neither read nor forgets for it: its gate leaves
@@ -92,6 +98,7 @@ class ForgettingAttention(SoftmaxAttention):
 
     Args:
         embed_dim, num_heads: The stack's width and heads (it fills them).
+        forget_bias: The gates' initial bias (see the module docstring); None: PyTorch's default.
         options: ``qk_norm``, ``gate``, ``sinks`` and ``conv_size`` as the ``softmax`` layer's; ``num_kv_heads``,
             ``dropout``, ``position`` and ``bias``, the stack's (it fills them). Not its
             ``window``: the gate is the layer's forgetting.
@@ -102,10 +109,14 @@ class ForgettingAttention(SoftmaxAttention):
 
     supports_bidirectional = False
 
-    def __init__(self, embed_dim: int, num_heads: int, **options: Unpack[SoftmaxOptions]) -> None:
+    def __init__(
+        self, embed_dim: int, num_heads: int, *, forget_bias: float | None = None, **options: Unpack[SoftmaxOptions]
+    ) -> None:
         super().__init__(embed_dim, num_heads, **options)
         self.supports_bidirectional = False  # the multi-head layer copied its heads' flag; the decay is causal
         self.forget_proj = nn.Linear(embed_dim, num_heads)
+        if forget_bias is not None:
+            nn.init.constant_(self.forget_proj.bias, forget_bias)
 
     def log_forget(self, x: Tensor) -> Tensor:
         """``log f`` ``(B, H, L)`` at the positions of ``x``, in float32 at least."""
