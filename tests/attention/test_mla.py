@@ -13,8 +13,9 @@ from torch import Tensor
 
 import zoo
 from tests.helpers.layers import run_layer
+from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
-from zoo.attention.cache import KeyValueCache, LatentCache, StateCache
+from zoo.attention.cache import ConvolvedCache, KeyValueCache, LatentCache, StateCache
 from zoo.models import GPT
 
 EMBED, HEADS, LENGTH = 16, 4, 11
@@ -49,14 +50,20 @@ def rms_norm(x: Tensor, norm: torch.nn.RMSNorm) -> Tensor:
 def reference(m, x: Tensor, *, causal: bool, keep: Tensor | None = None, rotate: bool = True) -> Tensor:
     """DeepSeek-V2's equations 9 to 19: latents, their norms, up-projections per head, decoupled
     rotary parts (a shared key), softmax over scores divided by ``sqrt(dn + dr)``; ``keep``
-    ``(B, L)`` marks real keys."""
+    ``(B, L)`` marks real keys. With a convolution, it runs on ``x W^DQ`` (or ``x W^Q``) and
+    ``x W^DKV``, padded positions entering it as zeros."""
     dn, dr, r = m.qk_nope_head_dim, m.qk_rope_head_dim, m.kv_lora_rank
     length = x.shape[1]
     positions = torch.arange(length)
-    c_q = rms_norm(x @ m.q_down.weight.T, m.q_norm) if m.q_lora_rank else x
-    q = (c_q @ (m.q_up.weight if m.q_lora_rank else m.q_proj.weight).T).unflatten(-1, (HEADS, dn + dr))
+    real = torch.ones(x.shape[:2], dtype=torch.bool) if keep is None else keep
+    if m.q_lora_rank:
+        c_q = rms_norm(convolved(x @ m.q_down.weight.T, m.q_conv, real), m.q_norm)
+        q = c_q @ m.q_up.weight.T
+    else:
+        q = convolved(x @ m.q_proj.weight.T, m.q_conv, real)
+    q = q.unflatten(-1, (HEADS, dn + dr))
     q_nope, q_rope = q[..., :dn], q[..., dn:]  # (B, L, H, d)
-    compressed = x @ m.kv_down.weight.T
+    compressed = convolved(x @ m.kv_down.weight.T, m.kv_conv, real)
     c_kv, k_rope = rms_norm(compressed[..., :r], m.kv_norm), compressed[..., r:]  # (B, L, r), (B, L, dr)
     if rotate:
         q_rope, k_rope = rope(q_rope.transpose(1, 2), positions).transpose(1, 2), rope(k_rope, positions)
@@ -79,10 +86,11 @@ def left_padded() -> tuple[dict, Tensor]:
     return {"attn_mask": keep[:, None, :]}, keep
 
 
+@pytest.mark.parametrize("conv_size", [0, 3])
 @pytest.mark.parametrize("mode", ["naive", "absorbed"])
 @pytest.mark.parametrize("causal", [True, False])
-def test_both_forms_match_the_papers_equations_in_float64(mode: str, causal: bool) -> None:
-    module = layer(mode=mode)
+def test_both_forms_match_the_papers_equations_in_float64(mode: str, causal: bool, conv_size: int) -> None:
+    module = layer(mode=mode, conv_size=conv_size)
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     mask, keep = left_padded()
     with torch.no_grad():
@@ -106,11 +114,11 @@ def test_the_absorbed_form_equals_the_naive_one_to_1e_5_in_float32() -> None:
     torch.testing.assert_close(output, expected, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("mode", ["auto", "naive", "absorbed"])
-def test_decoding_from_the_latent_cache_equals_one_causal_pass(mode: str) -> None:
+@pytest.mark.parametrize(("mode", "conv_size"), [("auto", 0), ("naive", 0), ("absorbed", 0), ("auto", 3)])
+def test_decoding_from_the_latent_cache_equals_one_causal_pass(mode: str, conv_size: int) -> None:
     """A left-padded prompt of 5, then one token at a time: the cache holds each position's latent
-    and rotary key only."""
-    module = layer(mode=mode)
+    and rotary key only (and with a convolution, its last inputs beside them)."""
+    module = layer(mode=mode, conv_size=conv_size)
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     _, keep = left_padded()
     expected = reference(module, x, causal=True, keep=keep)
@@ -122,6 +130,12 @@ def test_decoding_from_the_latent_cache_equals_one_causal_pass(mode: str) -> Non
             output, cache = module.attend_cached(x[:, t : t + 1], cache, context)
             outputs.append(output)
     torch.testing.assert_close(torch.cat(outputs, dim=1)[keep], expected[keep], atol=1e-12, rtol=0)
+    if conv_size:  # the windows of the query latent's and W^DKV's convolutions, beside the latents
+        widths = [SIZES["q_lora_rank"], SIZES["kv_lora_rank"] + SIZES["qk_rope_head_dim"]]
+        assert isinstance(cache, ConvolvedCache) and [w.shape for w in cache.windows] == [(2, 2, n) for n in widths]
+        with pytest.raises(TypeError, match="continues a LatentCache in a ConvolvedCache"):
+            module.attend_cached(x[:, :1], cache.inner)
+        cache = cache.inner
     assert isinstance(cache, LatentCache) and cache.length == LENGTH
     assert cache.nbytes == 2 * LENGTH * (SIZES["kv_lora_rank"] + SIZES["qk_rope_head_dim"]) * 8
     picked = cache.select(torch.tensor([1]))
@@ -223,3 +237,19 @@ def test_a_prompt_reaches_the_fused_kernel_with_one_width_and_no_mask(mode: str,
         run_layer(module, torch.randn(2, LENGTH, EMBED, dtype=torch.float64), is_causal=True)
     ((width_q, width_k, width_v, mask, is_causal),) = calls
     assert width_q == width_k == width_v and mask is None and is_causal
+
+
+def test_with_a_short_convolution_mla_passes_the_kit() -> None:
+    report = zoo.check_attention("mla", embed_dim=EMBED, num_heads=HEADS, conv_size=4, **SIZES)
+    assert {"causal", "padding", "gradients"} <= set(report.passed) and "query_masks" in report.skipped
+    assert "conv_size=4" in repr(layer(conv_size=4))
+
+
+def test_without_query_compression_the_convolution_runs_on_the_queries() -> None:
+    module = layer(conv_size=3, q_lora_rank=None)
+    assert module.q_conv.in_channels == HEADS * (SIZES["qk_nope_head_dim"] + SIZES["qk_rope_head_dim"])
+    x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    mask, keep = left_padded()
+    with torch.no_grad():
+        output = run_layer(module, x, is_causal=True, **mask).output
+    torch.testing.assert_close(output, reference(module, x, causal=True, keep=keep), atol=1e-12, rtol=0)

@@ -43,6 +43,15 @@ DeepSeek-V2-Lite's 512 of 2048; ``qk_nope_head_dim = v_head_dim = embed_dim // n
 DeepSeek-V2-Lite and Kimi Linear, DeepSeek-V3's ``q_lora_rank`` is 1536 of 7168); DeepSeek's RoPE
 rotates adjacent pairs where the zoo's rotates halves (a fixed permutation of the rotary
 features); YaRN's long-context scaling and ``mscale`` are left out.
+
+``conv_size`` ``K`` (0 by default: neither paper has one) puts a short causal depthwise
+convolution, as the ``softmax`` layer's, on what the layer projects down: the queries (their
+latent ``x W^DQ`` with ``q_lora_rank``, else ``x W^Q``) and ``x W^DKV``, before the norms, the
+rotation and the cache, so each position's latent and rotary key carry its predecessors (what
+one softmax layer needs to recall on MQAR without first learning a previous-token head,
+benchmarks/RESULTS.md 31). The cache then holds each convolution's last ``K - 1`` inputs beside
+the latents (a :class:`~zoo.attention.cache.ConvolvedCache`), and the absorbed form is unchanged:
+the convolution comes before ``W^UKV``.
 """
 
 from __future__ import annotations
@@ -52,9 +61,10 @@ from typing import Literal, get_args
 from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import LatentCache, LayerCache
+from zoo.attention.cache import ConvolvedCache, LatentCache, LayerCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
+from zoo.attention.kernels import convolve_projections, short_convolutions
 from zoo.attention.kernels.latent import latent_attention_absorbed, latent_attention_naive, latent_attention_weights
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.rotation import rotate_heads
@@ -85,6 +95,8 @@ class MultiHeadLatentAttention(AttentionLayer):
             no positions in the layer (Kimi Linear's MLA).
         rope_base: The own RoPE's wavelength base, when the stack has no rotary scheme.
         mode: ``auto``, ``naive`` or ``absorbed`` (see the module docstring).
+        conv_size: Kernel of a short causal convolution on the down-projections (see the module
+            docstring); 0, the papers', for none.
         position: The stack's rotary scheme, or None.
 
     Parameters: ``q_proj`` (``embed_dim -> H (dn + dr)``) or ``q_down``, ``q_norm`` and ``q_up``;
@@ -108,6 +120,7 @@ class MultiHeadLatentAttention(AttentionLayer):
         rope: bool = True,
         rope_base: float = 10000.0,
         mode: LatentMode = "auto",
+        conv_size: int = 0,
         position: PositionScheme | None = None,
     ) -> None:
         super().__init__()
@@ -153,6 +166,10 @@ class MultiHeadLatentAttention(AttentionLayer):
         self.kv_norm = nn.RMSNorm(rank, eps=1e-6)
         self.kv_up = nn.Linear(rank, num_heads * (nope + value), bias=False)
         self.out_proj = nn.Linear(num_heads * value, embed_dim, bias=False)
+        down = self.q_proj if q_lora_rank is None else self.q_down
+        self.q_conv, self.kv_conv = short_convolutions(name, conv_size, (down.out_features, rank + rope_dim))
+        if conv_size:  # a position's neighbours are in its latent: masks hide positions from every query alike
+            self.supports_query_mask = False
 
     @property
     def cache_width(self) -> int:
@@ -164,24 +181,38 @@ class MultiHeadLatentAttention(AttentionLayer):
         weight = self.kv_up.weight.view(self.num_heads, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank)
         return weight[:, : self.qk_nope_head_dim], weight[:, self.qk_nope_head_dim :]
 
-    def _queries(self, x: Tensor, offset: int, context: AttentionContext) -> tuple[Tensor, Tensor]:
-        """``q^C`` ``(B, H, L, dn)`` and ``q^R`` ``(B, H, L, dr)``, rotated at ``offset ..``."""
-        projected = self.q_proj(x) if self.q_lora_rank is None else self.q_up(self.q_norm(self.q_down(x)))
+    def _down(
+        self, x: Tensor, context: AttentionContext, windows: tuple[Tensor, ...] | None
+    ) -> tuple[Tensor, Tensor, tuple[Tensor, ...] | None]:
+        """``x`` projected down: the queries (their latent with ``q_lora_rank``) and ``x W^DKV``,
+        through the convolutions after ``windows`` when the layer has them; and their windows
+        after ``x`` (None without)."""
+        queries = self.q_proj(x) if self.q_lora_rank is None else self.q_down(x)
+        down = [queries, self.kv_down(x)]
+        if self.q_conv is not None:
+            down, windows = convolve_projections(down, (self.q_conv, self.kv_conv), windows, context.key_padding)
+        return down[0], down[1], windows
+
+    def _queries(self, queries: Tensor, offset: int, context: AttentionContext) -> tuple[Tensor, Tensor]:
+        """``q^C`` ``(B, H, L, dn)`` and ``q^R`` ``(B, H, L, dr)`` of the down-projected
+        ``queries``, rotated at ``offset ..``."""
+        projected = queries if self.q_lora_rank is None else self.q_up(self.q_norm(queries))
         heads = projected.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
         nope, rope = heads.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
         return nope, rotate_heads(self.rotary, rope, offset, context)
 
-    def _latents(self, x: Tensor, offset: int, context: AttentionContext) -> tuple[Tensor, Tensor]:
-        """The new positions' normalized latents ``(B, L, r)`` and rotated keys ``(B, L, dr)``."""
-        latent, rope_key = self.kv_down(x).split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
+    def _latents(self, down: Tensor, offset: int, context: AttentionContext) -> tuple[Tensor, Tensor]:
+        """The normalized latents ``(B, L, r)`` and rotated keys ``(B, L, dr)`` of ``x W^DKV``."""
+        latent, rope_key = down.split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
         return self.kv_norm(latent), rotate_heads(self.rotary, rope_key.unsqueeze(1), offset, context).squeeze(1)
 
     def _attend(
-        self, x: Tensor, latent: Tensor, rope_key: Tensor, offset: int, context: AttentionContext, absorbed: bool
+        self, queries: Tensor, latent: Tensor, rope_key: Tensor, offset: int, context: AttentionContext, absorbed: bool
     ) -> AttentionOutput:
-        """The new positions ``x`` over every position's ``latent`` and ``rope_key``: the output
-        ``(B, Lq, embed_dim)`` and, if the context asks, the weights ``(B, H, Lq, Lk)``."""
-        qn, qr = self._queries(x, offset, context)
+        """The new positions' down-projected ``queries`` over every position's ``latent`` and
+        ``rope_key``: the output ``(B, Lq, embed_dim)`` and, if the context asks, the weights
+        ``(B, H, Lq, Lk)``."""
+        qn, qr = self._queries(queries, offset, context)
         key_up, value_up = self._up()
         form = latent_attention_absorbed if absorbed else latent_attention_naive
         options = {"is_causal": context.is_causal, "scale": self.scale}
@@ -192,30 +223,34 @@ class MultiHeadLatentAttention(AttentionLayer):
         return AttentionOutput(self.out_proj(heads.transpose(1, 2).flatten(-2)), weights)
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
-        latent, rope_key = self._latents(x, context.offset, context)
-        return self._attend(x, latent, rope_key, context.offset, context, absorbed=self.mode == "absorbed")
+        queries, down, _ = self._down(x, context, None)
+        latent, rope_key = self._latents(down, context.offset, context)
+        return self._attend(queries, latent, rope_key, context.offset, context, absorbed=self.mode == "absorbed")
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
         """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
-        :class:`~zoo.attention.cache.LatentCache`, or None before the first), causal: the output
-        and the cache extended by their latents and rotary keys. The context's mask, if any,
-        broadcasts to ``(B, 1 or H, Lq, L)`` over every position seen."""
-        if cache is not None and not isinstance(cache, LatentCache):
-            raise TypeError(f"{type(self).__name__} continues a LatentCache; got a {type(cache).__name__}.")
+        :class:`~zoo.attention.cache.LatentCache`, in a :class:`~zoo.attention.cache.ConvolvedCache`
+        when the layer convolves; None before the first), causal: the output and the cache
+        extended by their latents and rotary keys. The context's mask, if any, broadcasts to
+        ``(B, 1 or H, Lq, L)`` over every position seen."""
+        held, windows = ConvolvedCache.unwrap(cache, LatentCache, convolves=self.q_conv is not None, owner=self)
         context = AttentionContext(is_causal=True) if context is None else context
         self.check_request(context)
-        offset = 0 if cache is None else cache.length
-        latent, rope_key = self._latents(x, offset, context)
-        cache = LatentCache(latent, rope_key) if cache is None else cache.extend(latent, rope_key)
+        offset = 0 if held is None else held.length
+        queries, down, windows = self._down(x, context, windows)
+        latent, rope_key = self._latents(down, offset, context)
+        held = LatentCache(latent, rope_key) if held is None else held.extend(latent, rope_key)
         absorbed = self.mode == "absorbed" or (self.mode == "auto" and offset > 0)
-        output, _ = self._attend(x, cache.latent, cache.rope_key, offset, context.replace(need_weights=False), absorbed)
-        return output, cache
+        plain = context.replace(need_weights=False)
+        output, _ = self._attend(queries, held.latent, held.rope_key, offset, plain, absorbed)
+        return output, ConvolvedCache.wrap(held, windows)
 
     def extra_repr(self) -> str:
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_lora_rank={self.kv_lora_rank}, "
             f"q_lora_rank={self.q_lora_rank}, qk_nope_head_dim={self.qk_nope_head_dim}, "
             f"qk_rope_head_dim={self.qk_rope_head_dim}, v_head_dim={self.v_head_dim}, mode={self.mode!r}"
+            + ("" if self.q_conv is None else f", conv_size={self.q_conv.kernel_size[0]}")
         )
