@@ -144,10 +144,21 @@ def padded(kind: str | None) -> tuple[dict, Tensor]:
     return {}, torch.ones(2, LENGTH, dtype=torch.bool)
 
 
+@pytest.fixture(params=["masked", "gathered"])
+def selection_form(request, monkeypatch) -> str:
+    """Both of the kernel's forms: the selection masking the dense scores (``DENSE_KEYS`` and
+    fewer keys) and the selected blocks gathered per query (forced here with ``DENSE_KEYS`` 0)."""
+    if request.param == "gathered":
+        monkeypatch.setattr("zoo.attention.kernels.selection.DENSE_KEYS", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("conv_size", [0, 3])
 @pytest.mark.parametrize("padding", [None, "left", "right"])
 @pytest.mark.parametrize("name", ["moba", "nsa"])
-def test_the_layer_equals_dense_attention_under_its_selection(name: str, padding: str | None, conv_size: int) -> None:
+def test_the_layer_equals_dense_attention_under_its_selection(
+    name: str, padding: str | None, conv_size: int, selection_form: str
+) -> None:
     shared = {"kv_heads": 1} if name == "nsa" else {}  # NSA: both heads share one selection
     module = layer(name, conv_size=conv_size, **shared)
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
@@ -179,7 +190,7 @@ def test_the_selection_shows_in_the_weights_as_blocks() -> None:
 
 @pytest.mark.parametrize("conv_size", [0, 3])
 @pytest.mark.parametrize("name", ["moba", "nsa"])
-def test_decoding_from_the_cache_equals_one_causal_pass(name: str, conv_size: int) -> None:
+def test_decoding_from_the_cache_equals_one_causal_pass(name: str, conv_size: int, selection_form: str) -> None:
     module = layer(name, conv_size=conv_size)
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     mask, real = padded("left")
@@ -237,3 +248,25 @@ def test_with_a_short_convolution_the_layer_passes_the_kit(name: str) -> None:
     report = zoo.check_attention(name, conv_size=4, position="rope", **(MOBA if name == "moba" else NSA))
     assert {"causal", "padding", "gradients"} <= set(report.passed)
     assert "conv_size=4" in repr(zoo.create_attention(name, embed_dim=EMBED, num_heads=HEADS, conv_size=4))
+
+
+def test_the_two_forms_of_the_kernel_agree_with_grouped_heads_and_their_gradients(monkeypatch) -> None:
+    from zoo.attention.kernels import selection
+
+    generator = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 4, 9, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(2, 2, 23, 5, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    blocks = torch.rand(2, 2, 9, 6, generator=generator).argsort(-1)[..., :3]  # distinct, as top_blocks gives
+    blocks = blocks.masked_fill(torch.rand(2, 2, 9, 3, generator=generator) < 0.2, -1)  # and some "none"
+    padding = torch.rand(2, 1, 23, generator=generator) > 0.2
+    results = []
+    for dense_keys in (selection.DENSE_KEYS, 0):
+        monkeypatch.setattr(selection, "DENSE_KEYS", dense_keys)
+        output, weights = selection.selected_block_attention(
+            q, k, v, blocks, block_size=4, key_padding=padding, scale=0.5, need_weights=True
+        )
+        plain, _ = selection.selected_block_attention(q, k, v, blocks, block_size=4, key_padding=padding, scale=0.5)
+        grads = torch.autograd.grad(plain.square().sum(), (q, k, v))
+        results.append((output, weights, plain, *grads))
+    for masked, gathered in zip(*results):
+        torch.testing.assert_close(masked, gathered, atol=1e-12, rtol=0)

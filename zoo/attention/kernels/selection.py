@@ -13,9 +13,11 @@ block either). What is here:
   positions) summed onto the selection blocks they overlap, weighted by the overlap in strides
   (NSA's equation 9);
 * :func:`selected_block_attention`: each query's softmax attention over the keys of its blocks,
-  gathered per query, and the dense ``(Lq, Lk)`` weights for heatmaps on request.
+  and the dense ``(Lq, Lk)`` weights for heatmaps on request.
 
-Costs: gathering makes a query's attention cost ``O(n * block_size * d)`` for ``n`` blocks, so a
+Costs: up to :data:`DENSE_KEYS` keys the selection is a boolean mask over the dense scores, run
+in the fused kernel (MoBA's reference's way, ``O(L^2 d)``); beyond it the blocks are gathered per
+query. Gathering makes a query's attention cost ``O(n * block_size * d)`` for ``n`` blocks, so a
 sequence costs ``O(L * n * block_size * d)`` in time and in the memory autograd keeps (the gathered
 keys and values), not ``O(L^2)``. Whole blocks are gathered at once (advanced indexing over the
 block axis, rows of ``block_size * d``: measured here 1.4 times faster than gathering key by
@@ -37,9 +39,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from zoo.attention.kernels.sdpa import masked_sdpa
 from zoo.attention.masking import masked_softmax
 
-__all__ = ["GATHERED_KEYS", "block_means", "overlap_sums", "selected_block_attention", "top_blocks"]
+__all__ = ["DENSE_KEYS", "GATHERED_KEYS", "block_means", "overlap_sums", "selected_block_attention", "top_blocks"]
+
+DENSE_KEYS = 4096
+"""Keys up to which the selection masks the dense scores instead of gathering blocks: the dense
+form was the faster at 1k and 4k tokens and the slower at 8k (above), and at MQAR's 256 tokens
+and batch 64 gathering made a MoBA step several times slower (benchmarks/RESULTS.md 38)."""
 
 GATHERED_KEYS = 1 << 16
 """Gathered keys per head and batch row in one chunk of queries (the chunk's temporary memory)."""
@@ -107,6 +115,8 @@ def selected_block_attention(
     Returns:
         The output ``(B, H, Lq, dv)`` (zero for a query that sees no key) and the weights or None.
     """
+    if k.shape[2] <= DENSE_KEYS:
+        return _masked_dense(q, k, v, blocks, block_size, key_padding, scale, need_weights)
     batch, heads, num_queries, _ = q.shape
     groups, num_keys = k.shape[1], k.shape[2]
     selected = blocks.shape[-1] * block_size
@@ -143,3 +153,33 @@ def selected_block_attention(
             dense.append(target.scatter_add(-1, index, weights)[..., :num_keys].flatten(1, 2))
     output = torch.cat(outputs, dim=2)
     return output, torch.cat(dense, dim=2) if need_weights else None
+
+
+def _masked_dense(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    blocks: Tensor,
+    block_size: int,
+    key_padding: Tensor | None,
+    scale: float,
+    need_weights: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`selected_block_attention` as the selection masking the dense ``(Lq, Lk)`` scores."""
+    batch, heads, num_queries, _ = q.shape
+    groups, num_keys = k.shape[1], k.shape[2]
+    num_blocks = -(-num_keys // block_size)
+    chosen = torch.zeros(batch, groups, num_queries, num_blocks + 1, dtype=torch.bool, device=q.device)
+    chosen.scatter_(-1, blocks.masked_fill(blocks < 0, num_blocks), True)  # "-1" lands in the extra column
+    seen = chosen[..., :num_blocks].repeat_interleave(block_size, dim=-1)[..., :num_keys]  # (B, G, Lq, Lk)
+    query_positions = torch.arange(num_queries, device=q.device) + num_keys - num_queries
+    seen = seen & (torch.arange(num_keys, device=q.device) <= query_positions[:, None])
+    if key_padding is not None:
+        seen = seen & key_padding.unsqueeze(-2)
+    per_group = heads // groups
+    seen = seen.repeat_interleave(per_group, dim=1)
+    k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
+    if need_weights:
+        weights = masked_softmax(torch.matmul(q, k.transpose(-2, -1)) * scale, mask=seen)
+        return torch.matmul(weights, v), weights
+    return masked_sdpa(q, k, v, seen, scale=scale), None
