@@ -115,8 +115,14 @@ def selected_block_attention(
     Returns:
         The output ``(B, H, Lq, dv)`` (zero for a query that sees no key) and the weights or None.
     """
-    if k.shape[2] <= DENSE_KEYS:
-        return _masked_dense(q, k, v, blocks, block_size, key_padding, scale, need_weights)
+    if k.shape[2] <= DENSE_KEYS:  # the selection as a mask over the dense scores
+        per_group = q.shape[1] // k.shape[1]
+        seen = _selected_keys(blocks, block_size, k.shape[2], key_padding).repeat_interleave(per_group, dim=1)
+        k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
+        if need_weights:
+            weights = masked_softmax(torch.matmul(q, k.transpose(-2, -1)) * scale, mask=seen)
+            return torch.matmul(weights, v), weights
+        return masked_sdpa(q, k, v, seen, scale=scale), None
     batch, heads, num_queries, _ = q.shape
     groups, num_keys = k.shape[1], k.shape[2]
     selected = blocks.shape[-1] * block_size
@@ -155,31 +161,14 @@ def selected_block_attention(
     return output, torch.cat(dense, dim=2) if need_weights else None
 
 
-def _masked_dense(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    blocks: Tensor,
-    block_size: int,
-    key_padding: Tensor | None,
-    scale: float,
-    need_weights: bool,
-) -> tuple[Tensor, Tensor | None]:
-    """:func:`selected_block_attention` as the selection masking the dense ``(Lq, Lk)`` scores."""
-    batch, heads, num_queries, _ = q.shape
-    groups, num_keys = k.shape[1], k.shape[2]
+def _selected_keys(blocks: Tensor, block_size: int, num_keys: int, key_padding: Tensor | None) -> Tensor:
+    """Which keys each query sees, ``(B, G, Lq, Lk)``: the real keys of its ``blocks`` up to its
+    position (query ``i`` at ``Lk - Lq + i``)."""
+    batch, groups, num_queries, _ = blocks.shape
     num_blocks = -(-num_keys // block_size)
-    chosen = torch.zeros(batch, groups, num_queries, num_blocks + 1, dtype=torch.bool, device=q.device)
+    chosen = torch.zeros(batch, groups, num_queries, num_blocks + 1, dtype=torch.bool, device=blocks.device)
     chosen.scatter_(-1, blocks.masked_fill(blocks < 0, num_blocks), True)  # "-1" lands in the extra column
-    seen = chosen[..., :num_blocks].repeat_interleave(block_size, dim=-1)[..., :num_keys]  # (B, G, Lq, Lk)
-    query_positions = torch.arange(num_queries, device=q.device) + num_keys - num_queries
-    seen = seen & (torch.arange(num_keys, device=q.device) <= query_positions[:, None])
-    if key_padding is not None:
-        seen = seen & key_padding.unsqueeze(-2)
-    per_group = heads // groups
-    seen = seen.repeat_interleave(per_group, dim=1)
-    k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
-    if need_weights:
-        weights = masked_softmax(torch.matmul(q, k.transpose(-2, -1)) * scale, mask=seen)
-        return torch.matmul(weights, v), weights
-    return masked_sdpa(q, k, v, seen, scale=scale), None
+    seen = chosen[..., :num_blocks].repeat_interleave(block_size, dim=-1)[..., :num_keys]
+    query_positions = torch.arange(num_queries, device=blocks.device) + num_keys - num_queries
+    seen = seen & (torch.arange(num_keys, device=blocks.device) <= query_positions[:, None])
+    return seen if key_padding is None else seen & key_padding.unsqueeze(-2)
