@@ -1,6 +1,6 @@
 """The board as a person sees it: headless Chromium opens the built page from disk, sorts a column,
 filters by family, follows a cell's link to its run page and reads the numbers there; and the page
-of every committed result opens in under a second.
+of every committed result opens (within a second: ``-m slow``, a timing).
 
 One browser serves the module. Skipped where Debian's chromium and chromium-driver or selenium
 are not installed (``.ci/run`` installs them)."""
@@ -8,7 +8,6 @@ are not installed (``.ci/run`` installs them)."""
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,21 +118,26 @@ def test_sort_filter_and_follow_a_link_to_the_runs(browser, mqar_site: Path) -> 
     )
 
 
-def test_the_page_of_every_committed_result_opens_in_under_a_second(
-    browser, tmp_path_factory: pytest.TempPathFactory, record_property
-) -> None:
-    """From navigation until the table is drawn, best of three (the machine is shared: the best
-    of three leaves out another process's burst, and the bound has :data:`SLACK`; all three are
-    printed and recorded)."""
-    started = time.perf_counter()
-    index = build_site([PROJECT_ROOT / "benchmarks" / "results"], tmp_path_factory.mktemp("committed")).index
-    built = time.perf_counter() - started
-    loads = [_open(browser, index) / 1000 for _ in range(3)]
-    record_property("board_build_s", round(built, 2))
-    record_property("board_load_s", [round(s, 3) for s in loads])
-    print(
-        f"board from the committed results: built in {built:.1f} s, drawn in {', '.join(f'{s:.3f}' for s in loads)} s"
-    )
-    assert min(loads) < LOAD_TARGET_S * SLACK
+@pytest.fixture(scope="module")
+def committed_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The board built from every committed result."""
+    return build_site([PROJECT_ROOT / "benchmarks" / "results"], tmp_path_factory.mktemp("committed")).index
+
+
+def test_the_page_of_every_committed_result_opens_and_draws_its_table(browser, committed_index: Path) -> None:
+    _open(browser, committed_index)
     rows = browser.find_elements(By.CSS_SELECTOR, "table#board tbody tr")
     assert len(rows) > 20
+
+
+@pytest.mark.slow
+def test_the_page_of_every_committed_result_opens_in_under_a_second(
+    browser, committed_index: Path, record_property
+) -> None:
+    """From navigation until the table is drawn, best of three, asserted with :data:`SLACK`; all
+    three are printed and recorded. A timing, so outside the default run (``-m slow``, alone on
+    the machine): beside the suite's other worker it read 1.74 s where alone it reads 1.0 s."""
+    loads = [_open(browser, committed_index) / 1000 for _ in range(3)]
+    record_property("board_load_s", [round(s, 3) for s in loads])
+    print(f"board from the committed results: drawn in {', '.join(f'{s:.3f}' for s in loads)} s")
+    assert min(loads) < LOAD_TARGET_S * SLACK
