@@ -96,8 +96,8 @@ from zoo.attention.backends import choose, requested_backend
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import LayerCache, StateCache
 from zoo.attention.context import AttentionContext
+from zoo.attention.convolved import ShortConvolved
 from zoo.attention.gating import HeadNorm, StepDecay
-from zoo.attention.kernels import convolve_projections, short_convolutions
 from zoo.attention.kernels.fla import fla_available, fla_chunk
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.recurrence import Recurrence, RecurrenceForms
@@ -138,7 +138,7 @@ class RecurrentOptions(TypedDict, total=False):
     bias: bool
 
 
-class RecurrentLayer(AttentionLayer):
+class RecurrentLayer(ShortConvolved, AttentionLayer):
     """Base class of the recurrent families' layers (see the module docstring).
 
     A subclass sizes the projections (``key_dim``, ``value_dim``, ``qk_heads``) in its
@@ -223,9 +223,7 @@ class RecurrentLayer(AttentionLayer):
         self.k_proj = nn.Linear(embed_dim, writes * key_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, writes * value_dim, bias=bias)
         self.out_proj = nn.Linear(value_dim, embed_dim, bias=bias)
-        self.q_conv, self.k_conv, self.v_conv = short_convolutions(
-            name, conv_size, (key_dim, writes * key_dim, writes * value_dim), bias=conv_bias
-        )
+        self.add_convolutions(conv_size, bias=conv_bias)
 
     # -- what a family defines ----------------------------------------------------------------------
 
@@ -240,11 +238,6 @@ class RecurrentLayer(AttentionLayer):
         return output
 
     # -- shared ---------------------------------------------------------------------------------------
-
-    @property
-    def convolved(self) -> bool:
-        """Whether queries, keys and values pass the short convolution."""
-        return self.q_conv is not None
 
     def split_heads(self, x: Tensor) -> Tensor:
         """``(B, T, H * w)`` -> ``(B, H, T, w)``: a projection of the layer's input, per head."""
@@ -301,25 +294,18 @@ class RecurrentLayer(AttentionLayer):
         gates read more, such as RWKV-7's token shift, says what); and the convolutions' windows
         after ``x`` (none without a convolution)."""
         offset = 0 if cache is None else cache.length
-        projected = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
-        activated = self.silu == "always" or (self.silu == "convolved" and self.convolved)
-        qk_in_conv = self.convolved and self.rotary is None  # SiLU does not commute with a rotation
-        new_windows: tuple[Tensor, ...] = ()
-        if self.convolved:
-            convs = (self.q_conv, self.k_conv, self.v_conv)
-            windows = None if cache is None else cache.extra
-            act = "silu" if activated else None
-            acts = [act if qk_in_conv else None] * 2 + [act]
-            projected, new_windows = convolve_projections(projected, convs, windows, context.key_padding, acts)
-        elif activated:
-            projected[2] = F.silu(projected[2])
+        activated = self.silu == "always" or (self.silu == "convolved" and self.convolves)
+        qk_in_conv = self.convolves and self.rotary is None  # SiLU does not commute with a rotation
+        act = "silu" if activated else None
+        acts = [act if qk_in_conv else None] * 2 + [act]
+        projected, windows = self.convolved_projections(x, None if cache is None else cache.extra, context, acts)
         q, k = (t.unflatten(-1, (self.qk_heads, -1)).transpose(1, 2) for t in projected[:2])
         q = rotate_heads(self.rotary, q, offset, context)
         k = k.unflatten(-1, (self.writes, -1)).transpose(-3, -2)  # (B, G, writes, T, dk): each write at its token
         k = rotate_heads(self.rotary, k, offset, context).transpose(-3, -2).flatten(-2)
         if activated and not qk_in_conv:  # after the rotation, where there is one
             q, k = F.silu(q), F.silu(k)
-        return q, k, self.split_heads(projected[2]), x, new_windows
+        return q, k, self.split_heads(projected[2]), x, windows or ()
 
     def chunk_length(self, device: torch.device) -> int:
         """Steps per chunk on ``device``: ``chunk_size``, or the device's default."""

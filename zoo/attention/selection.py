@@ -15,7 +15,7 @@ values (a :class:`~zoo.attention.cache.ConvolvedCache`). It is what lets one sof
 recall on MQAR without first learning a previous-token head (benchmarks/RESULTS.md 31).
 
 A subclass builds ``q_proj``, ``k_proj`` and ``v_proj`` (keys and values in heads of
-``head_dim``), then :meth:`BlockSelectionLayer.add_convolutions`, and implements
+``head_dim``), then :meth:`~zoo.attention.convolved.ShortConvolved.add_convolutions`, and implements
 :meth:`BlockSelectionLayer.select_attend`; the selection's operations are in
 :mod:`zoo.attention.kernels.selection`.
 """
@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache
 from zoo.attention.context import AttentionContext
-from zoo.attention.kernels import convolve_projections, short_convolutions
+from zoo.attention.convolved import ShortConvolved
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.rotation import rotate_heads
 from zoo.positions import PositionScheme
@@ -35,7 +35,7 @@ from zoo.positions import PositionScheme
 __all__ = ["BlockSelectionLayer"]
 
 
-class BlockSelectionLayer(AttentionLayer):
+class BlockSelectionLayer(ShortConvolved, AttentionLayer):
     """Base class of the block-selection layers (see the module docstring).
 
     Args:
@@ -68,26 +68,13 @@ class BlockSelectionLayer(AttentionLayer):
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.rotary = None if position is None else position.for_head_dim(self.head_dim)
 
-    def add_convolutions(self, conv_size: int) -> None:
-        """The short convolutions on the projections (see the module docstring); none when
-        ``conv_size`` is 0. A subclass calls it once its projections are built."""
-        widths = [proj.out_features for proj in (self.q_proj, self.k_proj, self.v_proj)]
-        self.q_conv, self.k_conv, self.v_conv = short_convolutions(type(self).__name__, conv_size, widths)
-
-    def conv_repr(self) -> str:
-        """``", conv_size=K"`` for a subclass's ``extra_repr`` when the layer convolves, else ``""``."""
-        return "" if self.q_conv is None else f", conv_size={self.q_conv.kernel_size[0]}"
-
     def heads(
         self, x: Tensor, offset: int, context: AttentionContext, windows: tuple[Tensor, ...] | None = None
     ) -> tuple[tuple[Tensor, Tensor, Tensor], tuple[Tensor, ...] | None]:
         """Queries ``(B, H, L, d)``, keys and values ``(B, heads, L, d)`` (as many heads as the
         projections give), queries and keys rotated at ``offset ..``; and the convolutions'
         windows after ``x`` (continuing ``windows``; None without convolutions)."""
-        projected = [proj(x) for proj in (self.q_proj, self.k_proj, self.v_proj)]
-        if self.q_conv is not None:
-            convs = (self.q_conv, self.k_conv, self.v_conv)
-            projected, windows = convolve_projections(projected, convs, windows, context.key_padding)
+        projected, windows = self.convolved_projections(x, windows, context)
         q, k, v = (t.unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for t in projected)
         rotated = rotate_heads(self.rotary, q, offset, context), rotate_heads(self.rotary, k, offset, context), v
         return rotated, windows
@@ -109,7 +96,7 @@ class BlockSelectionLayer(AttentionLayer):
         a :class:`~zoo.attention.cache.ConvolvedCache` when the layer convolves; None at the
         start), causal: the output and the cache extended. The context's mask, if any, is key
         padding over every position seen, ``(B, 1, 1, L)``."""
-        held, windows = ConvolvedCache.unwrap(cache, KeyValueCache, convolves=self.q_conv is not None, owner=self)
+        held, windows = ConvolvedCache.unwrap(cache, KeyValueCache, convolves=self.convolves, owner=self)
         context = AttentionContext(is_causal=True) if context is None else context
         self.check_request(context)
         (q, k, v), windows = self.heads(x, 0 if held is None else held.length, context, windows)

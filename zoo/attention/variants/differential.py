@@ -53,8 +53,9 @@ from torch import Tensor, nn
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache
 from zoo.attention.context import AttentionContext
+from zoo.attention.convolved import ShortConvolved
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.kernels import convolve_projections, fused_attention, short_convolutions
+from zoo.attention.kernels import fused_attention
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.masking import masked_softmax, with_causal
 from zoo.attention.rotation import rotate_heads
@@ -75,7 +76,7 @@ def lambda_init(layer_index: int) -> float:
 
 
 @register_attention_layer("differential", aliases=("diff", "diff_transformer"))
-class DifferentialAttention(AttentionLayer):
+class DifferentialAttention(ShortConvolved, AttentionLayer):
     """Differential attention (see the module docstring).
 
     Args:
@@ -126,10 +127,7 @@ class DifferentialAttention(AttentionLayer):
             nn.Parameter(torch.randn(self.head_dim) * LAMBDA_STD) for _ in range(4)
         )
         self.norm = nn.RMSNorm(2 * self.head_dim, eps=NORM_EPS)
-        widths = (embed_dim, embed_dim, embed_dim)
-        self.q_conv, self.k_conv, self.v_conv = short_convolutions(type(self).__name__, conv_size, widths)
-        if conv_size:  # a key's neighbours are in it: masks hide positions from every query alike
-            self.supports_query_mask = False
+        self.add_convolutions(conv_size)
 
     def lambda_full(self) -> Tensor:
         """``lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init``."""
@@ -138,17 +136,6 @@ class DifferentialAttention(AttentionLayer):
             - torch.exp(torch.dot(self.lambda_q2, self.lambda_k2))
             + self.lambda_init
         )
-
-    def _projected(
-        self, x: Tensor, context: AttentionContext, windows: tuple[Tensor, ...] | None
-    ) -> tuple[list[Tensor], tuple[Tensor, ...] | None]:
-        """The queries, keys and values of ``x`` ``(B, L, embed_dim)`` each, through the
-        convolutions after ``windows`` when the layer has them; and their windows after ``x``
-        (None without convolutions)."""
-        projected = [proj(x) for proj in (self.q_proj, self.k_proj, self.v_proj)]
-        if self.q_conv is None:
-            return projected, None
-        return convolve_projections(projected, (self.q_conv, self.k_conv, self.v_conv), windows, context.key_padding)
 
     def _halves(self, projected: Tensor, first: int, context: AttentionContext | None) -> Tensor:
         """Projected queries or keys as ``(B, H, L, d)``: head ``h``'s halves at ``2h`` and
@@ -162,7 +149,7 @@ class DifferentialAttention(AttentionLayer):
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         """``x`` ``(B, L, embed_dim)`` over itself."""
-        (q, k, v), _ = self._projected(x, context, None)
+        (q, k, v), _ = self.convolved_projections(x, None, context)
         return self._attend(q, self._halves(k, context.offset, context), self._values(v), context)
 
     def _attend(self, queries: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
@@ -200,9 +187,9 @@ class DifferentialAttention(AttentionLayer):
         """New positions after a :class:`~zoo.attention.cache.KeyValueCache` of the rotated key
         halves ``(B, H, L, d)`` and values ``(B, H / 2, L, 2d)`` (in a
         :class:`~zoo.attention.cache.ConvolvedCache` when the layer convolves)."""
-        held, windows = ConvolvedCache.unwrap(cache, KeyValueCache, convolves=self.q_conv is not None, owner=self)
+        held, windows = ConvolvedCache.unwrap(cache, KeyValueCache, convolves=self.convolves, owner=self)
         context = AttentionContext(is_causal=True) if context is None else context
-        (q, k, v), windows = self._projected(x, context, windows)
+        (q, k, v), windows = self.convolved_projections(x, windows, context)
         k, v = self._halves(k, 0 if held is None else held.length, context), self._values(v)
         held = KeyValueCache(k, v) if held is None else held.extend(k, v)
         output, _ = self._attend(q, held.keys, held.values, context)
@@ -211,6 +198,5 @@ class DifferentialAttention(AttentionLayer):
     def extra_repr(self) -> str:
         return (
             f"embed_dim={self.embed_dim}, heads={self.num_heads // 2} (of two halves), layer_index={self.layer_index}, "
-            f"lambda_init={self.lambda_init:.4f}"
-            + ("" if self.q_conv is None else f", conv_size={self.q_conv.kernel_size[0]}")
+            f"lambda_init={self.lambda_init:.4f}" + self.conv_repr()
         )

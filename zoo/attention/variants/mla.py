@@ -63,8 +63,8 @@ from torch import Tensor, nn
 from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
 from zoo.attention.cache import ConvolvedCache, LatentCache, LayerCache
 from zoo.attention.context import AttentionContext
+from zoo.attention.convolved import ShortConvolved
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.kernels import convolve_projections, short_convolutions
 from zoo.attention.kernels.latent import latent_attention_absorbed, latent_attention_naive, latent_attention_weights
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.rotation import rotate_heads
@@ -78,7 +78,7 @@ LatentMode = Literal["auto", "naive", "absorbed"]
 
 
 @register_attention_layer("mla", aliases=("multi_head_latent", "latent_attention"))
-class MultiHeadLatentAttention(AttentionLayer):
+class MultiHeadLatentAttention(ShortConvolved, AttentionLayer):
     """Multi-head latent attention (see the module docstring).
 
     Args:
@@ -106,6 +106,7 @@ class MultiHeadLatentAttention(AttentionLayer):
 
     supports_rotary = True
     supports_position_bias = False
+    conv_names = ("q_conv", "kv_conv")
 
     def __init__(
         self,
@@ -167,9 +168,7 @@ class MultiHeadLatentAttention(AttentionLayer):
         self.kv_up = nn.Linear(rank, num_heads * (nope + value), bias=False)
         self.out_proj = nn.Linear(num_heads * value, embed_dim, bias=False)
         down = self.q_proj if q_lora_rank is None else self.q_down
-        self.q_conv, self.kv_conv = short_convolutions(name, conv_size, (down.out_features, rank + rope_dim))
-        if conv_size:  # a position's neighbours are in its latent: masks hide positions from every query alike
-            self.supports_query_mask = False
+        self.add_convolutions(conv_size, (down.out_features, rank + rope_dim))
 
     @property
     def cache_width(self) -> int:
@@ -188,10 +187,8 @@ class MultiHeadLatentAttention(AttentionLayer):
         through the convolutions after ``windows`` when the layer has them; and their windows
         after ``x`` (None without)."""
         queries = self.q_proj(x) if self.q_lora_rank is None else self.q_down(x)
-        down = [queries, self.kv_down(x)]
-        if self.q_conv is not None:
-            down, windows = convolve_projections(down, (self.q_conv, self.kv_conv), windows, context.key_padding)
-        return down[0], down[1], windows
+        (queries, latents), windows = self.convolve([queries, self.kv_down(x)], windows, context)
+        return queries, latents, windows
 
     def _queries(self, queries: Tensor, offset: int, context: AttentionContext) -> tuple[Tensor, Tensor]:
         """``q^C`` ``(B, H, L, dn)`` and ``q^R`` ``(B, H, L, dr)`` of the down-projected
@@ -235,7 +232,7 @@ class MultiHeadLatentAttention(AttentionLayer):
         when the layer convolves; None before the first), causal: the output and the cache
         extended by their latents and rotary keys. The context's mask, if any, broadcasts to
         ``(B, 1 or H, Lq, L)`` over every position seen."""
-        held, windows = ConvolvedCache.unwrap(cache, LatentCache, convolves=self.q_conv is not None, owner=self)
+        held, windows = ConvolvedCache.unwrap(cache, LatentCache, convolves=self.convolves, owner=self)
         context = AttentionContext(is_causal=True) if context is None else context
         self.check_request(context)
         offset = 0 if held is None else held.length
@@ -252,5 +249,5 @@ class MultiHeadLatentAttention(AttentionLayer):
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_lora_rank={self.kv_lora_rank}, "
             f"q_lora_rank={self.q_lora_rank}, qk_nope_head_dim={self.qk_nope_head_dim}, "
             f"qk_rope_head_dim={self.qk_rope_head_dim}, v_head_dim={self.v_head_dim}, mode={self.mode!r}"
-            + ("" if self.q_conv is None else f", conv_size={self.q_conv.kernel_size[0]}")
+            + self.conv_repr()
         )

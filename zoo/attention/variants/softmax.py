@@ -78,8 +78,8 @@ from torch import Tensor, nn
 from zoo.attention.base import AttentionOutput
 from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
 from zoo.attention.context import AttentionContext
+from zoo.attention.convolved import ShortConvolved
 from zoo.attention.factory import register_attention_layer
-from zoo.attention.kernels import convolve_projections, short_convolutions
 from zoo.attention.kernels.window import softmax_heads, window_blocks
 from zoo.attention.multi_head import SelfAttention
 from zoo.attention.rotation import rotate_heads
@@ -120,7 +120,7 @@ NORM_EPS = 1e-6
 
 
 @register_attention_layer("softmax", aliases=("softmax_attention",))
-class SoftmaxAttention(SelfAttention):
+class SoftmaxAttention(ShortConvolved, SelfAttention):
     """Multi-head softmax self-attention with QK-norm, an output gate, learned sinks and a sliding
     window (see the module docstring).
 
@@ -191,16 +191,12 @@ class SoftmaxAttention(SelfAttention):
             None if gate is None else nn.Linear(embed_dim, embed_dim if gate == "elementwise" else num_heads, bias=bias)
         )
         self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
-        self.q_conv, self.k_conv, self.v_conv = short_convolutions(
-            name, conv_size, [proj.out_features for proj in (self.q_proj, self.k_proj, self.v_proj)]
-        )
+        self.add_convolutions(conv_size)
         self.window = window
         self.sink_tokens = sink_tokens if window is not None else 0
         self.supports_cross_attention = False  # the multi-head layer copied its heads' flag
         if sinks:  # some weight may go to no key: an instance flag, as a multi-head layer's are
             self.normalized_weights = False
-        if conv_size:  # a key's neighbours are in it: masks hide positions from every query alike
-            self.supports_query_mask = False
 
     # -- projections: QK-norm before the rotation ---------------------------------------------------
 
@@ -225,17 +221,6 @@ class SoftmaxAttention(SelfAttention):
         k = rotate_heads(self.rotary, self._normed(self.k_norm, self._split_heads(keys)), offset, context)
         return k, self._split_heads(values)
 
-    def _convolved(
-        self, x: Tensor, context: AttentionContext, windows: tuple[Tensor, ...] | None
-    ) -> tuple[list[Tensor], tuple[Tensor, ...]]:
-        """The projected queries, keys and values of ``x`` ``(B, T, embed_dim)`` through the short
-        convolutions after ``windows`` (None: a sequence's start), padded positions (the context's
-        key padding: a mask that differs per query was refused) entering as zeros; and the windows
-        after ``x``."""
-        projected = [self.q_proj(x), self.k_proj(x), self.v_proj(x)]
-        convs = (self.q_conv, self.k_conv, self.v_conv)
-        return convolve_projections(projected, convs, windows, context.key_padding)
-
     def _projected(
         self, x: Tensor, context: AttentionContext, windows: tuple[Tensor, ...] | None, offset: int
     ) -> tuple[Tensor | None, Tensor, Tensor, tuple[Tensor, ...] | None]:
@@ -243,15 +228,15 @@ class SoftmaxAttention(SelfAttention):
         when the layer convolves them (projected and convolved; None: :meth:`attend_positions`
         projects them), its keys (normalized, rotated) and values in heads, and the convolutions'
         windows after ``x`` (continuing ``windows``; None without convolutions)."""
-        if self.q_conv is None:
+        if not self.convolves:
             return None, *self.project_kv(x, x, offset=offset, context=context), None
-        (q, k, v), windows = self._convolved(x, context, windows)
+        (q, k, v), windows = self.convolved_projections(x, windows, context)
         return q, *self._kv_heads(k, v, offset, context), windows
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         """``x`` ``(B, L, embed_dim)`` over itself under the forward's ``context`` (a sequence's
         start when the layer convolves)."""
-        if self.q_conv is None:
+        if not self.convolves:
             return super().attend(x, context)
         q, k, v, _ = self._projected(x, context, None, context.offset)
         return self.attend_positions(x, k, v, context, first=0, projected_queries=q)
@@ -366,7 +351,7 @@ class SoftmaxAttention(SelfAttention):
         :class:`~zoo.attention.cache.ConvolvedCache`
         with the convolutions' windows when the layer convolves."""
         expected = WindowCache if self.window is not None else KeyValueCache
-        inner, windows = ConvolvedCache.unwrap(cache, expected, convolves=self.q_conv is not None, owner=self)
+        inner, windows = ConvolvedCache.unwrap(cache, expected, convolves=self.convolves, owner=self)
         context = AttentionContext(is_causal=True) if context is None else context
         seen = 0 if inner is None else inner.length
         q, k, v, windows = self._projected(x, context, windows, seen)
@@ -391,10 +376,9 @@ class SoftmaxAttention(SelfAttention):
             f"gate={self.gate!r}" if self.gate is not None else "",
             "sinks=True" if self.sinks is not None else "",
             f"window={self.window}, sink_tokens={self.sink_tokens}" if self.window is not None else "",
-            f"conv_size={self.q_conv.kernel_size[0]}" if self.q_conv is not None else "",
             "" if type(self.score_attention) is DotProductAttention else f"scores={self.scores!r}",
         ]
-        return ", ".join(filter(None, options))
+        return ", ".join(filter(None, options)) + self.conv_repr()
 
 
 @register_attention_layer("qk_norm", aliases=("qknorm",))
