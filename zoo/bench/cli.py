@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from zoo.attention import get_attention
-from zoo.bench.attention import AttentionBenchConfig, attention_cases, attention_tables, run_attention_bench
+from zoo.bench.attention import AttentionBenchConfig, attention_cases, run_attention_bench
+from zoo.bench.attention_report import attention_tables
 from zoo.bench.classify import (
     LRA_ATTENTIONS,
     TEXT_CPU_CONFIGS,
