@@ -218,6 +218,21 @@ def test_unknown_name_is_caught_by_except_key_error(registry: Registry) -> None:
         pytest.fail("no KeyError raised")
 
 
+def test_an_unknown_name_suggests_and_lists_only_the_candidates_given(registry: Registry) -> None:
+    """Where only some names would serve (a causal slot, the heads of a layer), the suggestions
+    and the list are those, aliases included."""
+    registry.add("deltanet", Alpha, aliases=("delta_net",))
+    registry.add("delta_graph", Beta)
+    registry.add("gamma", Gamma)
+    with pytest.raises(UnknownNameError) as info:
+        registry.get("deltanett", candidates=["deltanet", "gamma"])
+    message = str(info.value)
+    assert "Did you mean 'deltanet', 'delta_net'?" in message
+    assert "delta_graph" not in message
+    assert message.endswith("Names that would serve here: deltanet, gamma.")
+    assert registry.get("delta_graph", candidates=["gamma"]) is Beta  # a registered name resolves as ever
+
+
 def test_suggestions_include_aliases(registry: Registry) -> None:
     registry.add("gaussian_kernel", Alpha, aliases=("nadaraya_watson",))
     with pytest.raises(KeyError, match="nadaraya_watson"):

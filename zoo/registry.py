@@ -24,7 +24,7 @@ import importlib
 import inspect
 import re
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
@@ -232,11 +232,13 @@ class Registry(Generic[T]):
 
     # -- lookup ---------------------------------------------------------------------------
 
-    def resolve(self, name: str) -> str:
+    def resolve(self, name: str, *, candidates: Collection[str] | None = None) -> str:
         """The canonical name for ``name`` or one of its aliases.
 
         Raises:
-            UnknownNameError: with the closest registered names as suggestions.
+            UnknownNameError: with the closest registered names as suggestions, among
+                ``candidates`` (canonical names: those that would serve where ``name`` is asked
+                for) when given, and their aliases.
         """
         self._load_plugins()
         if not isinstance(name, str):
@@ -256,17 +258,19 @@ class Registry(Generic[T]):
             raise UnknownNameError(
                 f"The {self.kind} plugin {key!r} is installed but could not be loaded: {self.failed_plugins[key]}"
             )
-        known = sorted([*self._entries, *self._aliases], key=_natural_key)
-        close = suggest(key, known)
+        listed = self.list() if candidates is None else sorted(candidates, key=_natural_key)
+        aliases = [alias for alias, target in self._aliases.items() if target in listed]
+        close = suggest(key, sorted([*listed, *aliases], key=_natural_key))
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         failed = ""
         if self.failed_plugins:
             failed = f" (Plugins that failed to load: {', '.join(sorted(self.failed_plugins))}.)"
-        raise UnknownNameError(f"Unknown {self.kind} {name!r}.{hint} Registered: {', '.join(self.list())}.{failed}")
+        what = "Registered" if candidates is None else "Names that would serve here"
+        raise UnknownNameError(f"Unknown {self.kind} {name!r}.{hint} {what}: {', '.join(listed) or 'none'}.{failed}")
 
-    def get(self, name: str) -> T:
-        """The object registered under ``name`` (or an alias)."""
-        return self._entries[self.resolve(name)].obj
+    def get(self, name: str, *, candidates: Collection[str] | None = None) -> T:
+        """The object registered under ``name`` (or an alias); ``candidates`` as :meth:`resolve`'s."""
+        return self._entries[self.resolve(name, candidates=candidates)].obj
 
     def entry(self, name: str) -> Entry[T]:
         """The full :class:`Entry` for ``name`` (or an alias)."""

@@ -799,6 +799,21 @@ def test_unknown_scoring_name_suggests() -> None:
         zoo.create_attention("multi_head", embed_dim=8, num_heads=2, attention="dot_prodct")
 
 
+def test_an_unknown_name_suggests_only_what_would_serve_there() -> None:
+    """The heads of a layer take a scoring attention: a misspelt one is matched among those, not
+    among the layers; a causal stack's slot lists only causal names."""
+    with pytest.raises(UnknownNameError) as info:
+        zoo.create_attention("softmax", embed_dim=8, num_heads=2, scores="sigmoidd")
+    message = str(info.value)
+    assert "Did you mean 'sigmoid'" in message and "Names that would serve here:" in message
+    assert "mla" not in message and "deltanet" not in message
+    with pytest.raises(UnknownNameError) as info:
+        zoo.attention.require_attention("gated_deltanett", layers=True, causal=True)
+    message = str(info.value)
+    assert "Did you mean 'gated_deltanet'" in message
+    assert "gated_deltanet" in message.split("serve here:")[1] and "sinkhorn" not in message
+
+
 @pytest.mark.parametrize("layer_name", LAYERS)
 def test_layer_cannot_be_used_as_per_head_scoring(layer_name: str) -> None:
     with pytest.raises(

@@ -148,20 +148,22 @@ def require_attention(
         needs: The capabilities wanted (:class:`AttentionNeeds`).
 
     Raises:
-        UnknownNameError: ``name`` is not registered.
+        UnknownNameError: ``name`` is not registered; the message suggests and lists the names
+            that would serve.
         IncompatibleAttentionError: it is of a kind ``role`` cannot use, or lacks a needed
             capability; the message lists the registered names that would work.
         TypeError: a need that is not one of :class:`AttentionNeeds`'.
     """
     if unknown := sorted(set(needs) - set(_CAPABILITIES)):
         raise TypeError(f"require_attention() got unknown needs {unknown}; the needs are {sorted(_CAPABILITIES)}.")
-    cls = ATTENTION_REGISTRY.get(name)
     wanted = {flag: label for need, (flag, label) in _CAPABILITIES.items() if needs.get(need)}
     kind_fits = _stackable if layers else (lambda candidate: issubclass(candidate, Attention))
 
     def fits(candidate: type[nn.Module]) -> bool:
         return kind_fits(candidate) and all(getattr(candidate, flag) for flag in wanted)
 
+    compatible = [e.name for e in ATTENTION_REGISTRY.entries() if fits(e.obj)]
+    cls = ATTENTION_REGISTRY.get(name, candidates=compatible)
     if not fits(cls):
         if not kind_fits(cls):
             reason = (
@@ -173,7 +175,6 @@ def require_attention(
             reason = "it does not support " + " or ".join(
                 label for flag, label in wanted.items() if not getattr(cls, flag)
             )
-        compatible = [e.name for e in ATTENTION_REGISTRY.entries() if fits(e.obj)]
         raise IncompatibleAttentionError(
             f"Attention {name!r} cannot be used by {role}: {reason}. "
             f"Compatible registered names: {', '.join(compatible) or 'none'}."

@@ -79,7 +79,7 @@ from zoo.attention.base import AttentionOutput
 from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.convolved import ShortConvolved
-from zoo.attention.factory import register_attention_layer
+from zoo.attention.factory import register_attention_layer, require_attention
 from zoo.attention.kernels.window import softmax_heads, window_blocks
 from zoo.attention.multi_head import SelfAttention
 from zoo.attention.rotation import rotate_heads
@@ -170,8 +170,9 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         position: PositionScheme | None = None,
         bias: bool = True,
     ) -> None:
-        super().__init__(embed_dim, num_heads, AttentionSpec(scores, {}, num_kv_heads, position, dropout), bias=bias)
         name = type(self).__name__
+        require_attention(scores, role=f"the heads of {name} (its scores)")
+        super().__init__(embed_dim, num_heads, AttentionSpec(scores, {}, num_kv_heads, position, dropout), bias=bias)
         self.scores = scores
         if (sinks or window is not None) and type(self.score_attention) is not DotProductAttention:
             raise ValueError(
