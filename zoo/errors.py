@@ -9,7 +9,17 @@ part of the zoo (the registry included) can derive its errors from it.
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "ConfigurationError", "DataError", "PluginImportError", "ZooError"]
+__all__ = [
+    "CheckpointError",
+    "ConfigurationError",
+    "DataError",
+    "DuplicateNameError",
+    "PluginImportError",
+    "RegistryError",
+    "UnknownArgumentError",
+    "UnknownNameError",
+    "ZooError",
+]
 
 
 class ZooError(Exception):
@@ -30,3 +40,26 @@ class CheckpointError(ZooError, ValueError):
 
 class ConfigurationError(ZooError, ValueError):
     """Settings that cannot work together, such as a strategy the chosen model cannot use."""
+
+
+class RegistryError(ZooError):
+    """Base class of the errors of :mod:`zoo.registry` (names and their constructors' keywords)."""
+
+
+class UnknownNameError(RegistryError, KeyError):
+    """A name that is not registered. A ``KeyError``, so ``except KeyError`` catches it."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted, like a repr.
+        return str(self.args[0]) if self.args else ""
+
+
+class DuplicateNameError(RegistryError, ValueError):
+    """A name (or alias) that is already taken by another object."""
+
+
+class UnknownArgumentError(RegistryError, TypeError, ValueError):
+    """A keyword argument that the registered constructor does not accept.
+
+    A ``TypeError`` like Python's own error for a bad keyword, and a ``ValueError`` for callers
+    that treat all bad configuration alike.
+    """

@@ -12,26 +12,23 @@ process, so worker processes of a multi-process run see the same plugins as the 
 relying on import side effects. A name claimed by two installed distributions is loaded from
 neither, and looking it up raises :class:`DuplicateNameError` naming both.
 
-This module imports nothing else from the zoo but the error base, :class:`zoo.errors.ZooError`,
-and the entry-point loader.
+This module imports nothing else from the zoo but its errors (:mod:`zoo.errors`), the keyword
+checks (:mod:`zoo.arguments`) and the entry-point loader.
 """
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import importlib
 import inspect
 import re
-import typing
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from typing_extensions import Unpack
-
+from zoo.arguments import accepted_keywords, check_kwargs, suggest
 from zoo.entry_points import PluginLoadWarning, load_entry_points
-from zoo.errors import ZooError
+from zoo.errors import DuplicateNameError, RegistryError, UnknownArgumentError, UnknownNameError
 
 __all__ = [
     "DuplicateNameError",
@@ -42,37 +39,14 @@ __all__ = [
     "UnknownArgumentError",
     "UnknownNameError",
     "accepted_keywords",
+    "check_kwargs",
+    "suggest",
 ]
 
 T = TypeVar("T")
 
-#: ``Unpack`` as ``typing`` and ``typing_extensions`` spell it (one object from Python 3.12 on)
-_UNPACK = {Unpack, getattr(typing, "Unpack", Unpack)}
 _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 BUILTIN_SOURCE = "attention-zoo"
-
-
-class RegistryError(ZooError):
-    """Base class of the registry's errors (a :class:`~zoo.errors.ZooError`: the CLI prints it as one line)."""
-
-
-class UnknownNameError(RegistryError, KeyError):
-    """A name that is not registered. A ``KeyError``, so ``except KeyError`` catches it."""
-
-    def __str__(self) -> str:  # KeyError would print the message quoted, like a repr.
-        return str(self.args[0]) if self.args else ""
-
-
-class DuplicateNameError(RegistryError, ValueError):
-    """A name (or alias) that is already taken by another object."""
-
-
-class UnknownArgumentError(RegistryError, TypeError, ValueError):
-    """A keyword argument that the registered constructor does not accept.
-
-    A ``TypeError`` like Python's own error for a bad keyword, and a ``ValueError`` for callers
-    that treat all bad configuration alike.
-    """
 
 
 @dataclass(frozen=True)
@@ -88,17 +62,6 @@ class Entry(Generic[T]):
 def _natural_key(text: str) -> list[Any]:
     """Sort key that orders ``head2`` before ``head10``."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
-
-
-def suggest(name: str, candidates: list[str], limit: int = 3) -> list[str]:
-    """The candidates closest to ``name``, best first (substring matches count as close)."""
-    close = difflib.get_close_matches(name, candidates, n=limit, cutoff=0.5)
-    for candidate in candidates:
-        if len(close) >= limit:
-            break
-        if candidate not in close and (name in candidate or candidate in name):
-            close.append(candidate)
-    return close
 
 
 def _same_definition(a: object, b: object) -> bool:
@@ -359,43 +322,6 @@ class Registry(Generic[T]):
         self.failed_plugins.clear()
         self.conflicts.clear()
         self._load_plugins()
-
-
-def accepted_keywords(factory: Callable[..., Any]) -> list[str] | None:
-    """The keyword arguments ``factory`` accepts, those of a ``**kwargs: Unpack[SomeTypedDict]``
-    included (PEP 692: options several constructors share, written once); None where it accepts
-    any (a plain ``**kwargs``) or has no signature to read."""
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # builtins without a signature: let the call decide
-        return None
-    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    accepted = [name for name, p in params.items() if p.kind in named]
-    var = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None)
-    if var is None:
-        return accepted
-    function = factory.__init__ if inspect.isclass(factory) else factory
-    annotation = typing.get_type_hints(function, include_extras=True).get(var.name)
-    if typing.get_origin(annotation) not in _UNPACK:
-        return None
-    (options,) = typing.get_args(annotation)
-    return accepted + [key for key in typing.get_type_hints(options) if key not in accepted]
-
-
-def check_kwargs(factory: Callable[..., Any], kwargs: dict[str, Any], *, what: str) -> None:
-    """Raise :class:`UnknownArgumentError` if ``factory`` would reject a keyword in ``kwargs``."""
-    accepted = accepted_keywords(factory)
-    if accepted is None:
-        return
-    unknown = [key for key in kwargs if key not in accepted]
-    if unknown:
-        parts = []
-        for key in unknown:
-            close = suggest(key, accepted)
-            parts.append(f"{key!r}" + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""))
-        raise UnknownArgumentError(
-            f"{what} got unexpected keyword argument(s) {', '.join(parts)}. Accepted: {', '.join(accepted) or 'none'}."
-        )
 
 
 def _snake_case(name: str) -> str:

@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 from torch import nn
 from typing_extensions import TypedDict, Unpack
 
+from zoo.arguments import check_kwargs
 from zoo.attention.base import Attention, IncompatibleAttentionError
 from zoo.attention.layer import AttentionLayer
-from zoo.registry import Registry, check_kwargs
+from zoo.registry import Registry
 
 __all__ = [
     "ATTENTION_REGISTRY",

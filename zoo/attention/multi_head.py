@@ -15,13 +15,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from zoo.arguments import accepted_keywords
 from zoo.attention.base import AttentionOutput
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention
 from zoo.attention.headed import HeadedAttention
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.spec import AttentionSpec
-from zoo.registry import accepted_keywords
 
 __all__ = ["CrossAttention", "MultiHeadAttention", "SelfAttention", "self_attention_layer"]
 

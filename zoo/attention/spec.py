@@ -32,11 +32,11 @@ from typing import Any
 from torch import nn
 from typing_extensions import Unpack
 
+from zoo.arguments import check_kwargs
 from zoo.attention.base import Attention, IncompatibleAttentionError
 from zoo.attention.factory import ATTENTION_REGISTRY, AttentionNeeds, require_attention, scoring_arguments
 from zoo.attention.layer import AttentionLayer
 from zoo.positions import POSITION_REGISTRY, PositionScheme
-from zoo.registry import check_kwargs
 
 __all__ = [
     "POSITION_CAPABILITY",

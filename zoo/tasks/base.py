@@ -14,8 +14,8 @@ import torch
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 
+from zoo.arguments import check_kwargs
 from zoo.provenance import RECORD_KEY, run_record
-from zoo.registry import check_kwargs
 from zoo.tasks.hub import HubMixin
 from zoo.tasks.registry import MODEL_REGISTRY
 from zoo.text.codecs import Codec, restore_codec
