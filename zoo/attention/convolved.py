@@ -21,6 +21,7 @@ from typing import ClassVar, Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from zoo.attention.cache import CacheT, ConvolvedCache, LayerCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.kernels import convolve_projections, short_convolutions
 
@@ -86,6 +87,14 @@ class ShortConvolved(nn.Module):
     def _projections(self) -> list[nn.Linear]:
         """The layer's ``<x>_proj`` for each ``<x>_conv`` in :attr:`conv_names`."""
         return [getattr(self, name.removesuffix("_conv") + "_proj") for name in self.conv_names]
+
+    def unwrap_cache(
+        self, cache: LayerCache | None, expected: type[CacheT]
+    ) -> tuple[CacheT | None, tuple[Tensor, ...] | None]:
+        """A decoding ``cache`` as the layer's own ``expected`` cache and the convolutions' windows
+        (:meth:`ConvolvedCache.unwrap <zoo.attention.cache.ConvolvedCache.unwrap>` for this layer);
+        the layer hands back ``ConvolvedCache.wrap(held, windows)``."""
+        return ConvolvedCache.unwrap(cache, expected, convolves=self.convolves, owner=self)
 
     def conv_repr(self) -> str:
         """``", conv_size=K"`` to end an ``extra_repr`` when the layer convolves, else ``""``."""

@@ -96,7 +96,7 @@ class BlockSelectionLayer(ShortConvolved, AttentionLayer):
         a :class:`~zoo.attention.cache.ConvolvedCache` when the layer convolves; None at the
         start), causal: the output and the cache extended. The context's mask, if any, is key
         padding over every position seen, ``(B, 1, 1, L)``."""
-        held, windows = ConvolvedCache.unwrap(cache, KeyValueCache, convolves=self.convolves, owner=self)
+        held, windows = self.unwrap_cache(cache, KeyValueCache)
         context = AttentionContext(is_causal=True) if context is None else context
         self.check_request(context)
         (q, k, v), windows = self.heads(x, 0 if held is None else held.length, context, windows)

@@ -187,7 +187,7 @@ class DifferentialAttention(ShortConvolved, AttentionLayer):
         """New positions after a :class:`~zoo.attention.cache.KeyValueCache` of the rotated key
         halves ``(B, H, L, d)`` and values ``(B, H / 2, L, 2d)`` (in a
         :class:`~zoo.attention.cache.ConvolvedCache` when the layer convolves)."""
-        held, windows = ConvolvedCache.unwrap(cache, KeyValueCache, convolves=self.convolves, owner=self)
+        held, windows = self.unwrap_cache(cache, KeyValueCache)
         context = AttentionContext(is_causal=True) if context is None else context
         (q, k, v), windows = self.convolved_projections(x, windows, context)
         k, v = self._halves(k, 0 if held is None else held.length, context), self._values(v)

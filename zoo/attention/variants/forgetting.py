@@ -151,7 +151,7 @@ class ForgettingAttention(SoftmaxAttention):
         """New positions after a :class:`ForgetCache` of the earlier ones (in a
         :class:`~zoo.attention.cache.ConvolvedCache` with the convolutions' windows when the layer
         convolves)."""
-        held, windows = ConvolvedCache.unwrap(cache, ForgetCache, convolves=self.convolves, owner=self)
+        held, windows = self.unwrap_cache(cache, ForgetCache)
         context = AttentionContext(is_causal=True) if context is None else context
         seen = 0 if held is None else held.length
         q, k, v, windows = self._projected(x, context, windows, seen)

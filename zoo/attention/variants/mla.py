@@ -232,7 +232,7 @@ class MultiHeadLatentAttention(ShortConvolved, AttentionLayer):
         when the layer convolves; None before the first), causal: the output and the cache
         extended by their latents and rotary keys. The context's mask, if any, broadcasts to
         ``(B, 1 or H, Lq, L)`` over every position seen."""
-        held, windows = ConvolvedCache.unwrap(cache, LatentCache, convolves=self.convolves, owner=self)
+        held, windows = self.unwrap_cache(cache, LatentCache)
         context = AttentionContext(is_causal=True) if context is None else context
         self.check_request(context)
         offset = 0 if held is None else held.length

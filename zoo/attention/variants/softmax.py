@@ -352,7 +352,7 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         :class:`~zoo.attention.cache.ConvolvedCache`
         with the convolutions' windows when the layer convolves."""
         expected = WindowCache if self.window is not None else KeyValueCache
-        inner, windows = ConvolvedCache.unwrap(cache, expected, convolves=self.convolves, owner=self)
+        inner, windows = self.unwrap_cache(cache, expected)
         context = AttentionContext(is_causal=True) if context is None else context
         seen = 0 if inner is None else inner.length
         q, k, v, windows = self._projected(x, context, windows, seen)
