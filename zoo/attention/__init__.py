@@ -49,11 +49,11 @@ from zoo.attention.variants.gated_deltaproduct import GatedDeltaProductAttention
 from zoo.attention.variants.mla import MultiHeadLatentAttention  # noqa: E402
 from zoo.attention.variants.moba import MoBAAttention  # noqa: E402
 from zoo.attention.variants.nsa import NativeSparseAttention  # noqa: E402
-from zoo.attention.variants.softmax import (  # noqa: E402
+from zoo.attention.variants.softmax import SoftmaxAttention  # noqa: E402
+from zoo.attention.variants.softmax_recipes import (  # noqa: E402
     GatedAttention,
     QKNormAttention,
     SinkAttention,
-    SoftmaxAttention,
     StreamingAttention,
 )
 from zoo.attention.variants.sigmoid import SigmoidAttention  # noqa: E402

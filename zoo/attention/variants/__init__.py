@@ -34,6 +34,7 @@ from zoo.attention.variants import (
     moba,
     nsa,
     softmax,
+    softmax_recipes,
     sigmoid,
     softpick,
     stick_breaking,
@@ -45,7 +46,8 @@ from zoo.attention.variants import (
 MODULES = (
     additive, average, dot_product, gaussian_kernel, linear, local, performer, linformer, longformer, bigbird,
     sparse, synthesizer, sinkhorn, reformer, retention, gla, deltanet, mamba2, patterns, kda, rwkv7,
-    gated_deltaproduct, mla, moba, nsa, softmax, sigmoid, softpick, stick_breaking, differential, forgetting,
+    gated_deltaproduct, mla, moba, nsa, softmax, softmax_recipes, sigmoid, softpick, stick_breaking, differential,
+    forgetting,
 )  # fmt: skip
 
 __all__ = ["MODULES"]

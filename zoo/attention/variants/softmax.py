@@ -52,8 +52,8 @@ the layer's input ``x_i``:
   as they are (``{name: softmax, scores: sigmoid, conv_size: 4}``). Sinks and windows are
   softmax's denominator and mask over dot products, so they take ``dot_product`` only.
 
-The registered names are this one layer with other defaults, so every option combines with the
-others and with the stack's options (``--model.num_kv_heads``, ``--model.attention_dropout``,
+The registered names are this one layer with other defaults (:mod:`~zoo.attention.variants.softmax_recipes`),
+so every option combines with the others and with the stack's options (``--model.num_kv_heads``, ``--model.attention_dropout``,
 ``--model.position rope``): ``softmax`` (none on), ``qk_norm``, ``gated_attention`` (elementwise
 gate), ``sink_attention`` (learned sinks, ``sink_tokens`` 0) and ``streaming`` (a window of 128
 with the first 4 positions). Qwen3-Next's attention is
@@ -69,7 +69,6 @@ more key, a window blockwise in ``O(L (W + S))``). Weights (``need_weights``) ta
 from __future__ import annotations
 
 import math
-from functools import partialmethod
 from typing import Literal, TypedDict
 
 import torch
@@ -87,15 +86,7 @@ from zoo.attention.spec import AttentionSpec
 from zoo.attention.variants.dot_product import DotProductAttention
 from zoo.positions import PositionScheme
 
-__all__ = [
-    "GatedAttention",
-    "Gate",
-    "QKNormAttention",
-    "SinkAttention",
-    "SoftmaxAttention",
-    "SoftmaxOptions",
-    "StreamingAttention",
-]
+__all__ = ["Gate", "SoftmaxAttention", "SoftmaxOptions"]
 
 Gate = Literal["elementwise", "headwise"]
 
@@ -380,34 +371,3 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
             "" if type(self.score_attention) is DotProductAttention else f"scores={self.scores!r}",
         ]
         return ", ".join(filter(None, options)) + self.conv_repr()
-
-
-@register_attention_layer("qk_norm", aliases=("qknorm",))
-class QKNormAttention(SoftmaxAttention):
-    """``softmax`` with ``qk_norm=True`` by default (Qwen3's, Gemma 3's attention)."""
-
-    __init__ = partialmethod(SoftmaxAttention.__init__, qk_norm=True)
-
-
-@register_attention_layer("gated_attention", aliases=("gated_softmax",))
-class GatedAttention(SoftmaxAttention):
-    """``softmax`` with ``gate="elementwise"`` by default (Qiu et al., 2025); Qwen3-Next's is
-    ``{name: gated_attention, qk_norm: true}``."""
-
-    __init__ = partialmethod(SoftmaxAttention.__init__, gate="elementwise")
-
-
-@register_attention_layer("sink_attention", aliases=("attention_sinks",))
-class SinkAttention(SoftmaxAttention):
-    """``softmax`` with ``sinks=True`` and ``sink_tokens=0`` by default (gpt-oss: its sliding
-    layers are ``{name: sink_attention, window: 128}``, its full layers this)."""
-
-    __init__ = partialmethod(SoftmaxAttention.__init__, sinks=True, sink_tokens=0)
-
-
-@register_attention_layer("streaming", aliases=("streaming_llm",))
-class StreamingAttention(SoftmaxAttention):
-    """``softmax`` with ``window=128`` by default (and ``sink_tokens`` 4): StreamingLLM's window
-    with its first tokens, a fixed-size cache, at gpt-oss's window."""
-
-    __init__ = partialmethod(SoftmaxAttention.__init__, window=128)
