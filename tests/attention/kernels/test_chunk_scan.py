@@ -89,3 +89,19 @@ def test_a_broadcast_initial_state_gets_its_summed_gradient() -> None:
 def test_the_corrected_operands_come_together() -> None:
     with pytest.raises(ValueError, match="together"):
         chunk_scan(torch.zeros(3, 2), torch.ones(4, 1, 1), values=torch.zeros(4, 2, 2))
+
+
+@pytest.mark.parametrize("form", ["decay", "delta", "generalized"])
+def test_no_decay_equals_a_decay_of_one(form: str) -> None:
+    """DeltaNet's scan passes no decay: the same states, reads and gradients as ``D_n = 1``."""
+    given = operands(form, 1, torch.Generator().manual_seed(11))
+    leaves = [t for name, t in given.items() if t is not None and name != "decay"]
+    rest = {name: given[name] for name in ("values", "from_state", "written")}
+    ones = torch.ones_like(given["decay"])
+    without = [t for t in chunk_scan(given["initial"], None, given["update"], **rest) if t is not None]
+    with_ones = [t for t in chunk_scan(given["initial"], ones, given["update"], **rest) if t is not None]
+    seeds = [torch.randn_like(t) for t in without]
+    for got, want in zip(without, with_ones):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for got, want in zip(torch.autograd.grad(without, leaves, seeds), torch.autograd.grad(with_ones, leaves, seeds)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

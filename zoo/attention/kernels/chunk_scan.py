@@ -9,7 +9,8 @@ one sequential loop over its ``N`` chunks, carrying a state ``S_n`` ``(dk, dv)``
 
 the decay families with ``S_{n+1} = D_n * S_n + E_n`` (``E_n = K_n^T V_n`` decayed to the chunk's
 end), the delta rule with ``R_n = U_n - W_n S_n`` and ``A_n = K_n^T``, the generalized delta rule
-with all five. ``D_n`` is ``(dk or 1, 1)``: a decay per key dimension or one per head.
+with all five. ``D_n`` is ``(dk or 1, 1)``: a decay per key dimension or one per head; or absent
+(DeltaNet's ``D_n = 1``), which leaves its products out.
 
 Left to autograd, that loop records five to eight nodes a chunk and replays each as several small
 kernels; at the CPU's 16-step chunks those per-chunk calls cost about as much as the arithmetic
@@ -38,7 +39,8 @@ __all__ = ["chunk_scan"]
 
 class _ChunkScan(torch.autograd.Function):
     """The loop on flattened batches: every argument ``(P, N, ...)``, ``initial`` ``(P, dk, dv)``;
-    ``update`` and ``values`` may be empty (``numel() == 0``: absent, and ``W``, ``A`` with ``U``)."""
+    ``decay``, ``update`` and ``values`` may be empty (``numel() == 0``: absent, and ``W``, ``A``
+    with ``U``)."""
 
     @staticmethod
     def forward(
@@ -50,30 +52,36 @@ class _ChunkScan(torch.autograd.Function):
         from_state: Tensor,
         written: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        corrected, added = values.numel() > 0, update.numel() > 0
+        corrected, added, decayed = values.numel() > 0, update.numel() > 0, decay.numel() > 0
         state, entering, reads = initial, [], []
-        for n in range(decay.shape[1]):
+        for n in range(max(t.shape[1] for t in (decay, update, values) if t.numel())):
             entering.append(state)
-            following = torch.addcmul(update[:, n], decay[:, n], state) if added else decay[:, n] * state
+            if decayed:
+                following = torch.addcmul(update[:, n], decay[:, n], state) if added else decay[:, n] * state
+            else:
+                following = update[:, n] + state if added else state
             if corrected:
                 reads.append(torch.baddbmm(values[:, n], from_state[:, n], state))
-                following.baddbmm_(written[:, n], reads[-1])
+                if following is state:  # nothing written to a new tensor yet: the product makes one
+                    following = torch.baddbmm(state, written[:, n], reads[-1])
+                else:
+                    following.baddbmm_(written[:, n], reads[-1])
             state = following
         stacked = torch.stack(entering, dim=1)
         read = torch.stack(reads, dim=1) if corrected else values.new_empty(0)
         ctx.save_for_backward(decay, from_state, written, stacked, read)
-        ctx.present = (added, corrected)  # type: ignore[attr-defined]
+        ctx.present = (added, corrected, decayed)  # type: ignore[attr-defined]
         return stacked, state, read
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_entering: Tensor, grad_final: Tensor, grad_reads: Tensor) -> tuple[Tensor | None, ...]:
         decay, from_state, written, entering, reads = ctx.saved_tensors
-        added, corrected = ctx.present
+        added, corrected, decayed = ctx.present
         grad, after, read_grads = grad_final, [], []
-        for n in reversed(range(decay.shape[1])):
+        for n in reversed(range(entering.shape[1])):
             after.append(grad)
-            before = torch.addcmul(grad_entering[:, n], decay[:, n], grad)
+            before = torch.addcmul(grad_entering[:, n], decay[:, n], grad) if decayed else grad_entering[:, n] + grad
             if corrected:
                 read_grads.append(torch.baddbmm(grad_reads[:, n], written[:, n].mT, grad))
                 before.baddbmm_(from_state[:, n].mT, read_grads[-1])
@@ -99,7 +107,7 @@ class _ChunkScan(torch.autograd.Function):
 
 def chunk_scan(
     initial: Tensor,
-    decay: Tensor,
+    decay: Tensor | None,
     update: Tensor | None = None,
     *,
     values: Tensor | None = None,
@@ -110,7 +118,7 @@ def chunk_scan(
 
     Args:
         initial: ``S_0``, ``(*batch, dk, dv)``.
-        decay: ``D``, ``(*batch, N, dk or 1, 1)``, each chunk's total decay.
+        decay: ``D``, ``(*batch, N, dk or 1, 1)``, each chunk's total decay; None: no decay (``D = 1``).
         update: ``E``, ``(*batch, N, dk, dv)``, or None (zero).
         values, from_state, written: ``U`` ``(*batch, N, c, dv)``, ``W`` ``(*batch, N, c, dk)`` and
             ``A`` ``(*batch, N, dk, c)``, all three or none (no ``R``).
@@ -123,9 +131,7 @@ def chunk_scan(
     if corrected != (from_state is not None) or corrected != (written is not None):
         raise ValueError("chunk_scan takes values, from_state and written together, or none of them.")
     operands = [update, values, from_state, written]
-    batch = torch.broadcast_shapes(
-        initial.shape[:-2], decay.shape[:-3], *(t.shape[:-3] for t in operands if t is not None)
-    )
+    batch = torch.broadcast_shapes(initial.shape[:-2], *(t.shape[:-3] for t in [decay, *operands] if t is not None))
 
     def flat(t: Tensor | None, tail: int) -> Tensor:
         if t is None:

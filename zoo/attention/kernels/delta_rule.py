@@ -63,17 +63,27 @@ __all__ = ["delta_rule_chunkwise", "delta_rule_recurrent", "delta_rule_weights"]
 
 def _prepare(
     q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None, mask: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Broadcast ``beta`` and ``log_decay`` (zeros if None) to ``(*batch, T)``; zero the padding."""
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    """Broadcast ``beta`` and ``log_decay`` (None stays None: no decay) to ``(*batch, T)``; zero the padding."""
     beta = torch.broadcast_to(beta, q.shape[:-1])
-    log_decay = q.new_zeros(q.shape[:-1]) if log_decay is None else torch.broadcast_to(log_decay, q.shape[:-1])
-    return zero_padding(mask, q, k, v, beta, log_decay)
+    if log_decay is None:
+        q, k, v, beta = zero_padding(mask, q, k, v, beta)
+        return q, k, v, beta, None
+    q, k, v, beta, log_decay = zero_padding(mask, q, k, v, beta, torch.broadcast_to(log_decay, q.shape[:-1]))
+    return q, k, v, beta, log_decay
 
 
 def _chunked(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor, chunk_size: int, initial_state: Tensor | None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_decay: Tensor | None,
+    chunk_size: int,
+    initial_state: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The chunkwise computation on prepared inputs.
+    """The chunkwise computation on prepared inputs (``log_decay`` None: DeltaNet, whose decay
+    terms are all ones and are left out rather than multiplied in).
 
     Returns:
         Outputs ``(*batch, T, dv)``, each chunk's decayed causal scores ``tril(Q K^T * decays)`` and
@@ -83,23 +93,25 @@ def _chunked(
     length = q.shape[-2]
     state = initial_or_zeros(initial_state, k, v)
     q, k, v = (to_chunks(x, chunk_size) for x in (q, k, v))
-    beta, cum = (to_chunks(x.unsqueeze(-1), chunk_size).squeeze(-1) for x in (beta, log_decay))
-    cum = cum.cumsum(-1)  # (*batch, N, c)
-    cum_end = cum[..., -1:]
-    decay = causal_decay(cum)  # exp(b_i - b_j), j <= i
+    beta = to_chunks(beta.unsqueeze(-1), chunk_size).squeeze(-1)
+    lower, scores = beta.unsqueeze(-1) * (k @ k.mT), q @ k.mT
+    if log_decay is None:
+        lower, scores, gamma, decayed_k, chunk_decay = lower.tril(-1), scores.tril(), None, k, None
+    else:
+        cum = to_chunks(log_decay.unsqueeze(-1), chunk_size).squeeze(-1).cumsum(-1)  # (*batch, N, c)
+        cum_end = cum[..., -1:]
+        decay = causal_decay(cum)  # exp(b_i - b_j), j <= i
+        lower, scores = (lower * decay).tril(-1), scores * decay
+        gamma = cum.exp().unsqueeze(-1)
+        decayed_k = k * (cum_end - cum).exp().unsqueeze(-1)  # written at the chunk's end
+        chunk_decay = cum_end.exp().unsqueeze(-1)
 
-    lower = (beta.unsqueeze(-1) * (k @ k.mT) * decay).tril(-1)
     eye = torch.eye(chunk_size, dtype=q.dtype, device=q.device)
     transform = torch.linalg.solve_triangular(eye + lower, torch.diag_embed(beta), upper=False, unitriangular=True)
-    gamma = cum.exp().unsqueeze(-1)
-    w = transform @ (k * gamma)
+    w = transform @ (k if gamma is None else k * gamma)
     u = transform @ v
-    scores = (q @ k.mT) * decay
-    decayed_k = k * (cum_end - cum).exp().unsqueeze(-1)  # written at the chunk's end
-    chunk_decay = cum_end.exp().unsqueeze(-1)
-
     entering, state, new_values = chunk_scan(state, chunk_decay, values=u, from_state=-w, written=decayed_k.mT)
-    output = (q * gamma) @ entering + scores @ new_values
+    output = (q if gamma is None else q * gamma) @ entering + scores @ new_values
     return from_chunks(output, length), scores, transform, state
 
 
@@ -167,9 +179,10 @@ def delta_rule_recurrent(
     q, k, v, beta, log_decay = _prepare(q, k, v, beta, log_decay, mask)
     state = initial_or_zeros(state, k, v)
     outputs = []
-    steps = zip(q.unbind(-2), k.unbind(-2), v.unbind(-2), beta.unbind(-1), log_decay.exp().unbind(-1))
-    for q_t, k_t, v_t, beta_t, a_t in steps:
-        state = a_t[..., None, None] * state
+    decays = (None,) * q.shape[-2] if log_decay is None else log_decay.exp().unbind(-1)
+    for q_t, k_t, v_t, beta_t, a_t in zip(q.unbind(-2), k.unbind(-2), v.unbind(-2), beta.unbind(-1), decays):
+        if a_t is not None:
+            state = a_t[..., None, None] * state
         new_value = beta_t.unsqueeze(-1) * (v_t - (k_t.unsqueeze(-2) @ state).squeeze(-2))
         state = state + k_t.unsqueeze(-1) * new_value.unsqueeze(-2)
         outputs.append((q_t.unsqueeze(-2) @ state).squeeze(-2))

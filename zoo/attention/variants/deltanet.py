@@ -34,12 +34,12 @@ Left out, and why: negative eigenvalues (``b_t`` in ``(0, 2)``), an extension af
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
 from zoo.attention.gating import HeadNorm, StepDecay
+from zoo.attention.kernels.l2_norm import l2_normalize
 from zoo.attention.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["DeltaNetAttention", "GatedDeltaNetAttention"]
@@ -75,8 +75,8 @@ class DeltaNetAttention(RecurrentLayer):
         return None
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
-        q = F.normalize(queries, dim=-1) * self.key_head_dim**-0.5
-        k = F.normalize(keys, dim=-1)
+        q = l2_normalize(queries, self.key_head_dim**-0.5)
+        k = l2_normalize(keys)
         beta = self.beta(layer_input).to(queries.dtype).sigmoid().transpose(-1, -2)  # (B, H, T)
         return Recurrence(q, k, values, self.log_decay(layer_input, queries.dtype), beta)
 

@@ -36,12 +36,12 @@ from being the matrix that multiplies them.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
 from zoo.attention.gating import HeadNorm, StepDecay
+from zoo.attention.kernels.l2_norm import l2_normalize
 from zoo.attention.recurrence import ProductRecurrence
 from zoo.attention.recurrent import RecurrentLayer, RecurrentOptions
 
@@ -96,8 +96,8 @@ class GatedDeltaProductAttention(RecurrentLayer):
         self.norm = HeadNorm(self.head_dim)
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> ProductRecurrence:
-        q = F.normalize(queries, dim=-1) * self.key_head_dim**-0.5
-        k = F.normalize(keys.unflatten(-1, (self.writes, -1)), dim=-1)  # (B, H, T, n, dk)
+        q = l2_normalize(queries, self.key_head_dim**-0.5)
+        k = l2_normalize(keys.unflatten(-1, (self.writes, -1)))  # (B, H, T, n, dk)
         v = values.unflatten(-1, (self.writes, -1))
         beta = self.split_heads(self.beta(layer_input).to(queries.dtype).sigmoid() * self.beta_scale)  # (B, H, T, n)
         return ProductRecurrence(q, k, v, beta, self.decay(layer_input, queries.dtype)[1])

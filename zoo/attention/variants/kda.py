@@ -42,6 +42,7 @@ from typing_extensions import Unpack
 
 from zoo.attention.factory import register_attention_layer
 from zoo.attention.gating import HeadNorm
+from zoo.attention.kernels.l2_norm import l2_normalize
 from zoo.attention.recurrence import LowRankRecurrence
 from zoo.attention.recurrent import RecurrentLayer, RecurrentOptions
 
@@ -130,8 +131,8 @@ class KimiDeltaAttention(RecurrentLayer):
         self.norm = HeadNorm(self.head_dim)
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> LowRankRecurrence:
-        q = F.normalize(queries, dim=-1) * self.key_head_dim**-0.5
-        k = F.normalize(keys, dim=-1)
+        q = l2_normalize(queries, self.key_head_dim**-0.5)
+        k = l2_normalize(keys)
         beta = self.beta(layer_input).to(queries.dtype).sigmoid().transpose(-1, -2).unsqueeze(-1)  # (B, H, T, 1)
         log_alpha = self.decay(layer_input, queries.dtype)
         return LowRankRecurrence(q, beta * k, values, -beta * k, k * log_alpha.exp(), log_alpha)

@@ -53,6 +53,7 @@ from typing_extensions import Unpack
 from zoo.attention.cache import StateCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.factory import register_attention_layer
+from zoo.attention.kernels.l2_norm import l2_normalize
 from zoo.attention.recurrence import LowRankRecurrence, RecurrenceForms
 from zoo.attention.recurrent import RecurrentLayer, RecurrentOptions
 
@@ -189,7 +190,7 @@ class RWKV7Attention(RecurrentLayer):
         per_head = lambda p: p.to(dtype).view(self.num_heads, 1, -1)  # noqa: E731  (C,) -> (H, 1, dk)
         log_decay = -math.exp(-0.5) * heads(self.decay(self._mixed(layer_input, "w"))).sigmoid()
         rate = heads(self.icl(self._mixed(layer_input, "a"))).sigmoid()
-        kappa = F.normalize(keys * per_head(self.key_scale), dim=-1)
+        kappa = l2_normalize(keys * per_head(self.key_scale))
         written = keys * (1 + (rate - 1) * per_head(self.key_mix))
         return LowRankRecurrence(queries, written, values, -(rate * kappa), kappa, log_decay)
 
