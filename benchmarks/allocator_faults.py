@@ -1,5 +1,13 @@
 """Page faults, time and peak memory of a layer's training step with glibc's allocator defaults
-and with the zoo's setting (:mod:`zoo.allocator`), each case in a fresh process.
+and with freed memory kept in the process, each case in a fresh process.
+
+glibc's ``malloc`` gives large freed blocks back to the system (its mmap threshold and heap
+trimming adapt to what a process frees) and faults them in again, a zero-filled 4 KiB page at a
+time, when a step allocates them anew. ``retain`` sets glibc's own variables so that it keeps
+them (``MALLOC_MMAP_THRESHOLD_`` 32 MiB, the largest it accepts; ``MALLOC_TRIM_THRESHOLD_`` never;
+``MALLOC_TOP_PAD_`` 256 MiB), as PyTorch's CPU guide keeps them by preloading jemalloc or
+TCMalloc. ``benchmarks/RESULTS.md`` section 40b: the faults fall 2-17x, the time does not follow
+on this machine, and the zoo leaves the allocator as it is.
 
 A layer's forward and backward over one causal sequence (width 256, 8 heads, batch 1), as
 ``python -m zoo bench attention`` times it: one step to warm up, then ``--steps`` steps whose minor
@@ -32,8 +40,6 @@ STEP = textwrap.dedent(
     """
     import json, resource, sys, time
     import torch
-    from zoo.allocator import allocator_setting, retain_freed_memory
-    retain_freed_memory()
     from zoo.attention import create_attention
     from zoo.attention.context import AttentionContext
     from zoo.bench.baselines import SDPAFloor
@@ -54,15 +60,23 @@ STEP = textwrap.dedent(
         step()
     seconds = (time.perf_counter() - started) / steps
     after = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"allocator": allocator_setting(), "faults_per_step": (after.ru_minflt - usage.ru_minflt) / steps,
+    print(json.dumps({"faults_per_step": (after.ru_minflt - usage.ru_minflt) / steps,
                       "ms_per_step": seconds * 1e3, "peak_rss_mib": after.ru_maxrss / 1024}))
     """
 )
 
 
+#: glibc's variables for ``retain`` (read once, at the process's start)
+RETAIN = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1),
+    "MALLOC_TOP_PAD_": str(256 << 20),
+}
+
+
 def run_case(name: str, length: int, steps: int, allocator: str) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("MALLOC_")}
-    env["ZOO_MALLOC"] = allocator
+    env |= RETAIN if allocator == "retain" else {}
     result = subprocess.run(
         [sys.executable, "-c", STEP, name, str(length), str(steps)], env=env, capture_output=True, text=True, check=True
     )
@@ -80,7 +94,12 @@ def main() -> None:
     for length in args.lengths:
         for name in args.cases:
             for allocator in ("system", "retain"):
-                row = {"case": name, "length": length, **run_case(name, length, args.steps, allocator)}
+                row = {
+                    "case": name,
+                    "length": length,
+                    "allocator": allocator,
+                    **run_case(name, length, args.steps, allocator),
+                }
                 rows.append(row)
                 print(
                     f"{name:16} {length:6} {row['allocator'][:6]:6} faults/step {row['faults_per_step']:9.0f} "
