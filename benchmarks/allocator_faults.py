@@ -6,7 +6,7 @@ trimming adapt to what a process frees) and faults them in again, a zero-filled 
 time, when a step allocates them anew. ``retain`` sets glibc's own variables so that it keeps
 them (``MALLOC_MMAP_THRESHOLD_`` 32 MiB, the largest it accepts; ``MALLOC_TRIM_THRESHOLD_`` never;
 ``MALLOC_TOP_PAD_`` 256 MiB), as PyTorch's CPU guide keeps them by preloading jemalloc or
-TCMalloc. ``benchmarks/RESULTS.md`` section 40b: the faults fall 2-17x, the time does not follow
+TCMalloc. ``benchmarks/RESULTS.md`` section 40b: the faults fall 1.5-17x, the time does not follow
 on this machine, and the zoo leaves the allocator as it is.
 
 A layer's forward and backward over one causal sequence (width 256, 8 heads, batch 1), as
