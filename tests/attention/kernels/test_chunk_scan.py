@@ -89,6 +89,8 @@ def test_a_broadcast_initial_state_gets_its_summed_gradient() -> None:
 def test_the_corrected_operands_come_together() -> None:
     with pytest.raises(ValueError, match="together"):
         chunk_scan(torch.zeros(3, 2), torch.ones(4, 1, 1), values=torch.zeros(4, 2, 2))
+    with pytest.raises(ValueError, match="never changes"):
+        chunk_scan(torch.zeros(3, 2), None)
 
 
 @pytest.mark.parametrize("form", ["decay", "delta", "generalized"])

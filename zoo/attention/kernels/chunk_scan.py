@@ -130,6 +130,8 @@ def chunk_scan(
     corrected = values is not None
     if corrected != (from_state is not None) or corrected != (written is not None):
         raise ValueError("chunk_scan takes values, from_state and written together, or none of them.")
+    if decay is None and update is None and not corrected:
+        raise ValueError("chunk_scan needs a decay, an update or values: with none the state never changes.")
     operands = [update, values, from_state, written]
     batch = torch.broadcast_shapes(initial.shape[:-2], *(t.shape[:-3] for t in [decay, *operands] if t is not None))
 
