@@ -1,7 +1,7 @@
 """L2 normalization over the last dimension, scaled, with its gradient written out.
 
-The delta-rule families (DeltaNet, Gated DeltaNet, Kimi Delta Attention, Gated DeltaProduct)
-L2-normalize every query and key before the recurrence (the rule assumes ``|k_t| = 1``), and scale
+The delta-rule families (DeltaNet, Gated DeltaNet, Kimi Delta Attention, Gated DeltaProduct;
+RWKV-7's removal key) L2-normalize every query and key before the recurrence (the rule assumes ``|k_t| = 1``), and scale
 the queries: ``y = s * x / max(|x|, eps)``, as ``F.normalize(x) * s`` computes it. Left to
 autograd, that is a norm, a clamp, a division and a product, each recorded and replayed; here the
 forward is one reduction and one product, and the backward two passes::
@@ -9,9 +9,9 @@ forward is one reduction and one product, and the backward two passes::
     dx = (s * g - y * (g . y) / s) / max(|x|, eps)
 
 (the projection term dropped where the norm is clamped, as autograd's would be), as
-flash-linear-attention's ``l2norm`` kernel writes it. With it (and DeltaNet's chunks without decay
-terms) a ``gated_deltanet`` layer's forward and backward at 8k tokens on the CPU took 0.89x the
-time (``benchmarks/RESULTS.md`` section 40a).
+flash-linear-attention's ``l2norm`` kernel writes it. With it a ``gated_deltanet`` layer's forward
+and backward at 8k tokens on the CPU took 0.89-0.96x the time (``benchmarks/delta_rule_ab.py``,
+``benchmarks/RESULTS.md`` section 40a).
 """
 
 from __future__ import annotations
