@@ -1,5 +1,6 @@
 """The tables of ``python -m zoo bench attention`` (:mod:`zoo.bench.attention`): each case's time
-over the lengths with its growth exponent, its peak memory, and both as ratios to its baseline."""
+over the lengths with its growth exponent, its peak memory, both as ratios to its baseline, and,
+where counted (``--flops``), its matrix arithmetic beside the rate at which it ran."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def _ratio(result: dict[str, Any], base: dict[str, Any] | None, key: str, field_
 
 
 def attention_tables(records: list[dict[str, Any]], lengths: list[int]) -> str:
-    """Three Markdown tables: times (median [quartiles]), peak memory, ratios to the baselines."""
+    """Markdown tables: times (median [quartiles]), peak memory, ratios to the baselines, and the
+    arithmetic where the results count it."""
     by_name = {r["name"]: r for r in records}
 
     def at(record: dict[str, Any] | None, length: int) -> dict[str, Any] | None:
@@ -50,12 +52,28 @@ def attention_tables(records: list[dict[str, Any]], lengths: list[int]) -> str:
             cells.append(" / ".join("-" if x is None else f"{x:.2f}x" for x in (time_ratio, memory_ratio)))
         ratio_rows.append([record["name"], baseline["name"], *cells])
     headers = [f"L={n}" for n in lengths]
-    return "\n\n".join(
-        [
-            "Forward+backward time, median [quartiles]:\n\n"
-            + markdown_table(["case", "kind", *headers, "exponent"], time_rows),
-            "Peak memory above the inputs (MiB):\n\n" + markdown_table(["case", *headers], memory_rows),
-            "Against the baseline (time / peak memory):\n\n"
-            + markdown_table(["case", "baseline", *headers], ratio_rows),
+    tables = [
+        "Forward+backward time, median [quartiles]:\n\n"
+        + markdown_table(["case", "kind", *headers, "exponent"], time_rows),
+        "Peak memory above the inputs (MiB):\n\n" + markdown_table(["case", *headers], memory_rows),
+        "Against the baseline (time / peak memory):\n\n" + markdown_table(["case", "baseline", *headers], ratio_rows),
+    ]
+    if any("gflop" in result for record in records for result in record["results"]):
+        rows = [
+            [r["name"], *(_arithmetic_cell(at(r, n), at(by_name.get(r["baseline"] or ""), n)) for n in lengths)]
+            for r in records
         ]
-    )
+        tables.append(
+            "Matrix arithmetic, forward+backward: GFLOP (ratio to the baseline's), and GFLOP/s at the median time:\n\n"
+            + markdown_table(["case", *headers], rows)
+        )
+    return "\n\n".join(tables)
+
+
+def _arithmetic_cell(result: dict[str, Any] | None, base: dict[str, Any] | None) -> str:
+    if result is None or "gflop" not in result:
+        return "-"
+    gflop = result["gflop"]
+    ratio = _ratio(result, base, "gflop", None)
+    rate = gflop / (result["time_ms"]["median"] / 1e3)
+    return f"{gflop:.3g}" + ("" if ratio is None else f" ({ratio:.2f}x)") + f", {rate:.3g}/s"

@@ -102,6 +102,10 @@ def parser() -> argparse.ArgumentParser:
     )
     _sweep(attention, AttentionBenchConfig)
     attention.add_argument(
+        "--flops", action="store_true",
+        help="count each case's matrix arithmetic (GFLOP, forward+backward) and its rate, in one more untimed call",
+    )  # fmt: skip
+    attention.add_argument(
         "--plot", type=Path, default=DEFAULT_DIR / "attention.png", help="log-log plot of time against length"
     )
     _common(attention, "attention")
@@ -218,7 +222,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             lengths=args.lengths, batch=args.batch, d_model=args.d_model, heads=args.heads, causal=args.causal,
             padding=not args.no_padding, dtype=args.dtype,
             warmup=args.warmup, repeats=args.repeats, time_limit=args.time_limit, memory=not args.no_memory, seed=args.seed,
-            first_call_limit=args.first_call_limit,
+            first_call_limit=args.first_call_limit, flops=args.flops,
         )  # fmt: skip
         records = run_attention_bench(config, device, args.cases, save_partial)
         payload |= {"config": {**vars(config), "cases": args.cases}, "cases": records}

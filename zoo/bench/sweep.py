@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from zoo.bench.flops import count_flops
 from zoo.bench.measure import TooSlow, peak_memory, time_round_robin
 from zoo.bench.report import growth_exponent
 
@@ -48,6 +49,8 @@ class SweepSettings:
     #: seconds the first call of a case may take, where compilers and autotuners run (None: ``time_limit``)
     first_call_limit: float | None = None
     memory: bool = True
+    #: count each case's matrix arithmetic in one more, untimed call (:mod:`zoo.bench.flops`)
+    flops: bool = False
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
@@ -64,7 +67,8 @@ def _failure_status(error: BaseException) -> str:
 def _measure_length(
     builders: dict[str, Callable[[int], Workload]], settings: SweepSettings, length: int, device: torch.device
 ) -> dict[str, dict[str, Any]]:
-    """Every case at one length: ``{name: {"length", "status", "time_ms", "peak_memory_mib"}}``."""
+    """Every case at one length: ``{name: {"length", "status", "time_ms", "peak_memory_mib", "gflop"}}``
+    (the last two where ``settings`` asks for them)."""
     results: dict[str, dict[str, Any]] = {}
     workloads: dict[str, Workload] = {}
     for name, build in builders.items():
@@ -90,6 +94,8 @@ def _measure_length(
                 results[name]["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
             except Exception as error:
                 results[name] = {"length": length, "status": _failure_status(error)}
+        if settings.flops and results[name]["status"] == "ok":
+            results[name]["gflop"] = count_flops(workloads[name].step, workloads[name].reset) / 1e9
     del workloads
     gc.collect()
     if device.type == "cuda":
