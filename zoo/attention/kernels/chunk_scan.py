@@ -28,7 +28,6 @@ its chunk kernels' hand-written backward passes.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -54,53 +53,41 @@ class _ChunkScan(torch.autograd.Function):
         written: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor]:
         corrected, added, decayed = values.numel() > 0, update.numel() > 0, decay.numel() > 0
-        chunks = max(t.shape[1] for t in (decay, update, values) if t.numel())
-        dtype = functools.reduce(torch.promote_types, (t.dtype for t in (initial, decay, update) if t.numel()))
-        # each state is written once, into its place among the states entering the chunks (no stack)
-        stacked = initial.new_empty(initial.shape[0], chunks, *initial.shape[1:], dtype=dtype)
-        stacked[:, 0] = initial
-        reads = []
-        for n in range(chunks):
-            state = stacked[:, n]
-            following = stacked[:, n + 1] if n + 1 < chunks else torch.empty_like(state)
-            if decayed and added:
-                torch.addcmul(update[:, n], decay[:, n], state, out=following)
-            elif decayed:
-                torch.mul(decay[:, n], state, out=following)
-            elif added:
-                torch.add(update[:, n], state, out=following)
+        state, entering, reads = initial, [], []
+        for n in range(max(t.shape[1] for t in (decay, update, values) if t.numel())):
+            entering.append(state)
+            if decayed:
+                following = torch.addcmul(update[:, n], decay[:, n], state) if added else decay[:, n] * state
             else:
-                following.copy_(state)
+                following = update[:, n] + state if added else state
             if corrected:
                 reads.append(torch.baddbmm(values[:, n], from_state[:, n], state))
-                following.baddbmm_(written[:, n], reads[-1])
+                if following is state:  # nothing written to a new tensor yet: the product makes one
+                    following = torch.baddbmm(state, written[:, n], reads[-1])
+                else:
+                    following.baddbmm_(written[:, n], reads[-1])
+            state = following
+        stacked = torch.stack(entering, dim=1)
         read = torch.stack(reads, dim=1) if corrected else values.new_empty(0)
         ctx.save_for_backward(decay, from_state, written, stacked, read)
         ctx.present = (added, corrected, decayed)  # type: ignore[attr-defined]
-        return stacked, following, read
+        return stacked, state, read
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_entering: Tensor, grad_final: Tensor, grad_reads: Tensor) -> tuple[Tensor | None, ...]:
         decay, from_state, written, entering, reads = ctx.saved_tensors
         added, corrected, decayed = ctx.present
-        needs = ctx.needs_input_grad  # initial, decay, update, values, from_state, written
-        chunks = entering.shape[1]
-        # dS_{n+1} for every chunk, each written once into its place
-        grad_after = grad_final.new_empty(entering.shape, dtype=torch.promote_types(grad_final.dtype, entering.dtype))
-        grad_after[:, -1] = grad_final
-        read_grads = []
-        for n in reversed(range(chunks)):
-            grad = grad_after[:, n]
-            before = grad_after[:, n - 1] if n > 0 else torch.empty_like(grad)
-            if decayed:
-                torch.addcmul(grad_entering[:, n], decay[:, n], grad, out=before)
-            else:
-                torch.add(grad_entering[:, n], grad, out=before)
+        grad, after, read_grads = grad_final, [], []
+        for n in reversed(range(entering.shape[1])):
+            after.append(grad)
+            before = torch.addcmul(grad_entering[:, n], decay[:, n], grad) if decayed else grad_entering[:, n] + grad
             if corrected:
                 read_grads.append(torch.baddbmm(grad_reads[:, n], written[:, n].mT, grad))
                 before.baddbmm_(from_state[:, n].mT, read_grads[-1])
-        grad = before
+            grad = before
+        needs = ctx.needs_input_grad  # initial, decay, update, values, from_state, written
+        grad_after = torch.stack(after[::-1], dim=1) if needs[1] or needs[2] or needs[5] else None  # dS_{n+1}
         grad_decay = None
         if needs[1]:  # sum(dS_{n+1} * S_n) as one batched dot product, without the product's temporary
             if decay.shape[-2] == 1:
