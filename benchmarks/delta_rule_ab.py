@@ -14,11 +14,13 @@ Run it alone: the ratio is of medians after one warm-up round.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 
 import torch
 import torch.nn.functional as F
+from revision_ab import side_by_side
 from torch import Tensor
 
 from zoo.attention import create_attention
@@ -35,13 +37,15 @@ def prepare_before(self, queries: Tensor, keys: Tensor, values: Tensor, layer_in
     return Recurrence(q, k, values, q.new_zeros(q.shape[:-1]) if log_decay is None else log_decay, beta)
 
 
-def step(layer: torch.nn.Module, prepare, x: Tensor, context: AttentionContext) -> Tensor:  # noqa: ANN001
-    """One forward and backward of ``layer`` with ``prepare`` as its family's; the output."""
-    type(layer).prepare = prepare
-    x.grad = None
-    output = layer(x, context).output
-    output.sum().backward()
-    return output.detach()
+@contextmanager
+def prepared_before(layer: torch.nn.Module) -> Iterator[None]:
+    """``layer``'s family with its ``prepare`` as before 40a while the block runs."""
+    after = type(layer).prepare
+    type(layer).prepare = prepare_before
+    try:
+        yield
+    finally:
+        type(layer).prepare = after
 
 
 def main() -> None:
@@ -53,21 +57,9 @@ def main() -> None:
     for name in args.cases:
         torch.manual_seed(0)
         layer = create_attention(name, embed_dim=256, num_heads=8)
-        after = type(layer).prepare
         x = torch.randn(1, args.length, 256, requires_grad=True)
         context = AttentionContext.build(1, args.length, valid_lens=None, is_causal=True)
-        difference = (step(layer, prepare_before, x, context) - step(layer, after, x, context)).abs().max().item()
-        times: dict[str, list[float]] = {"before": [], "after": []}
-        for round_ in range(args.repeats + 1):
-            for label, prepare in (("before", prepare_before), ("after", after)):
-                started = time.perf_counter()
-                step(layer, prepare, x, context)
-                if round_:
-                    times[label].append(time.perf_counter() - started)
-        type(layer).prepare = after
-        before, now = (statistics.median(times[k]) * 1e3 for k in ("before", "after"))
-        print(f"{name:16} before {before:7.0f} ms  after {now:7.0f} ms  after/before {now / before:.3f}  "
-              f"largest output difference {difference:.1e}", flush=True)  # fmt: skip
+        print(f"{name:16} {side_by_side(layer, x, context, partial(prepared_before, layer), args.repeats)}", flush=True)
 
 
 if __name__ == "__main__":

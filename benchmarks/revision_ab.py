@@ -6,7 +6,7 @@ the names given by ``--swap`` (``Class.method`` or a module-level function) are 
 current module for the "before" calls and restored for the "after" ones, so every caller of the
 kernel runs the earlier code without a copy of it in the tree. Width 256, 8 heads, batch 1::
 
-    python benchmarks/revision_ab.py --rev 0a5953e --module zoo.attention.kernels.chunk_scan \
+    python benchmarks/revision_ab.py --rev a0b8c37 --module zoo.attention.kernels.chunk_scan \
         --swap _ChunkScan.forward _ChunkScan.backward --cases mamba2 gated_deltanet --length 8192
 
 Run it alone: the ratio is of medians after one warm-up round; the largest difference between
@@ -21,7 +21,8 @@ import statistics
 import subprocess
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -76,6 +77,34 @@ def step(layer: torch.nn.Module, x: Tensor, context: AttentionContext) -> Tensor
     return output.detach()
 
 
+def side_by_side(
+    layer: torch.nn.Module,
+    x: Tensor,
+    context: AttentionContext,
+    before: Callable[[], ContextManager[object]],
+    repeats: int,
+) -> str:
+    """``layer``'s step under ``before()`` and as it is, round-robin after one warm-up round: a
+    line with both medians, their ratio and the largest difference between the two outputs."""
+    with before():
+        earlier = step(layer, x, context)
+    difference = (earlier - step(layer, x, context)).abs().max().item()
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for repeat in range(repeats + 1):
+        for label in times:
+            with before() if label == "before" else nullcontext():
+                start = time.perf_counter()
+                step(layer, x, context)
+                elapsed = time.perf_counter() - start
+            if repeat:  # the first round warms up
+                times[label].append(elapsed)
+    medians = {label: statistics.median(t) * 1e3 for label, t in times.items()}
+    return (
+        f"before {medians['before']:.0f} ms, after {medians['after']:.0f} ms, "
+        f"after/before {medians['after'] / medians['before']:.3f}x, largest output difference {difference:.2e}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rev", required=True, help="the earlier commit")
@@ -92,23 +121,8 @@ def main() -> None:
         layer = create_attention(name, embed_dim=256, num_heads=8)
         x = torch.randn(1, args.length, 256, requires_grad=True)
         context = AttentionContext.build(1, args.length, valid_lens=None, is_causal=True)
-        with swapped(current, earlier, args.swap):
-            before = step(layer, x, context)
-        difference = (before - step(layer, x, context)).abs().max().item()
-        times: dict[str, list[float]] = {"before": [], "after": []}
-        for repeat in range(args.repeats + 1):
-            for label in times:
-                with swapped(current, earlier, args.swap) if label == "before" else nullcontext():
-                    start = time.perf_counter()
-                    step(layer, x, context)
-                    elapsed = time.perf_counter() - start
-                if repeat:  # the first round warms up
-                    times[label].append(elapsed)
-        medians = {label: statistics.median(t) * 1e3 for label, t in times.items()}
-        print(
-            f"{name} L={args.length}: before {medians['before']:.0f} ms, after {medians['after']:.0f} ms, "
-            f"after/before {medians['after'] / medians['before']:.3f}x, largest output difference {difference:.2e}"
-        )
+        line = side_by_side(layer, x, context, lambda: swapped(current, earlier, args.swap), args.repeats)
+        print(f"{name} L={args.length}: {line}", flush=True)
 
 
 if __name__ == "__main__":
