@@ -309,3 +309,25 @@ def test_bench_attention_measures_each_fused_backend_beside_the_zoos_form(in_tmp
                     "--plot", "b.png"])  # fmt: skip
     assert {"zoo", "flex"} <= set(seen), "each case runs with its backend forced"
     assert [case["backend"] for case in json.loads(Path("b.json").read_text())["cases"]] == ["zoo", "flex"]
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_a_sweep_interleaves_the_lengths_when_asked(interleave: bool) -> None:
+    """Interleaved, every length of every case is timed in one round-robin; otherwise each length
+    is done before the next starts. The results are grouped per case in the lengths' order."""
+    from zoo.bench.sweep import SweepSettings, Workload, sweep_lengths
+
+    calls: list[tuple[str, int]] = []
+
+    def builder(name: str):
+        return lambda length: Workload(lambda: calls.append((name, length)))
+
+    settings = SweepSettings(lengths=[8, 16], warmup=0, repeats=2, memory=False, interleave=interleave)
+    results = sweep_lengths({"a": builder("a"), "b": builder("b")}, settings, torch.device("cpu"))
+    assert {name: [r["length"] for r in rs] for name, rs in results.items()} == {"a": [8, 16], "b": [8, 16]}
+    assert all(r["status"] == "ok" for rs in results.values() for r in rs)
+    every = {(name, length) for name in "ab" for length in (8, 16)}
+    if interleave:  # each repeat visits every case at every length before the next repeat starts
+        assert len(calls) == 8 and set(calls[:4]) == set(calls[4:]) == every
+    else:
+        assert [length for _, length in calls] == [8] * 4 + [16] * 4

@@ -77,6 +77,10 @@ def _sweep(sub: argparse.ArgumentParser, config: type[SweepSettings]) -> None:
         help="seconds the first call of a case may take, where compilers and autotuners run (default: --time-limit)",
     )  # fmt: skip
     sub.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    sub.add_argument(
+        "--interleave", action="store_true",
+        help="time every length in one round-robin, not one length after another (steadier growth exponents)",
+    )  # fmt: skip
     sub.add_argument("--seed", type=int, default=default["seed"], help="seeds the inputs and the weights")
 
 
@@ -222,7 +226,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             lengths=args.lengths, batch=args.batch, d_model=args.d_model, heads=args.heads, causal=args.causal,
             padding=not args.no_padding, dtype=args.dtype,
             warmup=args.warmup, repeats=args.repeats, time_limit=args.time_limit, memory=not args.no_memory, seed=args.seed,
-            first_call_limit=args.first_call_limit, flops=args.flops,
+            first_call_limit=args.first_call_limit, flops=args.flops, interleave=args.interleave,
         )  # fmt: skip
         records = run_attention_bench(config, device, args.cases, save_partial)
         payload |= {"config": {**vars(config), "cases": args.cases}, "cases": records}
@@ -246,7 +250,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             lengths=args.lengths, attentions=args.attentions, configs=args.configs or TEXT_CPU_CONFIGS,
             attention_kwargs=args.attention_kwargs, batch=args.batch, baseline=args.baseline, warmup=args.warmup,
             repeats=args.repeats, time_limit=args.time_limit, memory=not args.no_memory, seed=args.seed,
-            first_call_limit=args.first_call_limit,
+            first_call_limit=args.first_call_limit, interleave=args.interleave,
         )  # fmt: skip
         records = run_classify_bench(config, device, save_partial)
         payload |= {"config": vars(config), "cases": records}

@@ -6,10 +6,16 @@ round-robin with the others (:func:`~zoo.bench.measure.time_round_robin`, so the
 measured under the same machine state) and, if asked, its peak memory is taken in one more,
 untimed call. A case that fails, runs out of memory or takes longer than the time limit at one
 length is reported so and skipped at the longer ones; the others go on.
+
+Timed one length after another, a drift of the machine's speed during a run (its clock, the
+allocator's pages, another process) lands between two lengths and in the growth exponent: the same
+layers read 0.79-1.51 from 8k to 16k tokens in two runs on one machine (``benchmarks/RESULTS.md``
+section 40b). ``interleave`` times every length of every case in one round-robin instead.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 from collections.abc import Callable
@@ -51,6 +57,10 @@ class SweepSettings:
     memory: bool = True
     #: count each case's matrix arithmetic in one more, untimed call (:mod:`zoo.bench.flops`)
     flops: bool = False
+    #: time every length of every case in one round-robin instead of one length after another (for
+    #: growth exponents: a drift of the machine's speed then falls on all lengths alike); no case is
+    #: skipped at longer lengths after a failure at a shorter one
+    interleave: bool = False
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
@@ -64,43 +74,66 @@ def _failure_status(error: BaseException) -> str:
     return "out of memory" if _is_out_of_memory(error) else f"failed: {type(error).__name__}: {error}"
 
 
-def _measure_length(
-    builders: dict[str, Callable[[int], Workload]], settings: SweepSettings, length: int, device: torch.device
+def _measure(
+    builds: dict[str, Callable[[], Workload]], lengths: dict[str, int], settings: SweepSettings, device: torch.device
 ) -> dict[str, dict[str, Any]]:
-    """Every case at one length: ``{name: {"length", "status", "time_ms", "peak_memory_mib", "gflop"}}``
-    (the last two where ``settings`` asks for them)."""
+    """Every workload, timed round-robin with the others: ``{key: {"length", "status", "time_ms",
+    "peak_memory_mib", "gflop"}}`` (the last two where ``settings`` asks for them), ``lengths[key]``
+    the length each is built at."""
     results: dict[str, dict[str, Any]] = {}
     workloads: dict[str, Workload] = {}
-    for name, build in builders.items():
+    for key, build in builds.items():
         try:
-            workloads[name] = build(length)
+            workloads[key] = build()
         except Exception as error:
-            results[name] = {"length": length, "status": _failure_status(error)}
+            results[key] = {"length": lengths[key], "status": _failure_status(error)}
     timings = time_round_robin(
-        {name: (w.step, w.reset) for name, w in workloads.items()},
+        {key: (w.step, w.reset) for key, w in workloads.items()},
         warmup=settings.warmup,
         repeats=settings.repeats,
         time_limit=settings.time_limit,
         first_call_limit=settings.first_call_limit,
     )
-    for name, timing in timings.items():
+    for key, timing in timings.items():
+        length = lengths[key]
         if isinstance(timing, Exception):
-            results[name] = {"length": length, "status": _failure_status(timing)}
+            results[key] = {"length": length, "status": _failure_status(timing)}
             continue
-        results[name] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
+        results[key] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
         if settings.memory:
-            workload = workloads[name]
+            workload = workloads[key]
             try:
-                results[name]["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
+                results[key]["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
             except Exception as error:
-                results[name] = {"length": length, "status": _failure_status(error)}
-        if settings.flops and results[name]["status"] == "ok":
-            results[name]["gflop"] = count_flops(workloads[name].step, workloads[name].reset) / 1e9
+                results[key] = {"length": length, "status": _failure_status(error)}
+        if settings.flops and results[key]["status"] == "ok":
+            results[key]["gflop"] = count_flops(workloads[key].step, workloads[key].reset) / 1e9
     del workloads
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return results
+
+
+def _measure_length(
+    builders: dict[str, Callable[[int], Workload]], settings: SweepSettings, length: int, device: torch.device
+) -> dict[str, dict[str, Any]]:
+    """Every case at one length, as :func:`_measure` gives it."""
+    builds = {name: functools.partial(build, length) for name, build in builders.items()}
+    return _measure(builds, dict.fromkeys(builders, length), settings, device)
+
+
+def _interleaved(
+    builders: dict[str, Callable[[int], Workload]], settings: SweepSettings, device: torch.device
+) -> dict[str, list[dict[str, Any]]]:
+    """Every case at every length in one round-robin: a drift of the machine's speed falls on every
+    length alike instead of on the later ones."""
+    keys = {(name, length): f"{name} L={length}" for name in builders for length in settings.lengths}
+    builds = {key: functools.partial(builders[name], length) for (name, length), key in keys.items()}
+    results = _measure(builds, {key: length for (_, length), key in keys.items()}, settings, device)
+    for key, result in results.items():
+        print(f"  {key}: {time_cell(result)}", file=sys.stderr, flush=True)
+    return {name: [results[keys[name, length]] for length in settings.lengths] for name in builders}
 
 
 def sweep_lengths(
@@ -109,12 +142,18 @@ def sweep_lengths(
     device: torch.device,
     on_length: OnLength | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Measure every case (``name: build(length) -> Workload``) at every length, in order:
-    ``{name: [result per length]}``, each result as :func:`_measure_length` gives it, or
-    ``{"length", "status": "skipped: ..."}`` after the case failed at a shorter length. Progress
+    """Measure every case (``name: build(length) -> Workload``) at every length, in order (with
+    ``settings.interleave``, all at once: :func:`_interleaved`): ``{name: [result per length]}``,
+    each result as :func:`_measure` gives it, or ``{"length", "status": "skipped: ..."}`` after the
+    case failed at a shorter length. Progress
     goes to standard error, a line per case and length, and ``on_length`` receives the results so
     far after each length (to save them: the operating system's out-of-memory killer ends a
     process without an exception to catch)."""
+    if settings.interleave:
+        results = _interleaved(builders, settings, device)
+        if on_length is not None:
+            on_length(results)
+        return results
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in builders}
     stopped: dict[str, str] = {}
     for length in settings.lengths:
