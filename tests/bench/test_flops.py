@@ -63,4 +63,5 @@ def test_bench_attention_reports_the_arithmetic_beside_the_time() -> None:
     assert gflop["mamba2"] > gflop["floor"]  # expand 2 and d_state 128 at width 16
     table = attention_tables(records, config.lengths)
     assert "Matrix arithmetic, forward+backward" in table
+    assert "Peak memory" not in table  # not measured: no table of dashes
     assert f"| mamba2     | {gflop['mamba2']:.3g} ({gflop['mamba2'] / gflop['multi_head']:.2f}x), " in table

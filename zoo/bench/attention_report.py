@@ -20,8 +20,9 @@ def _ratio(result: dict[str, Any], base: dict[str, Any] | None, key: str, field_
 
 
 def attention_tables(records: list[dict[str, Any]], lengths: list[int]) -> str:
-    """Markdown tables: times (median [quartiles]), peak memory, ratios to the baselines, and the
-    arithmetic where the results count it."""
+    """Markdown tables: times (median [quartiles]), peak memory, ratios to the baselines and the
+    arithmetic; the memory table only where memory was measured, the ratios only for cases whose
+    baseline ran beside them, the arithmetic only where it was counted."""
     by_name = {r["name"]: r for r in records}
 
     def at(record: dict[str, Any] | None, length: int) -> dict[str, Any] | None:
@@ -52,13 +53,19 @@ def attention_tables(records: list[dict[str, Any]], lengths: list[int]) -> str:
             cells.append(" / ".join("-" if x is None else f"{x:.2f}x" for x in (time_ratio, memory_ratio)))
         ratio_rows.append([record["name"], baseline["name"], *cells])
     headers = [f"L={n}" for n in lengths]
+    measured = {key for record in records for result in record["results"] for key in result}
     tables = [
         "Forward+backward time, median [quartiles]:\n\n"
-        + markdown_table(["case", "kind", *headers, "exponent"], time_rows),
-        "Peak memory above the inputs (MiB):\n\n" + markdown_table(["case", *headers], memory_rows),
-        "Against the baseline (time / peak memory):\n\n" + markdown_table(["case", "baseline", *headers], ratio_rows),
+        + markdown_table(["case", "kind", *headers, "exponent"], time_rows)
     ]
-    if any("gflop" in result for record in records for result in record["results"]):
+    if "peak_memory_mib" in measured:
+        tables.append("Peak memory above the inputs (MiB):\n\n" + markdown_table(["case", *headers], memory_rows))
+    if ratio_rows:
+        tables.append(
+            "Against the baseline (time / peak memory):\n\n"
+            + markdown_table(["case", "baseline", *headers], ratio_rows)
+        )
+    if "gflop" in measured:
         rows = [
             [r["name"], *(_arithmetic_cell(at(r, n), at(by_name.get(r["baseline"] or ""), n)) for n in lengths)]
             for r in records
