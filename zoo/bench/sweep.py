@@ -148,7 +148,8 @@ def sweep_lengths(
     case failed at a shorter length. Progress
     goes to standard error, a line per case and length, and ``on_length`` receives the results so
     far after each length (to save them: the operating system's out-of-memory killer ends a
-    process without an exception to catch)."""
+    process without an exception to catch); interleaved, once, at the end, since no length ends
+    before the others."""
     if settings.interleave:
         results = _interleaved(builders, settings, device)
         if on_length is not None:
