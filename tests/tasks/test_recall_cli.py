@@ -1,6 +1,7 @@
 """``python -m zoo fit --model recall`` end to end: a recurrent family and a hybrid stack train on
 MQAR with their positions chosen by family, a fit interrupted (SIGTERM) and resumed with
-``--ckpt_path last`` on the same losses as one straight run, and bad input as one line."""
+``--ckpt_path last`` on the same losses as one straight run, MAD's compression on its
+auto-encoder, and bad input as one line."""
 
 from __future__ import annotations
 
@@ -8,20 +9,22 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 
 import zoo
 from tests.helpers.cli import QUIET, SMALL, flags, latest_run
 from tests.helpers.steplog import read_losses
 from zoo.commands import main
+from zoo.models import SequenceAutoEncoder
 from zoo.positions.absolute import LearnedPositions, NoPositions
 
 TINY = SMALL["recall"]
 """Width 32, and a tiny MQAR cell (32 tokens, 2 pairs, 64 ids): 40 training batches an epoch."""
 
 
-def _fit(log: Path, *extra: str, attention: str = "dot_product", steps: int = 12) -> list[str]:
+def _fit(log: Path, *extra: str, attention: str = "dot_product", steps: int = 12, small: list[str] = TINY) -> list[str]:
     return [
-        "fit", "--model", "recall", *TINY, "--model.attention", attention, "--trainer.max_steps", str(steps),
+        "fit", "--model", "recall", *small, "--model.attention", attention, "--trainer.max_steps", str(steps),
         "--trainer.val_check_interval", "12", "--trainer.limit_val_batches", "2",
         "--trainer.callbacks+=tests.helpers.steplog.StepLosses", "--trainer.callbacks.path", str(log),
         "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "runs", "--trainer.logger.name", "recall",
@@ -70,6 +73,20 @@ def test_an_interrupted_fit_resumes_on_the_straight_runs_losses(in_tmp: Path) ->
         assert resumed[step] == pytest.approx(straight[step], rel=1e-5), f"step {step}"
 
 
+def test_mads_compression_trains_its_autoencoder_and_reloads_it(in_tmp: Path) -> None:
+    small = [*flags("model", d_model=32, num_heads=2, lr=1e-2), "--data", "mad"]
+    small += flags("data", task="compression", num_test=32, batch_size=32)
+    main(_fit(in_tmp / "losses.jsonl", steps=24, small=small))
+    losses = read_losses(in_tmp / "losses.jsonl")
+    assert sum(losses[s] for s in range(21, 25)) / 4 < sum(losses[s] for s in range(1, 5)) / 4 - 0.05, losses
+    run = latest_run("recall", in_tmp)
+    assert 0 <= _last_metrics(run)["val/accuracy"] <= 1
+    model = zoo.load_checkpoint(str(run / "checkpoints" / "last.ckpt"))
+    assert model.hparams.backbone == "autoencoder" and isinstance(model.model, SequenceAutoEncoder)
+    tokens = torch.randint(0, 15, (2, 32))
+    assert model(tokens).shape == (2, 32, 16)  # every position decoded from the pooled last one
+
+
 def _one_line_error(capsys, args: list[str]) -> str:
     with pytest.raises(SystemExit) as exit_info:
         main(args)
@@ -87,8 +104,5 @@ def test_bad_input_is_one_line(in_tmp: Path, capsys) -> None:
     assert "these batches lack inputs, targets, scored" in _one_line_error(capsys, [*fit, *text])
     width = flags("model", d_model=30, num_heads=4)
     assert "must be divisible by num_heads (4)" in _one_line_error(capsys, [*fit, *TINY, *width])
-    compression = flags("data", task="compression", num_test=16)
-    err = _one_line_error(capsys, [*fit, "--data", "mad", *compression])
-    assert "compression needs MAD's encoder-decoder, not built" in err
     assert "needs 0 < lr" in _one_line_error(capsys, [*fit, *TINY, "--model.lr", "0"])
     assert "target_accuracy is an accuracy" in _one_line_error(capsys, [*fit, *TINY, "--model.target_accuracy", "2"])

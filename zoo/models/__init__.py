@@ -1,5 +1,6 @@
 """Architectures as plain ``nn.Module``s (no Lightning), each taking its attention by name."""
 
+from zoo.models.autoencoder import SequenceAutoEncoder
 from zoo.models.classifier import SentimentClassifier, SequenceClassifier
 from zoo.models.decoding import DecodeLimits, beam_search, greedy_decode
 from zoo.models.gpt import GPT
@@ -16,6 +17,7 @@ __all__ = [
     "SentimentClassifier",
     "SequenceClassifier",
     "Seq2SeqAttention",
+    "SequenceAutoEncoder",
     "Transformer",
     "beam_search",
     "greedy_decode",

@@ -169,6 +169,20 @@ class GPT(nn.Module):
         where it is True, and the logits are ``(N, V)``, one row per such position in row-major
         order (``output_mask.nonzero()``'s).
         """
+        hidden, new_caches = self._hidden(tokens, caches, use_cache, output_mask)
+        return self.head(hidden), new_caches
+
+    def forward_features(self, tokens: Tensor, *, output_mask: Tensor | None = None) -> Tensor:
+        """:meth:`forward` without the output projection (timm's split) and without caches: the
+        final hidden states ``(B, T, D)`` after the final norm, or ``(N, D)`` at the positions of
+        ``output_mask``."""
+        return self._hidden(tokens, None, False, output_mask)[0]
+
+    def _hidden(
+        self, tokens: Tensor, caches: list[LayerCache] | None, use_cache: bool, output_mask: Tensor | None
+    ) -> tuple[Tensor, list[LayerCache] | None]:
+        """The final hidden states (after the final norm) and the extended caches: :meth:`forward`
+        before its output projection."""
         if tokens.dim() != 2:
             raise ValueError(f"GPT expects tokens of shape (batch, length); got {tuple(tokens.shape)}.")
         if output_mask is not None and (output_mask.shape != tokens.shape or output_mask.dtype != torch.bool):
@@ -193,7 +207,7 @@ class GPT(nn.Module):
                 x, _ = block(x, context)
         if output_mask is not None:
             x = x[output_mask]
-        return self.head(self.final_norm(x)), new_caches if use_cache else None
+        return self.final_norm(x), new_caches if use_cache else None
 
     def head(self, hidden: Tensor) -> Tensor:
         """Logits ``(..., V)`` of final hidden states ``(..., D)``: the output projection, tied

@@ -13,7 +13,9 @@ the labelled positions ``T = {(b, t): y_bt != -100}``). With ``h`` the final hid
 and the projection is computed at ``T`` alone (``GPT.forward(..., output_mask=...)``): on MQAR,
 16 of 256 positions over 8,192 ids, where a head over every position made the step 8 times
 slower. MAD's three recall tasks and H3's induction heads train on every next token, so there
-``T`` is every position, as their code trains. Evaluation computes the projection at ``S`` alone:
+``T`` is every position, as their code trains; MAD's compression trains and scores every
+position of an auto-encoder's reconstruction (``backbone="autoencoder"``,
+:class:`zoo.models.SequenceAutoEncoder`, which the data module picks). Evaluation computes the projection at ``S`` alone:
 the loss over ``S`` (what both references report: their test targets label ``S`` only) and
 
 * **Zoology's accuracy** (``mqar``, ``selective_copying``, ``induction_heads``): per example, the
@@ -50,8 +52,8 @@ from torch import Tensor
 from torchmetrics.functional.classification import multiclass_accuracy
 
 from zoo.datamodules.recall import IGNORE_INDEX, MADDataModule
-from zoo.errors import ConfigurationError, DataError
-from zoo.models import RecallLM
+from zoo.errors import DataError
+from zoo.models import RecallLM, SequenceAutoEncoder
 from zoo.tasks.base import ZooTask
 from zoo.tasks.optim import configure_adamw
 from zoo.tasks.registry import register_model
@@ -66,6 +68,9 @@ MAD_TARGET = 0.999
 FIELDS = ("inputs", "targets", "scored")
 """What every recall batch holds (:mod:`zoo.datamodules.recall.base`)."""
 
+BACKBONES = ("language_model", "autoencoder")
+"""MAD's two backbones: a causal model predicting each next token, or an auto-encoder (compression)."""
+
 
 @register_model("recall")
 class RecallModel(ZooTask):
@@ -75,12 +80,14 @@ class RecallModel(ZooTask):
     references' loss, metrics, optimiser and early stopping (see :mod:`zoo.tasks.recall`).
 
     ``configs/recall.yaml`` trains at most 64 epochs (Zoology's) on MQAR's (256, 16) cell by
-    default. ``vocab_size`` and ``block_size`` come from the data module. MAD's compression task
-    is refused: MAD trains it with an encoder-decoder, which the zoo has not built.
+    default. ``vocab_size``, ``block_size`` and ``backbone`` come from the data module: MAD's
+    compression gets MAD's auto-encoder around the same sequence model
+    (:class:`zoo.models.SequenceAutoEncoder`), every other task the language model.
 
     Args:
         vocab_size: Token ids (from the data module).
         block_size: The longest sequence (from the data module).
+        backbone: ``language_model`` or ``autoencoder`` (from the data module; MAD's ``backbone``).
         lr: Peak AdamW learning rate (Zoology's Figure 2 sweeps 1e-4, 4.6e-4, 2.2e-3, 1e-2; MAD
             1e-4, 5e-4, 1e-3).
         weight_decay: AdamW weight decay of every parameter (Zoology: 0.1; MAD sweeps 0 and 0.1).
@@ -96,13 +103,14 @@ class RecallModel(ZooTask):
 
     kind = "recall"
     default_datamodule = "mqar"
-    data_links = ("vocab_size", "block_size")
+    data_links = ("vocab_size", "block_size", "backbone")
     monitor = ("val/accuracy", "max")
 
     def __init__(
         self,
         vocab_size: int,
         block_size: int = 256,
+        backbone: str = "language_model",
         lr: float = 1e-3,
         weight_decay: float = 0.1,
         min_lr: float = 0.0,
@@ -114,11 +122,14 @@ class RecallModel(ZooTask):
         super().__init__(torch_compile)
         if lr <= 0 or not 0 <= min_lr <= lr:
             raise ValueError(f"The recall model needs 0 < lr and 0 <= min_lr <= lr; got lr={lr}, min_lr={min_lr}.")
+        if backbone not in BACKBONES:
+            raise ValueError(f"The recall model's backbone is one of {', '.join(BACKBONES)}; got {backbone!r}.")
         if target_accuracy is not None and not 0 < target_accuracy <= 1:
             raise ValueError(f"target_accuracy is an accuracy in (0, 1] (1: never stop early); got {target_accuracy}.")
         self.save_hyperparameters()
         self.save_model_hyperparameters(RecallLM, model_kwargs)
-        self.model = RecallLM(vocab_size=vocab_size, block_size=block_size, **model_kwargs)
+        sequence_model = RecallLM(vocab_size=vocab_size, block_size=block_size, **model_kwargs)
+        self.model = SequenceAutoEncoder(sequence_model) if backbone == "autoencoder" else sequence_model
 
     def forward(self, inputs: Tensor) -> Tensor:
         """Logits ``(B, L, V)`` at every position of ``inputs`` ``(B, L)``."""
@@ -130,15 +141,6 @@ class RecallModel(ZooTask):
         """Whether the data are MAD's (its accuracy and target), not Zoology's or Mamba's."""
         trainer = self._trainer
         return trainer is not None and isinstance(trainer.datamodule, MADDataModule)
-
-    def setup(self, stage: str) -> None:
-        """Refuse MAD's compression, which an encoder-decoder learns, not a causal model."""
-        super().setup(stage)
-        if self._on_mad() and self.trainer.datamodule.task == "compression":
-            raise ConfigurationError(
-                "compression needs MAD's encoder-decoder, not built: the recall model is a causal model and "
-                "compression's targets are its own inputs; choose another --data.task."
-            )
 
     def configure_callbacks(self) -> list[Callback]:
         """Stop once ``val/accuracy`` exceeds the target, checked after each validation (as Zoology

@@ -310,8 +310,8 @@ class _Keyed(Dataset):
 
 class RecallDataModule(L.LightningDataModule):
     """Generated recall and copying data (nothing downloaded): a subclass sets ``name``,
-    ``vocab_size`` and ``block_size`` (which the CLI links into a model) and builds each split as
-    a list of :class:`Examples` (:meth:`build_split`); training is shuffled per epoch unless the
+    ``vocab_size`` and ``block_size`` (which the CLI links into a model, with ``backbone``) and
+    builds each split as a list of :class:`Examples` (:meth:`build_split`); training is shuffled per epoch unless the
     subclass generates it afresh (:meth:`train_dataloader`). The constructor saves the
     subclass's arguments as hyperparameters (``save_hyperparameters`` reads every ``__init__`` on
     the call stack), so a checkpoint rebuilds the data module.
@@ -329,6 +329,9 @@ class RecallDataModule(L.LightningDataModule):
     """Token ids run from 0 to ``vocab_size - 1``: rows of a model's embedding and output layer."""
     block_size: int
     """The longest sequence any split holds: what a model's learned positions must cover."""
+    backbone: str = "language_model"
+    """The model the task trains (linked into the recall model): a causal language model, or
+    MAD's auto-encoder (``autoencoder``, for its compression task)."""
 
     def __init__(self, batch_size: int = 64, generator_seed: int = 0, seed: int = 0, num_workers: int | None = None):
         super().__init__()

@@ -50,6 +50,8 @@ class MADTask:
         changes: Each factor MAD varies and the values it takes, one factor at a time.
         shorthand: MAD's abbreviation (its paper's tables).
         length: Tokens an example holds, from a setting's parameters.
+        backbone: The model MAD trains on it (its ``backbone``): ``language_model``, or
+            ``autoencoder`` for compression, whose targets are the inputs themselves.
     """
 
     generate: Callable[..., Examples]
@@ -57,6 +59,7 @@ class MADTask:
     changes: Mapping[str, tuple[int | float, ...]]
     shorthand: str
     length: Callable[[Mapping[str, Any]], int]
+    backbone: str = "language_model"
 
 
 def _next_token_length(parameters: Mapping[str, Any]) -> int:
@@ -114,6 +117,7 @@ MAD_TASKS: Mapping[str, MADTask] = MappingProxyType(
             {"vocab_size": (32, 64, 128), "seq_len": (64, 128, 256), "num_train_examples": TRAIN_SIZES},
             "C",
             _full_length,
+            backbone="autoencoder",
         ),
         "selective_copying": MADTask(
             selective_copying,
@@ -176,7 +180,8 @@ class MADDataModule(RecallDataModule):
     counts: the recalled values, the copies, the memorized values, every position of compression).
     The training set has the setting's ``num_train_examples``; validation and test are two draws of
     MAD's test distribution (fuzzy recall tests on keys of its longest size), ``num_test`` each.
-    ``vocab_size`` and ``block_size`` (tokens an example holds) are what a model links.
+    ``vocab_size``, ``block_size`` (tokens an example holds) and ``backbone`` (the auto-encoder
+    for compression, as MAD's ``train.py`` switches it) are what a model links.
 
     Args:
         task: ``in_context_recall``, ``fuzzy_in_context_recall``, ``noisy_in_context_recall``,
@@ -212,6 +217,7 @@ class MADDataModule(RecallDataModule):
         self.num_test = num_test
         self.vocab_size = int(self.parameters["vocab_size"])
         self.block_size = self.spec.length(self.parameters)
+        self.backbone = self.spec.backbone
 
     def build_split(self, split: str) -> list[Examples]:
         arguments: dict[str, Any] = {k: v for k, v in self.parameters.items() if k != "num_train_examples"}
