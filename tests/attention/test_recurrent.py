@@ -152,16 +152,16 @@ def test_every_form_matches_the_papers_recurrence(family: str, padding: str | No
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_chunk_size_is_the_devices_unless_given(family: str) -> None:
-    """16 steps on the CPU (32 for Mamba-2) and 64 elsewhere by default, and ``auto`` cuts at it:
-    past 32 steps the CPU runs chunkwise, equal to the parallel form."""
+    """16 steps on the CPU (64 for Mamba-2) and 64 elsewhere by default, and ``auto`` cuts at it:
+    past the CPU's chunk the CPU runs chunkwise, equal to the parallel form."""
     module = layer(family)
     assert module.chunk_size is None
-    cpu = 32 if family == "mamba2" else 16
+    cpu = 64 if family == "mamba2" else 16
     assert (module.chunk_length(torch.device("cpu")), module.chunk_length(torch.device("cuda"))) == (cpu, 64)
     assert layer(family, chunk_size=32).chunk_length(torch.device("cuda")) == 32
-    assert module._form(40, torch.device("cpu")) == "chunkwise"
-    assert module._form(40, torch.device("cuda")) == "parallel"
-    x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    assert module._form(cpu + 1, torch.device("cpu")) == "chunkwise"
+    assert module._form(cpu, torch.device("cpu")) == module._form(40, torch.device("cuda")) == "parallel"
+    x = torch.randn(2, max(LENGTH, cpu + 8), EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         chunked = run_layer(module, x, is_causal=True).output
         module.mode = "parallel"

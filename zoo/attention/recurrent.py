@@ -49,9 +49,11 @@ The recurrence runs in one of three forms, equal up to rounding (``mode``):
 CPU the layer's :attr:`~RecurrentLayer.cpu_chunk_size`, 16 (:data:`CPU_CHUNK_SIZE`), where the work
 inside a chunk (per-dimension decays, sub-chunks) costs more than the loop between chunks: a
 training step at MQAR's (256, 16) cell is 1.2-1.4x faster with 16 than with 64
-(``benchmarks/chunk_speed.py``, ``benchmarks/RESULTS.md`` section 32). Mamba-2 takes 32: its
-state is ``d_state`` (128) wide, so the pass between chunks costs more than the work inside one
-(1.2x faster than 16 at that cell, 1.3x at 1k-8k tokens; section 33).
+(``benchmarks/chunk_speed.py``, ``benchmarks/RESULTS.md`` section 32). Mamba-2 takes 64: its
+state is ``d_state`` (128) wide, so the pass between chunks costs more than the work inside one,
+and its heads share their chunk states' products (:mod:`zoo.attention.kernels.decay`), which
+makes the work inside a chunk cheap (1.03x faster than 32 at that cell, 1.08-1.15x at 1k-8k tokens;
+sections 33 and 42).
 
 On CUDA with the ``fla`` extra installed, the chunkwise form runs in flash-linear-attention's
 Triton kernels (:mod:`zoo.attention.kernels.fla`; :mod:`zoo.attention.backends` says when, and

@@ -17,6 +17,7 @@ from tests.attention.kernels.inputs import (
     uniform,
 )
 from zoo.attention.kernels import decay_chunkwise, decay_recurrent, decay_weights
+from zoo.attention.kernels.recurrence import causal_decay, decayed_scores
 
 
 def scalar_decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, **options) -> tuple[Tensor, ...]:
@@ -197,3 +198,41 @@ def test_a_mask_across_heads_broadcasts_and_one_without_heads_is_refused(generat
 def test_a_chunk_size_below_one_is_refused(generator: torch.Generator) -> None:
     with pytest.raises(ValueError, match="chunk_size"):
         scalar_decay_chunkwise(*inputs(4, generator), chunk_size=0)
+
+
+@pytest.mark.parametrize("chunk_size", (7, 16))
+def test_queries_and_keys_shared_by_the_heads_match_the_reference_and_its_gradients(
+    chunk_size: int, generator: torch.Generator
+) -> None:
+    """Mamba-2's groups: queries and keys ``(B, 1, T, dk)`` for the 3 heads of ``(B, 3, T, dv)``
+    values and decays, which the chunkwise form reads with the heads side by side."""
+    length = 30
+    q, k, v, log_decay = inputs(length, generator)
+    q, k = q[:, :1], k[:, :1]
+    initial_state = randn(*BATCH, DK, DV, generator=generator)
+    mask = padding_mask(length)[:, :1]
+    leaves = [x.requires_grad_() for x in (q, k, v, log_decay, initial_state)]
+    output_weight, state_weight = randn(*v.shape, generator=generator), randn(*BATCH, DK, DV, generator=generator)
+
+    def gradients(output: Tensor, state: Tensor) -> tuple[Tensor, ...]:
+        return torch.autograd.grad((output * output_weight).sum() + (state * state_weight).sum(), leaves)
+
+    heads_mask = mask.expand(*BATCH, length)
+    expected_output, expected_state = reference(q, k, v, log_decay, initial_state, heads_mask)
+    output, state = scalar_decay_chunkwise(
+        q, k, v, log_decay, chunk_size=chunk_size, initial_state=initial_state, mask=mask
+    )
+    assert_matches(output, expected_output)
+    assert_matches(state, expected_state)
+    expected = gradients(*scalar_decay_recurrent(q, k, v, log_decay, state=initial_state, mask=mask))
+    for grad, expected_grad in zip(gradients(output, state), expected):
+        assert_matches(grad, expected_grad)
+
+
+def test_decayed_scores_backward_matches_finite_differences(generator: torch.Generator) -> None:
+    """The hand-written backward of ``scores * causal_decay(b)``, scores shared by 3 heads' decays."""
+    scores = randn(2, 1, 5, 6, 6, generator=generator).requires_grad_()
+    cum = uniform(2, 3, 5, 6, low=-1.0, high=0.0, generator=generator).cumsum(-1).requires_grad_()
+    assert torch.autograd.gradcheck(decayed_scores, (scores, cum))
+    expected = scores.detach() * causal_decay(cum.detach())
+    assert_matches(decayed_scores(scores, cum), expected)

@@ -29,7 +29,8 @@ Each starts from a given state and returns the final state, so any form can cont
 Conventions: queries and keys ``(*batch, T, dk)``, values ``(*batch, T, dv)``, state ``(*batch,
 dk, dv)`` read as ``o_t = q_t S_t``, outputs ``(*batch, T, dv)``; ``*batch`` holds the heads too,
 and the inputs' batch shapes need only broadcast together (queries and keys shared by a group of
-heads have an axis of 1 there: their scores are formed once for the group). Nothing is scaled or
+heads have an axis of 1 there: their scores are formed once for the group and, under a scalar
+decay, each chunk's state is one product for all of the group's heads). Nothing is scaled or
 normalized here: callers scale the queries (by ``dk ** -0.5`` if they want it). ``mask``
 ``(*batch, T)`` is True at real tokens; a padded step is an identity step (no write, no decay)
 with a zero output, which keeps left-padded batched decoding exact.
@@ -67,8 +68,8 @@ from torch import Tensor
 
 from zoo.attention.kernels.chunk_scan import chunk_scan
 from zoo.attention.kernels.recurrence import (
-    causal_decay,
     chunk_length,
+    decayed_scores,
     from_chunks,
     initial_or_zeros,
     to_chunks,
@@ -193,8 +194,7 @@ def chunk_weight_grid(queries: Sequence[Tensor], keys: Sequence[Tensor], cum: Te
     generalized delta rule (:mod:`~zoo.attention.kernels.dplr`) forms its four in-chunk matrices
     from two queries and two keys."""
     if cum.shape[-1] == 1:  # a scalar decay: one decay matrix scales the scores
-        decay = causal_decay(cum.squeeze(-1))
-        return [[(q @ k.mT) * decay for k in keys] for q in queries]
+        return [[decayed_scores(q @ k.mT, cum.squeeze(-1)) for k in keys] for q in queries]
     return _intra_chunk_weights(queries, keys, cum)
 
 
@@ -206,6 +206,8 @@ def _chunked(
     Returns:
         Outputs ``(*batch, T, dv)`` and the final state ``(*batch, dk, dv)``.
     """
+    if log_decay.shape[-1] == 1 and q.dim() > 2 and q.shape[-3] == k.shape[-3] == 1 < v.shape[-3]:
+        return _chunked_shared(q, k, v, log_decay, chunk_size, initial_state)
     length = q.shape[-2]
     initial_state = initial_or_zeros(initial_state, k, v)
     q, k, v, log_decay = (to_chunks(x, chunk_size) for x in (q, k, v, log_decay))
@@ -218,6 +220,42 @@ def _chunked(
     entering, final_state, _ = chunk_scan(initial_state, cum_end.mT.exp(), decayed_k.mT @ v)
     output = decayed_q @ entering + weights @ v
     return from_chunks(output, length), final_state
+
+
+def _chunked_shared(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, chunk_size: int, initial_state: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """:func:`_chunked` for a scalar decay with queries and keys shared by the ``h`` heads of axis
+    ``-3`` (Mamba-2's ``B`` and ``C``, one per group of heads), as SSD writes its chunk states.
+
+    A scalar decay factors out of the keys onto the values, ``(k_j a) ^T v_j = k_j^T (a v_j)``, and
+    out of the queries onto the outputs, so the heads' values can be set side by side, ``h * dv``
+    wide: each chunk's state is then one product of the shared keys with every head's values, and
+    each chunk's read one product of the shared queries with every head's state. Per head, the
+    same products would be ``h`` times as many and ``h`` times narrower, and the decays would
+    scale the ``dk``-wide keys and queries of every head (at Mamba-2's ``d_state`` 128, twice the
+    values' width) instead of the values. The state is carried transposed, ``(h * dv, dk)``, so
+    that each head's decay scales rows, as :func:`chunk_scan` takes it.
+    """
+    length, heads, width = q.shape[-2], v.shape[-3], v.shape[-1]
+    q, k, v, log_decay = (to_chunks(x, chunk_size) for x in (q, k, v, log_decay))  # (..., h or 1, N, c, d)
+    cum = log_decay.cumsum(-2)  # (..., h, N, c, 1)
+    cum_end = cum[..., -1:, :]
+    inside = chunk_weights(q, k, cum) @ v  # the shared scores formed once, decayed per head
+
+    def side_by_side(x: Tensor) -> Tensor:  # (..., h, N, r, d) -> (..., 1, N, h * d, r): the heads' d stacked
+        return x.movedim(-4, -2).flatten(-2).mT.unsqueeze(-4)
+
+    written = side_by_side(v * (cum_end - cum).exp())  # (..., 1, N, h * dv, c)
+    chunk_decay = side_by_side(cum_end.exp().expand(*cum_end.shape[:-1], width))  # (..., 1, N, h * dv, 1)
+    if initial_state is None:
+        initial = written.new_zeros(*written.shape[:-3], heads * width, k.shape[-1])
+    else:
+        initial = initial_state.mT.flatten(-3, -2).unsqueeze(-3)  # (..., 1, h * dv, dk)
+    entering, final, _ = chunk_scan(initial, chunk_decay, written @ k)
+    read = (q @ entering.mT).unflatten(-1, (heads, width)).movedim(-2, -4).squeeze(-5)  # (..., h, N, c, dv)
+    output = read * cum.exp() + inside
+    return from_chunks(output, length), final.squeeze(-3).unflatten(-2, (heads, width)).mT
 
 
 def decay_chunkwise(

@@ -66,8 +66,8 @@ class Mamba2Attention(RecurrentLayer):
     silu = "always"
 
     #: a state ``d_state`` wide makes the pass between chunks the larger cost on the CPU
-    #: (``zoo.attention.recurrent``; ``benchmarks/RESULTS.md`` section 33)
-    cpu_chunk_size = 32
+    #: (``zoo.attention.recurrent``; ``benchmarks/RESULTS.md`` sections 33 and 42)
+    cpu_chunk_size = 64
 
     def __init__(
         self,
