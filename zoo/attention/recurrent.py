@@ -52,7 +52,7 @@ training step at MQAR's (256, 16) cell is 1.2-1.4x faster with 16 than with 64
 (``benchmarks/chunk_speed.py``, ``benchmarks/RESULTS.md`` section 32). Mamba-2 takes 64: its
 state is ``d_state`` (128) wide, so the pass between chunks costs more than the work inside one,
 and its heads share their chunk states' products (:mod:`zoo.attention.kernels.decay`), which
-makes the work inside a chunk cheap (1.03x faster than 32 at that cell, 1.08-1.15x at 1k-8k tokens;
+makes the work inside a chunk cheap (1.03x faster than 32 at that cell, 1.08-1.14x at 1k-8k tokens;
 sections 33 and 42).
 
 On CUDA with the ``fla`` extra installed, the chunkwise form runs in flash-linear-attention's

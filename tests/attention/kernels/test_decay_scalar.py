@@ -17,7 +17,6 @@ from tests.attention.kernels.inputs import (
     uniform,
 )
 from zoo.attention.kernels import decay_chunkwise, decay_recurrent, decay_weights
-from zoo.attention.kernels.recurrence import causal_decay, decayed_scores
 
 
 def scalar_decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, **options) -> tuple[Tensor, ...]:
@@ -227,12 +226,3 @@ def test_queries_and_keys_shared_by_the_heads_match_the_reference_and_its_gradie
     expected = gradients(*scalar_decay_recurrent(q, k, v, log_decay, state=initial_state, mask=mask))
     for grad, expected_grad in zip(gradients(output, state), expected):
         assert_matches(grad, expected_grad)
-
-
-def test_decayed_scores_backward_matches_finite_differences(generator: torch.Generator) -> None:
-    """The hand-written backward of ``scores * causal_decay(b)``, scores shared by 3 heads' decays."""
-    scores = randn(2, 1, 5, 6, 6, generator=generator).requires_grad_()
-    cum = uniform(2, 3, 5, 6, low=-1.0, high=0.0, generator=generator).cumsum(-1).requires_grad_()
-    assert torch.autograd.gradcheck(decayed_scores, (scores, cum))
-    expected = scores.detach() * causal_decay(cum.detach())
-    assert_matches(decayed_scores(scores, cum), expected)

@@ -68,8 +68,8 @@ from torch import Tensor
 
 from zoo.attention.kernels.chunk_scan import chunk_scan
 from zoo.attention.kernels.recurrence import (
+    causal_decay,
     chunk_length,
-    decayed_scores,
     from_chunks,
     initial_or_zeros,
     to_chunks,
@@ -194,7 +194,8 @@ def chunk_weight_grid(queries: Sequence[Tensor], keys: Sequence[Tensor], cum: Te
     generalized delta rule (:mod:`~zoo.attention.kernels.dplr`) forms its four in-chunk matrices
     from two queries and two keys."""
     if cum.shape[-1] == 1:  # a scalar decay: one decay matrix scales the scores
-        return [[decayed_scores(q @ k.mT, cum.squeeze(-1)) for k in keys] for q in queries]
+        decay = causal_decay(cum.squeeze(-1))
+        return [[(q @ k.mT) * decay for k in keys] for q in queries]
     return _intra_chunk_weights(queries, keys, cum)
 
 

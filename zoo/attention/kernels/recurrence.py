@@ -9,17 +9,13 @@ are ever exponentiated.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import FunctionCtx, once_differentiable
 
 __all__ = [
     "causal_decay",
     "chunk_length",
-    "decayed_scores",
     "from_chunks",
     "initial_or_zeros",
     "to_chunks",
@@ -85,43 +81,6 @@ def causal_decay(cum_log_decay: Tensor) -> Tensor:
     causal = torch.ones(c, c, dtype=torch.bool, device=cum_log_decay.device).tril()
     diff = cum_log_decay.unsqueeze(-1) - cum_log_decay.unsqueeze(-2)
     return torch.where(causal, diff, diff.new_tensor(float("-inf"))).exp()
-
-
-class _DecayedScores(torch.autograd.Function):
-    """``W = S * causal_decay(b)`` with its backward written out: with ``G`` the gradient reaching
-    ``W``, ``dS = G * decay`` (summed over what ``S`` broadcasts) and, since ``dW_ij / db_i = W_ij =
-    -dW_ij / db_j``, ``db = rowsum(G * W) - colsum(G * W)``. Autograd would replay the mask, the
-    exponential and the difference as a node each, every one a pass over ``(..., c, c)``."""
-
-    @staticmethod
-    def forward(ctx: FunctionCtx, scores: Tensor, cum_log_decay: Tensor) -> Tensor:
-        decay = causal_decay(cum_log_decay)
-        weights = scores * decay
-        ctx.save_for_backward(decay, weights)
-        ctx.shapes = (scores.shape, cum_log_decay.shape)  # type: ignore[attr-defined]
-        return weights
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        decay, weights = ctx.saved_tensors
-        scores_shape, cum_shape = ctx.shapes
-        grad_scores = (grad * decay).sum_to_size(scores_shape) if ctx.needs_input_grad[0] else None
-        grad_cum = None
-        if ctx.needs_input_grad[1]:
-            products = grad * weights
-            grad_cum = (products.sum(-1) - products.sum(-2)).sum_to_size(cum_shape)
-        return grad_scores, grad_cum
-
-
-def decayed_scores(scores: Tensor, cum_log_decay: Tensor) -> Tensor:
-    """``scores * causal_decay(cum_log_decay)``: scores ``(..., c, c)`` weighted by ``exp(b_i -
-    b_j)`` at and below the diagonal and zeroed above it, the two broadcasting together (scores
-    shared by a group of heads, decays per head). Its backward forms two products and their sums;
-    autograd's would replay the product, the exponential, the mask and the difference one by one
-    (at Mamba-2's chunk of 64, 8 heads, 8k tokens: 62.7 against 88.4 ms, forward and backward with
-    the product by the values)."""
-    return _DecayedScores.apply(scores, cum_log_decay)
 
 
 def initial_or_zeros(initial_state: Tensor | None, k: Tensor, v: Tensor) -> Tensor:
