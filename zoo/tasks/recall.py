@@ -15,8 +15,9 @@ and the projection is computed at ``T`` alone (``GPT.forward(..., output_mask=..
 slower. MAD's three recall tasks and H3's induction heads train on every next token, so there
 ``T`` is every position, as their code trains; MAD's compression trains and scores every
 position of an auto-encoder's reconstruction (``backbone="autoencoder"``,
-:class:`zoo.models.SequenceAutoEncoder`, which the data module picks). Evaluation computes the projection at ``S`` alone:
-the loss over ``S`` (what both references report: their test targets label ``S`` only) and
+:class:`zoo.models.SequenceAutoEncoder`, which the data module picks). Evaluation computes the
+projection at ``S`` alone: the loss over ``S`` (what both references report: their test targets
+label ``S`` only) and
 
 * **Zoology's accuracy** (``mqar``, ``selective_copying``, ``induction_heads``): per example, the
   fraction of its scored positions answered, then the mean over examples,
@@ -87,7 +88,6 @@ class RecallModel(ZooTask):
     Args:
         vocab_size: Token ids (from the data module).
         block_size: The longest sequence (from the data module).
-        backbone: ``language_model`` or ``autoencoder`` (from the data module; MAD's ``backbone``).
         lr: Peak AdamW learning rate (Zoology's Figure 2 sweeps 1e-4, 4.6e-4, 2.2e-3, 1e-2; MAD
             1e-4, 5e-4, 1e-3).
         weight_decay: AdamW weight decay of every parameter (Zoology: 0.1; MAD sweeps 0 and 0.1).
@@ -96,6 +96,7 @@ class RecallModel(ZooTask):
         target_accuracy: Stop once ``val/accuracy`` exceeds it; ``None``: the benchmark's (MAD's
             0.999 on ``mad``, Zoology's 0.99 elsewhere); 1 trains to the end.
         torch_compile: Compile the model with ``torch.compile`` (checkpoints unchanged).
+        backbone: ``language_model`` or ``autoencoder`` (from the data module; MAD's ``backbone``).
         model_kwargs: The architecture's hyperparameters (``--model.d_model``,
             ``--model.attention``, ``--model.ffn_hidden`` and so on): defaults in
             :class:`zoo.models.RecallLM`, meanings in :class:`zoo.models.GPT`.
@@ -110,13 +111,13 @@ class RecallModel(ZooTask):
         self,
         vocab_size: int,
         block_size: int = 256,
-        backbone: str = "language_model",
         lr: float = 1e-3,
         weight_decay: float = 0.1,
         min_lr: float = 0.0,
         warmup_steps: int = 0,
         target_accuracy: float | None = None,
         torch_compile: bool = False,
+        backbone: str = "language_model",
         **model_kwargs: Any,
     ) -> None:
         super().__init__(torch_compile)

@@ -311,10 +311,10 @@ class _Keyed(Dataset):
 class RecallDataModule(L.LightningDataModule):
     """Generated recall and copying data (nothing downloaded): a subclass sets ``name``,
     ``vocab_size`` and ``block_size`` (which the CLI links into a model, with ``backbone``) and
-    builds each split as a list of :class:`Examples` (:meth:`build_split`); training is shuffled per epoch unless the
-    subclass generates it afresh (:meth:`train_dataloader`). The constructor saves the
-    subclass's arguments as hyperparameters (``save_hyperparameters`` reads every ``__init__`` on
-    the call stack), so a checkpoint rebuilds the data module.
+    builds each split as a list of :class:`Examples` (:meth:`build_split`); training is shuffled
+    per epoch unless the subclass generates it afresh (:meth:`train_dataloader`). The constructor
+    saves the subclass's arguments as hyperparameters (``save_hyperparameters`` reads every
+    ``__init__`` on the call stack), so a checkpoint rebuilds the data module.
 
     Args:
         batch_size: Examples per batch.
