@@ -315,6 +315,32 @@ def test_a_sweep_keeps_each_combinations_best_value_then_runs_the_seeds_there(tm
     assert "`attention=a,lr=1e-3` | 3 |" in report and "`attention=b,lr=1e-2` | 3 |" in report
 
 
+def test_two_sweeps_choose_among_every_combination_of_their_values(tmp_path: Path, fake_child) -> None:
+    """Two settings swept together, as MAD sweeps its rates and weight decays: each of the 2 x 2
+    pairs once per attention, the best pair kept (a different one per attention)."""
+    from zoo.compare.cli import main
+
+    best = {"a": ("1e-3", "16"), "b": ("1e-2", "64")}
+    fake_child.score = lambda flags: (
+        int(flags["--seed_everything"])
+        + (flags["--model.lr"] != best[flags["--model.attention"]][0])
+        + 2 * (flags["--model.d_model"] != best[flags["--model.attention"]][1])
+    )
+    main(["--model", "nadaraya_watson", "--grid", "model.attention=a,b", "--sweep", "model.lr=1e-3,1e-2",
+          "--sweep", "model.d_model=16,64", "--select", "test/mse:min", "--seeds", "2",
+          "--out", str(tmp_path)])  # fmt: skip
+    fits = [c for c in fake_child.commands if c[c.index("-m") + 2] == "fit"]
+    assert len(fits) == 2 * 4 + 2  # every pair once, then seed 1 at each kept pair
+    report = " ".join((tmp_path / "report.md").read_text().split())
+    assert "Sweep of `model.lr` and `model.d_model`" in report
+    assert (
+        "| combination | lr=1e-3,d_model=16 | lr=1e-3,d_model=64 | lr=1e-2,d_model=16 | lr=1e-2,d_model=64 |" in report
+    )
+    assert "| `attention=a` | **0.0000** | 2.0000 | 1.0000 | 3.0000 | lr=1e-3,d_model=16 |" in report
+    assert "| `attention=b` | 3.0000 | 1.0000 | 2.0000 | **0.0000** | lr=1e-2,d_model=64 |" in report
+    assert "`attention=a,lr=1e-3,d_model=16` | 2 |" in report
+
+
 def test_a_sweep_with_no_metric_reported_is_refused_in_one_line(tmp_path: Path, fake_child) -> None:
     from zoo.compare.cli import main
 
@@ -348,6 +374,20 @@ def test_plot_against_an_axis_pivots_the_kept_runs_means(tmp_path: Path, fake_ch
     assert "| attention=a | 4.500 (2 seeds) | 1.500 (2 seeds) |" in report
     assert "| attention=b | 5.500 (2 seeds) | 2.500 (2 seeds) |" in report
     assert (tmp_path / "plot_d_model.png").stat().st_size > 0
+
+
+def test_plot_against_a_categorical_axis_ends_on_each_lines_mean_over_it(tmp_path: Path, fake_child) -> None:
+    """MAD's score in shape: against an axis of names (here the attentions; MAD's task settings),
+    the table ends on each line's mean over the axis's values."""
+    from zoo.compare.cli import main
+
+    fake_child.score = lambda flags: 64 / int(flags["--model.d_model"]) + (flags["--model.attention"] == "b")
+    main(["--model", "nadaraya_watson", "--grid", "model.d_model=16,64", "--grid", "model.attention=a,b",
+          "--plot_against", "model.attention", "--metric", "test/mse", "--out", str(tmp_path)])  # fmt: skip
+    report = " ".join((tmp_path / "report.md").read_text().split())
+    assert "| test/mse \\ attention | a | b | mean over attention |" in report
+    assert "| d_model=16 | 4.000 | 5.000 | 4.500 |" in report
+    assert "| d_model=64 | 1.000 | 2.000 | 1.500 |" in report
 
 
 def test_plot_against_refuses_what_is_not_a_grid_axis(tmp_path: Path, fake_child) -> None:

@@ -9,12 +9,16 @@ axes, one column per value of ``model.d_model``, each cell the mean over seeds) 
 ``--plot_against length`` (no dot: not a flag) reads the metric's split instead, the metrics
 ``<metric>/length_<L>`` a task logs per test set (``test/accuracy/length_4096``), one line per
 combination. A numeric axis is drawn to scale (logarithmic where its values span a factor of 4 or
-more, as widths, lengths and learning rates do); any other in the grid's order.
+more, as widths, lengths and learning rates do); any other in the grid's order, and the table ends
+on each line's mean over the axis's values: against ``data.setting``, with ``--sweep`` keeping
+each setting's best run, that is MAD's score (the mean over a task's settings of the best run of
+each).
 """
 
 from __future__ import annotations
 
 import difflib
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,19 +97,24 @@ def against_section(
             f"No record has {metric} along {key} (a split's metrics are named {metric}/{key}_<value>).",
             "",
         ]
+    categorical = _numbers(values) is None
     rows = []
     for label, points in lines.items():
-        cells = []
+        cells, means = [], []
         for value in values:
             runs = points.get(value, [])
-            mean = f"{summarize(runs).mean:.3f}" if runs else "-"
+            if runs:
+                means.append(summarize(runs).mean)
+            mean = f"{means[-1]:.3f}" if runs else "-"
             cells.append(mean if len(runs) <= 1 else f"{mean} ({len(runs)} seeds)")
+        if categorical:  # a mean over the values, where every value has runs
+            cells.append(f"{statistics.fmean(means):.3f}" if len(means) == len(values) else "-")
         rows.append([label, *cells])
     path = _plot(values, lines, key, metric, folder / f"plot_{short}.png")
     return [
         title,
         "",
-        markdown_table([f"{metric} \\ {short}", *values], rows),
+        markdown_table([f"{metric} \\ {short}", *values, *([f"mean over {short}"] if categorical else [])], rows),
         "",
         f"![{metric} against {short}]({path.name})",
         "",

@@ -51,8 +51,9 @@ def parser() -> argparse.ArgumentParser:
         help="an axis to vary (repeatable): a fit flag without dashes and its values",
     )  # fmt: skip
     root.add_argument(
-        "--sweep", default=None, metavar="KEY=V1,V2",
-        help="a setting to choose per combination (a learning rate): each value runs, the best is kept, then the seeds",
+        "--sweep", action="append", default=None, metavar="KEY=V1,V2",
+        help="a setting to choose per combination (a learning rate): each value runs, the best is kept, then the "
+        "seeds; given again, the settings are swept together, every combination of their values",
     )  # fmt: skip
     root.add_argument(
         "--select", default=None, metavar="METRIC[:max|min]",
@@ -238,7 +239,7 @@ def _compare(args: list[str]) -> None:
         )
     if options.sweep is None and (options.select is not None or options.sweep_seeds != 1):
         raise ConfigurationError("--select and --sweep_seeds go with --sweep KEY=V1,V2,...")
-    swept = parse_grid([options.sweep]) if options.sweep else {}
+    swept = parse_grid(options.sweep) if options.sweep else {}
     config = CompareConfig(
         base=base,
         axes=axes | swept if not set(swept) & set(axes) else axes,
