@@ -1,4 +1,4 @@
-"""Checkpoints and state-dict keys written before the attention spec still load and predict the same."""
+"""Checkpoints and state-dict keys written by older zoos still load and predict the same."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 import zoo
 from tests.helpers import PROJECT_ROOT
-from zoo.models import SequenceClassifier, Transformer
+from zoo.models import SequenceAutoEncoder, SequenceClassifier, Transformer
 
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures"
 
@@ -76,3 +76,14 @@ def test_recurrent_layers_saved_before_they_were_layers_generate_the_same(source
     saved = json.loads((tmp_path / "again" / "config.json").read_text())
     assert saved["zoo"]["format"] == 2 and saved["attention"][0] == {"name": "gla", "conv_size": 0, "expand_k": 1.0}
     assert _continuation(zoo.from_pretrained(tmp_path / "again"), expected["prompt"])[0] == tokens
+
+
+def test_a_recall_checkpoint_written_before_backbones_loads_as_the_language_model_it_was() -> None:
+    """e8c866a's recall checkpoint (no ``backbone`` hyperparameter; a Mamba-2 layer, now run by the
+    shared-key path with 64-step chunks, and a softmax layer) gives the logits that commit gave."""
+    model = zoo.load_checkpoint(FIXTURES / "recall_e8c866a.ckpt").eval()
+    expected = json.loads((FIXTURES / "recall_e8c866a.json").read_text())
+    assert model.hparams.backbone == "language_model" and not isinstance(model.model, SequenceAutoEncoder)
+    with torch.no_grad():
+        logits = model(torch.tensor(expected["tokens"]))[:, -8:]
+    torch.testing.assert_close(logits, torch.tensor(expected["logits_last_8"]), atol=1e-5, rtol=1e-5)

@@ -3,6 +3,8 @@ loop of retention's recurrence."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
 import torch
 from torch import Tensor
@@ -16,7 +18,7 @@ from tests.attention.kernels.inputs import (
     randn,
     uniform,
 )
-from zoo.attention.kernels import decay_chunkwise, decay_recurrent, decay_weights
+from zoo.attention.kernels import decay, decay_chunkwise, decay_recurrent, decay_weights
 
 
 def scalar_decay_parallel(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, **options) -> tuple[Tensor, ...]:
@@ -218,9 +220,11 @@ def test_queries_and_keys_shared_by_the_heads_match_the_reference_and_its_gradie
 
     heads_mask = mask.expand(*BATCH, length)
     expected_output, expected_state = reference(q, k, v, log_decay, initial_state, heads_mask)
-    output, state = scalar_decay_chunkwise(
-        q, k, v, log_decay, chunk_size=chunk_size, initial_state=initial_state, mask=mask
-    )
+    with patch.object(decay, "_chunked_shared", wraps=decay._chunked_shared) as shared:
+        output, state = scalar_decay_chunkwise(
+            q, k, v, log_decay, chunk_size=chunk_size, initial_state=initial_state, mask=mask
+        )
+    assert shared.call_count == 1  # the heads' states formed together, not head by head
     assert_matches(output, expected_output)
     assert_matches(state, expected_state)
     expected = gradients(*scalar_decay_recurrent(q, k, v, log_decay, state=initial_state, mask=mask))
