@@ -52,7 +52,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping
 from torch import Tensor
 from torchmetrics.functional.classification import multiclass_accuracy
 
-from zoo.datamodules.recall import IGNORE_INDEX, MADDataModule
+from zoo.datamodules.recall import AUTOENCODER, BACKBONES, IGNORE_INDEX, LANGUAGE_MODEL, MADDataModule
 from zoo.errors import DataError
 from zoo.models import RecallLM, SequenceAutoEncoder
 from zoo.tasks.base import ZooTask
@@ -68,9 +68,6 @@ MAD_TARGET = 0.999
 
 FIELDS = ("inputs", "targets", "scored")
 """What every recall batch holds (:mod:`zoo.datamodules.recall.base`)."""
-
-BACKBONES = ("language_model", "autoencoder")
-"""MAD's two backbones: a causal model predicting each next token, or an auto-encoder (compression)."""
 
 
 @register_model("recall")
@@ -117,7 +114,7 @@ class RecallModel(ZooTask):
         warmup_steps: int = 0,
         target_accuracy: float | None = None,
         torch_compile: bool = False,
-        backbone: str = "language_model",
+        backbone: str = LANGUAGE_MODEL,
         **model_kwargs: Any,
     ) -> None:
         super().__init__(torch_compile)
@@ -130,7 +127,7 @@ class RecallModel(ZooTask):
         self.save_hyperparameters()
         self.save_model_hyperparameters(RecallLM, model_kwargs)
         sequence_model = RecallLM(vocab_size=vocab_size, block_size=block_size, **model_kwargs)
-        self.model = SequenceAutoEncoder(sequence_model) if backbone == "autoencoder" else sequence_model
+        self.model = SequenceAutoEncoder(sequence_model) if backbone == AUTOENCODER else sequence_model
 
     def forward(self, inputs: Tensor) -> Tensor:
         """Logits ``(B, L, V)`` at every position of ``inputs`` ``(B, L)``."""

@@ -13,7 +13,7 @@ Importing the package registers its four data modules (the registry imports it o
 
 from __future__ import annotations
 
-from zoo.datamodules.recall.base import IGNORE_INDEX, Examples, RecallDataModule
+from zoo.datamodules.recall.base import AUTOENCODER, BACKBONES, IGNORE_INDEX, LANGUAGE_MODEL, Examples, RecallDataModule
 from zoo.datamodules.recall.mad import MAD_TASKS, MADDataModule, mad_setting, mad_settings
 from zoo.datamodules.recall.mamba import (
     InductionHeadsDataModule,
@@ -24,7 +24,10 @@ from zoo.datamodules.recall.mamba import (
 from zoo.datamodules.recall.mqar import MIXTURES, PAPER_GRID, MQARDataModule, multiquery_ar
 
 __all__ = [
+    "AUTOENCODER",
+    "BACKBONES",
     "IGNORE_INDEX",
+    "LANGUAGE_MODEL",
     "MAD_TASKS",
     "MIXTURES",
     "PAPER_GRID",

@@ -308,6 +308,14 @@ class _Keyed(Dataset):
         return self.dataset[self.keys[index]]
 
 
+LANGUAGE_MODEL = "language_model"
+"""The backbone of every task but one: a causal model trained on its next tokens or answers."""
+AUTOENCODER = "autoencoder"
+"""MAD's backbone for compression, whose targets are its inputs (:class:`zoo.models.SequenceAutoEncoder`)."""
+BACKBONES = (LANGUAGE_MODEL, AUTOENCODER)
+"""What a recall data module's ``backbone`` may name (MAD's ``backbone``)."""
+
+
 class RecallDataModule(L.LightningDataModule):
     """Generated recall and copying data (nothing downloaded): a subclass sets ``name``,
     ``vocab_size`` and ``block_size`` (which the CLI links into a model, with ``backbone``) and
@@ -329,9 +337,8 @@ class RecallDataModule(L.LightningDataModule):
     """Token ids run from 0 to ``vocab_size - 1``: rows of a model's embedding and output layer."""
     block_size: int
     """The longest sequence any split holds: what a model's learned positions must cover."""
-    backbone: str = "language_model"
-    """The model the task trains (linked into the recall model): a causal language model, or
-    MAD's auto-encoder (``autoencoder``, for its compression task)."""
+    backbone: str = LANGUAGE_MODEL
+    """The model the task trains (one of :data:`BACKBONES`, linked into the recall model)."""
 
     def __init__(self, batch_size: int = 64, generator_seed: int = 0, seed: int = 0, num_workers: int | None = None):
         super().__init__()

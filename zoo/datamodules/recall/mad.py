@@ -21,7 +21,14 @@ from types import MappingProxyType
 from typing import Any
 
 from zoo.datamodules.base import check_minimums
-from zoo.datamodules.recall.base import Examples, RecallDataModule, shared_generator, split_generator
+from zoo.datamodules.recall.base import (
+    AUTOENCODER,
+    LANGUAGE_MODEL,
+    Examples,
+    RecallDataModule,
+    shared_generator,
+    split_generator,
+)
 from zoo.datamodules.recall.mad_tasks import (
     compression,
     fuzzy_in_context_recall,
@@ -59,7 +66,7 @@ class MADTask:
     changes: Mapping[str, tuple[int | float, ...]]
     shorthand: str
     length: Callable[[Mapping[str, Any]], int]
-    backbone: str = "language_model"
+    backbone: str = LANGUAGE_MODEL
 
 
 def _next_token_length(parameters: Mapping[str, Any]) -> int:
@@ -117,7 +124,7 @@ MAD_TASKS: Mapping[str, MADTask] = MappingProxyType(
             {"vocab_size": (32, 64, 128), "seq_len": (64, 128, 256), "num_train_examples": TRAIN_SIZES},
             "C",
             _full_length,
-            backbone="autoencoder",
+            backbone=AUTOENCODER,
         ),
         "selective_copying": MADTask(
             selective_copying,
