@@ -1,23 +1,23 @@
-"""Page faults, time and peak memory of a layer's training step with glibc's allocator defaults
-and with freed memory kept in the process, each case in a fresh process.
+"""Page faults, time and peak memory with glibc's allocator defaults (``ZOO_MALLOC=system``) and
+with the zoo's setting (:mod:`zoo.allocator`: no block from ``mmap``, the heap never trimmed), each
+case in a fresh process, the two settings in turn (defaults first) ``--pairs`` times.
 
-glibc's ``malloc`` gives large freed blocks back to the system (its mmap threshold and heap
-trimming adapt to what a process frees) and faults them in again, a zero-filled 4 KiB page at a
-time, when a step allocates them anew. ``retain`` sets glibc's own variables so that it keeps
-them (``MALLOC_MMAP_THRESHOLD_`` 32 MiB, the largest it accepts; ``MALLOC_TRIM_THRESHOLD_`` never;
-``MALLOC_TOP_PAD_`` 256 MiB), as PyTorch's CPU guide keeps them by preloading jemalloc or
-TCMalloc. ``benchmarks/RESULTS.md`` section 40b: the faults fall 1.5-17x, the time does not follow
-on this machine, and the zoo leaves the allocator as it is.
+Two kinds of case:
 
-A layer's forward and backward over one causal sequence (width 256, 8 heads, batch 1), as
-``python -m zoo bench attention`` times it: one step to warm up, then ``--steps`` steps whose minor
-page faults (``getrusage``) and time are averaged. The two settings alternate per case, defaults
-first::
+* ``--fits ATTENTION:WIDTH ...``: ``python -m zoo fit`` of the recall model at MQAR's (256, 16)
+  cell (batch 64, two heads, ``--fit-steps`` steps, nothing validated, logged or saved), one
+  thread, as ``zoo compare`` runs each fit: the product's own path, start-up included. The
+  process's wall time, user and system CPU time, minor page faults and peak RSS (``os.wait4``).
+* ``--cases NAME ...`` at ``--lengths``: a layer's forward and backward over one causal sequence
+  (width 256, 8 heads, batch 1), as ``python -m zoo bench attention`` times it (``floor`` is its
+  SDPA floor): one step to warm up, then ``--steps`` steps whose faults and time are averaged.
 
-    python benchmarks/allocator_faults.py --cases floor gated_deltanet mamba2 rwkv7 --lengths 8192 16384 \\
-        --out benchmarks/results/allocator_faults.json
+::
 
-Run it alone on the machine: the times are wall-clock.
+    python benchmarks/allocator_faults.py --fits dot_product:64 rwkv7:32 --fit-steps 80 --pairs 2 \\
+        --cases floor mamba2 rwkv7 --lengths 8192 16384 --out benchmarks/results/allocator_faults_43.json
+
+Run it alone on the machine: the times are wall-clock. ``benchmarks/RESULTS.md`` sections 40b and 43.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +37,15 @@ import torch
 
 from zoo.bench.report import environment, write_json
 
-#: one case in a fresh process: prints a JSON line of faults, seconds a step and peak RSS
+ROOT = Path(__file__).resolve().parents[1]
+
+#: one layer case in a fresh process: prints a JSON line of faults, time a step and peak RSS
 STEP = textwrap.dedent(
     """
     import json, resource, sys, time
     import torch
+    from zoo.allocator import allocator_setting, retain_freed_memory
+    retain_freed_memory()
     from zoo.attention import create_attention
     from zoo.attention.context import AttentionContext
     from zoo.bench.baselines import SDPAFloor
@@ -60,55 +66,80 @@ STEP = textwrap.dedent(
         step()
     seconds = (time.perf_counter() - started) / steps
     after = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"faults_per_step": (after.ru_minflt - usage.ru_minflt) / steps,
+    print(json.dumps({"allocator": allocator_setting(), "faults_per_step": (after.ru_minflt - usage.ru_minflt) / steps,
                       "ms_per_step": seconds * 1e3, "peak_rss_mib": after.ru_maxrss / 1024}))
     """
 )
 
+#: the recall fit of a ``--fits`` case, before its attention, width and steps
+FIT = [
+    sys.executable, "-m", "zoo", "fit", "--model", "recall", "--config", str(ROOT / "configs" / "recall.yaml"),
+    "--data.random_non_queries", "false", "--data.batch_size", "64", "--data.num_train", "6400",
+    "--data.num_test", "64", "--model.lr", "3e-3", "--model.num_heads", "2", "--trainer.limit_val_batches", "0",
+    "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
+]  # fmt: skip
 
-#: glibc's variables for ``retain`` (read once, at the process's start)
-RETAIN = {
-    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
-    "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1),
-    "MALLOC_TOP_PAD_": str(256 << 20),
-}
+
+def _environment(allocator: str) -> dict[str, str]:
+    """This process's variables without any allocator tuning, and ``ZOO_MALLOC=system`` for glibc's defaults."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ZOO_MALLOC") and not k.startswith("MALLOC_")}
+    return env | ({"ZOO_MALLOC": "system"} if allocator == "system" else {})
 
 
 def run_case(name: str, length: int, steps: int, allocator: str) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("MALLOC_")}
-    env |= RETAIN if allocator == "retain" else {}
+    """A layer's steps in a fresh process."""
     result = subprocess.run(
-        [sys.executable, "-c", STEP, name, str(length), str(steps)], env=env, capture_output=True, text=True, check=True
-    )
+        [sys.executable, "-c", STEP, name, str(length), str(steps)],
+        env=_environment(allocator), capture_output=True, text=True, check=True,
+    )  # fmt: skip
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_fit(attention: str, width: int, steps: int, allocator: str, directory: Path) -> dict[str, Any]:
+    """A recall fit in a fresh process, one thread; what ``os.wait4`` says of it."""
+    command = [*FIT, "--model.attention", attention, "--model.d_model", str(width), "--trainer.max_steps", str(steps)]
+    env = _environment(allocator) | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    child = subprocess.Popen(command, cwd=directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    if status:
+        raise SystemExit(f"{attention} fit failed: {child.stderr.read().decode()[-2000:] if child.stderr else ''}")
+    return {
+        "wall_s": round(wall, 2), "user_s": round(usage.ru_utime, 2), "system_s": round(usage.ru_stime, 2),
+        "faults": usage.ru_minflt, "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+    }  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", default=["floor", "gated_deltanet", "mamba2", "rwkv7"])
+    parser.add_argument("--fits", nargs="*", default=[], help="ATTENTION:WIDTH recall fits")
+    parser.add_argument("--fit-steps", type=int, default=80)
+    parser.add_argument("--cases", nargs="*", default=[])
     parser.add_argument("--lengths", nargs="+", type=int, default=[8192, 16384])
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=1, help="times each case runs under both settings")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     rows = []
-    for length in args.lengths:
-        for name in args.cases:
+    for pair in range(args.pairs):
+        for fit in args.fits:
+            attention, width = fit.split(":")
             for allocator in ("system", "retain"):
-                row = {
-                    "case": name,
-                    "length": length,
-                    "allocator": allocator,
-                    **run_case(name, length, args.steps, allocator),
-                }
+                with tempfile.TemporaryDirectory() as directory:  # the fit's files
+                    row = {"fit": attention, "width": int(width), "steps": args.fit_steps, "pair": pair,
+                           "allocator": allocator, **run_fit(attention, int(width), args.fit_steps, allocator, Path(directory))}  # fmt: skip
                 rows.append(row)
-                print(
-                    f"{name:16} {length:6} {row['allocator'][:6]:6} faults/step {row['faults_per_step']:9.0f} "
-                    f"ms/step {row['ms_per_step']:8.0f} peak RSS {row['peak_rss_mib']:6.0f} MiB",
-                    flush=True,
-                )
+                print(json.dumps(row), flush=True)
+        for length in args.lengths if args.cases else []:
+            for name in args.cases:
+                for allocator in ("system", "retain"):
+                    row = {"case": name, "length": length, "pair": pair, **run_case(name, length, args.steps, allocator)}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     if args.out:
         info = environment(torch.device("cpu"), sys.argv[1:], program="python benchmarks/allocator_faults.py")
-        write_json(args.out, {"environment": info, "steps": args.steps, "rows": rows})
+        write_json(args.out, {"environment": info, "steps": args.steps, "fit_steps": args.fit_steps, "rows": rows})
 
 
 if __name__ == "__main__":

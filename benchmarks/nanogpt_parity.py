@@ -21,8 +21,10 @@ command overrides its recipe). ``--recipe gpu`` is its GPU recipe (``config/trai
 ``torch.compile`` on both sides (nanoGPT's defaults there; the zoo's ``bf16-mixed`` and
 ``--model.torch_compile true``), its schedule decayed over ``--iterations`` on both sides.
 nanoGPT estimates the validation loss on ``eval_iters`` random batches (20 in the CPU command,
-its default 200 in the GPU recipe); the zoo evaluates every validation window once. Extra
-arguments after ``--`` go to the zoo's fit.
+its default 200 in the GPU recipe); the zoo evaluates every validation window once. nanoGPT runs
+with the allocator settings the zoo's command gives itself (:func:`zoo.allocator.glibc_environment`),
+so the times compare the models' code, not the allocators. Extra arguments after ``--`` go to the
+zoo's fit.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import re
 import shutil
 import statistics
@@ -42,6 +45,7 @@ from typing import Any
 
 import torch
 
+from zoo.allocator import glibc_environment
 from zoo.bench.report import environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +96,10 @@ def run_nanogpt(nanogpt: Path, recipe: str, iterations: int, shape: list[str]) -
         command = [sys.executable, "train.py", *NANOGPT_FLAGS[recipe], *shape, f"--max_iters={iterations}",
                    f"--lr_decay_iters={iterations}", f"--out_dir={out}"]  # fmt: skip
         started = time.perf_counter()
-        lines = subprocess.run(command, cwd=nanogpt, check=True, capture_output=True, text=True).stdout.splitlines()
+        env = os.environ | glibc_environment()  # the allocator the zoo's own command sets itself
+        lines = subprocess.run(
+            command, cwd=nanogpt, env=env, check=True, capture_output=True, text=True
+        ).stdout.splitlines()
         wall = time.perf_counter() - started
     evaluations = {int(m[1]): float(m[3]) for line in lines if (m := _EVALUATION.match(line))}
     times = [float(m[2]) / 1e3 for line in lines if (m := _ITERATION.match(line)) and int(m[1]) not in evaluations]

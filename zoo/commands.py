@@ -13,7 +13,9 @@
   :mod:`zoo.board`;
 * ``--version``.
 
-Errors the user fixes (:data:`USER_ERRORS`) end the command with one line and status 2;
+Every command first keeps freed memory in the process (:func:`zoo.allocator.retain_freed_memory`:
+glibc's allocator otherwise maps a CPU step's large temporaries anew each time; ``ZOO_MALLOC=system``
+opts out). Errors the user fixes (:data:`USER_ERRORS`) end the command with one line and status 2;
 ``ZOO_DEBUG=1`` shows the traceback. Nothing imports this module but the entry points: the
 commands it dispatches to build their runs with :mod:`zoo.cli`.
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from zoo.allocator import retain_freed_memory
 from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer
 from zoo.cli import ZooCLI
 from zoo.datamodules import DATAMODULE_REGISTRY
@@ -99,6 +102,7 @@ def main(args: list[str] | None = None) -> None:
     status 1, as Python's documentation recommends, instead of a ``BrokenPipeError`` traceback.
     """
     args = list(sys.argv[1:] if args is None else args)
+    retain_freed_memory()
     try:
         try:
             _run(args)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import zoo
+from zoo.allocator import allocator_setting
 from zoo.text.files import atomic_write_text
 
 __all__ = ["environment", "growth_exponent", "markdown_table", "plot_growth", "write_json"]
@@ -92,6 +93,7 @@ def environment(device: torch.device, argv: Sequence[str], program: str = "pytho
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "allocator": allocator_setting(),
         "device": str(device),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
