@@ -15,6 +15,7 @@ from tests.helpers.compare import FakeChild
 from zoo.commands import main
 from zoo.compare import CompareConfig, Comparison, paired_differences, parse_budget, parse_grid, summarize, t_quantile
 from zoo.compare.grid import combinations
+from zoo.compare.records import join_metric_rows, metric_rows
 from zoo.errors import ConfigurationError
 
 # -- statistics --------------------------------------------------------------------------------
@@ -165,6 +166,58 @@ def test_resume_runs_only_what_has_no_record(tmp_path: Path, fake_child: FakeChi
     fake_child.commands.clear()
     Comparison(config).run()
     assert fake_child.commands == []
+
+
+def _stop_before_its_record(out: Path, index: int) -> tuple[dict, Path]:
+    """Make run ``index`` of ``out``'s records one stopped before its record, its fit saved in
+    ``last.ckpt`` (as SIGTERM leaves it); its old record and that file."""
+    lines = (out / "records.jsonl").read_text().splitlines()
+    (out / "records.jsonl").write_text("".join(line + "\n" for i, line in enumerate(lines) if i != index))
+    record = json.loads(lines[index])
+    (Path(record["run_dir"]) / "record.json").unlink()
+    checkpoint = Path(record["run_dir"]) / "fit" / "checkpoints" / "last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"saved on SIGTERM")
+    return record, checkpoint
+
+
+def test_a_run_stopped_before_its_record_continues_its_fit(tmp_path: Path, fake_child: FakeChild) -> None:
+    config = CompareConfig(base=["--model", "nadaraya_watson"], seeds=2, out=tmp_path)
+    Comparison(config).run()
+    stopped, checkpoint = _stop_before_its_record(tmp_path, 1)
+    metrics = Path(stopped["run_dir"]) / "fit" / "metrics.csv"
+    metrics.write_text("epoch,step,train/loss\n0,49,0.9\n")
+    fake_child.commands.clear()
+    records = {r["seed"]: r for r in Comparison(config).run()}
+    fit, evaluation = fake_child.commands
+    assert fit[-1] == "--ckpt_path=last" and "--ckpt_path=last" not in evaluation
+    assert checkpoint.read_bytes() == b"saved on SIGTERM"  # its directory kept for the fit to continue
+    assert records[stopped["seed"]]["resumed"] and records[stopped["seed"]]["command"] == stopped["command"]
+    assert records[1 - stopped["seed"]]["resumed"] is False
+    assert metrics.read_text().splitlines() == ["epoch,step,train/loss", "0,49,0.9"]  # the curve so far kept
+
+
+def test_a_continued_fit_metrics_follow_the_interrupted_ones(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.csv"
+    earlier = [{"epoch": "0", "step": "49", "train/loss": "0.9"}, {"epoch": "0", "step": "99", "train/loss": "0.8"},
+               {"epoch": "0", "step": "149", "train/loss": "0.75"}]  # fmt: skip
+    # Lightning's CSVLogger restarted the file; the checkpoint was at step 100, so 149 is replayed
+    metrics.write_text("epoch,step,train/loss,val/accuracy\n0,149,0.7,\n0,199,0.6,0.5\n")
+    join_metric_rows(earlier, metrics)
+    assert metric_rows(metrics) == [
+        {"epoch": "0", "step": "49", "train/loss": "0.9", "val/accuracy": ""},
+        {"epoch": "0", "step": "99", "train/loss": "0.8", "val/accuracy": ""},
+        {"epoch": "0", "step": "149", "train/loss": "0.7", "val/accuracy": ""},
+        {"epoch": "0", "step": "199", "train/loss": "0.6", "val/accuracy": "0.5"},
+    ]
+
+
+def test_a_stopped_run_of_another_fit_starts_over(tmp_path: Path, fake_child: FakeChild) -> None:
+    Comparison(CompareConfig(base=["--model", "nadaraya_watson"], out=tmp_path)).run()
+    _, checkpoint = _stop_before_its_record(tmp_path, 0)
+    fake_child.commands.clear()
+    Comparison(CompareConfig(base=["--model", "nadaraya_watson", "--model.lr=1"], out=tmp_path)).run()
+    assert "--ckpt_path=last" not in fake_child.commands[0] and not checkpoint.exists()
 
 
 def test_resume_refuses_records_of_another_command(tmp_path: Path, fake_child: FakeChild) -> None:

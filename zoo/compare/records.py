@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import os
 import threading
@@ -11,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from zoo.flags import flag_values
+from zoo.text.files import atomic_write_text
 
-__all__ = ["append_record", "config_digests", "last_metrics", "load_records"]
+__all__ = ["append_record", "config_digests", "join_metric_rows", "last_metrics", "load_records", "metric_rows"]
 
 _LOCK = threading.Lock()
 
@@ -53,6 +55,35 @@ def last_metrics(metrics_csv: Path, prefix: str) -> dict[str, float]:
                 key: float(value) for key, value in row.items() if key.startswith(prefix) and value not in ("", None)
             }
     return values
+
+
+def metric_rows(metrics_csv: Path) -> list[dict[str, str]]:
+    """The rows of a CSVLogger's ``metrics.csv`` (none if there is no file)."""
+    if not metrics_csv.is_file():
+        return []
+    with metrics_csv.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def join_metric_rows(earlier: list[dict[str, str]], metrics_csv: Path) -> None:
+    """Put back the rows an interrupted fit logged before those of the fit that continued it.
+
+    Lightning's CSVLogger starts ``metrics.csv`` afresh in a log directory it reuses, so a fit
+    continued from ``last.ckpt`` would keep only its own rows. Of ``earlier`` (the file before the
+    continued fit started) the rows before the continued fit's first step are kept; a row logged
+    after the checkpoint and replayed since appears once.
+    """
+    later = metric_rows(metrics_csv)
+    first = min((int(row["step"]) for row in later if row.get("step")), default=None)
+    rows = [row for row in earlier if first is None or int(row["step"]) < first] + later
+    if not rows:
+        return
+    columns = sorted({key for row in rows for key in row})
+    with io.StringIO() as text:
+        writer = csv.DictWriter(text, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(metrics_csv, text.getvalue())
 
 
 def config_digests(command: list[str]) -> dict[str, str]:

@@ -6,7 +6,10 @@ run it in this process's threads (``local``), as a Ray task on any node, or as a
 (submitit): :func:`execute` is the one function they all call, so a run and its record are the
 same whichever launcher ran it. The record is written to ``<run directory>/record.json`` as well
 as returned: a run that finished while nobody waited for it (a SLURM job whose comparison was
-stopped) still counts when the comparison starts again, on any launcher.
+stopped) still counts when the comparison starts again, on any launcher. A run stopped before its
+record (Ctrl-C, SIGTERM, a node lost) continues its fit from the ``last.ckpt`` it left, with
+``fit --ckpt_path last`` (:mod:`zoo.resume`), when the comparison starts again with the same fit
+command and configuration files (``attempt.json`` names them); otherwise it starts over.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.compare.process import ChildResult, run_child
-from zoo.compare.records import last_metrics
+from zoo.compare.records import join_metric_rows, last_metrics, metric_rows
 from zoo.compare.timing import read_timing
 from zoo.errors import ConfigurationError
 from zoo.text.files import atomic_write_text
@@ -34,6 +37,9 @@ __all__ = ["RECORD_FILE", "STAGE_PREFIX", "RunFailed", "RunSpec", "execute", "fi
 STAGE_PREFIX = {"test": "test/", "validate": "val/"}
 #: The file of a run directory that holds its record once the run has finished.
 RECORD_FILE = "record.json"
+#: The file of a run directory that names the fit an attempt runs (its command and configuration
+#: files' digests), written before the fit starts: what a later attempt may continue.
+ATTEMPT_FILE = "attempt.json"
 
 
 class RunFailed(ConfigurationError):
@@ -50,7 +56,8 @@ class RunSpec:
         combination: The grid combination's name.
         overrides: The grid's values of the combination, flag -> value.
         seed: The run's seed.
-        run_dir: The run's directory (relative to ``cwd`` or absolute); cleared when the run starts.
+        run_dir: The run's directory (relative to ``cwd`` or absolute); cleared when the run starts,
+            unless an unfinished attempt of the same fit left a checkpoint to continue from.
         fit: The ``python -m zoo fit`` command.
         evaluate: The evaluation command of the fit's last checkpoint; None for a calibration fit.
         stage: ``test`` or ``validate``, the evaluation's stage.
@@ -112,8 +119,9 @@ def _child(
 def execute(
     spec: RunSpec, env: Mapping[str, str] | None = None, while_fitting: Callable[[], None] | None = None
 ) -> dict[str, Any]:
-    """Run ``spec`` from a clean directory (an unfinished earlier attempt starts over), write its
-    record to ``<run directory>/record.json`` and return it. ``env`` adds variables for this
+    """Run ``spec``, write its record to ``<run directory>/record.json`` and return it. The fit
+    continues an unfinished earlier attempt of the same fit from its ``last.ckpt`` (the record
+    says ``resumed``; its times are this attempt's); any other earlier attempt is cleared. ``env`` adds variables for this
     attempt (the devices a launcher chose); ``while_fitting`` is called every few milliseconds
     while the fit runs, and once after it (a scheduler reads the fit's progress there). Raises
     :class:`RunFailed` if a child fails."""
@@ -121,8 +129,16 @@ def execute(
 
     env = spec.env | dict(env or {})
     directory = spec.directory
-    shutil.rmtree(directory, ignore_errors=True)
-    fit = _child(spec, spec.fit, directory / "fit.log", env, while_fitting)
+    resumed = _resumable(spec)
+    if not resumed:
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        atomic_write_text(directory / ATTEMPT_FILE, json.dumps(_attempt(spec), sort_keys=True) + "\n")
+    fit_command = [*spec.fit, "--ckpt_path=last"] if resumed else spec.fit
+    earlier = metric_rows(directory / "fit" / "metrics.csv") if resumed else []
+    fit = _child(spec, fit_command, directory / "fit.log", env, while_fitting)
+    if resumed:
+        join_metric_rows(earlier, directory / "fit" / "metrics.csv")
     timing = read_timing(directory / "fit")
     record: dict[str, Any] = {
         **spec.identity(),
@@ -133,6 +149,7 @@ def execute(
         "samples_per_second": timing.get("samples_per_second"),
         "peak_rss_mib": round(fit.peak_rss_mib, 1),
         "parameters": timing.get("parameters"),
+        "resumed": resumed,
         "metrics": {},
         "threads": spec.threads,
         "devices": env.get("CUDA_VISIBLE_DEVICES"),
@@ -151,6 +168,22 @@ def execute(
     record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     atomic_write_text(directory / RECORD_FILE, json.dumps(record, sort_keys=True) + "\n")
     return record
+
+
+def _attempt(spec: RunSpec) -> dict[str, Any]:
+    """What :data:`ATTEMPT_FILE` says of an attempt at ``spec``: its fit command and configuration files."""
+    return {"command": shown(spec.fit), "config_digests": spec.record.get("config_digests")}
+
+
+def _resumable(spec: RunSpec) -> bool:
+    """Whether an earlier attempt at ``spec``'s own fit (not a calibration fit) left a ``last.ckpt``."""
+    if spec.evaluate is None:
+        return False
+    try:
+        attempt = json.loads((spec.directory / ATTEMPT_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    return attempt == _attempt(spec) and (spec.directory / "fit" / "checkpoints" / "last.ckpt").is_file()
 
 
 def finished_record(spec: RunSpec) -> dict[str, Any] | None:
