@@ -134,7 +134,12 @@ def main() -> None:
         for length in args.lengths if args.cases else []:
             for name in args.cases:
                 for allocator in ("system", "retain"):
-                    row = {"case": name, "length": length, "pair": pair, **run_case(name, length, args.steps, allocator)}
+                    row = {
+                        "case": name,
+                        "length": length,
+                        "pair": pair,
+                        **run_case(name, length, args.steps, allocator),
+                    }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     if args.out:

@@ -121,10 +121,10 @@ def execute(
 ) -> dict[str, Any]:
     """Run ``spec``, write its record to ``<run directory>/record.json`` and return it. The fit
     continues an unfinished earlier attempt of the same fit from its ``last.ckpt`` (the record
-    says ``resumed``; its times are this attempt's); any other earlier attempt is cleared. ``env`` adds variables for this
-    attempt (the devices a launcher chose); ``while_fitting`` is called every few milliseconds
-    while the fit runs, and once after it (a scheduler reads the fit's progress there). Raises
-    :class:`RunFailed` if a child fails."""
+    says ``resumed``; its times are this attempt's); any other earlier attempt is cleared.
+    ``env`` adds variables for this attempt (the devices a launcher chose); ``while_fitting`` is
+    called every few milliseconds while the fit runs, and once after it (a scheduler reads the
+    fit's progress there). Raises :class:`RunFailed` if a child fails."""
     import torch  # the record names the torch of the machine that ran it
 
     env = spec.env | dict(env or {})
