@@ -213,14 +213,15 @@ def main(args: list[str]) -> None:
     """Parse, run every unfinished run, write the report, print its tables and where it is.
 
     SIGTERM stops the comparison as Ctrl-C does, its running fits too (nothing of them recorded),
-    with one line and status 143; the same command then runs what is unfinished."""
+    with one line and status 143; the same command then continues what is unfinished (each stopped
+    fit from the ``last.ckpt`` it saved)."""
     try:
         with stop_children_on_sigterm():
             _compare(args)
     except Terminated:
         print(
             "compare: stopped by SIGTERM with its running fits, which are not recorded; "
-            "the same command runs them again and keeps the finished ones.",
+            "the same command continues them from their last.ckpt and keeps the finished ones.",
             file=sys.stderr,
         )
         raise SystemExit(128 + signal.SIGTERM) from None
