@@ -5,7 +5,7 @@ mmap threshold with a fresh ``mmap`` and unmaps it when it is freed; the thresho
 the process frees, but never past 32 MiB on 64-bit. A training step frees and allocates the same
 large temporaries every iteration, so each step the kernel maps them anew, one page fault and one
 zero-filled 4 KiB page at a time. A softmax recall model at MQAR's (256, 16) cell (width 64, batch
-64) took 11.6 million page faults in an 80-step fit, 44 GiB mapped anew, and spent 37 of its 117
+64) took 8.9 million page faults in a 60-step fit, 34 GiB mapped anew, and spent 28 of its 87
 seconds in the kernel (``benchmarks/RESULTS.md`` section 43).
 
 PyTorch's CPU performance guide answers this by preloading jemalloc or TCMalloc, configured to keep
