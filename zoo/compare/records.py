@@ -46,14 +46,11 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 
 def last_metrics(metrics_csv: Path, prefix: str) -> dict[str, float]:
     """The last value of each ``prefix``-named column of a CSVLogger's ``metrics.csv``."""
-    if not metrics_csv.is_file():
-        return {}
     values: dict[str, float] = {}
-    with metrics_csv.open(newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            values |= {
-                key: float(value) for key, value in row.items() if key.startswith(prefix) and value not in ("", None)
-            }
+    for row in metric_rows(metrics_csv):
+        values |= {
+            key: float(value) for key, value in row.items() if key.startswith(prefix) and value not in ("", None)
+        }
     return values
 
 
@@ -75,7 +72,7 @@ def join_metric_rows(earlier: list[dict[str, str]], metrics_csv: Path) -> None:
     """
     later = metric_rows(metrics_csv)
     first = min((int(row["step"]) for row in later if row.get("step")), default=None)
-    rows = [row for row in earlier if first is None or int(row["step"]) < first] + later
+    rows = [row for row in earlier if first is None or not row.get("step") or int(row["step"]) < first] + later
     if not rows:
         return
     columns = sorted({key for row in rows for key in row})
