@@ -49,6 +49,14 @@ def heap(**env: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.fixture
+def untuned(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """This process's environment without any allocator setting of the zoo's or glibc's."""
+    for name in [n for n in os.environ if n.startswith("MALLOC_")] + ["ZOO_MALLOC", "LD_PRELOAD", "GLIBC_TUNABLES"]:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
 def test_a_large_tensor_comes_from_the_heap_and_stays_there_unless_opted_out() -> None:
     kept = heap()
@@ -69,20 +77,20 @@ def test_a_large_tensor_comes_from_the_heap_and_stays_there_unless_opted_out() -
         ({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}, "GLIBC_TUNABLES"),
     ],
 )
-def test_an_allocator_tuned_otherwise_is_left_alone(monkeypatch: pytest.MonkeyPatch, env: dict, why: str) -> None:
-    monkeypatch.setattr(allocator, "_applied", None)
-    for name in [n for n in os.environ if n.startswith("MALLOC_")] + ["ZOO_MALLOC", "LD_PRELOAD", "GLIBC_TUNABLES"]:
-        monkeypatch.delenv(name, raising=False)
+def test_an_allocator_tuned_otherwise_is_left_alone(untuned: pytest.MonkeyPatch, env: dict, why: str) -> None:
+    untuned.setattr(allocator, "_applied", None)
     for name, value in env.items():
-        monkeypatch.setenv(name, value)
+        untuned.setenv(name, value)
     assert allocator.retain_freed_memory() is False
     assert why in allocator.allocator_setting()
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
-def test_the_variables_for_another_program_give_it_the_same_heap() -> None:
+def test_the_variables_for_another_program_give_it_the_same_heap(untuned: pytest.MonkeyPatch) -> None:
     tuned = heap(ZOO_MALLOC="system", **allocator.glibc_environment())  # glibc reads them at start
     assert not tuned["applied"] and tuned["mapped_mib"] == 0 and tuned["free_in_heap_mib"] >= 64
+    untuned.setenv("ZOO_MALLOC", "system")  # the zoo opted out: the other program is not tuned either
+    assert allocator.glibc_environment() == {}
 
 
 def test_every_command_sets_it_first(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -73,7 +73,10 @@ def retain_freed_memory() -> bool:
 def glibc_environment() -> dict[str, str]:
     """The same settings as the variables glibc reads at a process's start: for a program the zoo
     runs that is not the zoo (nanoGPT's ``train.py`` in ``benchmarks/nanogpt_parity.py``), so that
-    both sides of a comparison run on the same allocator."""
+    both sides of a comparison run on the same allocator. Empty where the zoo's commands would
+    leave the allocator alone (``ZOO_MALLOC=system``, another allocator or glibc tuned already)."""
+    if _why_not() is not None:
+        return {}
     return {
         "MALLOC_MMAP_MAX_": str(_NO_MMAP),
         "MALLOC_TRIM_THRESHOLD_": str(_NEVER_TRIM),
