@@ -75,6 +75,7 @@ from zoo.attention.kernels.recurrence import (
     to_chunks,
     zero_padding,
 )
+from zoo.attention.kernels.stepwise import step_by_step
 
 __all__ = [
     "SPAN_LIMIT",
@@ -319,9 +320,9 @@ def decay_recurrent(
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``, whatever ``T``.
     """
     q, k, v, log_decay = _prepare(q, k, v, log_decay, mask)
-    state = initial_or_zeros(state, k, v)
-    outputs = []
-    for q_t, k_t, v_t, a_t in zip(q.unbind(-2), k.unbind(-2), v.unbind(-2), log_decay.exp().unbind(-2)):
-        state = a_t.unsqueeze(-1) * state + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)
-        outputs.append((q_t.unsqueeze(-2) @ state).squeeze(-2))
-    return torch.stack(outputs, dim=-2), state
+    return step_by_step(q, k, v, state, _decay_step, log_decay.exp().unbind(-2))
+
+
+def _decay_step(state: Tensor, k_t: Tensor, v_t: Tensor, a_t: Tensor) -> Tensor:
+    """``S_t = Diag(a_t) S_{t-1} + k_t^T v_t``."""
+    return a_t.unsqueeze(-1) * state + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)

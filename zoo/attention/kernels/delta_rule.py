@@ -57,6 +57,7 @@ from zoo.attention.kernels.recurrence import (
     to_chunks,
     zero_padding,
 )
+from zoo.attention.kernels.stepwise import step_by_step
 
 __all__ = ["delta_rule_chunkwise", "delta_rule_recurrent", "delta_rule_weights"]
 
@@ -177,13 +178,13 @@ def delta_rule_recurrent(
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``, whatever ``T``.
     """
     q, k, v, beta, log_decay = _prepare(q, k, v, beta, log_decay, mask)
-    state = initial_or_zeros(state, k, v)
-    outputs = []
     decays = (None,) * q.shape[-2] if log_decay is None else log_decay.exp().unbind(-1)
-    for q_t, k_t, v_t, beta_t, a_t in zip(q.unbind(-2), k.unbind(-2), v.unbind(-2), beta.unbind(-1), decays):
-        if a_t is not None:
-            state = a_t[..., None, None] * state
-        new_value = beta_t.unsqueeze(-1) * (v_t - (k_t.unsqueeze(-2) @ state).squeeze(-2))
-        state = state + k_t.unsqueeze(-1) * new_value.unsqueeze(-2)
-        outputs.append((q_t.unsqueeze(-2) @ state).squeeze(-2))
-    return torch.stack(outputs, dim=-2), state
+    return step_by_step(q, k, v, state, _delta_step, beta.unbind(-1), decays)
+
+
+def _delta_step(state: Tensor, k_t: Tensor, v_t: Tensor, beta_t: Tensor, a_t: Tensor | None) -> Tensor:
+    """``S_t = a_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t`` (no decay where ``a_t`` is None)."""
+    if a_t is not None:
+        state = a_t[..., None, None] * state
+    new_value = beta_t.unsqueeze(-1) * (v_t - (k_t.unsqueeze(-2) @ state).squeeze(-2))
+    return state + k_t.unsqueeze(-1) * new_value.unsqueeze(-2)

@@ -63,6 +63,7 @@ from torch import Tensor
 from zoo.attention.kernels.chunk_scan import chunk_scan
 from zoo.attention.kernels.decay import chunk_weight_grid
 from zoo.attention.kernels.recurrence import chunk_length, from_chunks, initial_or_zeros, to_chunks, zero_padding
+from zoo.attention.kernels.stepwise import step_by_step
 
 __all__ = ["dplr_chunkwise", "dplr_recurrent", "dplr_weights"]
 
@@ -172,13 +173,10 @@ def dplr_recurrent(
     """The recurrent form, one step at a time (``T >= 1`` steps) from ``state`` ``(*batch, dk, dv)``
     (zeros if None): a decoder's cache. Args and returns as :func:`dplr_chunkwise`'s."""
     q, k, v, a, b, log_decay = zero_padding(mask, q, k, v, a, b, log_decay)
-    state = initial_or_zeros(state, k, v)
-    outputs = []
-    steps = zip(*(x.unbind(-2) for x in (q, k, v, a, b, log_decay.exp())))
-    for q_t, k_t, v_t, a_t, b_t, w_t in steps:
-        read = (b_t.unsqueeze(-2) @ state).squeeze(-2)
-        state = (
-            w_t.unsqueeze(-1) * state + a_t.unsqueeze(-1) * read.unsqueeze(-2) + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)
-        )
-        outputs.append((q_t.unsqueeze(-2) @ state).squeeze(-2))
-    return torch.stack(outputs, dim=-2), state
+    return step_by_step(q, k, v, state, _dplr_step, a.unbind(-2), b.unbind(-2), log_decay.exp().unbind(-2))
+
+
+def _dplr_step(state: Tensor, k_t: Tensor, v_t: Tensor, a_t: Tensor, b_t: Tensor, w_t: Tensor) -> Tensor:
+    """``S_t = (Diag(w_t) + a_t^T b_t) S_{t-1} + k_t^T v_t``, with ``w_t = exp(g_t)``."""
+    read = (b_t.unsqueeze(-2) @ state).squeeze(-2)
+    return w_t.unsqueeze(-1) * state + a_t.unsqueeze(-1) * read.unsqueeze(-2) + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)
