@@ -121,7 +121,8 @@ def execute(
 ) -> dict[str, Any]:
     """Run ``spec``, write its record to ``<run directory>/record.json`` and return it. The fit
     continues an unfinished earlier attempt of the same fit from its ``last.ckpt`` (the record
-    says ``resumed``; its times are this attempt's); any other earlier attempt is cleared.
+    says ``resumed``; ``train_seconds`` counts every attempt's training up to its checkpoint, the
+    other times this attempt's); any other earlier attempt is cleared.
     ``env`` adds variables for this attempt (the devices a launcher chose); ``while_fitting`` is
     called every few milliseconds while the fit runs, and once after it (a scheduler reads the
     fit's progress there). Raises :class:`RunFailed` if a child fails."""
@@ -147,6 +148,7 @@ def execute(
         "seconds_per_step": timing.get("seconds_per_step"),
         "wall_seconds_per_step": timing.get("wall_seconds_per_step"),
         "samples_per_second": timing.get("samples_per_second"),
+        "train_seconds": timing.get("train_seconds"),
         "peak_rss_mib": round(fit.peak_rss_mib, 1),
         "parameters": timing.get("parameters"),
         "resumed": resumed,

@@ -30,8 +30,11 @@ class StepTimer(L.Callback):
     ``seconds_per_step`` is the median interval, the typical step: it ignores the occasional
     validation pass between two batches, and samples per second is the median batch size over
     it. ``wall_seconds_per_step`` is the mean, validation and epoch ends included: what a time
-    budget spends per step. Both leave out the first intervals (warm-up). ``parameters`` counts
-    the trained module's parameters (a tied embedding once), the size a leaderboard compares.
+    budget spends per step. Both leave out the first intervals (warm-up). ``train_seconds`` is the
+    whole training time, warm-up included, of this attempt and of the earlier ones a resumed fit
+    continues (carried in the checkpoint, up to when it was saved): the intervals are this
+    attempt's. ``parameters`` counts the trained module's parameters (a tied embedding once), the
+    size a leaderboard compares.
 
     Args:
         skip: Intervals at the start left out of the median (warm-up), when there are more than that.
@@ -41,6 +44,18 @@ class StepTimer(L.Callback):
         self.skip = skip
         self._starts: list[float] = []
         self._sizes: list[int] = []
+        self._earlier_seconds = 0.0
+
+    def _train_seconds(self) -> float:
+        """Training seconds so far: the earlier attempts' and this one's."""
+        now = time.perf_counter()
+        return self._earlier_seconds + (now - self._starts[0] if self._starts else 0.0)
+
+    def state_dict(self) -> dict[str, float]:
+        return {"train_seconds": self._train_seconds()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._earlier_seconds = float(state_dict.get("train_seconds", 0.0))
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -61,6 +76,7 @@ class StepTimer(L.Callback):
             "seconds_per_step": step,
             "wall_seconds_per_step": sum(intervals) / len(intervals),
             "samples_per_second": statistics.median(self._sizes) / step * trainer.world_size,
+            "train_seconds": self._train_seconds(),
             "parameters": sum(parameter.numel() for parameter in pl_module.parameters()),
         }
         Path(run_directory(trainer), TIMING_FILE).write_text(json.dumps(timing) + "\n", encoding="utf-8")
