@@ -32,6 +32,11 @@ rule's WY form over the interleaved steps (exact; fla's ``chunk_gated_delta_prod
 same interleaving on the GPU and is not wired as a backend, ``fla_refusal``). The weights
 (``need_weights``) sum each token's ``n`` steps: a heatmap, which the ``n`` values per token keep
 from being the matrix that multiplies them.
+
+On MQAR's (256, 16) cell at width 64 (``benchmarks/RESULTS.md`` 35, 44b) it stayed at chance for
+1,500 steps with either range of ``beta``, and one step with ``beta`` in ``(0, 2)`` did too,
+where Gated DeltaNet left the plateau at about step 850. That is one rate and one seed, so
+whether the two choices (made for state tracking) only delay recall is open.
 """
 
 from __future__ import annotations
