@@ -18,6 +18,7 @@ from tests.helpers.layers import run_layer
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, RecurrentLayer
 from zoo.attention.cache import StateCache
+from zoo.attention.kernels.decay import sub_chunk_length
 from zoo.models import GPT
 
 FAMILIES = ["kda", "rwkv7", "gated_deltaproduct"]
@@ -68,8 +69,12 @@ def kda_reference(m: RecurrentLayer, x: Tensor, real: Tensor) -> Tensor:
     q, k = F.normalize(q, dim=-1) / math.sqrt(q.shape[-1]), F.normalize(k, dim=-1)
     beta = torch.sigmoid(heads(x @ m.beta.weight.T))  # (B, H, T, 1)
     first, second = m.decay.proj
-    step = F.softplus(heads(x @ first.weight.T @ second.weight.T + m.decay.dt_bias))
-    alpha = torch.exp(-m.decay.A_log.exp()[:, None, None] * step)  # (B, H, T, dk)
+    inner = heads(x @ first.weight.T @ second.weight.T + m.decay.dt_bias)
+    a = m.decay.A_log.exp()[:, None, None]
+    if m.decay.lower_bound is None:  # the report's gate
+        alpha = torch.exp(-a * F.softplus(inner))  # (B, H, T, dk)
+    else:  # fla's bounded gate
+        alpha = torch.exp(m.decay.lower_bound * torch.sigmoid(a * inner))
     state = x.new_zeros(x.shape[0], HEADS, q.shape[-1], v.shape[-1])
     eye = torch.eye(q.shape[-1], dtype=x.dtype)
     outputs = torch.zeros_like(v)
@@ -238,11 +243,40 @@ def test_a_gpt_learns_a_repeating_sequence_decodes_from_its_state_and_keeps_its_
     assert all(isinstance(c, StateCache) for c in long) and [c.nbytes for c in short] == [c.nbytes for c in long]
 
 
+@pytest.mark.parametrize("padding", [None, "left"])
+def test_kda_with_a_bounded_decay_matches_its_equation_in_every_form(padding: str | None) -> None:
+    module = layer("kda", decay_lower_bound=-5.0)
+    x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    mask, real = padded(padding)
+    expected = kda_reference(module, x, real)
+    for mode, chunk_size in FORMS:
+        module.mode, module.chunk_size = mode, chunk_size
+        with torch.no_grad():
+            output = run_layer(module, x, is_causal=True, **mask).output
+        torch.testing.assert_close(output, expected, atol=1e-10, rtol=0, msg=lambda message, m=mode: f"{m}: {message}")
+
+
+def test_kda_with_a_bounded_decay_keeps_the_decay_kernels_sub_chunks_long() -> None:
+    """Inputs that make the report's gate forget hard send the decay kernel to one-step sub-chunks;
+    with fla's bound of -5 a step, 40 / 5 = 8 steps still fit in one."""
+    x = 30 * torch.randn(2, 64, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    lengths = {}
+    for bound in (None, -5.0):
+        log_decay = layer("kda", decay_lower_bound=bound).decay(x, torch.float64)
+        if bound is not None:
+            assert log_decay.min() >= bound and log_decay.max() <= 0
+        cumulative = log_decay.unflatten(-2, (-1, 16)).cumsum(-2)  # chunks of 16 steps
+        lengths[bound] = sub_chunk_length(cumulative, 16)
+    assert lengths == {None: 1, -5.0: 8}
+
+
 def test_what_the_families_cannot_take_is_refused_in_one_line() -> None:
     scheme = zoo.create_position("rope", d_model=EMBED, num_heads=HEADS)
     with pytest.raises(ValueError, match="RWKV7Attention has no short convolution"):
         zoo.create_attention("rwkv7", embed_dim=EMBED, num_heads=HEADS, conv_size=4)
     with pytest.raises(zoo.IncompatibleAttentionError, match="cannot take the rotary scheme"):
         zoo.AttentionSpec("rwkv7", position=scheme)
+    with pytest.raises(ValueError, match="decay_lower_bound must be a negative number"):
+        zoo.create_attention("kda", embed_dim=EMBED, num_heads=HEADS, decay_lower_bound=5)
     with pytest.raises(ValueError, match="householder_steps must be a positive integer"):
         zoo.create_attention("gated_deltaproduct", embed_dim=EMBED, num_heads=HEADS, householder_steps=0)

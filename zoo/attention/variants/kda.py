@@ -25,10 +25,18 @@ What the layer reads, as the report and flash-linear-attention's ``fla/layers/kd
 * the output: each head's RMSNorm times ``sigmoid(x_t W_3 W_4 + b)``, a low-rank gate (rank
   ``gate_rank``, a bias on the second map), then the output projection.
 
+``decay_lower_bound`` (off by default) is fla's bounded gate (``chunk_kda``'s ``lower_bound`` with
+``safe_gate``, -5 recommended there): ``log alpha_t = lower_bound * sigmoid(exp(A_log_h) * (x_t W_1
+W_2 + dt_bias))``, in ``[lower_bound, 0)`` at every step. fla bounds it so that its kernel can take
+16-token sub-chunks on tensor cores; here it does the same for the decay kernel on the CPU: a
+gate that forgets at most ``|lower_bound|`` a step keeps every ``SPAN_LIMIT / |lower_bound|``
+steps in one sub-chunk (8 at -5), where trained unbounded gates can send the kernel down to
+one-step sub-chunks (:mod:`zoo.attention.kernels.decay`; RESULTS 42d, 44b).
+
 Where the zoo differs: ``gate_rank`` defaults to the value head size (fla's choice too); fla's
-options for negative eigenvalues (``beta`` in ``(0, 2)``), grouped value heads and a lower bound
-on the gate are left out. The chunkwise form is the zoo's own (quadratic inside chunks, exact to
-rounding); flash-linear-attention's ``chunk_kda`` is not wired as a backend (``fla_refusal``).
+options for negative eigenvalues (``beta`` in ``(0, 2)``) and grouped value heads are left out.
+The chunkwise form is the zoo's own (quadratic inside chunks, exact to rounding);
+flash-linear-attention's ``chunk_kda`` is not wired as a backend (``fla_refusal``).
 """
 
 from __future__ import annotations
@@ -52,7 +60,8 @@ __all__ = ["ChannelDecay", "KimiDeltaAttention"]
 class ChannelDecay(nn.Module):
     """A decay per head and key dimension from a low-rank map of the layer's input:
     ``log alpha = -exp(A_log_h) * softplus(x W_1 W_2 + dt_bias)`` (Kimi Delta Attention's gate;
-    Mamba-2's step size per channel).
+    Mamba-2's step size per channel), or with ``lower_bound``
+    ``log alpha = lower_bound * sigmoid(exp(A_log_h) * (x W_1 W_2 + dt_bias))`` (fla's bounded gate).
 
     Args:
         embed_dim: The layer's width.
@@ -61,6 +70,7 @@ class ChannelDecay(nn.Module):
         rank: Rank of the map.
         a_range: Where ``A`` starts, uniform.
         dt_range: Step sizes ``softplus(dt_bias)`` start log-uniform in it.
+        lower_bound: The lowest log decay of a step (negative); None: unbounded.
     """
 
     def __init__(
@@ -72,9 +82,11 @@ class ChannelDecay(nn.Module):
         a_range: tuple[float, float] = (1.0, 16.0),
         dt_range: tuple[float, float] = (1e-3, 1e-1),
         dt_floor: float = 1e-4,
+        lower_bound: float | None = None,
     ) -> None:
         super().__init__()
         self.num_heads = num_heads
+        self.lower_bound = lower_bound
         self.proj = nn.Sequential(
             nn.Linear(embed_dim, rank, bias=False), nn.Linear(rank, num_heads * head_dim, bias=False)
         )
@@ -85,9 +97,12 @@ class ChannelDecay(nn.Module):
 
     def forward(self, layer_input: Tensor, dtype: torch.dtype) -> Tensor:
         """``log alpha`` ``(B, H, T, head_dim)`` in ``dtype``."""
-        step = F.softplus(self.proj(layer_input).to(dtype) + self.dt_bias.to(dtype))
-        step = step.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
-        return -step * self.A_log.to(dtype).exp()[:, None, None]
+        inner = self.proj(layer_input).to(dtype) + self.dt_bias.to(dtype)
+        inner = inner.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+        scale = self.A_log.to(dtype).exp()[:, None, None]
+        if self.lower_bound is None:
+            return -F.softplus(inner) * scale
+        return self.lower_bound * torch.sigmoid(inner * scale)
 
 
 @register_attention_layer("kda", aliases=("kimi_delta_attention",))
@@ -99,6 +114,8 @@ class KimiDeltaAttention(RecurrentLayer):
         num_heads: Heads.
         expand_v: The value width, in multiples of ``embed_dim``.
         gate_rank: Rank of the decay's and the output gate's projections; None: the value head size.
+        decay_lower_bound: The lowest log decay a step may take, fla's ``lower_bound`` (-5 there);
+            None: the report's unbounded gate (see the module docstring).
         options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4).
 
     Parameters of its own: ``beta`` (``embed_dim -> num_heads``, no bias); ``decay``
@@ -118,6 +135,7 @@ class KimiDeltaAttention(RecurrentLayer):
         *,
         expand_v: float = 1.0,
         gate_rank: int | None = None,
+        decay_lower_bound: float | None = None,
         **options: Unpack[RecurrentOptions],
     ) -> None:
         value_dim = int(embed_dim * expand_v)
@@ -125,8 +143,15 @@ class KimiDeltaAttention(RecurrentLayer):
         rank = self.head_dim if gate_rank is None else gate_rank
         if not isinstance(rank, int) or rank < 1:
             raise ValueError(f"KimiDeltaAttention: gate_rank must be a positive integer or None, got {gate_rank!r}.")
+        if decay_lower_bound is not None and not (
+            isinstance(decay_lower_bound, (int, float)) and -math.inf < decay_lower_bound < 0
+        ):
+            raise ValueError(
+                "KimiDeltaAttention: decay_lower_bound must be a negative number (fla recommends -5) or None, "
+                f"got {decay_lower_bound!r}."
+            )
         self.beta = nn.Linear(embed_dim, num_heads, bias=False)
-        self.decay = ChannelDecay(embed_dim, num_heads, self.key_head_dim, rank)
+        self.decay = ChannelDecay(embed_dim, num_heads, self.key_head_dim, rank, lower_bound=decay_lower_bound)
         self.gate = nn.Sequential(nn.Linear(embed_dim, rank, bias=False), nn.Linear(rank, value_dim))
         self.norm = HeadNorm(self.head_dim)
 
