@@ -34,7 +34,7 @@ steps in one sub-chunk (8 at -5), where trained unbounded gates can send the ker
 one-step sub-chunks (:mod:`zoo.attention.kernels.decay`; RESULTS 42d, 44b). Trained on MQAR's
 (256, 16) cell (RESULTS 45c, 45e), the report's gate ended with 2- to 4-step sub-chunks and the
 bounded one with 8 and 16: at width 128 the same recall (0.999 and 1.000), 1.39x faster a step;
-at width 64 0.882 against 0.9994 (one seed), 1.30x faster.
+at width 64 0.882 / 0.950 against 0.9994 / 0.973 over two seeds, 1.30x / 1.03x faster.
 
 Where the zoo differs: ``gate_rank`` defaults to the value head size (fla's choice too); fla's
 options for negative eigenvalues (``beta`` in ``(0, 2)``) and grouped value heads are left out.
