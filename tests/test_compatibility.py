@@ -87,3 +87,14 @@ def test_a_recall_checkpoint_written_before_backbones_loads_as_the_language_mode
     with torch.no_grad():
         logits = model(torch.tensor(expected["tokens"]))[:, -8:]
     torch.testing.assert_close(logits, torch.tensor(expected["logits_last_8"]), atol=1e-5, rtol=1e-5)
+
+
+def test_a_kda_checkpoint_written_before_the_bounded_gate_gives_the_same_logits() -> None:
+    """a8a4a4b's recall checkpoint (``[kda, dot_product]``, no ``decay_lower_bound``) rebuilds with
+    the report's unbounded gate and gives the logits that commit gave."""
+    model = zoo.load_checkpoint(FIXTURES / "recall_kda_a8a4a4b.ckpt").eval()
+    expected = json.loads((FIXTURES / "recall_kda_a8a4a4b.json").read_text())
+    assert model.model.blocks[0].attention.decay.lower_bound is None
+    with torch.no_grad():
+        logits = model(torch.tensor(expected["tokens"]))[:, -8:]
+    torch.testing.assert_close(logits, torch.tensor(expected["logits_last_8"]), atol=1e-5, rtol=1e-5)
