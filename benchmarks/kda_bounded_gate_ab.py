@@ -23,6 +23,7 @@ import zoo
 from zoo.allocator import retain_freed_memory
 from zoo.attention.context import AttentionContext
 from zoo.attention.kernels.decay import SUB_CHUNK_SIZE, sub_chunk_length
+from zoo.attention.kernels.recurrence import to_chunks
 
 BATCH, LENGTH, WIDTH, HEADS = 64, 256, 128, 2
 
@@ -57,7 +58,7 @@ def main() -> None:
     print(f"torch threads {torch.get_num_threads()}, batch {BATCH}, {LENGTH} tokens, width {WIDTH}, {HEADS} heads")
     for (bound, hard), layer in setups.items():
         with torch.no_grad():
-            cumulative = layer.decay(x, torch.float32).unflatten(-2, (-1, layer.cpu_chunk_size)).cumsum(-2)
+            cumulative = to_chunks(layer.decay(x, torch.float32), layer.cpu_chunk_size).cumsum(-2)
         sub = sub_chunk_length(cumulative, SUB_CHUNK_SIZE)
         gates = "forced to forget hard" if hard else "as initialized"
         label = "unbounded" if bound is None else f"bounded at {bound:g}"

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention.kernels.decay import SUB_CHUNK_SIZE, sub_chunk_length
+from zoo.attention.kernels.recurrence import to_chunks
 from zoo.attention.variants.kda import KimiDeltaAttention
 from zoo.checkpoint import load_checkpoint
 from zoo.datamodules.recall.mqar import MQARDataModule
@@ -46,7 +47,7 @@ def main() -> None:
             task(inputs)
         print(path)
         for index, (layer, log_decay) in enumerate(zip(layers, decays)):
-            cumulative = log_decay.unflatten(-2, (-1, layer.cpu_chunk_size)).cumsum(-2)
+            cumulative = to_chunks(log_decay, layer.cpu_chunk_size).cumsum(-2)
             print(
                 f"  layer {index}: sub-chunk {sub_chunk_length(cumulative, SUB_CHUNK_SIZE)}; log decay a step: "
                 f"min {log_decay.min():.2f}, 1st percentile {log_decay.quantile(0.01):.2f}, "

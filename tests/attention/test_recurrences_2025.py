@@ -18,7 +18,8 @@ from tests.helpers.layers import run_layer
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, RecurrentLayer
 from zoo.attention.cache import StateCache
-from zoo.attention.kernels.decay import sub_chunk_length
+from zoo.attention.kernels.decay import SUB_CHUNK_SIZE, sub_chunk_length
+from zoo.attention.kernels.recurrence import to_chunks
 from zoo.models import GPT
 
 FAMILIES = ["kda", "rwkv7", "gated_deltaproduct"]
@@ -169,10 +170,16 @@ def padded(kind: str | None) -> tuple[dict, Tensor]:
     return {}, torch.ones(2, LENGTH, dtype=torch.bool)
 
 
+#: each family as built by default, and the options that change its equations
+VARIANTS = [pytest.param(family, {}, id=family) for family in FAMILIES] + [
+    pytest.param("kda", {"decay_lower_bound": -5.0}, id="kda-bounded")
+]
+
+
 @pytest.mark.parametrize("padding", [None, "right", "left"])
-@pytest.mark.parametrize("family", FAMILIES)
-def test_every_form_matches_the_papers_layer(family: str, padding: str | None) -> None:
-    module = layer(family)
+@pytest.mark.parametrize(("family", "options"), VARIANTS)
+def test_every_form_matches_the_papers_layer(family: str, options: dict, padding: str | None) -> None:
+    module = layer(family, **options)
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     mask, real = padded(padding)
     expected = REFERENCES[family](module, x, real)
@@ -243,30 +250,17 @@ def test_a_gpt_learns_a_repeating_sequence_decodes_from_its_state_and_keeps_its_
     assert all(isinstance(c, StateCache) for c in long) and [c.nbytes for c in short] == [c.nbytes for c in long]
 
 
-@pytest.mark.parametrize("padding", [None, "left"])
-def test_kda_with_a_bounded_decay_matches_its_equation_in_every_form(padding: str | None) -> None:
-    module = layer("kda", decay_lower_bound=-5.0)
-    x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
-    mask, real = padded(padding)
-    expected = kda_reference(module, x, real)
-    for mode, chunk_size in FORMS:
-        module.mode, module.chunk_size = mode, chunk_size
-        with torch.no_grad():
-            output = run_layer(module, x, is_causal=True, **mask).output
-        torch.testing.assert_close(output, expected, atol=1e-10, rtol=0, msg=lambda message, m=mode: f"{m}: {message}")
-
-
 def test_kda_with_a_bounded_decay_keeps_the_decay_kernels_sub_chunks_long() -> None:
     """Inputs that make the report's gate forget hard send the decay kernel to one-step sub-chunks;
     with fla's bound of -5 a step, 40 / 5 = 8 steps still fit in one."""
     x = 30 * torch.randn(2, 64, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
     lengths = {}
     for bound in (None, -5.0):
-        log_decay = layer("kda", decay_lower_bound=bound).decay(x, torch.float64)
+        module = layer("kda", decay_lower_bound=bound)
+        log_decay = module.decay(x, torch.float64)
         if bound is not None:
             assert log_decay.min() >= bound and log_decay.max() <= 0
-        cumulative = log_decay.unflatten(-2, (-1, 16)).cumsum(-2)  # chunks of 16 steps
-        lengths[bound] = sub_chunk_length(cumulative, 16)
+        lengths[bound] = sub_chunk_length(to_chunks(log_decay, module.cpu_chunk_size).cumsum(-2), SUB_CHUNK_SIZE)
     assert lengths == {None: 1, -5.0: 8}
 
 
