@@ -1,7 +1,10 @@
 """The production hybrids as recipes (configs/gpt_shakespeare_cpu_<recipe>.yaml): each builds the
-layer pattern its model card gives, at the CPU recipe's size, and trains."""
+layer pattern its model card gives, at the CPU recipe's size, and trains; the same overlays build
+the recall model from the command line (docs/attention.md, benchmarks/RESULTS.md 46b)."""
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 import torch
@@ -9,7 +12,8 @@ import torch.nn.functional as F
 import yaml
 
 from zoo.cli import CONFIG_DIR
-from zoo.models import GPT
+from zoo.compare.runner import resolve_base
+from zoo.models import GPT, RecallLM
 from zoo.summary import attention_by_layer
 
 #: recipe -> the layers its stack holds, in order (as the run's summary names them)
@@ -21,6 +25,8 @@ PATTERNS = {
     "jamba": "mamba2, mamba2, mamba2, mamba2, dot_product, mamba2, mamba2, mamba2",
     "samba": "mamba2, local(window=32), mamba2, local(window=32)",
 }
+#: the recipes whose overlay sets its own depth; the others take the CPU recipe's 4 layers
+DEPTH = {"jamba": 8, "gemma3": 6}
 
 
 def _model(recipe: str) -> GPT:
@@ -46,3 +52,19 @@ def test_a_recipe_builds_its_pattern_and_trains(recipe: str) -> None:
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0], losses[::5]
+
+
+@pytest.mark.parametrize("recipe", sorted(PATTERNS))
+def test_a_recipe_overlay_builds_the_recall_model_from_the_command_line(recipe: str) -> None:
+    # RESULTS 46b's command: the recall config, the overlay, the recipe's depth after it
+    resolved = resolve_base(
+        ["--model", "recall", "--config", str(CONFIG_DIR / "recall.yaml")]
+        + ["--config", str(CONFIG_DIR / f"gpt_shakespeare_cpu_{recipe}.yaml")]
+        + ["--model.num_layers", str(DEPTH.get(recipe, 4)), "--model.num_heads", "2"]
+    )
+    arguments = resolved["model"]["init_args"]
+    architecture = inspect.signature(RecallLM).parameters.keys() - {"vocab_size", "block_size"}
+    model = RecallLM(vocab_size=64, block_size=32, **{key: arguments[key] for key in architecture})
+    assert attention_by_layer(model) == [f"blocks.attention: {PATTERNS[recipe]}"]
+    logits, _ = model(torch.randint(64, (2, 32)))
+    assert logits.shape == (2, 32, 64) and logits.isfinite().all()
