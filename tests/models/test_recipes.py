@@ -4,8 +4,6 @@ the recall model from the command line (docs/attention.md, benchmarks/RESULTS.md
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,8 +11,9 @@ import yaml
 
 from zoo.cli import CONFIG_DIR
 from zoo.compare.runner import resolve_base
-from zoo.models import GPT, RecallLM
+from zoo.models import GPT
 from zoo.summary import attention_by_layer
+from zoo.tasks import RecallModel
 
 #: recipe -> the layers its stack holds, in order (as the run's summary names them)
 PATTERNS = {
@@ -25,16 +24,19 @@ PATTERNS = {
     "jamba": "mamba2, mamba2, mamba2, mamba2, dot_product, mamba2, mamba2, mamba2",
     "samba": "mamba2, local(window=32), mamba2, local(window=32)",
 }
-#: the recipes whose overlay sets its own depth; the others take the CPU recipe's 4 layers
-DEPTH = {"jamba": 8, "gemma3": 6}
 
 
-def _model(recipe: str) -> GPT:
+def _recipe_arguments(recipe: str) -> dict:
+    """The GPT's arguments of the CPU recipe with the recipe's overlay on top."""
     arguments = {}
     for name in ("gpt_shakespeare_cpu", f"gpt_shakespeare_cpu_{recipe}"):
         arguments |= yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())["model"]["init_args"]
+    return arguments
+
+
+def _model(recipe: str) -> GPT:
     torch.manual_seed(0)
-    return GPT(32, block_size=64, **arguments)
+    return GPT(32, block_size=64, **_recipe_arguments(recipe))
 
 
 @pytest.mark.parametrize("recipe", sorted(PATTERNS))
@@ -56,15 +58,15 @@ def test_a_recipe_builds_its_pattern_and_trains(recipe: str) -> None:
 
 @pytest.mark.parametrize("recipe", sorted(PATTERNS))
 def test_a_recipe_overlay_builds_the_recall_model_from_the_command_line(recipe: str) -> None:
-    # RESULTS 46b's command: the recall config, the overlay, the recipe's depth after it
+    # RESULTS 46b's command: the recall config, the overlay, then the recipe's depth (its overlay's,
+    # or the CPU recipe's 4 layers), resolved as fit and zoo compare resolve it
+    depth = _recipe_arguments(recipe)["num_layers"]
     resolved = resolve_base(
         ["--model", "recall", "--config", str(CONFIG_DIR / "recall.yaml")]
         + ["--config", str(CONFIG_DIR / f"gpt_shakespeare_cpu_{recipe}.yaml")]
-        + ["--model.num_layers", str(DEPTH.get(recipe, 4)), "--model.num_heads", "2"]
+        + ["--model.num_layers", str(depth), "--model.num_heads", "2"]
     )
-    arguments = resolved["model"]["init_args"]
-    architecture = inspect.signature(RecallLM).parameters.keys() - {"vocab_size", "block_size"}
-    model = RecallLM(vocab_size=64, block_size=32, **{key: arguments[key] for key in architecture})
-    assert attention_by_layer(model) == [f"blocks.attention: {PATTERNS[recipe]}"]
-    logits, _ = model(torch.randint(64, (2, 32)))
+    task = RecallModel(vocab_size=64, block_size=32, **resolved["model"]["init_args"])
+    assert attention_by_layer(task.model) == [f"blocks.attention: {PATTERNS[recipe]}"]
+    logits = task(torch.randint(64, (2, 32)))
     assert logits.shape == (2, 32, 64) and logits.isfinite().all()
