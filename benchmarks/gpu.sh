@@ -15,12 +15,14 @@
 # `timeout` with its share of the ten minutes; a stage that fails or runs out of time is recorded
 # and the next one runs.
 #
-# A call runs the first part by default: the CUDA tests (the backends' included, eight processes
-# on the one GPU; on an H200 they ran past 220 s from cold caches and reached 97% in 230 s warm;
-# each failure's report goes to cuda_failures.txt as it happens). The backends need a call of their own
+# A call runs the first part by default: the CUDA group in two stages, eight processes on the one
+# GPU: cuda_backends first (fla's kernels and FlexAttention: the failures earlier leases named, and
+# every family routed since), then cuda_tests, the rest (on an H200 the whole group ran past 220 s
+# from cold caches and reached 97% in 230 s warm); each failure's report goes to
+# cuda_failures.txt the moment it is known. The backends need a call of their own
 # (--only install,environment,bench_backends_recurrent,bench_backends_flex,shakespeare_parity): the
-# recurrent families on fla's kernels and fla's own layers, causal, 4k-32k, and the mask-defined
-# variants on FlexAttention, 4k-16k, bfloat16, forward and backward, against SDPA's flash kernel
+# recurrent families on fla's kernels and fla's own layers, causal, at 16k, and the mask-defined
+# variants on FlexAttention, at 16k, bfloat16, forward and backward, against SDPA's flash kernel
 # (the first call of a case, where Triton compiles and autotunes, may take --first-call-limit);
 # nanoGPT's Shakespeare GPU recipe beside nanoGPT's own train.py, both compiled. The older
 # measurements (every variant's speed in float32, decoding from a state, the Transformer's
@@ -75,6 +77,7 @@ START=$SECONDS
 export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
 export ZOO_DATA_DIR=$DATA ZOO_CACHE_DIR=$SCRATCH/cache
 export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+export ZOO_FAILURE_LOG=$RESULTS/cuda_failures.txt  # tests/cuda/conftest.py appends each failure as it happens
 export ROOT PYTHON WHEELS SITE NANOGPT DATA  # for the stages that are functions of this script (run by `bash -c`)
 
 # stage NAME SHARE COMMAND...: run COMMAND (in $RESULTS) for at most SHARE seconds, or what is
@@ -174,11 +177,11 @@ if [ $DRY -eq 1 ]; then
     RECURRENT_LENGTHS=(64 128) FLEX_LENGTHS=(64 128) STATE_SIZE=(--lengths 64 128 --d-model 32 --heads 2 --warmup 1 --repeats 2)
     SHAKESPEARE_SIZE=(--model.d_model 32 --model.num_heads 2 --model.num_layers 1 --data.block_size 32
                       --data.batch_size 8 --trainer.max_steps 4 --trainer.val_check_interval 2 --trainer.limit_val_batches 2)
-    TESTS=(tests/cuda -m cuda)
+    TEST_OPTIONS=(-m cuda)
     BACKEND_SIZE=(--lengths 64 128 --batch 1 --d-model 32 --heads 2 --warmup 1 --repeats 1 --dtype float32)
     PARITY=(--recipe cpu --iterations 4 --rounds 1 --target 9 -- --trainer.val_check_interval 2
             --trainer.limit_val_batches 2)
-    SHARES=(install:60 environment:60 cuda_tests:120 bench_backends_recurrent:120 bench_backends_flex:120
+    SHARES=(install:60 environment:60 cuda_backends:120 cuda_tests:120 bench_backends_recurrent:120 bench_backends_flex:120
             shakespeare_parity:240 bench_attention:90 bench_recurrent:90 bench_state:60
             shakespeare_fit:120 bench_attention_all:90 bench_train:90 bench_decode:90 bench_train_compiled:90
             budget_fit:120 budget_test:90)
@@ -191,13 +194,14 @@ else
     TRANSLATION=()
     TRAIN_SIZE=(--batch 512 --steps 40 --warmup 10) DECODE_SIZE=(--batch 256 --sentences 1024 --tokens 30 --repeats 3)
     FIT_SIZE=()
-    RECURRENT_LENGTHS=(4096 16384 32768) FLEX_LENGTHS=(4096 16384) STATE_SIZE=(--lengths 1024 4096 16384)
+    # the backends at 16k, the length of the issue's targets (4k and 32k cost leases their first calls)
+    RECURRENT_LENGTHS=(16384) FLEX_LENGTHS=(16384) STATE_SIZE=(--lengths 1024 4096 16384)
     SHAKESPEARE_SIZE=(--trainer.max_time 00:00:02:15)  # ends the run cleanly inside its share
-    TESTS=(tests/cuda -m cuda -n 8 --dist loadfile --tb=line -rf --timeout 240)  # pytest-xdist, pytest-timeout are there
+    TEST_OPTIONS=(-m cuda -n 8 --dist loadfile --tb=short -rf --timeout 150)  # pytest-xdist, pytest-timeout are there
     BACKEND_SIZE=(--batch 1 --d-model 1024 --heads 16 --warmup 2 --repeats 5 --time-limit 3 --first-call-limit 100
                   --dtype bfloat16)
     PARITY=(--recipe gpu --iterations 2000 --rounds 1 --target 1.4697)  # nanoGPT's README loss
-    SHARES=(install:25 environment:20 cuda_tests:500 bench_backends_recurrent:150 bench_backends_flex:130
+    SHARES=(install:25 environment:20 cuda_backends:200 cuda_tests:300 bench_backends_recurrent:150 bench_backends_flex:130
             shakespeare_parity:240 bench_attention:40 bench_recurrent:30 bench_state:20
             shakespeare_fit:150 bench_attention_all:40 bench_train:60 bench_decode:20 bench_train_compiled:30
             budget_fit:155 budget_test:40)  # on an H200: the Shakespeare recipe trains in about 100 s
@@ -213,7 +217,7 @@ if [ -n "$TOTAL_OVERRIDE" ]; then
     TOTAL=$TOTAL_OVERRIDE
 fi
 # The stages a call runs: --only's, else the first part.
-FIRST_PART=(install environment cuda_tests)
+FIRST_PART=(install environment cuda_backends cuda_tests)
 if [ -n "$ONLY" ]; then
     IFS=, read -ra SELECTED <<<"$ONLY"
     for name in "${SELECTED[@]}"; do
@@ -234,14 +238,43 @@ printf 'stage\tstatus\texit_code\tseconds\n' >"$RESULTS/stages.tsv"
 
 stage install "$(share install)" bash -c install_missing
 stage environment "$(share environment)" bash -c environment
+# The CUDA group: the backends' tests first, then the rest.
+BACKEND_TESTS=(tests/cuda/test_fla_cuda.py tests/cuda/test_flex_cuda.py tests/cuda/test_backends_cuda.py)
+stage cuda_backends "$(share cuda_backends)" bash -c 'cd "$1" && shift && "$@"' _ "$ROOT" \
+    "$PYTHON" -m pytest "${BACKEND_TESTS[@]}" "${TEST_OPTIONS[@]}" -v -rs -p no:cacheprovider \
+    --junitxml "$RESULTS/cuda_backends.xml"
 stage cuda_tests "$(share cuda_tests)" bash -c 'cd "$1" && shift && "$@"' _ "$ROOT" \
-    "$PYTHON" -m pytest "${TESTS[@]}" -q -rs -p no:cacheprovider --junitxml "$RESULTS/cuda_tests.xml"
+    "$PYTHON" -m pytest tests/cuda "${BACKEND_TESTS[@]/#/--ignore=}" "${TEST_OPTIONS[@]}" -v -rs -p no:cacheprovider \
+    --junitxml "$RESULTS/cuda_tests.xml"
 # The backends against the zoo's forms, bfloat16, forward and backward, beside SDPA's kernels: the
 # recurrent families causal (NAME@zoo, NAME@fla, fla:NAME), the mask-defined variants padded.
-stage bench_backends_recurrent "$(share bench_backends_recurrent)" "$PYTHON" -m zoo bench attention \
-    --device "$DEVICE" --causal --no-padding --cases floor multi_head 'retention@*' 'gla@*' 'deltanet@*' \
-    'gated_deltanet@*' 'mamba2@*' 'fla:*' --lengths "${RECURRENT_LENGTHS[@]}" "${BACKEND_SIZE[@]}" \
-    --out bench_backends_recurrent.json --plot bench_backends_recurrent.png
+# One process a family, each beside the floor and causal multi_head, so that a family's result is
+# written before the next family's kernels compile and autotune (one sweep of every case timed
+# nothing in a lease: its cases' first calls ate the share); the families in the order of the
+# issue's interest, then bench_backends_recurrent.json, every family's records together.
+RECURRENT_FAMILIES=(gated_deltanet mamba2 kda gla deltanet retention rwkv7 gated_deltaproduct)
+# backends_recurrent LENGTHS SIZE FAMILY...: LENGTHS and SIZE the sweep's words, each one argument
+backends_recurrent() {
+    local lengths=$1 size=$2 family failed=0
+    shift 2
+    for family in "$@"; do
+        echo "== $family"
+        # shellcheck disable=SC2086  # the lengths and the size are lists of words
+        "$PYTHON" -m zoo bench attention --device "$DEVICE" --causal --no-padding --cases floor multi_head \
+            "$family@*" "fla:$family" --lengths $lengths $size --out "bench_backends_$family.json" || failed=1
+    done
+    "$PYTHON" - "$@" <<'PY'
+import json, pathlib, sys
+parts = [pathlib.Path(f"bench_backends_{family}.json") for family in sys.argv[1:]]
+merged = {p.stem.removeprefix("bench_backends_"): json.loads(p.read_text()) for p in parts if p.is_file()}
+pathlib.Path("bench_backends_recurrent.json").write_text(json.dumps(merged, indent=1))
+PY
+    return $failed
+}
+export DEVICE
+export -f backends_recurrent
+stage bench_backends_recurrent "$(share bench_backends_recurrent)" bash -c 'backends_recurrent "$@"' _ \
+    "${RECURRENT_LENGTHS[*]}" "${BACKEND_SIZE[*]}" "${RECURRENT_FAMILIES[@]}"
 stage bench_backends_flex "$(share bench_backends_flex)" "$PYTHON" -m zoo bench attention --device "$DEVICE" \
     --cases floor multi_head 'local@*' 'longformer@*' 'sparse@*' 'bigbird@*' 'multi_head_alibi@*' \
     --lengths "${FLEX_LENGTHS[@]}" "${BACKEND_SIZE[@]}" --out bench_backends_flex.json --plot bench_backends_flex.png

@@ -120,7 +120,9 @@ def test_the_backend_is_forced_by_the_environment_and_a_bad_name_is_one_line(mon
         requested_backend()
 
 
-@pytest.mark.parametrize("family", ["retention", "gla", "deltanet", "gated_deltanet", "mamba2"])
+@pytest.mark.parametrize(
+    "family", ["retention", "gla", "deltanet", "gated_deltanet", "mamba2", "kda", "rwkv7", "gated_deltaproduct"]
+)
 def test_fla_runs_the_chunkwise_form_behind_the_familys_name(family: str, calls, monkeypatch) -> None:  # noqa: F811
     monkeypatch.setattr(recurrent_module, "fla_available", lambda device: True)
     torch.manual_seed(0)

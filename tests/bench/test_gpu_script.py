@@ -19,7 +19,7 @@ from tests.helpers import PROJECT_ROOT
 SCRIPT = PROJECT_ROOT / "benchmarks" / "gpu.sh"
 #: the first call's stages, in order; the backends, the older measurements and the Transformer's
 #: budget run are calls of their own
-STAGES = ["install", "environment", "cuda_tests"]
+STAGES = ["install", "environment", "cuda_backends", "cuda_tests"]
 BACKENDS = ["install", "environment", "bench_backends_recurrent", "bench_backends_flex", "shakespeare_parity"]
 SECOND = ["install", "environment", "bench_attention", "bench_recurrent", "bench_state", "shakespeare_fit",
           "bench_attention_all", "bench_train", "bench_decode", "bench_train_compiled"]  # fmt: skip
@@ -54,7 +54,7 @@ def test_each_call_fits_ten_minutes_and_the_shakespeare_recipe_gets_the_most() -
 
 def test_a_shorter_lease_replaces_shares_and_the_total() -> None:
     shares, total = _shares("--share", "cuda_tests:200", "--share", "environment:30", "--total", "300")
-    assert shares == {"install": 25, "environment": 30, "cuda_tests": 200} and total == 300
+    assert shares == {"install": 25, "environment": 30, "cuda_backends": 200, "cuda_tests": 200} and total == 300
 
 
 @pytest.mark.parametrize(

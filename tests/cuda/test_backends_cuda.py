@@ -65,7 +65,9 @@ def test_flex_runs_mask_defined_variants_as_their_own_forms(name, options, causa
 
 
 @pytest.mark.skipif(not fla_available("cuda"), reason="fla-core (and Triton) not installed")
-@pytest.mark.parametrize("family", ["retention", "gla", "deltanet", "gated_deltanet", "mamba2"])
+@pytest.mark.parametrize(
+    "family", ["retention", "gla", "deltanet", "gated_deltanet", "mamba2", "kda", "rwkv7", "gated_deltaproduct"]
+)
 def test_auto_runs_the_recurrent_families_on_fla_as_their_own_forms(family: str, monkeypatch) -> None:
     torch.manual_seed(0)
     layer = zoo.create_attention(family, embed_dim=EMBED, num_heads=HEADS).cuda()

@@ -347,7 +347,6 @@ class RecurrentLayer(ShortConvolved, AttentionLayer):
                 return recurrence.recurrent(state, steps)
             fused = choose("fla", "it returns no weights" if weights else self._fla_refusal(device), device=device)
             if fused and (form == "chunkwise" or requested_backend() == "fla"):  # forced: the parallel form too
-                assert isinstance(recurrence, Recurrence), "fla_refusal keeps other recurrences off fla's kernels"
                 return fla_chunk(recurrence, state, steps)
             return recurrence.chunkwise(None if form == "parallel" else self.chunk_length(device), state, steps)
 

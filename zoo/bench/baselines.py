@@ -129,7 +129,16 @@ FLA_LAYERS: dict[str, tuple[str, dict[str, object]]] = {
     "gla": ("GatedLinearAttention", {"expand_k": 0.5, "expand_v": 1.0, "use_short_conv": True, "conv_size": 4}),
     "deltanet": ("DeltaNet", {"expand_k": 1.0, "expand_v": 1.0, "use_short_conv": True, "conv_size": 4}),
     "gated_deltanet": ("GatedDeltaNet", {"expand_v": 1.0, "use_short_conv": True, "conv_size": 4}),
+    "kda": ("KimiDeltaAttention", {"expand_v": 1.0, "use_short_conv": True, "conv_size": 4}),
+    "gated_deltaproduct": (
+        "GatedDeltaProduct",
+        {"expand_v": 1.0, "use_short_conv": True, "conv_size": 4, "num_householder": 2, "allow_neg_eigval": True},
+    ),
+    "rwkv7": ("RWKV7Attention", {"layer_idx": 0, "num_hidden_layers": 1}),  # the first layer: v_first is its own v
 }
+
+#: the families whose fla layer takes the head size beside the heads (the others derive it)
+_HEAD_DIM = frozenset({"gated_deltanet", "kda", "gated_deltaproduct", "rwkv7"})
 
 
 class FlaLayer(nn.Module):
@@ -142,7 +151,7 @@ class FlaLayer(nn.Module):
         import fla.layers  # the optional flash-linear-attention distribution; cases exist only where it imports
 
         name, options = FLA_LAYERS[family]
-        extra = {"head_dim": d_model // num_heads} if family == "gated_deltanet" else {}
+        extra = {"head_dim": d_model // num_heads} if family in _HEAD_DIM else {}
         self.layer = getattr(fla.layers, name)(hidden_size=d_model, num_heads=num_heads, **options, **extra)
 
     def forward(self, x: Tensor, valid_lens: Tensor | None, is_causal: bool = True) -> Tensor:

@@ -80,6 +80,21 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     return _loop(q, k, v, scale, initial_state, output_final_state, _delta_step(k, v, beta, g))
 
 
+def chunk_dplr_delta_rule(q, k, v, a, b, gk, scale=None, initial_state=None, output_final_state=False, **kw):
+    """fla's reference (``naive.py``): ``S_t = exp(gk_t) S_{t-1} + b_t^T (a_t S_{t-1}) + k_t^T v_t``."""
+    assert q.shape == k.shape == a.shape == b.shape == gk.shape
+
+    def step(state, t):
+        read = torch.einsum("bhk,bhkv->bhv", a[:, t], state)
+        return (
+            gk[:, t, :, :, None].exp() * state
+            + b[:, t, :, :, None] * read[:, :, None, :]
+            + (k[:, t, :, :, None] * v[:, t, :, None, :])
+        )
+
+    return _loop(q, k, v, scale, initial_state, output_final_state, step)
+
+
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[str, ...]]]:
     """The references in place of ``fla.ops``; each call recorded as (op, gate keywords given)."""
@@ -98,6 +113,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[str, ...]]]:
         "fla.ops.gla": chunk_gla,
         "fla.ops.delta_rule": chunk_delta_rule,
         "fla.ops.gated_delta_rule": chunk_gated_delta_rule,
+        "fla.ops.generalized_delta_rule": chunk_dplr_delta_rule,
     }
     for name in packages:
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
@@ -119,6 +135,9 @@ FAMILIES = {
         ("chunk_simple_gla", ("g",)),
         ("chunk_simple_gla", ("g",)),
     ),
+    "kda": ({}, ("chunk_dplr_delta_rule", ()), ("chunk_dplr_delta_rule", ())),
+    "rwkv7": ({}, ("chunk_dplr_delta_rule", ()), ("chunk_dplr_delta_rule", ())),
+    "gated_deltaproduct": ({}, ("chunk_gated_delta_rule", ()), ("chunk_gated_delta_rule", ())),
 }
 
 
@@ -128,11 +147,11 @@ def _recurrence(name: str, options: dict, seed: int, requires_grad: bool = False
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     layer = zoo.create_attention(name, embed_dim=EMBED, num_heads=4 if name == "mamba2" else 3, **options).double()
-    shapes = {
+    shapes = {  # Gated DeltaProduct writes n keys and values a token; RWKV-7 reads each token with the one before
         "q": (BATCH, layer.qk_heads, STEPS, layer.key_head_dim),
-        "k": (BATCH, layer.qk_heads, STEPS, layer.key_head_dim),
-        "v": (BATCH, layer.num_heads, STEPS, layer.head_dim),
-        "x": (BATCH, STEPS, EMBED),
+        "k": (BATCH, layer.qk_heads, STEPS, layer.key_head_dim * layer.writes),
+        "v": (BATCH, layer.num_heads, STEPS, layer.head_dim * layer.writes),
+        "x": (BATCH, STEPS, 2, EMBED) if name == "rwkv7" else (BATCH, STEPS, EMBED),
     }
     inputs = {
         key: torch.randn(*shape, generator=generator, dtype=torch.float64).requires_grad_(requires_grad)

@@ -42,7 +42,7 @@ from torch import Tensor
 
 from zoo.attention.kernels.delta_rule import delta_rule_chunkwise, delta_rule_recurrent, delta_rule_weights
 
-__all__ = ["delta_product_chunkwise", "delta_product_recurrent", "delta_product_weights"]
+__all__ = ["delta_product_chunkwise", "delta_product_recurrent", "delta_product_weights", "over_steps"]
 
 
 def _interleaved(
@@ -64,7 +64,7 @@ def _per_token(output: Tensor, steps: int) -> Tensor:
     return output.unflatten(-2, (-1, steps))[..., -1, :]
 
 
-def _over_steps(
+def over_steps(
     form: Callable[..., tuple[Tensor, Tensor]],
     q: Tensor,
     k: Tensor,
@@ -74,7 +74,11 @@ def _over_steps(
     mask: Tensor | None,
     **options: Any,
 ) -> tuple[Tensor, Tensor]:
-    """The delta rule's ``form`` over the interleaved steps; its outputs at each token's last step."""
+    """The delta rule's ``form`` over the interleaved steps; its outputs at each token's last step.
+
+    ``form(q, k, v, beta, log_decay, mask=..., **options) -> (output, state)`` is any form of the
+    delta rule on ``(*batch, steps, ...)`` inputs: the zoo's, or flash-linear-attention's kernels
+    (:mod:`~zoo.attention.kernels.fla`)."""
     steps = k.shape[-2]
     q, k, v, beta, log_decay, mask = _interleaved(q, k, v, beta, log_decay, mask)
     output, state = form(q, k, v, beta, log_decay, mask=mask, **options)
@@ -98,7 +102,7 @@ def delta_product_chunkwise(
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``.
     """
     size = None if chunk_size is None else chunk_size * k.shape[-2]
-    return _over_steps(
+    return over_steps(
         delta_rule_chunkwise, q, k, v, beta, log_decay, mask, chunk_size=size, initial_state=initial_state
     )
 
@@ -115,7 +119,7 @@ def delta_product_recurrent(
 ) -> tuple[Tensor, Tensor]:
     """The recurrent form from ``state`` (zeros if None): ``n`` delta-rule steps per token; returns
     as :func:`delta_product_chunkwise`."""
-    return _over_steps(delta_rule_recurrent, q, k, v, beta, log_decay, mask, state=state)
+    return over_steps(delta_rule_recurrent, q, k, v, beta, log_decay, mask, state=state)
 
 
 def delta_product_weights(

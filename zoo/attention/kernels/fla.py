@@ -15,7 +15,26 @@ decay per key dimension        GLA                               ``gla.chunk_gla
 delta rule, 16-bit             DeltaNet                          ``delta_rule.chunk_delta_rule``
 delta rule, float32            DeltaNet                          ``gated_delta_rule.chunk_gated_delta_rule``, ``g = 0``
 decayed delta rule             Gated DeltaNet                    ``gated_delta_rule.chunk_gated_delta_rule``
+``n`` delta steps a token      Gated DeltaProduct                the delta rule's op on ``n * T`` steps
+diagonal plus rank one         Kimi Delta Attention, RWKV-7      ``generalized_delta_rule.chunk_dplr_delta_rule``
 =============================  ================================  ======================================
+
+The last two rows are the recurrences of 2025 (:mod:`zoo.attention.recurrence`):
+
+* A :class:`~zoo.attention.recurrence.ProductRecurrence` (Gated DeltaProduct) runs as fla's own
+  ``chunk_gated_delta_product`` lays it out: each token's ``n`` delta-rule steps one after
+  another, the decay at the first and the query at the last
+  (:func:`~zoo.attention.kernels.delta_product.over_steps`), in the delta rule's op above. fla's
+  ``chunk_gated_delta_product`` itself is not called: it refuses float32 (an assertion in 0.6.0),
+  in which the zoo's layers run their recurrences, and it is the same interleaving.
+* A :class:`~zoo.attention.recurrence.LowRankRecurrence` (``S_t = (Diag(exp(g_t)) + a_t^T b_t)
+  S_{t-1} + k_t^T v_t``: KDA, RWKV-7) is fla's DPLR delta rule, whose reference (``naive.py``:
+  ``S_t = exp(gk_t) S_{t-1} + beta_t^T (alpha_t S_{t-1}) + k_t^T v_t``, its arguments named ``a``
+  for ``alpha`` and ``b`` for ``beta``) names the two vectors the other way round: fla's ``a`` is
+  the zoo's ``b`` (the row that reads the state) and fla's ``b`` the zoo's ``a``. KDA is this
+  recurrence with ``a = -beta k`` and ``b = exp(g) k`` (its ``prepare`` says why); fla's
+  ``chunk_kda`` takes ``k``, ``g`` and ``beta`` apart, which the low-rank form does not keep, so
+  KDA runs in the DPLR op, exact to rounding.
 
 What the conversion does, and why it is exact (the adapter's tests run each family against the
 zoo's chunkwise form through stand-ins of these ops written from fla's documentation):
@@ -67,9 +86,10 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from zoo.attention.kernels.delta_product import over_steps
 from zoo.attention.kernels.recurrence import zero_padding
 
-__all__ = ["RecurrenceInputs", "fla_available", "fla_chunk"]
+__all__ = ["LowRankInputs", "ProductInputs", "RecurrenceInputs", "fla_available", "fla_chunk"]
 
 
 class RecurrenceInputs(Protocol):
@@ -82,6 +102,30 @@ class RecurrenceInputs(Protocol):
     beta: Tensor | None
 
 
+class LowRankInputs(Protocol):
+    """A diagonal-plus-rank-one recurrence (the zoo's ``LowRankRecurrence``): ``q``, ``k``, ``a``,
+    ``b``, ``log_decay`` ``(B, H, T, dk)``, ``v`` ``(B, H, T, dv)``."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    a: Tensor
+    b: Tensor
+    log_decay: Tensor
+
+
+class ProductInputs(Protocol):
+    """``n`` delta-rule steps a token (the zoo's ``ProductRecurrence``): ``q`` ``(B, H, T, dk)``,
+    ``k`` ``(B, H, T, n, dk)``, ``v`` ``(B, H, T, n, dv)``, ``beta`` ``(B, H, T, n)``, ``log_decay``
+    ``(B, H, T)`` or None."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    beta: Tensor
+    log_decay: Tensor | None
+
+
 def fla_available(device: torch.device | str) -> bool:
     """Whether fla's kernels can run on ``device``: a CUDA device, with ``fla-core`` and Triton installed."""
     if torch.device(device).type != "cuda":
@@ -90,7 +134,7 @@ def fla_available(device: torch.device | str) -> bool:
 
 
 def fla_chunk(
-    recurrence: RecurrenceInputs,
+    recurrence: RecurrenceInputs | LowRankInputs | ProductInputs,
     initial_state: Tensor | None = None,
     mask: Tensor | None = None,
     *,
@@ -104,7 +148,8 @@ def fla_chunk(
     Args:
         recurrence: ``q``, ``k`` ``(B, G, T, dk)`` (``G`` dividing ``H``; Mamba-2's groups),
             ``v`` ``(B, H, T, dv)``, ``log_decay`` broadcastable to ``(B, H, T, 1 or dk)``
-            without ``beta``, to ``(B, H, T)`` (or None) with ``beta`` ``(B, H, T)``.
+            without ``beta``, to ``(B, H, T)`` (or None) with ``beta`` ``(B, H, T)``; or a
+            :class:`LowRankInputs` or a :class:`ProductInputs`.
         initial_state: ``(B, H, dk, dv)``; zeros if None.
         mask: Key padding ``(B, 1 or H, T)``, True at real tokens; None for none.
         dtype: What fla's kernels read; None: the recurrence's dtype.
@@ -115,36 +160,67 @@ def fla_chunk(
     Raises:
         ValueError: ``mask`` differs per query (it must have the dimensions of ``(B, H, T)``).
     """
-    q, k, v, beta = recurrence.q, recurrence.k, recurrence.v, recurrence.beta
-    result_dtype = q.dtype
+    q = recurrence.q
     if mask is not None and mask.dim() != q.dim() - 1:
         raise ValueError(
             f"fla_chunk takes a key padding mask (B, 1 or H, T), the same for every query; got shape {tuple(mask.shape)}."
         )
+    compute = dtype or q.dtype
+    state = None if initial_state is None else initial_state.to(torch.promote_types(compute, torch.float32))
+    options = {"scale": 1.0, "initial_state": state, "output_final_state": True}
+    if hasattr(recurrence, "a"):
+        output, final = _low_rank(recurrence, mask, compute, options)  # type: ignore[arg-type]
+    elif recurrence.k.dim() == q.dim() + 1:  # keys (B, H, T, n, dk): n steps a token
+        output, final = over_steps(
+            lambda *inputs, mask: _delta_rule(*inputs, mask, compute, options),
+            q, recurrence.k, recurrence.v, recurrence.beta, recurrence.log_decay, mask,  # type: ignore[arg-type]
+        )  # fmt: skip
+    else:
+        output, final = _single(recurrence, mask, compute, options)  # type: ignore[arg-type]
+    return output.to(q.dtype), final.to(q.dtype)
+
+
+def _single(
+    recurrence: RecurrenceInputs, mask: Tensor | None, compute: torch.dtype, options: dict[str, object]
+) -> tuple[Tensor, Tensor]:
+    """A decaying state or the (decayed) delta rule, with Mamba-2's shared queries and keys repeated."""
+    q, k, v, beta = recurrence.q, recurrence.k, recurrence.v, recurrence.beta
     groups = v.shape[-3] // q.shape[-3]
     if groups > 1:
         q, k = q.repeat_interleave(groups, dim=-3), k.repeat_interleave(groups, dim=-3)
-    batch, heads, steps = v.shape[:-1]
-    compute = dtype or result_dtype
-    state = None if initial_state is None else initial_state.to(torch.promote_types(compute, torch.float32))
-    options = {"scale": 1.0, "initial_state": state, "output_final_state": True}
-
     if beta is None:
-        output, final = _decaying(q, k, v, recurrence.log_decay, mask, compute, options)
+        return _decaying(q, k, v, recurrence.log_decay, mask, compute, options)
+    return _delta_rule(q, k, v, beta, recurrence.log_decay, mask, compute, options)
+
+
+def _delta_rule(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Tensor | None, mask: Tensor | None,
+    compute: torch.dtype, options: dict[str, object],
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """The (decayed) delta rule: ``chunk_delta_rule`` ungated in 16 bits, else ``chunk_gated_delta_rule``."""
+    ungated_16bit = log_decay is None and compute in (torch.float16, torch.bfloat16)
+    full = v.shape[:-1]
+    log_decay = q.new_zeros(()) if log_decay is None else log_decay
+    q, k, v, beta, log_decay = zero_padding(
+        mask, q, k, v, torch.broadcast_to(beta, full), torch.broadcast_to(log_decay, full)
+    )
+    q, k, v, beta, log_decay = (_fla_layout(x, compute) for x in (q, k, v, beta, log_decay))
+    if ungated_16bit:
+        output, final = _op("delta_rule", "chunk_delta_rule")(q, k, v, beta, **options)
     else:
-        log_decay = recurrence.log_decay
-        log_decay = q.new_zeros(()) if log_decay is None else log_decay
-        ungated_16bit = recurrence.log_decay is None and compute in (torch.float16, torch.bfloat16)
-        full = (batch, heads, steps)
-        q, k, v, beta, log_decay = zero_padding(
-            mask, q, k, v, torch.broadcast_to(beta, full), torch.broadcast_to(log_decay, full)
-        )
-        q, k, v, beta, log_decay = (_fla_layout(x, compute) for x in (q, k, v, beta, log_decay))
-        if ungated_16bit:
-            output, final = _op("delta_rule", "chunk_delta_rule")(q, k, v, beta, **options)
-        else:
-            output, final = _op("gated_delta_rule", "chunk_gated_delta_rule")(q, k, v, log_decay, beta, **options)
-    return output.transpose(1, 2).to(result_dtype), final.to(result_dtype)
+        output, final = _op("gated_delta_rule", "chunk_gated_delta_rule")(q, k, v, log_decay, beta, **options)
+    return output.transpose(1, 2), final
+
+
+def _low_rank(
+    recurrence: LowRankInputs, mask: Tensor | None, compute: torch.dtype, options: dict[str, object]
+) -> tuple[Tensor, Tensor]:
+    """A diagonal-plus-rank-one recurrence in ``chunk_dplr_delta_rule`` (fla's ``a`` is the zoo's ``b``)."""
+    r = recurrence
+    q, k, v, a, b, log_decay = zero_padding(mask, r.q, r.k, r.v, r.a, r.b, r.log_decay)
+    q, k, v, a, b, log_decay = (_fla_layout(x, compute) for x in (q, k, v, a, b, log_decay))
+    output, final = _op("generalized_delta_rule", "chunk_dplr_delta_rule")(q, k, v, b, a, log_decay, **options)
+    return output.transpose(1, 2), final
 
 
 def _decaying(
@@ -159,14 +235,17 @@ def _decaying(
     if width == 1 and mask is None and _per_head(log_decay):  # retention: one decay a head, every step
         gamma = torch.broadcast_to(log_decay.reshape(-1), (heads,)).to(torch.promote_types(compute, torch.float32))
         q, k, v = (_fla_layout(x, compute) for x in (q, k, v))
-        return _op("simple_gla", "chunk_simple_gla")(q, k, v, g_gamma=gamma, **options)
+        output, final = _op("simple_gla", "chunk_simple_gla")(q, k, v, g_gamma=gamma, **options)
+        return output.transpose(1, 2), final
     log_decay = torch.broadcast_to(log_decay, (batch, heads, steps, width))
     q, k, v, log_decay = zero_padding(mask, q, k, v, log_decay)
     if width == 1:
         q, k, v, log_decay = (_fla_layout(x, compute) for x in (q, k, v, log_decay.squeeze(-1)))
-        return _op("simple_gla", "chunk_simple_gla")(q, k, v, g=log_decay, **options)
-    q, k, v, log_decay = (_fla_layout(x, compute) for x in (q, k, v, log_decay))
-    return _op("gla", "chunk_gla")(q, k, v, log_decay, **options)
+        output, final = _op("simple_gla", "chunk_simple_gla")(q, k, v, g=log_decay, **options)
+    else:
+        q, k, v, log_decay = (_fla_layout(x, compute) for x in (q, k, v, log_decay))
+        output, final = _op("gla", "chunk_gla")(q, k, v, log_decay, **options)
+    return output.transpose(1, 2), final
 
 
 def _per_head(log_decay: Tensor) -> bool:

@@ -28,8 +28,8 @@ What the layer reads, as the paper and flash-linear-attention's ``fla/layers/gat
 Where the zoo differs: the heads are the stack's (fla defaults to 6 heads of 256); values are the
 block's width (``expand_v``; fla doubles them); grouped value heads are left out. A rotary scheme
 rotates each of a token's ``n`` keys at the token's position. The chunkwise form is the delta
-rule's WY form over the interleaved steps (exact; fla's ``chunk_gated_delta_product`` computes the
-same interleaving on the GPU and is not wired as a backend, ``fla_refusal``). The weights
+rule's WY form over the interleaved steps (exact; on CUDA with the ``fla`` extra, fla's delta-rule kernel runs the
+same interleaving, as its ``chunk_gated_delta_product`` does: :mod:`~zoo.attention.kernels.fla`). The weights
 (``need_weights``) sum each token's ``n`` steps: a heatmap, which the ``n`` values per token keep
 from being the matrix that multiplies them.
 
@@ -74,8 +74,6 @@ class GatedDeltaProductAttention(RecurrentLayer):
 
     #: SiLU on queries, keys and values, as Gated DeltaNet's
     silu = "always"
-
-    fla_refusal = "the zoo does not hand Gated DeltaProduct to fla's chunk_gated_delta_product (its own form runs)"
 
     def __init__(
         self,

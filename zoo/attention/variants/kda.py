@@ -40,8 +40,9 @@ Kimi Linear's 3:1 stack with MLA (RESULTS 46b, 46d; one seed) the bound decides 
 
 Where the zoo differs: ``gate_rank`` defaults to the value head size (fla's choice too); fla's
 options for negative eigenvalues (``beta`` in ``(0, 2)``) and grouped value heads are left out.
-The chunkwise form is the zoo's own (quadratic inside chunks, exact to rounding);
-flash-linear-attention's ``chunk_kda`` is not wired as a backend (``fla_refusal``).
+The chunkwise form is the zoo's own (quadratic inside chunks, exact to rounding); on CUDA
+with the ``fla`` extra it runs in flash-linear-attention's DPLR kernel
+(:mod:`~zoo.attention.kernels.fla` says why not ``chunk_kda``).
 """
 
 from __future__ import annotations
@@ -130,8 +131,6 @@ class KimiDeltaAttention(RecurrentLayer):
 
     #: SiLU on queries, keys and values, as Kimi Linear's
     silu = "always"
-
-    fla_refusal = "the zoo does not hand Kimi Delta Attention to fla's chunk_kda (its own chunkwise form runs)"
 
     def __init__(
         self,

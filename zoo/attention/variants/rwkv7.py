@@ -37,7 +37,8 @@ block's FFN. No rotary positions (RWKV has none: the shift and the decays give o
 Decoding keeps the ``(B, H, dk, dv)`` state and the last token's input (the shift's window) in a
 :class:`~zoo.attention.cache.StateCache`; a padded token enters the shift as zeros, as it enters a
 short convolution in the other families, so left-padded prompts stay exact. The chunkwise form is
-the zoo's own (exact to rounding); fla's ``chunk_rwkv7`` is not wired as a backend (``fla_refusal``).
+the zoo's own (exact to rounding); on CUDA with the ``fla`` extra it runs in fla's DPLR kernel
+(``chunk_dplr_delta_rule``, which fla's ``chunk_rwkv7`` calls; :mod:`~zoo.attention.kernels.fla`).
 """
 
 from __future__ import annotations
@@ -119,7 +120,6 @@ class RWKV7Attention(RecurrentLayer):
     """
 
     supports_rotary = False
-    fla_refusal = "the zoo does not hand RWKV-7 to fla's chunk_rwkv7 (its own chunkwise form runs)"
 
     def __init__(
         self,
