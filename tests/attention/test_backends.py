@@ -13,6 +13,7 @@ from tests.attention.kernels.test_fla_adapter import calls  # noqa: F401  (the f
 from zoo.attention import AttentionContext
 from zoo.attention import recurrent as recurrent_module
 from zoo.attention.backends import BACKEND_ENV, BackendError, attention_backend, backend_of, requested_backend
+from zoo.attention.kernels import fla as fla_module
 from zoo.attention.kernels import flex
 from zoo.models import GPT, SequenceClassifier
 from zoo.summary import attention_by_layer
@@ -154,6 +155,29 @@ def test_fla_forced_runs_short_inputs_too_and_refuses_weights(calls, monkeypatch
                 BackendError, match="'fla' is forced, but it cannot run this call: it returns no weights"
             ):
                 layer(x, AttentionContext(is_causal=True, need_weights=True))
+
+
+@pytest.mark.parametrize(
+    ("family", "refused"),
+    [("gated_deltanet", True), ("mamba2", True), ("gated_deltaproduct", True), ("gla", False), ("kda", False)],
+)
+def test_fla_s_gated_backward_is_refused_where_fla_refuses_it(family: str, refused: bool, calls, monkeypatch) -> None:  # noqa: F811
+    """On Hopper under Triton < 3.7.1 fla raises in its gated kernels' backward: a call that needs
+    it is refused in one line (``auto`` then runs the zoo's form); a forward without gradients runs."""
+    monkeypatch.setattr(recurrent_module, "fla_available", lambda device: True)
+    monkeypatch.setattr(fla_module, "_gated_backward_broken", lambda device: True)
+    layer = zoo.create_attention(family, embed_dim=24, num_heads=2, chunk_size=16).double()
+    x = torch.randn(2, 50, 24, dtype=torch.float64)
+    with attention_backend("fla"):
+        with torch.no_grad():
+            layer(x, AttentionContext(is_causal=True))
+        assert len(calls) == 1, "a forward without gradients runs in fla's kernels"
+        if refused:
+            with pytest.raises(BackendError, match=r"it cannot run this call: fla 0.6.0 refuses .* \(its issue #640\)"):
+                layer(x, AttentionContext(is_causal=True))
+        else:
+            layer(x, AttentionContext(is_causal=True)).output.sum().backward()
+            assert len(calls) == 2
 
 
 def test_fla_is_refused_where_it_is_not_installed() -> None:

@@ -22,9 +22,10 @@ from tests.helpers import SHARED_DATA
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """A failed phase's report, appended to ``$ZOO_FAILURE_LOG`` at once (under pytest-xdist the
-    controller receives every worker's reports, so one process writes the file)."""
+    controller receives every worker's reports, so one process writes the file: the one without
+    ``PYTEST_XDIST_WORKER``, which xdist sets in its workers; a report carries no config to ask)."""
     path = os.environ.get("ZOO_FAILURE_LOG")
-    if path and report.failed and not hasattr(report.config, "workerinput"):
+    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
         with open(path, "a", encoding="utf-8") as log:
             log.write(f"== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 

@@ -13,6 +13,7 @@ import zoo
 from zoo.attention import AttentionContext
 from zoo.attention import recurrent as recurrent_module
 from zoo.attention.backends import attention_backend, backend_of
+from zoo.attention.kernels import fla as fla_module
 from zoo.attention.kernels import flex
 from zoo.attention.kernels.fla import fla_available
 from zoo.models import GPT
@@ -76,7 +77,10 @@ def test_auto_runs_the_recurrent_families_on_fla_as_their_own_forms(family: str,
     monkeypatch.setattr(recurrent_module, "fla_chunk", lambda *a, **k: runs.append(1) or chunk(*a, **k))
     assert backend_of(layer, "cuda") == "fla"
     fused, own = _both(layer, True)
-    assert runs == [1], "auto did not take fla on CUDA"
+    # padded rows: every family but GLA, KDA and RWKV-7 reaches fla's gated backward, which fla
+    # refuses on Hopper under Triton < 3.7.1 (zoo.attention.kernels.fla.fla_refusal): auto runs the zoo's form
+    refused = family not in {"gla", "kda", "rwkv7"} and fla_module._gated_backward_broken(torch.device("cuda"))
+    assert runs == ([] if refused else [1]), "auto did not take fla on CUDA where fla runs the call"
     for label, a, b in zip(("output", "gradient"), fused, own):
         assert _ratio(a, b) < 1e-2, f"{family} {label}: {_ratio(a, b):.2e}"
 

@@ -14,7 +14,7 @@ import torch
 
 import zoo
 from tests.attention.kernels.inputs import padding_mask
-from zoo.attention.kernels.fla import fla_available, fla_chunk
+from zoo.attention.kernels.fla import fla_available, fla_chunk, fla_refusal
 
 pytestmark = [
     pytest.mark.cuda,
@@ -62,11 +62,14 @@ def test_fla_kernels_equal_the_zoo_chunkwise_form(name: str) -> None:
     mask = padding_mask(STEPS)[:, :1].cuda()
     recurrence, state, leaves = _recurrence(name)
     upstream = torch.randn_like(recurrence.v)
+    # where fla refuses the backward (its gated kernels on Hopper under Triton < 3.7.1), forward only
+    backward = fla_refusal(recurrence, mask) is None
     results = {}
     for form, run in (("fla", fla_chunk), ("zoo", lambda r, s, m: r.chunkwise(64, s, m))):
-        output, final = run(recurrence, state, mask)
+        with torch.set_grad_enabled(backward):
+            output, final = run(recurrence, state, mask)
         loss = (output * upstream).sum() + final.square().sum()
-        grads = torch.autograd.grad(loss, leaves, retain_graph=True, allow_unused=True)
+        grads = torch.autograd.grad(loss, leaves, retain_graph=True, allow_unused=True) if backward else ()
         results[form] = (output, final, grads)
     (output, final, grads), (expected, expected_final, expected_grads) = results["fla"], results["zoo"]
     tolerance = 0.006 if getattr(recurrence, "beta", None) is not None or hasattr(recurrence, "a") else 0.005

@@ -100,7 +100,7 @@ from zoo.attention.cache import LayerCache, StateCache
 from zoo.attention.context import AttentionContext
 from zoo.attention.convolved import ShortConvolved
 from zoo.attention.gating import HeadNorm, StepDecay
-from zoo.attention.kernels.fla import fla_available, fla_chunk
+from zoo.attention.kernels.fla import fla_available, fla_chunk, fla_refusal
 from zoo.attention.layer import AttentionLayer
 from zoo.attention.recurrence import Recurrence, RecurrenceForms
 from zoo.attention.rotation import rotate_heads
@@ -345,7 +345,10 @@ class RecurrentLayer(ShortConvolved, AttentionLayer):
         with torch.autocast(device.type, enabled=False):
             if form == "recurrent":
                 return recurrence.recurrent(state, steps)
-            fused = choose("fla", "it returns no weights" if weights else self._fla_refusal(device), device=device)
+            refusal = (
+                "it returns no weights" if weights else self._fla_refusal(device) or fla_refusal(recurrence, steps)
+            )
+            fused = choose("fla", refusal, device=device)
             if fused and (form == "chunkwise" or requested_backend() == "fla"):  # forced: the parallel form too
                 return fla_chunk(recurrence, state, steps)
             return recurrence.chunkwise(None if form == "parallel" else self.chunk_length(device), state, steps)

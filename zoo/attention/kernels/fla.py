@@ -78,9 +78,11 @@ GPU machine's PyTorch 2.11 and Triton 3.6 meet), its signatures read from that r
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 import torch
@@ -89,7 +91,7 @@ from torch import Tensor
 from zoo.attention.kernels.delta_product import over_steps
 from zoo.attention.kernels.recurrence import zero_padding
 
-__all__ = ["LowRankInputs", "ProductInputs", "RecurrenceInputs", "fla_available", "fla_chunk"]
+__all__ = ["LowRankInputs", "ProductInputs", "RecurrenceInputs", "fla_available", "fla_chunk", "fla_refusal"]
 
 
 class RecurrenceInputs(Protocol):
@@ -131,6 +133,62 @@ def fla_available(device: torch.device | str) -> bool:
     if torch.device(device).type != "cuda":
         return False
     return all(importlib.util.find_spec(name) is not None for name in ("fla", "triton"))
+
+
+#: Triton releases whose code for fla's gated ``chunk_bwd_dqkwg`` is wrong on Hopper (fla's issue
+#: #640): fla 0.6.0 refuses that backward there unless tilelang stands in for Triton
+_HOPPER_BAD_TRITON = ("3.4.0", "3.7.1")
+
+
+@functools.cache
+def _gated_backward_broken(device: torch.device) -> bool:
+    """Whether fla refuses its gated kernels' backward on ``device`` (see :func:`fla_refusal`)."""
+    from packaging.version import Version  # fla-core's dependency, as Triton is
+
+    if (
+        device.type != "cuda"
+        or torch.cuda.get_device_capability(device)[0] != 9
+        or importlib.util.find_spec("tilelang") is not None
+    ):
+        return False
+    try:
+        triton = Version(version("triton"))
+    except PackageNotFoundError:
+        return False
+    return Version(_HOPPER_BAD_TRITON[0]) <= triton < Version(_HOPPER_BAD_TRITON[1])
+
+
+def _gated_backward(recurrence: RecurrenceInputs | LowRankInputs | ProductInputs, mask: Tensor | None) -> bool:
+    """Whether fla's backward of this recurrence runs its gated ``chunk_bwd_dqkwg``: the delta rule
+    in ``chunk_gated_delta_rule`` (every delta rule here but an ungated one in 16 bits, Gated
+    DeltaProduct's too) and a scalar decay passed as ``g`` (Mamba-2; retention with padding)."""
+    if hasattr(recurrence, "a"):
+        return False  # the DPLR op has a backward of its own
+    if recurrence.beta is not None:
+        return recurrence.log_decay is not None or recurrence.q.dtype not in (torch.float16, torch.bfloat16)
+    log_decay = recurrence.log_decay
+    return log_decay is not None and log_decay.shape[-1] == 1 and not (mask is None and _per_head(log_decay))
+
+
+def fla_refusal(recurrence: RecurrenceInputs | LowRankInputs | ProductInputs, mask: Tensor | None) -> str | None:
+    """Why fla's kernels cannot run this call of :func:`fla_chunk` here, or None.
+
+    fla 0.6.0 raises in the backward of its gated chunk kernels on Hopper GPUs (the H100 and
+    H200) under Triton 3.4 to 3.7.0, whose code for them is wrong there (fla's issue #640), unless
+    tilelang is installed; PyTorch 2.11's CUDA builds bring Triton 3.6. A call that will need that
+    backward (gradients enabled, an input that requires one) is refused, and ``auto`` runs the
+    zoo's form instead; a forward without gradients still runs in fla's kernels.
+    """
+    q = recurrence.q
+    inputs = (q, recurrence.k, recurrence.v, recurrence.log_decay, getattr(recurrence, "beta", None))
+    if not torch.is_grad_enabled() or not any(x is not None and x.requires_grad for x in inputs):
+        return None
+    if not _gated_backward(recurrence, mask) or not _gated_backward_broken(q.device):
+        return None
+    return (
+        "fla 0.6.0 refuses the backward of its gated kernels on Hopper GPUs under Triton < 3.7.1 "
+        "(its issue #640); install triton>=3.7.1 or tilelang, or run without gradients"
+    )
 
 
 def fla_chunk(
