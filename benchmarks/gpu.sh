@@ -250,9 +250,10 @@ stage cuda_tests "$(share cuda_tests)" bash -c 'cd "$1" && shift && "$@"' _ "$RO
 # recurrent families causal (NAME@zoo, NAME@fla, fla:NAME), the mask-defined variants padded.
 # One process a family, each beside the floor and causal multi_head, so that a family's result is
 # written before the next family's kernels compile and autotune (one sweep of every case timed
-# nothing in a lease: its cases' first calls ate the share); the families in the order of the
-# issue's interest, then bench_backends_recurrent.json, every family's records together.
-RECURRENT_FAMILIES=(gated_deltanet mamba2 kda gla deltanet retention rwkv7 gated_deltaproduct)
+# nothing in a lease: its cases' first calls ate the share); first the families whose backward
+# fla runs on Hopper under Triton < 3.7.1 (zoo.attention.kernels.fla.fla_refusal), then
+# bench_backends_recurrent.json, every family's records together.
+RECURRENT_FAMILIES=(kda gla rwkv7 gated_deltanet mamba2 deltanet retention gated_deltaproduct)
 # backends_recurrent LENGTHS SIZE FAMILY...: LENGTHS and SIZE the sweep's words, each one argument
 backends_recurrent() {
     local lengths=$1 size=$2 family failed=0
