@@ -197,7 +197,9 @@ else
     # the backends at 16k, the length of the targets (4k and 32k cost leases their first calls)
     RECURRENT_LENGTHS=(16384) FLEX_LENGTHS=(16384) STATE_SIZE=(--lengths 1024 4096 16384)
     SHAKESPEARE_SIZE=(--trainer.max_time 00:00:02:15)  # ends the run cleanly inside its share
-    TEST_OPTIONS=(-m cuda -n 8 --dist loadfile --tb=short -rf --timeout 150)  # pytest-xdist, pytest-timeout are there
+    # --dist load: a file's tests spread over the workers (loadfile ran fla's eight families one after
+    # another on one worker, RESULTS 47); pytest-xdist and pytest-timeout are there
+    TEST_OPTIONS=(-m cuda -n 8 --dist load --tb=short -rf --timeout 150)
     BACKEND_SIZE=(--batch 1 --d-model 1024 --heads 16 --warmup 2 --repeats 5 --time-limit 3 --first-call-limit 100
                   --dtype bfloat16)
     PARITY=(--recipe gpu --iterations 2000 --rounds 1 --target 1.4697)  # nanoGPT's README loss

@@ -302,3 +302,16 @@ def test_the_block_mask_cache_is_bounded() -> None:
     assert info.currsize == info.maxsize == flex.BLOCK_MASK_CACHE_SIZE
     flex.block_mask_for(flex.sliding_window(1, is_causal=True), 1, 16, 16, "cpu")  # the oldest went first
     assert flex.block_mask_cache_info().hits == 0
+
+
+def test_flex_compiles_with_static_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Automatic dynamic shapes made the integers a mask closes over symbolic, which Inductor's
+    flex lowering refused on an H200 (RESULTS 47): both compiled functions take static shapes."""
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: compiled.append(options) or fn)
+    flex._compiled.cache_clear()
+    try:
+        flex._compiled("flex_attention"), flex._compiled("create_block_mask")
+    finally:
+        flex._compiled.cache_clear()
+    assert compiled == [{"dynamic": False}] * 2

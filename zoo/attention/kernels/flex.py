@@ -256,5 +256,15 @@ def _score_at_query_positions(score_mod: ScoreMod, offset: int) -> ScoreMod:
 
 @functools.cache
 def _compiled(name: str) -> Callable[..., Any]:
-    """``torch.compile`` of ``flex_attention`` or ``create_block_mask``, built on first use."""
-    return torch.compile(getattr(flex_module(), name))
+    """``torch.compile`` of ``flex_attention`` or ``create_block_mask``, built on first use, with
+    static shapes (``dynamic=False``, as attention-gym compiles it).
+
+    With PyTorch's automatic dynamic shapes, the second length or window a function met turned
+    the integers its mask and score functions close over (a window, the query offset ``Lk - Lq``)
+    into symbolic ones, which Inductor's flex lowering of PyTorch 2.11 cannot take
+    (``'ShapeAsConstantBuffer' object has no attribute 'dtype'``, PyTorch's issues #157833 and
+    #182606; seen on an H200 for ``longformer`` after ``local``, a window's backward and ALiBi
+    with cached queries, RESULTS 47) and, in the backward, a symbolic query length left the
+    log-sum-exp's alignment unproven (``LSE is not correctly aligned``: T5's table). Static shapes
+    compile once per shape and closure instead, within :data:`RECOMPILE_LIMIT`."""
+    return torch.compile(getattr(flex_module(), name), dynamic=False)
