@@ -11,7 +11,7 @@
 * ``compare``: a grid of runs over seeds with intervals, :mod:`zoo.compare`;
 * ``board --records DIR... --out DIR``: the records and benchmarks as a static leaderboard site,
   :mod:`zoo.board`;
-* ``--version``.
+* ``--version``; ``--help`` (or no command): every command, a line each (:data:`COMMANDS`).
 
 Every command first keeps freed memory in the process (:func:`zoo.allocator.retain_freed_memory`:
 glibc's allocator otherwise maps a CPU step's large temporaries anew each time; ``ZOO_MALLOC=system``
@@ -42,7 +42,7 @@ from zoo.registry import Registry
 from zoo.tasks import MODEL_REGISTRY
 from zoo.version import __version__
 
-__all__ = ["USER_ERRORS", "main", "print_registries"]
+__all__ = ["COMMANDS", "USER_ERRORS", "main", "print_help", "print_registries"]
 
 
 def print_registries(pattern: str | None = None) -> None:
@@ -74,6 +74,35 @@ def _print_section(
         print(f"  {entry.name}{aliases}{source}")
     for name, error in sorted(registry.failed_plugins.items()) if failures else ():
         print(f"  {name} [failed to load: {error}]")
+
+
+#: Every command, with its line in ``python -m zoo --help`` (the module docstring says more).
+COMMANDS: dict[str, str] = {
+    "fit": "train a model (Lightning's command: --model NAME --config FILE ...; fit --help lists its options)",
+    "validate": "evaluate a model on the validation split (Lightning's command)",
+    "test": "evaluate a model on the test split (Lightning's command)",
+    "predict": "predict with a model, or from --ckpt_path FILE or --pretrained DIR alone",
+    "generate": "sample text from a language model: (--ckpt_path FILE | --pretrained DIR) --prompt TEXT",
+    "export": "write a checkpoint or run directory as a Hugging Face Hub folder",
+    "list": "the registered attention, positions, models and data modules, plugins included: list [PATTERN]",
+    "bench": "benchmarks: attention kernels, training, decoding, classification, decoding from a state",
+    "compare": "a grid of runs over seeds, with intervals, in one table",
+    "board": "the records and benchmarks as a static leaderboard site",
+}
+
+
+def print_help(file: Any = None) -> None:
+    """``python -m zoo --help``: every command, a line each."""
+    width = max(map(len, COMMANDS))
+    lines = [
+        "usage: python -m zoo COMMAND [OPTIONS]   (or: zoo COMMAND ...; --import PLUGIN anywhere)",
+        "",
+        "commands:",
+        *(f"  {name:<{width}}  {line}" for name, line in COMMANDS.items()),
+        "",
+        "python -m zoo COMMAND --help: a command's options; python -m zoo --version: the version.",
+    ]
+    print("\n".join(lines), file=file or sys.stdout)
 
 
 #: Mistakes of configuration or input, shown as one line without a traceback: the zoo's own,
@@ -125,7 +154,12 @@ def _run(args: list[str]) -> None:
     ``--version``, predicting from a checkpoint or exported folder alone, or :class:`ZooCLI`."""
     args, imports = pop_import_flags(args)
     import_plugins(imports)
-    if args[:1] == ["list"]:
+    if args[:1] in (["-h"], ["--help"]):
+        print_help()
+    elif not args:
+        print_help(sys.stderr)
+        raise SystemExit(2)
+    elif args[:1] == ["list"]:
         print_registries(args[1] if len(args) > 1 else None)
     elif args[:1] == ["bench"]:
         from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking

@@ -156,9 +156,23 @@ def test_bench_attention_causal_subset_and_bad_cases(in_tmp, capsys) -> None:
     assert [c["name"] for c in payload["cases"]] == ["multi_head", "linear", "local"]
     assert payload["config"]["causal"] is True
     assert all(c["growth_exponent"] is None and "peak_memory_mib" not in c["results"][0] for c in payload["cases"])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--cases", "floor", "no_such_layer"], "no case matches --cases 'no_such_layer'; the cases are: "),
+        (["--cases", "floor", "locl"], "no case matches --cases 'locl'; did you mean local"),
+        (["--lengths", "-5"], "argument --lengths: must be a positive integer, got '-5'"),
+        (["--batch", "zero"], "argument --batch: must be a positive integer, got 'zero'"),
+    ],
+)
+def test_bench_attention_refuses_what_it_cannot_measure_in_one_line(arguments, message, capsys) -> None:
+    """An unknown case among known ones, or a length that is no length, is refused, not dropped."""
     with pytest.raises(SystemExit) as exit_info:
-        main(["bench", "attention", "--cases", "nope"])
-    assert exit_info.value.code == 2 and "no case matches --cases nope" in capsys.readouterr().err
+        main(["bench", "attention", *arguments])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err and err.count("\n") == 1, err
 
 
 def test_bench_attention_causal_leaves_out_variants_that_are_not_causal(in_tmp, capsys) -> None:

@@ -224,3 +224,21 @@ def test_make_train_ends_with_the_test_metric_run_directory_and_plots(in_tmp, ca
     assert lines[2].startswith(f"best checkpoint: {run}/checkpoints/epoch=1-step=2.ckpt (val/mse ")
     assert lines[3].startswith("plots: ") and f"{run}/images/test_fit.png" in lines[3]
     assert all((in_tmp / path).is_file() for path in lines[3].removeprefix("plots: ").split(", "))
+
+
+def test_help_names_every_command_a_line_each(capsys) -> None:
+    """``python -m zoo --help`` (and a bare ``python -m zoo``, which exits 2) finds every command,
+    not only Lightning's four; each line names a command the dispatcher runs."""
+    main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m zoo COMMAND")
+    listed = [line.split()[0] for line in out.split("commands:\n")[1].split("\n\n")[0].splitlines()]
+    assert listed == ["fit", "validate", "test", "predict", "generate", "export", "list", "bench", "compare", "board"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2 and capsys.readouterr().err == out
+    for command in ("bench", "compare", "board", "generate", "export", "fit"):  # each command is dispatched
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--help"])
+        assert exit_info.value.code == 0, command
+    capsys.readouterr()

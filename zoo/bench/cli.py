@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from dataclasses import fields, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -36,9 +37,30 @@ __all__ = ["main", "parser"]
 DEFAULT_DIR = Path("runs") / "bench"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose refusal is one line naming the problem, status 2 (argparse prints
+    the whole usage first; ``--help`` still prints it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """An argument that counts or sizes something: a whole number above zero (argparse's ``type``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
 def _common(sub: argparse.ArgumentParser, name: str) -> None:
     sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (CUDA when available)")
-    sub.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    sub.add_argument(
+        "--threads", type=positive_int, default=None, help="torch intra-op threads (default: torch's choice)"
+    )
     sub.add_argument("--out", type=Path, default=DEFAULT_DIR / f"{name}.json", help="where the JSON results go")
 
 
@@ -46,9 +68,9 @@ def _translation(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--model", default="transformer", help="registered translation model (transformer, seq2seq)")
     sub.add_argument("--data-path", default=None, help="local fra-eng.zip or fra.txt (default: download and cache)")
     sub.add_argument(
-        "--vocab-size", type=int, default=None, help="joint BPE vocabulary size (default: the model's config)"
+        "--vocab-size", type=positive_int, default=None, help="joint BPE vocabulary size (default: the model's config)"
     )
-    sub.add_argument("--limit-train", type=int, default=None, help="use only N training pairs (quick runs)")
+    sub.add_argument("--limit-train", type=positive_int, default=None, help="use only N training pairs (quick runs)")
     sub.add_argument("--attention", default=None, help="registered scoring attention (default: the model's)")
     sub.add_argument(
         "--model-kwargs", type=json.loads, default={}, help="JSON of model arguments over the defaults of zoo fit"
@@ -66,7 +88,10 @@ def _sweep(sub: argparse.ArgumentParser, config: type[SweepSettings]) -> None:
         help="untimed calls before the timed ones (default: %(default)s)",
     )
     sub.add_argument(
-        "--repeats", type=int, default=default["repeats"], help="timed calls per case and length (default: %(default)s)"
+        "--repeats",
+        type=positive_int,
+        default=default["repeats"],
+        help="timed calls per case and length (default: %(default)s)",
     )
     sub.add_argument(
         "--time-limit", type=float, default=default["time_limit"],
@@ -86,14 +111,14 @@ def _sweep(sub: argparse.ArgumentParser, config: type[SweepSettings]) -> None:
 
 def parser() -> argparse.ArgumentParser:
     """The ``bench`` argument parser and its five subcommands."""
-    root = argparse.ArgumentParser(prog="python -m zoo bench", description=__doc__)
+    root = OneLineParser(prog="python -m zoo bench", description=__doc__)
     subs = root.add_subparsers(dest="benchmark", required=True)
 
     attention = subs.add_parser("attention", help="forward+backward time and peak memory of the attention variants")
-    attention.add_argument("--lengths", type=int, nargs="+", default=[256], help="sequence lengths")
-    attention.add_argument("--batch", type=int, default=32)
-    attention.add_argument("--d-model", type=int, default=256)
-    attention.add_argument("--heads", type=int, default=8)
+    attention.add_argument("--lengths", type=positive_int, nargs="+", default=[256], help="sequence lengths")
+    attention.add_argument("--batch", type=positive_int, default=32)
+    attention.add_argument("--d-model", type=positive_int, default=256)
+    attention.add_argument("--heads", type=positive_int, default=8)
     attention.add_argument("--causal", action="store_true", help="causal masking on top of the padding mask")
     attention.add_argument(
         "--no-padding",
@@ -118,7 +143,7 @@ def parser() -> argparse.ArgumentParser:
         "classify", help="the classifier's training steps per second and peak memory per attention over lengths"
     )
     classify.add_argument(
-        "--lengths", type=int, nargs="+", default=[1000, 2000, 3000, 4000], help="--data.max_length values"
+        "--lengths", type=positive_int, nargs="+", default=[1000, 2000, 3000, 4000], help="--data.max_length values"
     )
     classify.add_argument("--attentions", nargs="+", default=list(LRA_ATTENTIONS), help="registered scoring attentions")
     classify.add_argument(
@@ -129,27 +154,31 @@ def parser() -> argparse.ArgumentParser:
         "--attention-kwargs", type=json.loads, default={},
         help='JSON of extra arguments per attention: {"linformer": {"k": 128}}',
     )  # fmt: skip
-    classify.add_argument("--batch", type=int, default=None, help="sequences per step (default: the config's)")
+    classify.add_argument("--batch", type=positive_int, default=None, help="sequences per step (default: the config's)")
     classify.add_argument("--baseline", default="dot_product", help="the attention the ratios are taken against")
     _sweep(classify, ClassifyBenchConfig)
     _common(classify, "classify")
 
     train = subs.add_parser("train", help="training tokens per second through the Lightning trainer")
     _translation(train)
-    train.add_argument("--batch", type=int, default=None, help="sentence pairs per batch (default: the model's config)")
-    train.add_argument("--steps", type=int, default=50, help="measured steps")
+    train.add_argument(
+        "--batch", type=positive_int, default=None, help="sentence pairs per batch (default: the model's config)"
+    )
+    train.add_argument("--steps", type=positive_int, default=50, help="measured steps")
     train.add_argument("--warmup", type=int, default=5, help="steps before the measured ones")
     train.add_argument("--precision", default="32-true", help="Lightning precision (bf16-mixed on a GPU, say)")
     _common(train, "train")
 
     decode = subs.add_parser("decode", help="decoded sentences per second, with and without the cache")
     _translation(decode)
-    decode.add_argument("--batch", type=int, default=64, help="sentences decoded together")
-    decode.add_argument("--sentences", type=int, default=256)
-    decode.add_argument("--tokens", type=int, default=30, help="output tokens per sentence (<eos> is forbidden)")
-    decode.add_argument("--beam-size", type=int, default=1)
+    decode.add_argument("--batch", type=positive_int, default=64, help="sentences decoded together")
+    decode.add_argument("--sentences", type=positive_int, default=256)
+    decode.add_argument(
+        "--tokens", type=positive_int, default=30, help="output tokens per sentence (<eos> is forbidden)"
+    )
+    decode.add_argument("--beam-size", type=positive_int, default=1)
     decode.add_argument("--warmup", type=int, default=1)
-    decode.add_argument("--repeats", type=int, default=3)
+    decode.add_argument("--repeats", type=positive_int, default=3)
     decode.add_argument("--ckpt", default=None, help="decode with a checkpoint's weights (default: random ones)")
     decode.add_argument(
         "--num-kv-heads",
@@ -163,17 +192,17 @@ def parser() -> argparse.ArgumentParser:
     state = subs.add_parser(
         "state", help="time and memory per new token decoded after contexts of several lengths (one layer)"
     )
-    state.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384], help="context lengths")
+    state.add_argument("--lengths", type=positive_int, nargs="+", default=[1024, 4096, 16384], help="context lengths")
     state.add_argument(
         "--attentions", nargs="+", default=None,
         help="registered causal attentions, or a name with arguments as in a config: '{name: mla, mode: naive}' "
         "(default: the recurrent ones and dot_product)",
     )  # fmt: skip
-    state.add_argument("--d-model", type=int, default=256)
-    state.add_argument("--heads", type=int, default=8)
-    state.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    state.add_argument("--d-model", type=positive_int, default=256)
+    state.add_argument("--heads", type=positive_int, default=8)
+    state.add_argument("--batch", type=positive_int, default=1, help="sequences decoded together")
     state.add_argument("--warmup", type=int, default=3, help="untimed steps before the timed ones")
-    state.add_argument("--repeats", type=int, default=20, help="timed steps per attention and length")
+    state.add_argument("--repeats", type=positive_int, default=20, help="timed steps per attention and length")
     state.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     state.add_argument("--seed", type=int, default=0, help="seeds the inputs and the weights")
     _common(state, "state")
@@ -195,8 +224,11 @@ def main(argv: list[str]) -> dict[str, Any]:
         if args.d_model % args.heads:
             argument_parser.error(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads}).")
         names = [case.name for case in attention_cases()]
-        if not any(fnmatchcase(name, pattern) for name in names for pattern in args.cases):
-            argument_parser.error(f"no case matches --cases {' '.join(args.cases)}; the cases are: {', '.join(names)}.")
+        for pattern in args.cases:
+            if not any(fnmatchcase(name, pattern) for name in names):
+                close = difflib.get_close_matches(pattern, names, n=3)
+                hint = f"did you mean {', '.join(close)}?" if close else f"the cases are: {', '.join(names)}."
+                argument_parser.error(f"no case matches --cases {pattern!r}; {hint}")
     if args.benchmark == "state" and args.d_model % args.heads:
         argument_parser.error(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads}).")
     try:
