@@ -85,3 +85,19 @@ def test_the_kernels_import_nothing_of_the_attention_contract() -> None:
         if source.startswith("zoo.attention.kernels") and not target.startswith(allowed)
     ]
     assert not outside, "\n".join(outside)
+
+
+def test_the_readme_names_every_entry_point_group_a_plugin_can_use() -> None:
+    """The groups are read from the registries, so a new one cannot be left out of the front page."""
+    from zoo.attention import ATTENTION_REGISTRY
+    from zoo.datamodules import DATAMODULE_REGISTRY
+    from zoo.positions import POSITION_REGISTRY
+    from zoo.tasks import MODEL_REGISTRY
+
+    groups = []
+    for registry in (ATTENTION_REGISTRY, POSITION_REGISTRY, MODEL_REGISTRY, DATAMODULE_REGISTRY):
+        group = registry.entry_point_group
+        groups += [group] if isinstance(group, str) else list(group)
+    readme = " ".join((PROJECT_ROOT / "README.md").read_text().split())
+    missing = [group for group in groups if f"`{group}`" not in readme]
+    assert not missing, f"README.md does not name the entry-point groups {missing}"

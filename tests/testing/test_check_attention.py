@@ -263,6 +263,13 @@ class _ClaimsNoCausalButIgnoresIt(_LeaksTheFuture):
     supports_causal = False
 
 
+class _GivesNoWeights(_Cosine):
+    """Declares weights (the default) but never returns any: the kit once crashed on it."""
+
+    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, is_causal=False, need_weights=False):
+        return super().forward(queries, keys, values, valid_lens, attn_mask=attn_mask, is_causal=is_causal)
+
+
 class _NoCausal(_Cosine):
     """Honest: cannot mask the future and refuses to (the base class raises)."""
 
@@ -299,6 +306,7 @@ class _NoCausal(_Cosine):
         (_BadCustomGradient, "gradients", "analytical gradients differ from finite differences"),
         (_DropsAQuery, "shape", "output has shape (3, 4, 5), expected (3, 5, 5)"),
         (_ClaimsNoCausalButIgnoresIt, "supports_causal", "declares supports_causal=False but accepted is_causal=True"),
+        (_GivesNoWeights, "fully_masked", "need_weights=True returned no weights although the variant declares"),
     ],
 )
 def test_broken_variants_are_caught_by_the_check_they_break(variant, check, message) -> None:

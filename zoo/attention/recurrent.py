@@ -82,7 +82,7 @@ schemes, no bias scheme (there are no scores to add it to).
 Checkpoints written before the families were layers (zoo folder and checkpoint format 1: per-head
 scoring attentions under a ``multi_head`` layer, no convolutions) load into these layers: their
 keys are renamed here (:meth:`RecurrentLayer.legacy_state_dict`) and their hyperparameters are
-given the layout they had (:func:`zoo.attention.legacy.legacy_entry`).
+given the layout they had (:func:`zoo.attention.legacy.migrate_attention`).
 """
 
 from __future__ import annotations

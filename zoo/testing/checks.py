@@ -123,6 +123,17 @@ def _fully_masked_cases(h: Harness) -> list[tuple[str, int, int, dict[str, Any],
     return cases
 
 
+def _asked_weights(weights: Tensor | None) -> Tensor:
+    """The weights a call with ``need_weights=True`` returned; a variant that gave none fails here."""
+    if weights is None:
+        fail(
+            "need_weights=True returned no weights although the variant declares supports_weights (the "
+            "default): return them, or declare supports_weights = False and raise IncompatibleAttentionError "
+            "when context.need_weights asks for them."
+        )
+    return weights
+
+
 @torch.no_grad()
 def check_fully_masked(h: Harness, g: torch.Generator) -> None:
     module = h.module()
@@ -134,6 +145,7 @@ def check_fully_masked(h: Harness, g: torch.Generator) -> None:
         if h.scoring and not torch.equal(output[rows], torch.zeros_like(output[rows])):
             fail(f"a query with no visible key ({what}) must get a zero output (zero weights), not an average.")
         if need_weights:
+            weights = _asked_weights(weights)
             empty = weights[rows] if weights.dim() == 3 else weights.transpose(0, 1)[:, rows]
             if not torch.equal(empty, torch.zeros_like(empty)):
                 fail(f"a query with no visible key ({what}) must get all-zero weights.")
@@ -147,8 +159,7 @@ def check_weights(h: Harness, g: torch.Generator) -> None:
     for what, mask, keep in [("no mask", {}, h.visible(torch.ones(BATCH, lq, lk, dtype=torch.bool))), *cases]:
         output, weights = h(module, inputs, need_weights=True, **mask)
         plain, _ = h(module, inputs, **mask)
-        if weights is None:
-            fail("need_weights=True returned no weights although the variant declares supports_weights.")
+        weights = _asked_weights(weights)
         if weights.shape[0] != BATCH or tuple(weights.shape[-2:]) != (lq, lk) or weights.dim() not in (3, 4):
             fail(
                 f"weights have shape {tuple(weights.shape)}, expected ({BATCH}, {lq}, {lk}) or ({BATCH}, heads, {lq}, {lk})."
