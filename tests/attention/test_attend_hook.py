@@ -68,9 +68,9 @@ class _Recorder(Attention):
     def score(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return queries @ keys.transpose(-2, -1)
 
-    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False) -> AttentionOutput:
-        self.seen.append((mask, is_causal))
-        return super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
+    def attend(self, queries, keys, values, context) -> AttentionOutput:
+        self.seen.append((context.mask, context.is_causal))
+        return super().attend(queries, keys, values, context)
 
 
 def test_attend_gets_the_padding_mask_without_causality() -> None:

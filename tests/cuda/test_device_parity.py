@@ -40,17 +40,15 @@ class _Overflows(zoo.DotProductAttention):
     def score(self, queries: Tensor, keys: Tensor) -> Tensor:
         return super().score(queries, keys) * 1e5
 
-    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
-        return super(zoo.DotProductAttention, self).attend(
-            queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
-        )
+    def attend(self, queries, keys, values, context):
+        return super(zoo.DotProductAttention, self).attend(queries, keys, values, context)
 
 
 class _NaNForEmptyRows(zoo.DotProductAttention):
     """Softmax over all-masked rows without the zoo's guard: NaN where no key is visible."""
 
-    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
-        scores = self.score(queries, keys).masked_fill(~mask, float("-inf"))
+    def attend(self, queries, keys, values, context):
+        scores = self.score(queries, keys).masked_fill(~context.mask, float("-inf"))
         return zoo.AttentionOutput(torch.softmax(scores, -1) @ values, None)
 
 

@@ -148,7 +148,8 @@ class _IgnoresAttnMask(_Cosine):
 class _NaNWhenNothingIsVisible(_Cosine):
     """The textbook masked softmax: fill with -inf, so a fully masked row is 0/0."""
 
-    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+    def attend(self, queries, keys, values, context):
+        mask, is_causal, need_weights = context.mask, context.is_causal, context.need_weights
         mask = with_causal(mask, queries.shape[-2], keys.shape[-2]) if is_causal else mask
         scores = self.score(queries, keys)
         if mask is not None:
@@ -166,7 +167,8 @@ class _UniformWhenNothingIsVisible(_Cosine):
     def score(self, queries, keys):
         return queries @ keys.transpose(-2, -1)
 
-    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+    def attend(self, queries, keys, values, context):
+        mask, is_causal, need_weights = context.mask, context.is_causal, context.need_weights
         mask = with_causal(mask, queries.shape[-2], keys.shape[-2]) if is_causal else mask
         scores = self.score(queries, keys)
         if mask is not None:
@@ -178,7 +180,8 @@ class _UniformWhenNothingIsVisible(_Cosine):
 class _UnnormalizedWeights(_Cosine):
     """Returns the weights before normalizing them, though the output is right."""
 
-    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
+    def attend(self, queries, keys, values, context):
+        mask, is_causal, need_weights = context.mask, context.is_causal, context.need_weights
         mask = with_causal(mask, queries.shape[-2], keys.shape[-2]) if is_causal else mask
         weights = masked_softmax(self.score(queries, keys), mask=mask)
         return AttentionOutput(weights @ values, 2 * weights if need_weights else None)
@@ -232,8 +235,8 @@ class _UnusedParameter(_Cosine):
 
 
 class _DetachesValues(_Cosine):
-    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
-        return super().attend(queries, keys, values.detach(), mask, is_causal=is_causal, need_weights=need_weights)
+    def attend(self, queries, keys, values, context):
+        return super().attend(queries, keys, values.detach(), context)
 
 
 class _WrongBackward(torch.autograd.Function):
@@ -402,17 +405,10 @@ def test_a_bias_that_replaces_the_padding_mask_is_caught() -> None:
 
         supports_position_bias = True
 
-        def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
-            if position_bias is None or need_weights:
-                return super().attend(
-                    queries,
-                    keys,
-                    values,
-                    mask,
-                    is_causal=is_causal,
-                    need_weights=need_weights,
-                    position_bias=position_bias,
-                )
+        def attend(self, queries, keys, values, context):
+            position_bias, is_causal = context.position_bias, context.is_causal
+            if position_bias is None or context.need_weights:
+                return super().attend(queries, keys, values, context)
             bias = position_bias_grid(position_bias, queries.shape[-2], keys.shape[-2], queries.device).to(
                 queries.dtype
             )
@@ -469,10 +465,9 @@ class _UniformOverPaddingWhenBlind(zoo.LocalAttention):
     other keys are visible (its output stays right; a fully masked row is still all zero): the
     weights say it read keys it cannot see."""
 
-    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
-        output, weights = super().attend(
-            queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
-        )
+    def attend(self, queries, keys, values, context):
+        mask = context.mask
+        output, weights = super().attend(queries, keys, values, context)
         if weights is not None and mask is not None:
             blind = (weights.sum(-1, keepdim=True) == 0) & mask.any(-1, keepdim=True)
             weights = torch.where(blind, 1 / keys.shape[-2], weights)
@@ -483,10 +478,9 @@ class _LeaksWeightOntoPadding(zoo.LocalAttention):
     """Moves a little weight onto masked keys and renormalises: every row that sees a key still
     sums to 1 (and one that sees none stays zero)."""
 
-    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False, position_bias=None):
-        output, weights = super().attend(
-            queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights, position_bias=position_bias
-        )
+    def attend(self, queries, keys, values, context):
+        mask = context.mask
+        output, weights = super().attend(queries, keys, values, context)
         if weights is not None and mask is not None:
             leaked = weights + 1e-3 * (~mask & (weights.sum(-1, keepdim=True) > 0)).to(weights.dtype)
             weights = leaked / leaked.sum(-1, keepdim=True).clamp_min(1e-12)
@@ -496,8 +490,8 @@ class _LeaksWeightOntoPadding(zoo.LocalAttention):
 class _ZeroWeightsForQueryZero(_Cosine):
     """Reports all-zero weights for query 0, which does read its keys: a blind row must not."""
 
-    def attend(self, queries, keys, values, mask, *, is_causal=False, need_weights=False):
-        output, weights = super().attend(queries, keys, values, mask, is_causal=is_causal, need_weights=need_weights)
+    def attend(self, queries, keys, values, context):
+        output, weights = super().attend(queries, keys, values, context)
         if weights is not None:
             weights = weights.clone()
             weights[..., 0, :] = 0

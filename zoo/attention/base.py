@@ -13,9 +13,9 @@ A call goes ``forward`` -> :meth:`Attention.attend`. ``forward`` takes either th
 merges them, as a model's entry does) or the :class:`~zoo.attention.context.AttentionContext` a
 model built once for its forward (a multi-head layer hands its heads that); it refuses what the
 variant declares it cannot do, answers an empty input, and calls ``attend(queries, keys, values,
-context)``, the one hook a variant overrides besides ``score``. A variant written against the
-contract before the context (``attend(queries, keys, values, mask, *, is_causal, need_weights)``)
-keeps working, with a warning naming the rename (:mod:`zoo.attention.legacy_hooks`).
+context)``, the one hook a variant overrides besides ``score``. A class whose hook has the
+shape the contract had before the context (``attend(queries, keys, values, mask, *, is_causal,
+need_weights)``) is refused when it is created, in one line naming the rename.
 
 An *attention layer* (:class:`zoo.attention.layer.AttentionLayer`) owns its projections, gates,
 convolutions and cache: ``multi_head`` runs a registered scoring attention per head; the
@@ -32,9 +32,8 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.context import AttentionContext
+from zoo.attention.context import AttentionContext, refuse_hooks_without_context
 from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
-from zoo.attention.legacy_hooks import accept_legacy_calls, adapt_legacy_attend
 from zoo.attention.masking import (
     check_attn_mask,
     key_column,
@@ -169,8 +168,7 @@ class Attention(_Capabilities, nn.Module):
         overrides = "attend" in cls.__dict__ or "forward" in cls.__dict__
         if overrides and "supports_position_bias" not in cls.__dict__:
             cls.supports_position_bias = False
-        adapt_legacy_attend(cls, "queries, keys, values")
-        accept_legacy_calls(cls, inputs=3)
+        refuse_hooks_without_context(cls, "queries, keys, values")
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
@@ -372,6 +370,3 @@ class Attention(_Capabilities, nn.Module):
     def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
         """A variant's own checks of the query and key layout, run on every call (from a layer
         too) before :meth:`attend` (none here); raise a one-line error naming the fix."""
-
-
-accept_legacy_calls(Attention, inputs=3)  # a plugin of the old shape calls super().attend(..., mask, is_causal=...)

@@ -23,6 +23,7 @@ a context lives for one forward; build a new one for the next.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -33,7 +34,7 @@ from torch import Tensor
 from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
 from zoo.attention.masking import check_attn_mask, key_column, merge_masks, validate_valid_lens
 
-__all__ = ["AttentionContext"]
+__all__ = ["AttentionContext", "refuse_hooks_without_context"]
 
 T = TypeVar("T")
 
@@ -146,3 +147,25 @@ class AttentionContext:
         if key not in self.memo:
             self.memo[key] = compute()
         return self.memo[key]
+
+
+def refuse_hooks_without_context(cls: type, inputs: str) -> None:
+    """Refuse, when ``cls`` is created, a hook of the shape the contract had for a few days before
+    this context: ``attend(<inputs>, mask, *, is_causal, need_weights)`` or ``attend_cached(x, cache,
+    *, attn_mask=None)``, the mask and the options one by one, no ``context``. One line names the
+    rename; ``inputs`` names the tensors before the context (``"queries, keys, values"`` or ``"x"``).
+
+    Raises:
+        TypeError: ``cls`` defines such a hook.
+    """
+    for hook, new in (("attend", f"attend({inputs}, context)"), ("attend_cached", "attend_cached(x, cache, context)")):
+        function = cls.__dict__.get(hook)
+        if function is None:
+            continue
+        parameters = inspect.signature(function).parameters
+        if "context" not in parameters and any(name in parameters for name in ("mask", "attn_mask", "is_causal")):
+            raise TypeError(
+                f"{cls.__name__}.{hook} takes the mask and options one by one, as the contract did before the "
+                f"context; rename it to {new} and read context.mask, context.is_causal, context.need_weights and "
+                "context.position_bias (docs/plugins.md)."
+            )

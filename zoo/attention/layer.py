@@ -33,8 +33,7 @@ from torch import Tensor, nn
 
 from zoo.attention.base import AttentionOutput, _Capabilities
 from zoo.attention.cache import LayerCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.legacy_hooks import accept_legacy_calls, adapt_legacy_attend
+from zoo.attention.context import AttentionContext, refuse_hooks_without_context
 
 __all__ = ["AttentionLayer"]
 
@@ -65,13 +64,12 @@ class AttentionLayer(_Capabilities, nn.Module):
     num_heads: int
 
     def __init_subclass__(cls, **kwargs: object) -> None:
-        """A layer whose hooks have the shape before the context keeps working (with a warning);
-        one that implements no ``attend_cached`` and says nothing does not decode."""
+        """A layer whose hooks have the shape before the context is refused (one line naming the
+        rename); one that implements no ``attend_cached`` and says nothing does not decode."""
         super().__init_subclass__(**kwargs)
         if "supports_decoding" not in cls.__dict__ and cls.attend_cached is AttentionLayer.attend_cached:
             cls.supports_decoding = False
-        adapt_legacy_attend(cls, "x")
-        accept_legacy_calls(cls, inputs=1)
+        refuse_hooks_without_context(cls, "x")
 
     def forward(self, x: Tensor, context: AttentionContext | None = None) -> AttentionOutput:
         """Attend over ``x`` ``(B, L, embed_dim)`` under ``context`` (None: nothing masked, both
