@@ -177,3 +177,28 @@ def test_a_layer_without_attend_cached_declares_no_decoding_and_decoders_refuse_
     ):
         next(model.generate(prompt, 2))
     assert torch.cat(list(model.generate(prompt, 2, temperature=0, use_cache=False))).numel() == 4
+
+
+def test_a_deep_stack_validates_its_attention_choice_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 12-layer GPT checks its spec when it is made (its kind, its arguments, what the stack needs)
+    and copies it to each layer unchecked; the registry is scanned only to suggest names in an error."""
+    from zoo.attention import factory, spec
+    from zoo.attention.variants.differential import lambda_init
+    from zoo.models import GPT
+
+    calls = {"require_attention": 0, "check_kwargs": 0, "scans": 0}
+
+    def counted(function, key):
+        def call(*args, **kwargs):
+            calls[key] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(spec, "require_attention", counted(spec.require_attention, "require_attention"))
+    monkeypatch.setattr(spec, "check_kwargs", counted(spec.check_kwargs, "check_kwargs"))
+    monkeypatch.setattr(factory.ATTENTION_REGISTRY, "entries", counted(factory.ATTENTION_REGISTRY.entries, "scans"))
+    model = GPT(50, d_model=32, num_heads=2, num_layers=12, attention="differential")
+    assert calls == {"require_attention": 2, "check_kwargs": 1, "scans": 0}  # 14, 13 and 14 before
+    depths = [block.attention.lambda_init for block in model.blocks]  # each layer still gets its own depth
+    assert depths == [pytest.approx(lambda_init(layer)) for layer in range(12)]

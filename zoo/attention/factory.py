@@ -20,6 +20,7 @@ from typing_extensions import TypedDict, Unpack
 from zoo.arguments import check_kwargs
 from zoo.attention.base import Attention, IncompatibleAttentionError
 from zoo.attention.layer import AttentionLayer
+from zoo.errors import UnknownNameError
 from zoo.registry import Registry
 
 __all__ = [
@@ -163,8 +164,13 @@ def require_attention(
     def fits(candidate: type[nn.Module]) -> bool:
         return kind_fits(candidate) and all(getattr(candidate, flag) for flag in wanted)
 
-    compatible = [e.name for e in ATTENTION_REGISTRY.entries() if fits(e.obj)]
-    cls = ATTENTION_REGISTRY.get(name, candidates=compatible)
+    def compatible() -> list[str]:  # the registry is scanned only for an error's suggestions
+        return [e.name for e in ATTENTION_REGISTRY.entries() if fits(e.obj)]
+
+    try:
+        cls = ATTENTION_REGISTRY.get(name)
+    except UnknownNameError:
+        cls = ATTENTION_REGISTRY.get(name, candidates=compatible())  # raises, suggesting names that fit
     if not fits(cls):
         if not kind_fits(cls):
             reason = (
@@ -178,7 +184,7 @@ def require_attention(
             )
         raise IncompatibleAttentionError(
             f"Attention {name!r} cannot be used by {role}: {reason}. "
-            f"Compatible registered names: {', '.join(compatible) or 'none'}."
+            f"Compatible registered names: {', '.join(compatible()) or 'none'}."
         )
     return cls
 

@@ -24,6 +24,7 @@ name only, since the arguments of one variant rarely fit another.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -160,6 +161,12 @@ class AttentionSpec:
             require_attention(scores, role=f"{role}, as the scores of {self.name!r}", **needs)
         return self
 
+    def at_layer(self, layer_index: int) -> AttentionSpec:
+        """The same, checked choice at one layer of a stack: a copy, not validated again."""
+        spec = copy.copy(self)
+        object.__setattr__(spec, "layer_index", layer_index)
+        return spec
+
     def with_position(self, position: PositionScheme | None) -> AttentionSpec:
         """The same choice with another stack's position scheme (checked as at construction)."""
         return replace(self, position=position)
@@ -250,7 +257,7 @@ def layer_specs(
             "decoding": decoding,
         }
         specs.append(spec.require(role=f"{role}, {where}", **needs))
-    return [replace(specs[layer % period], layer_index=layer) for layer in range(num_layers)]
+    return [specs[layer % period].at_layer(layer) for layer in range(num_layers)]
 
 
 def _layers_of(index: int, period: int, num_layers: int, stack: str) -> str:
