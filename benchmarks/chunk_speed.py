@@ -59,7 +59,7 @@ def load_before(revision: str, folder: Path) -> Callable[..., object]:
 def steps(attention: str, setups: dict[str, tuple[Callable[..., object], int | None]]) -> dict[str, Callable[[], None]]:
     """One forward and backward of one model per setup: the same weights, ``matrices`` in the dplr
     kernel and the recurrent layers' ``chunk_size`` set before each call."""
-    model = RecallLM(VOCAB, LENGTH, attention=attention, d_model=64, num_heads=2)
+    model = RecallLM(VOCAB, block_size=LENGTH, attention=attention, d_model=64, num_heads=2)
     layers = [module for module in model.modules() if isinstance(module, RecurrentLayer)]
     tokens = torch.randint(VOCAB, (BATCH, LENGTH))
     scored = torch.zeros(BATCH, LENGTH, dtype=torch.bool)

@@ -73,7 +73,7 @@ def test_a_bias_scheme_runs_in_flex_as_a_table_over_distances(position: str) -> 
 
 def test_one_block_mask_a_forward_for_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
-    model = SequenceClassifier(50, 2, d_model=EMBED, num_heads=HEADS, num_layers=3, attention="local",
+    model = SequenceClassifier(50, num_classes=2, d_model=EMBED, num_heads=HEADS, num_layers=3, attention="local",
                                attention_kwargs={"window": 16}, position="none").eval()  # fmt: skip
     built = []
     monkeypatch.setattr(flex, "build_block_mask", lambda *a, _f=flex.build_block_mask: built.append(1) or _f(*a))

@@ -219,14 +219,14 @@ def test_every_other_task_trains_the_language_model() -> None:
 
 def test_without_an_mlp_a_block_is_its_attention_alone() -> None:
     torch.manual_seed(0)
-    model = GPT(50, 16, d_model=16, num_heads=2, num_layers=2, ffn_hidden=0, position="none")
+    model = GPT(50, block_size=16, d_model=16, num_heads=2, num_layers=2, ffn_hidden=0, position="none")
     block = model.blocks[0]
     assert block.ffn is None and block.add_norm2 is None
     x = torch.randn(2, 16, 16)
     output, _ = block(x, None)
     attended, _ = block.attention(block.add_norm1.pre(x), AttentionContext(is_causal=True))
     torch.testing.assert_close(output, x + attended)
-    with_mlp = GPT(50, 16, d_model=16, num_heads=2, num_layers=2, position="none")
+    with_mlp = GPT(50, block_size=16, d_model=16, num_heads=2, num_layers=2, position="none")
     assert sum(p.numel() for p in with_mlp.parameters()) - sum(p.numel() for p in model.parameters()) == 2 * (
         2 * 16 * 64 + 64 + 16 + 2 * 16
     )  # each block's MLP (two layers with biases) and its norm
@@ -237,6 +237,8 @@ def test_positions_by_family_as_zoology_sets_them() -> None:
     assert family_position("gated_deltanet") == "none"  # a recurrence orders its inputs itself
     assert family_position(["gated_deltanet", {"name": "dot_product"}]) == "none"  # a hybrid with one
     assert family_position(["local", "linear"]) == "learned"
-    assert isinstance(GPT(20, 8, d_model=8, num_heads=1, num_layers=1, position="auto").position, LearnedPositions)
-    recurrent = GPT(20, 8, d_model=8, num_heads=1, num_layers=1, position="auto", attention="gla")
+    assert isinstance(
+        GPT(20, block_size=8, d_model=8, num_heads=1, num_layers=1, position="auto").position, LearnedPositions
+    )
+    recurrent = GPT(20, block_size=8, d_model=8, num_heads=1, num_layers=1, position="auto", attention="gla")
     assert isinstance(recurrent.position, NoPositions)

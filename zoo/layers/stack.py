@@ -28,9 +28,10 @@ BlockFactory = Callable[[BlockConfig, AttentionSpec], nn.Module]
 """One layer's block from the stack's config and the layer's spec (``EncoderBlock``, ``CausalBlock``, ...)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StackConfig:
-    """What every attention stack of a model shares, from the model's arguments.
+    """What every attention stack of a model shares, from the model's arguments (keywords only:
+    eight fields, several of one type, which a reordering would swap silently).
 
     Args:
         block: The blocks' sizes and options (``d_model`` and ``num_heads`` size the positions too).

@@ -73,6 +73,7 @@ class SequenceClassifier(nn.Module):
     def __init__(
         self,
         vocab_size: int,
+        *,
         num_classes: int = 2,
         d_model: int = 128,
         num_heads: int = 4,
@@ -100,7 +101,14 @@ class SequenceClassifier(nn.Module):
         self.num_prefix_tokens = int(self.cls_token is not None)
         config = BlockConfig(d_model, num_heads, ffn_hidden, dropout, norm_first)
         stack_config = StackConfig(
-            config, attention, attention_kwargs, num_kv_heads, attention_dropout, position, position_kwargs, max_len
+            block=config,
+            attention=attention,
+            attention_kwargs=attention_kwargs,
+            num_kv_heads=num_kv_heads,
+            attention_dropout=attention_dropout,
+            position=position,
+            position_kwargs=position_kwargs,
+            max_len=max_len,
         )
         [(self.position, self.blocks)] = build_stacks(
             stack_config,

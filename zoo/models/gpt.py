@@ -94,6 +94,7 @@ class GPT(nn.Module):
     def __init__(
         self,
         vocab_size: int,
+        *,
         block_size: int = 256,
         d_model: int = 384,
         num_heads: int = 6,
@@ -121,7 +122,14 @@ class GPT(nn.Module):
             d_model, num_heads, hidden, dropout, norm_first=True, activation="gelu", bias=bias, ffn_dropout=0.0
         )
         stack_config = StackConfig(
-            config, attention, attention_kwargs, num_kv_heads, attention_dropout, position, position_kwargs, block_size
+            block=config,
+            attention=attention,
+            attention_kwargs=attention_kwargs,
+            num_kv_heads=num_kv_heads,
+            attention_dropout=attention_dropout,
+            position=position,
+            position_kwargs=position_kwargs,
+            max_len=block_size,
         )
         [(self.position, self.blocks)] = build_stacks(
             stack_config,

@@ -32,6 +32,7 @@ class RecallLM(GPT):
     def __init__(
         self,
         vocab_size: int,
+        *,
         block_size: int = 256,
         d_model: int = 64,
         num_heads: int = 1,
@@ -48,6 +49,8 @@ class RecallLM(GPT):
         embedding_dropout: float | None = 0.1,
     ) -> None:
         super().__init__(
-            vocab_size, block_size, d_model, num_heads, num_layers, ffn_hidden, dropout, bias, attention,
-            attention_kwargs, position, position_kwargs, num_kv_heads, attention_dropout, embedding_dropout,
+            vocab_size, block_size=block_size, d_model=d_model, num_heads=num_heads, num_layers=num_layers,
+            ffn_hidden=ffn_hidden, dropout=dropout, bias=bias, attention=attention, attention_kwargs=attention_kwargs,
+            position=position, position_kwargs=position_kwargs, num_kv_heads=num_kv_heads,
+            attention_dropout=attention_dropout, embedding_dropout=embedding_dropout,
         )  # fmt: skip

@@ -131,6 +131,7 @@ class Transformer(nn.Module):
     def __init__(
         self,
         vocab_size: int,
+        *,
         d_model: int = 256,
         num_heads: int = 4,
         num_encoder_layers: int = 2,
@@ -157,7 +158,14 @@ class Transformer(nn.Module):
         self.embedding_dropout = nn.Dropout(dropout)
         config = BlockConfig(d_model, num_heads, ffn_hidden, dropout, norm_first)
         stack_config = StackConfig(
-            config, attention, attention_kwargs, num_kv_heads, attention_dropout, position, position_kwargs, max_len
+            block=config,
+            attention=attention,
+            attention_kwargs=attention_kwargs,
+            num_kv_heads=num_kv_heads,
+            attention_dropout=attention_dropout,
+            position=position,
+            position_kwargs=position_kwargs,
+            max_len=max_len,
         )
 
         def decoder_block(config: BlockConfig, spec: AttentionSpec) -> DecoderBlock:
