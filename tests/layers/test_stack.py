@@ -30,7 +30,9 @@ def same(a: nn.Module, b: nn.Module) -> bool:
 
 
 def test_each_stack_gets_its_own_scheme_shared_by_its_layers_and_a_block_per_layer() -> None:
-    encoder, decoder = build_stacks(StackConfig(CONFIG, ["local", "dot_product"], position="alibi"), ENCODER, DECODER)
+    encoder, decoder = build_stacks(
+        StackConfig(block=CONFIG, attention=["local", "dot_product"], position="alibi"), ENCODER, DECODER
+    )
     assert not encoder.position.causal and decoder.position.causal
     assert [type(block) for block in encoder.blocks] == [EncoderBlock] * 2
     assert [type(block) for block in decoder.blocks] == [CausalBlock] * 4
@@ -40,14 +42,14 @@ def test_each_stack_gets_its_own_scheme_shared_by_its_layers_and_a_block_per_lay
 
 
 def test_an_absolute_scheme_stays_with_the_model() -> None:
-    [(position, blocks)] = build_stacks(StackConfig(CONFIG, position="learned", max_len=12), ENCODER)
+    [(position, blocks)] = build_stacks(StackConfig(block=CONFIG, position="learned", max_len=12), ENCODER)
     assert position.kind == "absolute" and all(block.attention.position is None for block in blocks)
 
 
 def test_every_position_is_drawn_before_any_block_as_the_models_drew_them() -> None:
     """A seed gives the parameters it gave before the builder: both schemes, then the blocks."""
     torch.manual_seed(0)
-    encoder, decoder = build_stacks(StackConfig(CONFIG, position="learned", max_len=12), ENCODER, DECODER)
+    encoder, decoder = build_stacks(StackConfig(block=CONFIG, position="learned", max_len=12), ENCODER, DECODER)
     torch.manual_seed(0)
     schemes = [zoo.create_position("learned", d_model=8, num_heads=2, max_len=12) for _ in range(2)]
     first = EncoderBlock(CONFIG)
@@ -57,14 +59,14 @@ def test_every_position_is_drawn_before_any_block_as_the_models_drew_them() -> N
 
 def test_the_attention_dropout_defaults_to_the_blocks() -> None:
     config = BlockConfig(8, 2, 16, dropout=0.3)
-    [(_, blocks)] = build_stacks(StackConfig(config), ENCODER)
-    [(_, own)] = build_stacks(StackConfig(config, attention_dropout=0.1), ENCODER)
+    [(_, blocks)] = build_stacks(StackConfig(block=config), ENCODER)
+    [(_, own)] = build_stacks(StackConfig(block=config, attention_dropout=0.1), ENCODER)
     assert blocks[0].attention.spec.dropout == 0.3 and own[0].attention.spec.dropout == 0.1
 
 
 def test_an_error_names_the_stack_and_its_layer() -> None:
     with pytest.raises(zoo.IncompatibleAttentionError, match=r"a decoder, decoder layers 2, 4: .*causal masking"):
-        build_stacks(StackConfig(CONFIG, ["dot_product", "bigbird"]), ENCODER, DECODER)
+        build_stacks(StackConfig(block=CONFIG, attention=["dot_product", "bigbird"]), ENCODER, DECODER)
 
 
 #: a hybrid list per model (GPT's mixes in gla, an attention layer that owns its projections), and

@@ -42,7 +42,7 @@ class OneLineParser(argparse.ArgumentParser):
     the whole usage first; ``--help`` still prints it)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def positive_int(text: str) -> int:
