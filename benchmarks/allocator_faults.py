@@ -47,7 +47,7 @@ STEP = textwrap.dedent(
     from zoo.allocator import allocator_setting, retain_freed_memory
     retain_freed_memory()
     from zoo.attention import create_attention
-    from zoo.attention.context import AttentionContext
+    from zoo.attention.contract.context import AttentionContext
     from zoo.bench.baselines import SDPAFloor
     name, length, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ attention, timed round-robin in one process after a warm-up, medians printed:
 * ``before (64)``: ``kernels/dplr.py`` and ``kernels/decay.py`` of the commit ``--before``, loaded
   from ``git show`` into a temporary folder, their ``_matrices`` in place of today's; 64-step chunks;
 * ``shared factors (64)``: today's kernels, 64-step chunks;
-* ``default``: today's kernels and the device's chunk (:data:`zoo.attention.recurrent.CPU_CHUNK_SIZE`).
+* ``default``: today's kernels and the device's chunk (:data:`zoo.attention.modules.recurrent.CPU_CHUNK_SIZE`).
 
 The three setups of an attention run one model (the same weights and batch), so only the kernel
 and the chunk differ; a family whose kernels are not the generalized delta rule's
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.attention.kernels import dplr
-from zoo.attention.recurrent import RecurrentLayer
+from zoo.attention.modules.recurrent import RecurrentLayer
 from zoo.models.recall import RecallLM
 
 VOCAB, LENGTH, BATCH, SCORED = 8192, 256, 64, 16

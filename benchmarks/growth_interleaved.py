@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from zoo.attention import create_attention
-from zoo.attention.context import AttentionContext
+from zoo.attention.contract.context import AttentionContext
 from zoo.bench.report import environment, write_json
 
 

@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import zoo
 from zoo.allocator import retain_freed_memory
-from zoo.attention.context import AttentionContext
+from zoo.attention.contract.context import AttentionContext
 
 
 def self_times(step: Callable[[], None]) -> dict[str, float]:

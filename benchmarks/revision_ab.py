@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from zoo.attention import create_attention
-from zoo.attention.context import AttentionContext
+from zoo.attention.contract.context import AttentionContext
 
 ROOT = Path(__file__).resolve().parent.parent
 

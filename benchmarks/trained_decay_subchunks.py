@@ -16,8 +16,8 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
+from zoo.attention.kernels.chunking import to_chunks
 from zoo.attention.kernels.decay import SUB_CHUNK_SIZE, sub_chunk_length
-from zoo.attention.kernels.recurrence import to_chunks
 from zoo.attention.variants.kda import KimiDeltaAttention
 from zoo.checkpoint import load_checkpoint
 from zoo.datamodules.recall.mqar import MQARDataModule

@@ -78,7 +78,7 @@ def test_the_kernels_import_nothing_of_the_attention_contract() -> None:
     """``zoo/attention/kernels`` is tensor machinery: it may read the masks' helpers, never the
     contract (``base``, ``layer``, ``spec``), the registry or a variant."""
     edges = import_edges(PROJECT_ROOT / "zoo")
-    allowed = ("zoo.attention.kernels", "zoo.attention.masking")
+    allowed = ("zoo.attention.kernels", "zoo.attention.contract.masking")
     outside = [
         f"{source} -> {target}: {places[0]}"
         for (source, target), places in edges.items()
@@ -101,3 +101,15 @@ def test_the_readme_names_every_entry_point_group_a_plugin_can_use() -> None:
     readme = " ".join((PROJECT_ROOT / "README.md").read_text().split())
     missing = [group for group in groups if f"`{group}`" not in readme]
     assert not missing, f"README.md does not name the entry-point groups {missing}"
+
+
+def test_the_attention_package_is_arranged_by_job_with_no_two_modules_of_one_name() -> None:
+    """``zoo/attention``'s root holds its public names only; each file sits in the folder of its
+    job, and no two share a name (``recurrence.py`` and ``kernels/recurrence.py`` once did)."""
+    root = PROJECT_ROOT / "zoo" / "attention"
+    assert sorted(p.name for p in root.glob("*.py")) == ["__init__.py"]
+    assert {p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"} == {
+        "build", "compat", "contract", "kernels", "modules", "variants"
+    }  # fmt: skip
+    stems = [p.stem for p in root.rglob("*.py") if p.stem != "__init__"]
+    assert sorted({stem for stem in stems if stems.count(stem) > 1}) == []

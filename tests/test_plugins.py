@@ -60,7 +60,7 @@ class BidirectionalOnly(CosineAttention):
     supports_causal = False
 
 
-from zoo.attention.recurrent import Recurrence, RecurrentLayer
+from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer
 
 
 class DecayingSum(RecurrentLayer):

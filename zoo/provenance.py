@@ -25,7 +25,7 @@ RECORD_KEY = "zoo"
 
 RECORD_FORMAT = 2
 """Bump when the record's layout, or the layout of the weights it describes, changes (2: the
-recurrent families are attention layers; :mod:`zoo.attention.legacy` rebuilds format 1)."""
+recurrent families are attention layers; :mod:`zoo.attention.compat.legacy` rebuilds format 1)."""
 
 _PACKAGES = ("lightning", "torchmetrics", "jsonargparse", "tokenizers", "sacrebleu", "datasets", "numpy")
 

@@ -16,10 +16,10 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
-from zoo.attention.backends import backend_of
-from zoo.attention.factory import ATTENTION_REGISTRY
-from zoo.attention.layer import AttentionLayer
-from zoo.attention.spec import AttentionSpec
+from zoo.attention.build.backends import backend_of
+from zoo.attention.build.factory import ATTENTION_REGISTRY
+from zoo.attention.build.spec import AttentionSpec
+from zoo.attention.contract.layer import AttentionLayer
 from zoo.distributed import run_directory
 
 __all__ = ["RUN_DIRECTORY_LABEL", "attention_by_layer", "run_summary"]
@@ -73,7 +73,7 @@ def attention_by_layer(
     """One line per stack of attention layers: what each layer's heads run (or, for a layer of its
     own such as a recurrent family, its registered name), in order; given the ``device`` and
     ``dtype`` a run trains on, each layer whose kernels are a fused backend's says which
-    (``local [flex]``, ``gla [fla]``; :func:`zoo.attention.backends.backend_of`).
+    (``local [flex]``, ``gla [fla]``; :func:`zoo.attention.build.backends.backend_of`).
 
     ``model.blocks.0.attention`` and ``model.blocks.1.attention`` form the stack
     ``blocks.attention``; a hybrid stack reads ``blocks.attention: local, dot_product, local,

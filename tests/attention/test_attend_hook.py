@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from zoo.attention import Attention, AttentionOutput, DotProductAttention
+from zoo.attention.contract.masking import causal_mask, masked_softmax
 from zoo.attention.kernels import sdpa as sdpa_module
-from zoo.attention.masking import causal_mask, masked_softmax
 from zoo.models.transformer import Transformer
 
 

@@ -304,7 +304,7 @@ def test_average_ignores_queries_and_keys() -> None:
 def test_average_is_a_running_masked_mean_without_weights(monkeypatch, lq: int, kwargs: dict) -> None:
     """Under a key mask or causality, average pooling never forms ``(Lq, Lk)`` weights, and
     its answer and gradients are those of the softmax over equal scores."""
-    import zoo.attention.base as base
+    import zoo.attention.contract.base as base
 
     attention = zoo.create_attention("average")
     q, k = torch.randn(3, 2, lq, 4, dtype=torch.float64), torch.randn(3, 2, 6, 4, dtype=torch.float64)

@@ -11,10 +11,10 @@ import torch
 import zoo
 from tests.attention.kernels.test_fla_adapter import calls  # noqa: F401  (the fla stand-ins, a fixture)
 from zoo.attention import AttentionContext
-from zoo.attention import recurrent as recurrent_module
-from zoo.attention.backends import BACKEND_ENV, BackendError, attention_backend, backend_of, requested_backend
+from zoo.attention.build.backends import BACKEND_ENV, BackendError, attention_backend, backend_of, requested_backend
 from zoo.attention.kernels import fla as fla_module
 from zoo.attention.kernels import flex
+from zoo.attention.modules import recurrent as recurrent_module
 from zoo.models import GPT, SequenceClassifier
 from zoo.summary import attention_by_layer
 

@@ -1,4 +1,4 @@
-"""The short convolutions every convolving layer shares (:class:`zoo.attention.convolved.ShortConvolved`):
+"""The short convolutions every convolving layer shares (:class:`zoo.attention.modules.convolved.ShortConvolved`):
 which layers take a mask per query with and without them, what their projections are, and the
 parameters a checkpoint holds."""
 
@@ -10,7 +10,7 @@ import torch
 import zoo
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
-from zoo.attention.convolved import ShortConvolved
+from zoo.attention.modules.convolved import ShortConvolved
 
 B, L, E, H = 2, 6, 16, 4
 #: the layers whose convolution is an option (off by default), and what they take besides

@@ -15,7 +15,7 @@ import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
-from zoo.attention.cache import ConvolvedCache, KeyValueCache
+from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache
 from zoo.attention.variants.differential import DifferentialAttention
 from zoo.models.gpt import GPT
 

@@ -16,8 +16,8 @@ from torch import Tensor
 
 import zoo
 from tests.helpers.layers import run_layer
+from zoo.attention.contract.masking import mask_at
 from zoo.attention.kernels import rows_from
-from zoo.attention.masking import mask_at
 from zoo.bench.measure import peak_memory
 
 F64 = {"rtol": 1e-10, "atol": 1e-12}

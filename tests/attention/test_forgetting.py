@@ -15,7 +15,7 @@ import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, layer_specs
-from zoo.attention.cache import ConvolvedCache
+from zoo.attention.contract.cache import ConvolvedCache
 from zoo.attention.variants.forgetting import ForgetCache, ForgettingAttention
 from zoo.models.gpt import GPT
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.attention.headed import HeadedAttention
+from zoo.attention.modules.headed import HeadedAttention
 from zoo.models import SequenceClassifier
 from zoo.models.transformer import Transformer
 

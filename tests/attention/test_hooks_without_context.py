@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
-from zoo.attention.recurrent import Recurrence, RecurrentLayer
+from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer
 
 
 def test_a_scoring_hook_of_the_old_shape_is_refused_naming_the_rename() -> None:

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import zoo
-from zoo.attention.cache import KeyValueCache, StateCache
-from zoo.attention.legacy import migrate_attention
-from zoo.attention.recurrent import Recurrence, RecurrentLayer
-from zoo.attention.spec import AttentionSpec, layer_specs
+from zoo.attention.build.spec import AttentionSpec, layer_specs
+from zoo.attention.compat.legacy import migrate_attention
+from zoo.attention.contract.cache import KeyValueCache, StateCache
+from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer
 from zoo.models import GPT
 from zoo.summary import attention_by_layer
 
@@ -182,7 +182,7 @@ def test_a_layer_without_attend_cached_declares_no_decoding_and_decoders_refuse_
 def test_a_deep_stack_validates_its_attention_choice_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 12-layer GPT checks its spec when it is made (its kind, its arguments, what the stack needs)
     and copies it to each layer unchecked; the registry is scanned only to suggest names in an error."""
-    from zoo.attention import factory, spec
+    from zoo.attention.build import factory, spec
     from zoo.attention.variants.differential import lambda_init
     from zoo.models import GPT
 

@@ -155,7 +155,7 @@ def test_random_synthesizer_shares_its_weights_with_a_position_bias_and_a_mask_f
 ) -> None:
     """A bias and a mask the same for every sequence fold into the shared softmax: the per-sequence
     one (the base class's) never runs, and the answer is its answer."""
-    import zoo.attention.base as base
+    import zoo.attention.contract.base as base
 
     attention, q, v, _ = _random_synthesizer_case(torch.Generator().manual_seed(1))
     bias = zoo.create_position("t5", d_model=12, num_heads=3).double()

@@ -1,4 +1,4 @@
-"""Tests of the masked softmax and the mask helpers (``zoo/attention/masking.py``)."""
+"""Tests of the masked softmax and the mask helpers (``zoo/attention/contract/masking.py``)."""
 
 from __future__ import annotations
 

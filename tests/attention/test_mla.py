@@ -15,7 +15,7 @@ import zoo
 from tests.helpers.layers import run_layer
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
-from zoo.attention.cache import ConvolvedCache, KeyValueCache, LatentCache, StateCache
+from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, LatentCache, StateCache
 from zoo.models import GPT
 
 EMBED, HEADS, LENGTH = 16, 4, 11

@@ -17,9 +17,9 @@ import zoo
 from tests.helpers.layers import run_layer
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, RecurrentLayer
-from zoo.attention.cache import StateCache
+from zoo.attention.contract.cache import StateCache
+from zoo.attention.kernels.chunking import to_chunks
 from zoo.attention.kernels.decay import SUB_CHUNK_SIZE, sub_chunk_length
-from zoo.attention.kernels.recurrence import to_chunks
 from zoo.models import GPT
 
 FAMILIES = ["kda", "rwkv7", "gated_deltaproduct"]

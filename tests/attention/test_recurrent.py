@@ -18,9 +18,9 @@ import zoo
 from tests.helpers.layers import run_layer
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
-from zoo.attention.cache import KeyValueCache, StateCache
-from zoo.attention.recurrent import RecurrentLayer
-from zoo.attention.spec import layer_specs
+from zoo.attention.build.spec import layer_specs
+from zoo.attention.contract.cache import KeyValueCache, StateCache
+from zoo.attention.modules.recurrent import RecurrentLayer
 from zoo.models import GPT
 
 FAMILIES = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2"]

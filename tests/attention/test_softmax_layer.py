@@ -16,7 +16,7 @@ import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, AttentionSpec
-from zoo.attention.cache import ConvolvedCache, KeyValueCache, WindowCache
+from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, WindowCache
 from zoo.attention.variants.softmax import SoftmaxAttention
 from zoo.models.gpt import GPT
 from zoo.models.transformer import Transformer

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from zoo.attention import get_attention
-from zoo.attention.factory import scoring_names
+from zoo.attention.build.factory import scoring_names
 from zoo.bench.measure import Summary, TooSlow, peak_memory, time_round_robin
 from zoo.bench.report import environment, growth_exponent, markdown_table
 from zoo.commands import main
@@ -302,7 +302,7 @@ def test_bench_keeps_the_lengths_measured_before_it_is_killed(in_tmp, monkeypatc
 def test_bench_attention_measures_each_fused_backend_beside_the_zoos_form(in_tmp, monkeypatch, capsys) -> None:
     """``NAME@zoo`` and ``NAME@flex`` / ``NAME@fla`` run with the backend forced, against each
     other; where the device runs no fused backend both are left out, with the reason."""
-    from zoo.attention import backends
+    from zoo.attention.build import backends
     from zoo.bench import attention as bench_attention
 
     cases = {case.name: case for case in bench_attention.attention_cases()}
@@ -317,7 +317,7 @@ def test_bench_attention_measures_each_fused_backend_beside_the_zoos_form(in_tmp
     seen = []
     monkeypatch.setattr(bench_attention, "_runs_here", lambda case, config, device: None)
     monkeypatch.setattr(backends, "choose", lambda fused, runs, **_: seen.append(backends.requested_backend()) or False)
-    monkeypatch.setattr("zoo.attention.flex_variant.choose", backends.choose)
+    monkeypatch.setattr("zoo.attention.modules.flex_variant.choose", backends.choose)
     main(["bench", "attention", "--cases", "local@*", "--lengths", "32", "--batch", "1", "--d-model", "16",
                     "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory", "--out", "b.json",
                     "--plot", "b.png"])  # fmt: skip

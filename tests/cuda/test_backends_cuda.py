@@ -11,11 +11,11 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.attention import AttentionContext
-from zoo.attention import recurrent as recurrent_module
-from zoo.attention.backends import attention_backend, backend_of
+from zoo.attention.build.backends import attention_backend, backend_of
 from zoo.attention.kernels import fla as fla_module
 from zoo.attention.kernels import flex
 from zoo.attention.kernels.fla import fla_available
+from zoo.attention.modules import recurrent as recurrent_module
 from zoo.models import GPT
 
 pytestmark = pytest.mark.cuda
@@ -58,7 +58,7 @@ def test_flex_runs_mask_defined_variants_as_their_own_forms(name, options, causa
     layer = zoo.SelfAttention(EMBED, HEADS, zoo.AttentionSpec(name, options)).cuda()
     runs = []
     monkeypatch.setattr(flex, "flex_attend", lambda *a, _f=flex.flex_attend, **k: runs.append(1) or _f(*a, **k))
-    assert backend_of(layer, "cuda") == "zoo"  # auto takes no flex yet (zoo.attention.backends)
+    assert backend_of(layer, "cuda") == "zoo"  # auto takes no flex yet (zoo.attention.build.backends)
     fused, own = _both(layer, causal, fused="flex")
     assert runs == [1], "forced flex did not run"
     for label, a, b in zip(("output", "gradient"), fused, own):

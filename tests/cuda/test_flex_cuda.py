@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.attention.backends import attention_backend
+from zoo.attention.build.backends import attention_backend
 from zoo.attention.kernels import flex
 from zoo.positions.alibi import ALiBi
 from zoo.positions.t5 import T5RelativeBias, t5_bucket

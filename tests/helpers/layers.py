@@ -7,8 +7,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from zoo.attention import MultiHeadAttention
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
 
 __all__ = ["run_layer"]
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from zoo.attention import AttentionSpec
-from zoo.attention.context import AttentionContext
-from zoo.attention.multi_head import CrossAttention
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.modules.multi_head import CrossAttention
 from zoo.layers import AddNorm, BlockConfig, DecoderBlock, EncoderBlock
 from zoo.models.classifier import SequenceClassifier
 from zoo.models.transformer import Transformer

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from zoo.attention.context import AttentionContext
+from zoo.attention.contract.context import AttentionContext
 from zoo.models import GPT, RecallLM, SequenceAutoEncoder
 from zoo.positions import sinusoidal_table
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
-from zoo.attention.context import AttentionContext
+from zoo.attention.contract.context import AttentionContext
 from zoo.datamodules.recall import MADDataModule, MQARDataModule, SelectiveCopyingDataModule
 from zoo.models import GPT, SequenceAutoEncoder
 from zoo.models.gpt import family_position

@@ -10,8 +10,8 @@ from torch import Tensor, nn
 import zoo
 from tests.helpers.positions import KIT_OPTIONS, takes_position
 from zoo.attention import AttentionOutput
-from zoo.attention.base import position_bias_grid
-from zoo.attention.masking import masked_softmax, with_causal
+from zoo.attention.contract.base import position_bias_grid
+from zoo.attention.contract.masking import masked_softmax, with_causal
 from zoo.testing import AttentionContractError, check_attention
 
 BUILT_INS = [e.name for e in zoo.ATTENTION_REGISTRY.entries() if e.source == "attention-zoo"]

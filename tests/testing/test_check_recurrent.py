@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import zoo
-from zoo.attention.cache import StateCache
-from zoo.attention.recurrent import Recurrence, RecurrentLayer
+from zoo.attention.contract.cache import StateCache
+from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer
 from zoo.testing import AttentionContractError, check_attention
 
 ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16", "bfloat16", "gradients")

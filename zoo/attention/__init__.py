@@ -1,16 +1,21 @@
 """Attention behind two contracts, scoring attentions and attention layers, and the registry that names both.
 
-The machinery is here (the contracts, the context, masking, caches, specs, the registry, the
-multi-head layers, ``kernels/``); the variants are in :mod:`zoo.attention.variants`, one per file.
+The package is arranged by job: :mod:`~zoo.attention.contract` (the two contracts, the context,
+masks, caches), :mod:`~zoo.attention.build` (the registry, specs, the backends' choice),
+:mod:`~zoo.attention.modules` (the multi-head layers and the pieces and family bases variants
+are made of), :mod:`~zoo.attention.variants` (one variant or family per file),
+:mod:`~zoo.attention.kernels` (tensor machinery that imports none of the others) and
+:mod:`~zoo.attention.compat` (stored models of earlier versions). What a user or a plugin needs is
+exported here, and only these names are the public path: the modules behind them may move.
 Importing this package registers the built-in variants.
 """
 
 import sys
 
-from zoo.attention.base import Attention, AttentionOutput, IncompatibleAttentionError
-from zoo.attention.context import AttentionContext
-from zoo.attention.layer import AttentionLayer
-from zoo.attention.factory import (
+from zoo.attention.contract.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.layer import AttentionLayer
+from zoo.attention.build.factory import (
     ATTENTION_REGISTRY,
     create_attention,
     create_scoring_attention,
@@ -20,7 +25,7 @@ from zoo.attention.factory import (
     register_attention_layer,
     require_attention,
 )
-from zoo.attention.masking import causal_mask, lengths_to_mask, masked_softmax
+from zoo.attention.contract.masking import causal_mask, lengths_to_mask, masked_softmax
 
 # Built-in variants register themselves on import.
 from zoo.attention import variants  # noqa: E402  (after the registry)
@@ -38,7 +43,7 @@ from zoo.attention.variants.sparse import FixedSparseAttention  # noqa: E402
 from zoo.attention.variants.synthesizer import SynthesizerAttention  # noqa: E402
 from zoo.attention.variants.sinkhorn import SinkhornAttention  # noqa: E402
 from zoo.attention.variants.reformer import ReformerAttention  # noqa: E402
-from zoo.attention.recurrent import RecurrentLayer  # noqa: E402
+from zoo.attention.modules.recurrent import RecurrentLayer  # noqa: E402
 from zoo.attention.variants.retention import RetentionAttention  # noqa: E402
 from zoo.attention.variants.gla import GatedLinearAttention  # noqa: E402
 from zoo.attention.variants.deltanet import DeltaNetAttention, GatedDeltaNetAttention  # noqa: E402
@@ -61,9 +66,10 @@ from zoo.attention.variants.softpick import SoftpickAttention  # noqa: E402
 from zoo.attention.variants.stick_breaking import StickBreakingAttention  # noqa: E402
 from zoo.attention.variants.differential import DifferentialAttention  # noqa: E402
 from zoo.attention.variants.forgetting import ForgettingAttention  # noqa: E402
-from zoo.attention.spec import AttentionSpec, layer_specs  # noqa: E402
-from zoo.attention.headed import HeadedAttention  # noqa: E402
-from zoo.attention.multi_head import CrossAttention, MultiHeadAttention, SelfAttention, self_attention_layer  # noqa: E402
+from zoo.attention.build.spec import AttentionSpec, layer_specs  # noqa: E402
+from zoo.attention.modules.headed import HeadedAttention  # noqa: E402
+from zoo.attention.modules.recurrence import LowRankRecurrence, ProductRecurrence, Recurrence  # noqa: E402
+from zoo.attention.modules.multi_head import CrossAttention, MultiHeadAttention, SelfAttention, self_attention_layer  # noqa: E402
 
 # The variants' modules before they moved to zoo.attention.variants: their old paths still import.
 for _module in variants.MODULES:
@@ -94,6 +100,7 @@ __all__ = [
     "HeadedAttention",
     "IncompatibleAttentionError",
     "KimiDeltaAttention",
+    "LowRankRecurrence",
     "LinearAttention",
     "LinformerAttention",
     "LocalAttention",
@@ -104,9 +111,11 @@ __all__ = [
     "MultiHeadLatentAttention",
     "NativeSparseAttention",
     "PerformerAttention",
+    "ProductRecurrence",
     "RWKV7Attention",
     "QKNormAttention",
     "ReformerAttention",
+    "Recurrence",
     "RecurrentLayer",
     "RetentionAttention",
     "SelfAttention",

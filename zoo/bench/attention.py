@@ -13,7 +13,7 @@ causal ``multi_head``:
   the straightforward formulation of ``additive``;
 * every registered attention layer a stack builds by name (the recurrent families, plugins'
   layers) as a layer case over ``x``, under its name;
-* a case whose variant has a fused backend (:mod:`zoo.attention.backends`) runs as ``auto``
+* a case whose variant has a fused backend (:mod:`zoo.attention.build.backends`) runs as ``auto``
   chooses under its name, and twice more with the backend forced: ``NAME@zoo`` (the zoo's own
   form) and ``NAME@flex`` or ``NAME@fla`` (each against ``NAME@zoo``), where the device runs that
   backend; and ``fla:NAME``, flash-linear-attention's own layer for a recurrent family
@@ -42,12 +42,12 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention import AttentionSpec, MultiHeadAttention, create_attention, create_scoring_attention, get_attention
-from zoo.attention.backends import attention_backend
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import layer_names, scoring_names
+from zoo.attention.build.backends import attention_backend
+from zoo.attention.build.factory import layer_names, scoring_names
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels import flex
 from zoo.attention.kernels.fla import fla_available
-from zoo.attention.recurrent import RecurrentLayer
+from zoo.attention.modules.recurrent import RecurrentLayer
 from zoo.bench.baselines import FLA_LAYERS, BroadcastAdditive, ExplicitMultiHead, FlaLayer, SDPAFloor, TorchMultiHead
 from zoo.bench.sweep import OnLength, SweepSettings, Workload, growth, sweep_lengths
 from zoo.positions import ALiBi

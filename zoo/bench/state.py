@@ -31,10 +31,10 @@ import yaml
 from torch import Tensor
 
 from zoo.attention import get_attention, self_attention_layer
-from zoo.attention.cache import LayerCache
-from zoo.attention.factory import layer_names
-from zoo.attention.layer import AttentionLayer
-from zoo.attention.spec import AttentionSpec
+from zoo.attention.build.factory import layer_names
+from zoo.attention.build.spec import AttentionSpec
+from zoo.attention.contract.cache import LayerCache
+from zoo.attention.contract.layer import AttentionLayer
 from zoo.bench.measure import peak_memory, time_call
 from zoo.bench.report import markdown_table
 from zoo.errors import ConfigurationError, ZooError

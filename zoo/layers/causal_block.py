@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from zoo.attention.cache import LayerCache
-from zoo.attention.context import AttentionContext
+from zoo.attention.contract.cache import LayerCache
+from zoo.attention.contract.context import AttentionContext
 from zoo.layers.encoder_block import EncoderBlock
 
 __all__ = ["CausalBlock"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from zoo.attention.cache import LayerCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.multi_head import CrossAttention, self_attention_layer
-from zoo.attention.spec import AttentionSpec
+from zoo.attention.build.spec import AttentionSpec
+from zoo.attention.contract.cache import LayerCache
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.modules.multi_head import CrossAttention, self_attention_layer
 from zoo.layers.block_config import BlockConfig
 
 __all__ = ["DecoderBlock", "KeyValue"]
@@ -22,13 +22,13 @@ class DecoderBlock(nn.Module):
 
     Self-attention is causal. For incremental decoding the block takes its self-attention's cache
     of earlier positions (``cache``: keys and values, or a recurrent state;
-    :mod:`zoo.attention.cache`) and returns it extended by the new positions, so a step costs one
+    :mod:`zoo.attention.contract.cache`) and returns it extended by the new positions, so a step costs one
     position's projections instead of the whole prefix. The memory's keys and values are
     projected once per source (:meth:`project_memory`). A config with ``ffn_hidden=0`` builds no FFN.
 
     Args:
         config: The stack's sizes (heads: self and cross), dropout and norm placement.
-        attention: The causal self-attention's :class:`~zoo.attention.spec.AttentionSpec` (its
+        attention: The causal self-attention's :class:`~zoo.attention.build.spec.AttentionSpec` (its
             position scheme is the decoder stack's), or a registered name.
         cross_attention: The cross-attention's spec (no positions); ``None``: ``attention``'s
             without its position scheme.

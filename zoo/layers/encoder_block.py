@@ -6,9 +6,9 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from zoo.attention.context import AttentionContext
-from zoo.attention.multi_head import self_attention_layer
-from zoo.attention.spec import AttentionSpec
+from zoo.attention.build.spec import AttentionSpec
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.modules.multi_head import self_attention_layer
 from zoo.layers.block_config import BlockConfig
 
 __all__ = ["EncoderBlock"]
@@ -22,7 +22,7 @@ class EncoderBlock(nn.Module):
 
     Args:
         config: The stack's sizes, dropout and norm placement.
-        attention: The self-attention's :class:`~zoo.attention.spec.AttentionSpec` (a scoring
+        attention: The self-attention's :class:`~zoo.attention.build.spec.AttentionSpec` (a scoring
             attention run per head, or an attention layer; key/value heads, rotary or bias
             positions, dropout on the weights), or a registered name.
     """

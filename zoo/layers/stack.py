@@ -3,7 +3,7 @@
 GPT, the sequence classifier and the Transformer's encoder and decoder build a stack the same
 way: the registered position scheme (an absolute one acts on the embeddings, a rotary or bias
 one is shared by the layers' self-attention), one checked
-:class:`~zoo.attention.spec.AttentionSpec` per layer (:func:`~zoo.attention.spec.layer_specs`,
+:class:`~zoo.attention.build.spec.AttentionSpec` per layer (:func:`~zoo.attention.build.spec.layer_specs`,
 whose errors name the layer and the fix), and one block per spec from the stack's
 :class:`~zoo.layers.BlockConfig`. A model states what its stacks share once, in a
 :class:`StackConfig`, and what each stack is in a :class:`StackPlan`; :func:`build_stacks` does
@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
-from zoo.attention.spec import AttentionChoice, AttentionSpec, layer_specs
+from zoo.attention.build.spec import AttentionChoice, AttentionSpec, layer_specs
 from zoo.layers.block_config import BlockConfig
 from zoo.positions import PositionScheme, create_position
 
@@ -36,7 +36,7 @@ class StackConfig:
     Args:
         block: The blocks' sizes and options (``d_model`` and ``num_heads`` size the positions too).
         attention: Registered scoring attention or attention layer, or a list for a hybrid stack
-            (:func:`~zoo.attention.spec.layer_specs`).
+            (:func:`~zoo.attention.build.spec.layer_specs`).
         attention_kwargs: Extra keyword arguments for a single named attention.
         num_kv_heads: Key/value heads of a multi-head layer; ``None``: ``num_heads``.
         attention_dropout: Dropout on the attention weights; ``None``: the blocks' ``dropout``.

@@ -13,9 +13,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.context import AttentionContext
-from zoo.attention.masking import lengths_to_mask
-from zoo.attention.spec import AttentionChoice
+from zoo.attention.build.spec import AttentionChoice
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import lengths_to_mask
 from zoo.layers import BlockConfig, EncoderBlock, StackConfig, StackPlan, build_stacks, scaled_embedding
 
 __all__ = ["SentimentClassifier", "SequenceClassifier"]
@@ -56,7 +56,7 @@ class SequenceClassifier(nn.Module):
         dropout: Dropout throughout.
         attention: Registered per-head scoring attention name, or a list for a hybrid stack: one
             entry per layer or a pattern repeated over the layers, each a name or a mapping with a
-            ``name`` and that variant's arguments (:func:`zoo.attention.spec.layer_specs`).
+            ``name`` and that variant's arguments (:func:`zoo.attention.build.spec.layer_specs`).
         attention_kwargs: Extra keyword arguments for a single named attention.
         padding_idx: Token id of padding (from the data module).
         max_len: Longest sequence an absolute scheme covers (the classification token included).
@@ -101,15 +101,9 @@ class SequenceClassifier(nn.Module):
         self.num_prefix_tokens = int(self.cls_token is not None)
         config = BlockConfig(d_model, num_heads, ffn_hidden, dropout, norm_first)
         stack_config = StackConfig(
-            block=config,
-            attention=attention,
-            attention_kwargs=attention_kwargs,
-            num_kv_heads=num_kv_heads,
-            attention_dropout=attention_dropout,
-            position=position,
-            position_kwargs=position_kwargs,
-            max_len=max_len,
-        )
+            block=config, attention=attention, attention_kwargs=attention_kwargs, num_kv_heads=num_kv_heads,
+            attention_dropout=attention_dropout, position=position, position_kwargs=position_kwargs, max_len=max_len,
+        )  # fmt: skip
         [(self.position, self.blocks)] = build_stacks(
             stack_config,
             StackPlan(num_layers, EncoderBlock, role="the sequence classifier (padding masks)", padding=True),

@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import IncompatibleAttentionError
-from zoo.attention.cache import LayerCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import get_attention
-from zoo.attention.recurrent import RecurrentLayer
-from zoo.attention.spec import AttentionChoice
+from zoo.attention.build.factory import get_attention
+from zoo.attention.build.spec import AttentionChoice
+from zoo.attention.contract.base import IncompatibleAttentionError
+from zoo.attention.contract.cache import LayerCache
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.modules.recurrent import RecurrentLayer
 from zoo.layers import BlockConfig, CausalBlock, StackConfig, StackPlan, build_stacks
 
 __all__ = ["AUTO_POSITION", "GPT", "family_position"]
@@ -35,7 +35,7 @@ AUTO_POSITION = "auto"
 
 def family_position(attention: AttentionChoice) -> str:
     """The position scheme Zoology gives a stack of these layers: ``none`` when any layer is
-    recurrent (a :class:`~zoo.attention.recurrent.RecurrentLayer`: its decays and short
+    recurrent (a :class:`~zoo.attention.modules.recurrent.RecurrentLayer`: its decays and short
     convolutions give the stack its order, as Zoology's convolutions, SSMs and recurrences get no
     positions), ``learned`` otherwise (Zoology's softmax attention, which sees no order without
     them, gets learned absolute positions; so does any scoring attention here)."""
@@ -60,7 +60,7 @@ class GPT(nn.Module):
     absolute one is added to the embeddings and covers ``block_size`` positions; a rotary or bias
     one acts in the layers; ``auto`` picks by family as Zoology does (:func:`family_position`).
     Every layer's attention must be causal; ``attention`` may be a list for a hybrid stack
-    (:func:`zoo.attention.spec.layer_specs`).
+    (:func:`zoo.attention.build.spec.layer_specs`).
 
     Without MLPs (``ffn_hidden=0``) each block is ``x + dropout(attention(norm(x)))``, the
     sequence-mixer-only model of Zoology's MQAR experiments (its ``state_mixer`` the identity).
@@ -122,15 +122,9 @@ class GPT(nn.Module):
             d_model, num_heads, hidden, dropout, norm_first=True, activation="gelu", bias=bias, ffn_dropout=0.0
         )
         stack_config = StackConfig(
-            block=config,
-            attention=attention,
-            attention_kwargs=attention_kwargs,
-            num_kv_heads=num_kv_heads,
-            attention_dropout=attention_dropout,
-            position=position,
-            position_kwargs=position_kwargs,
-            max_len=block_size,
-        )
+            block=config, attention=attention, attention_kwargs=attention_kwargs, num_kv_heads=num_kv_heads,
+            attention_dropout=attention_dropout, position=position, position_kwargs=position_kwargs, max_len=block_size,
+        )  # fmt: skip
         [(self.position, self.blocks)] = build_stacks(
             stack_config,
             StackPlan(num_layers, CausalBlock, role="the GPT (causal self-attention)", causal=True),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zoo.attention.spec import AttentionChoice
+from zoo.attention.build.spec import AttentionChoice
 from zoo.models.gpt import AUTO_POSITION, GPT
 
 __all__ = ["RecallLM"]

@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.cache import LayerCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.masking import lengths_to_mask
-from zoo.attention.spec import AttentionChoice, AttentionSpec
+from zoo.attention.build.spec import AttentionChoice, AttentionSpec
+from zoo.attention.contract.cache import LayerCache
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import lengths_to_mask
 from zoo.layers import (
     BlockConfig,
     DecoderBlock,
@@ -158,15 +158,9 @@ class Transformer(nn.Module):
         self.embedding_dropout = nn.Dropout(dropout)
         config = BlockConfig(d_model, num_heads, ffn_hidden, dropout, norm_first)
         stack_config = StackConfig(
-            block=config,
-            attention=attention,
-            attention_kwargs=attention_kwargs,
-            num_kv_heads=num_kv_heads,
-            attention_dropout=attention_dropout,
-            position=position,
-            position_kwargs=position_kwargs,
-            max_len=max_len,
-        )
+            block=config, attention=attention, attention_kwargs=attention_kwargs, num_kv_heads=num_kv_heads,
+            attention_dropout=attention_dropout, position=position, position_kwargs=position_kwargs, max_len=max_len,
+        )  # fmt: skip
 
         def decoder_block(config: BlockConfig, spec: AttentionSpec) -> DecoderBlock:
             return DecoderBlock(config, spec, cross_attention_spec(spec, cross_attention, cross_attention_kwargs))

@@ -50,7 +50,7 @@ class RotaryEmbedding(PositionScheme):
         """``cos`` and ``sin`` of the angles ``m * theta_i`` at integer ``positions`` ``(..., L)``:
         ``(..., L, head_dim / 2)`` in float32. Computed on each call, never stored: a buffer would
         follow ``model.half()`` and lose the precision that angles at large positions need (a model
-        computes them once a forward, :meth:`zoo.attention.context.AttentionContext.memoized`)."""
+        computes them once a forward, :meth:`zoo.attention.contract.context.AttentionContext.memoized`)."""
         inverse_frequency = self.base ** (
             -torch.arange(0, self.head_dim, 2, device=positions.device, dtype=torch.float32) / self.head_dim
         )

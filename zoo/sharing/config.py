@@ -29,7 +29,7 @@ __all__ = ["CONFIG_NAME", "FOLDER_FORMAT", "ZOO_KEY", "ModelConfig"]
 ZOO_KEY = "zoo"
 #: Bump when the folder's layout, or its weights' layout, changes; a folder of a newer format is
 #: refused, not misread (2: the recurrent families are attention layers; format 1 migrates through
-#: :mod:`zoo.attention.legacy`).
+#: :mod:`zoo.attention.compat.legacy`).
 FOLDER_FORMAT = 2
 
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from torch import Tensor, nn
 
-from zoo.attention.legacy import migrate_attention
+from zoo.attention.compat.legacy import migrate_attention
 from zoo.errors import CheckpointError
 from zoo.tasks.registry import MODEL_REGISTRY
 
@@ -51,7 +51,7 @@ def rebuild_task(
         hyperparameters: The constructor's arguments.
         state_dict: The weights, by name.
         saved_format: The format of the checkpoint record or folder they were read from: the
-            hyperparameters of an older one are migrated first (:mod:`zoo.attention.legacy`).
+            hyperparameters of an older one are migrated first (:mod:`zoo.attention.compat.legacy`).
         task_class: What the model must be (a subclass of it is).
         hyperparameters_from: The file the hyperparameters were read from, named in errors.
         weights_from: The file the weights were read from, named in errors.

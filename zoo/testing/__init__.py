@@ -39,7 +39,7 @@ position must not change a visible one), and every parameter it owns (gates, con
 norms) must get a gradient. Such a layer takes a rotary or bias scheme as its ``position``.
 
 **Recurrent variants.** A variant whose ``attend_cached`` keeps a fixed-size state (a
-:class:`~zoo.attention.cache.StateCache`, as ``retention``, ``gla``, ``deltanet``,
+:class:`~zoo.attention.contract.cache.StateCache`, as ``retention``, ``gla``, ``deltanet``,
 ``gated_deltanet`` and ``mamba2`` do; the kit asks it for a short prompt's cache) gets two more:
 
 * ``state_decoding``: a prompt, then one position at a time through ``attend_cached``, gives the

@@ -1,5 +1,5 @@
 """The contract's checks of a recurrent layer's decoding: a layer whose ``attend_cached`` keeps a
-fixed-size state (:class:`~zoo.attention.cache.StateCache`) instead of every key and value.
+fixed-size state (:class:`~zoo.attention.contract.cache.StateCache`) instead of every key and value.
 
 * ``state_decoding``: a prompt, then one position at a time through ``attend_cached``, gives
   the outputs of one causal forward pass over the whole sequence (the parallel form), in float64,
@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention import IncompatibleAttentionError
-from zoo.attention.cache import LayerCache, StateCache
-from zoo.attention.context import AttentionContext
+from zoo.attention.contract.cache import LayerCache, StateCache
+from zoo.attention.contract.context import AttentionContext
 from zoo.testing.harness import BATCH, Harness
 from zoo.testing.report import fail
 

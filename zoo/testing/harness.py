@@ -19,9 +19,9 @@ import torch
 from torch import Tensor, nn
 
 from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError
-from zoo.attention.context import AttentionContext
-from zoo.attention.masking import causal_mask
-from zoo.attention.spec import POSITION_CAPABILITY, AttentionSpec
+from zoo.attention.build.spec import POSITION_CAPABILITY, AttentionSpec
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import causal_mask
 from zoo.positions import create_position, get_position
 from zoo.testing.placement import Placement
 

@@ -12,7 +12,7 @@ Linear attention with a decaying or delta-rule state, each recurrence in three f
 up to rounding: the parallel form (``*_chunkwise`` with ``chunk_size=None``: quadratic, one chunk;
 ``*_weights`` gives its ``(T, T)`` weights for heatmaps), the chunkwise form (for training and
 prefill) and ``*_recurrent`` (for decoding); all take an optional
-state to start from and a ``mask``, and return the final state (:mod:`~zoo.attention.kernels.recurrence`
+state to start from and a ``mask``, and return the final state (:mod:`~zoo.attention.kernels.chunking`
 holds what they share):
 
 * :mod:`~zoo.attention.kernels.decay`: a decay per step, scalar (RetNet retention, Mamba-2's SSD)

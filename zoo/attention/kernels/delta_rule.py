@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from zoo.attention.kernels.chunk_scan import chunk_scan
-from zoo.attention.kernels.recurrence import (
+from zoo.attention.kernels.chunking import (
     causal_decay,
     chunk_length,
     from_chunks,

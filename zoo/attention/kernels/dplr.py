@@ -61,8 +61,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.kernels.chunk_scan import chunk_scan
+from zoo.attention.kernels.chunking import chunk_length, from_chunks, initial_or_zeros, to_chunks, zero_padding
 from zoo.attention.kernels.decay import chunk_weight_grid
-from zoo.attention.kernels.recurrence import chunk_length, from_chunks, initial_or_zeros, to_chunks, zero_padding
 from zoo.attention.kernels.stepwise import step_by_step
 
 __all__ = ["dplr_chunkwise", "dplr_recurrent", "dplr_weights"]

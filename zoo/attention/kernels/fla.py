@@ -19,15 +19,15 @@ decayed delta rule             Gated DeltaNet                    ``gated_delta_r
 diagonal plus rank one         Kimi Delta Attention, RWKV-7      ``generalized_delta_rule.chunk_dplr_delta_rule``
 =============================  ================================  ======================================
 
-The last two rows are the recurrences of 2025 (:mod:`zoo.attention.recurrence`):
+The last two rows are the recurrences of 2025 (:mod:`zoo.attention.modules.recurrence`):
 
-* A :class:`~zoo.attention.recurrence.ProductRecurrence` (Gated DeltaProduct) runs as fla's own
+* A :class:`~zoo.attention.modules.recurrence.ProductRecurrence` (Gated DeltaProduct) runs as fla's own
   ``chunk_gated_delta_product`` lays it out: each token's ``n`` delta-rule steps one after
   another, the decay at the first and the query at the last
   (:func:`~zoo.attention.kernels.delta_product.over_steps`), in the delta rule's op above. fla's
   ``chunk_gated_delta_product`` itself is not called: it refuses float32 (an assertion in 0.6.0),
   in which the zoo's layers run their recurrences, and it is the same interleaving.
-* A :class:`~zoo.attention.recurrence.LowRankRecurrence` (``S_t = (Diag(exp(g_t)) + a_t^T b_t)
+* A :class:`~zoo.attention.modules.recurrence.LowRankRecurrence` (``S_t = (Diag(exp(g_t)) + a_t^T b_t)
   S_{t-1} + k_t^T v_t``: KDA, RWKV-7) is fla's DPLR delta rule, whose reference (``naive.py``:
   ``S_t = exp(gk_t) S_{t-1} + beta_t^T (alpha_t S_{t-1}) + k_t^T v_t``, its arguments named ``a``
   for ``alpha`` and ``b`` for ``beta``) names the two vectors the other way round: fla's ``a`` is
@@ -51,7 +51,7 @@ zoo's chunkwise form through stand-ins of these ops written from fla's documenta
 * Mamba-2's queries and keys, shared by groups of value heads, are repeated to one per value
   head (fla's decaying ops take as many query heads as value heads).
 * Key padding (``mask`` ``(B, 1 or H, T)``, True at real tokens, anywhere in the sequence) is
-  applied as the zoo's kernels apply it (:func:`~zoo.attention.kernels.recurrence.zero_padding`):
+  applied as the zoo's kernels apply it (:func:`~zoo.attention.kernels.chunking.zero_padding`):
   zero keys, queries, values, betas and log decays make a padded step an identity step with a
   zero output, in any op. fla's own answer to padding is ``cu_seqlens`` (sequences packed into
   one row, ``B = 1``), which saves the padded steps' work but takes right padding only and
@@ -88,8 +88,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from zoo.attention.kernels.chunking import zero_padding
 from zoo.attention.kernels.delta_product import over_steps
-from zoo.attention.kernels.recurrence import zero_padding
 
 __all__ = ["LowRankInputs", "ProductInputs", "RecurrenceInputs", "fla_available", "fla_chunk", "fla_refusal"]
 
@@ -105,15 +105,16 @@ class RecurrenceInputs(Protocol):
 
 
 class LowRankInputs(Protocol):
-    """A diagonal-plus-rank-one recurrence (the zoo's ``LowRankRecurrence``): ``q``, ``k``, ``a``,
-    ``b``, ``log_decay`` ``(B, H, T, dk)``, ``v`` ``(B, H, T, dv)``."""
+    """A diagonal-plus-rank-one recurrence (the zoo's ``LowRankRecurrence``): besides
+    :class:`RecurrenceInputs`' ``q``, ``k``, ``v`` and ``log_decay`` (here ``(B, H, T, dk)``), the
+    rank-one correction's ``a`` and ``b`` ``(B, H, T, dk)``."""
 
     q: Tensor
     k: Tensor
     v: Tensor
+    log_decay: Tensor
     a: Tensor
     b: Tensor
-    log_decay: Tensor
 
 
 class ProductInputs(Protocol):

@@ -35,8 +35,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.attention.contract.masking import masked_softmax, with_causal
 from zoo.attention.kernels.sdpa import fused_attention
-from zoo.attention.masking import masked_softmax, with_causal
 
 __all__ = ["latent_attention_absorbed", "latent_attention_naive", "latent_attention_weights"]
 

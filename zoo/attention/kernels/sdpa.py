@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.masking import with_causal
+from zoo.attention.contract.masking import with_causal
 
 __all__ = ["ZERO_ROW_DEVICES", "fused_attention", "masked_sdpa"]
 

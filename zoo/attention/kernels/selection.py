@@ -39,8 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from zoo.attention.contract.masking import masked_softmax
 from zoo.attention.kernels.sdpa import masked_sdpa
-from zoo.attention.masking import masked_softmax
 
 __all__ = ["DENSE_KEYS", "GATHERED_KEYS", "block_means", "overlap_sums", "selected_block_attention", "top_blocks"]
 

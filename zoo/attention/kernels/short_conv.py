@@ -138,7 +138,7 @@ def convolve_projections(
     outputs and the windows after them.
 
     ``key_padding``: True at real positions, ``(B, 1 or H, L)`` with ``L >= T`` (a context's
-    :attr:`~zoo.attention.context.AttentionContext.key_padding`), read at its last ``T``.
+    :attr:`~zoo.attention.contract.context.AttentionContext.key_padding`), read at its last ``T``.
     """
     real = None
     if key_padding is not None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from zoo.attention.kernels.recurrence import initial_or_zeros
+from zoo.attention.kernels.chunking import initial_or_zeros
 
 __all__ = ["step_by_step"]
 

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from zoo.attention.contract.masking import mask_at, masked_softmax
 from zoo.attention.kernels.blocks import block_attention, rows_from
 from zoo.attention.kernels.sdpa import masked_sdpa
-from zoo.attention.masking import mask_at, masked_softmax
 
 __all__ = ["sink_attention", "sink_weights", "softmax_heads", "window_blocks", "with_sink_key"]
 

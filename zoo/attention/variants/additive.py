@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from zoo.attention.base import Attention
-from zoo.attention.factory import register_attention
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import Attention
 
 __all__ = ["AdditiveAttention", "AdditiveScores"]
 

@@ -33,9 +33,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import Attention, AttentionOutput
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels import flex
 from zoo.attention.variants.patterns import SparsePatternAttention
 

@@ -18,7 +18,7 @@ What the variants read, as in the papers and flash-linear-attention:
   after its short convolution, or without one);
 * the write strength ``b_t = sigmoid(x_t w_b)`` per head, from the layer's input;
 * Gated DeltaNet's decay ``a_t = exp(-softplus(x_t w_a + dt_bias) A)`` per head, Mamba-2's
-  (:class:`~zoo.attention.gating.StepDecay`, ``A`` starting uniform in ``(0, 16)``).
+  (:class:`~zoo.attention.modules.gating.StepDecay`, ``A`` starting uniform in ``(0, 16)``).
 
 Outputs: each head's RMSNorm (DeltaNet), times a swish gate ``silu(x W_g)`` of the layer's input
 (Gated DeltaNet), before the layer's output projection.
@@ -37,10 +37,10 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
-from zoo.attention.factory import register_attention_layer
-from zoo.attention.gating import HeadNorm, StepDecay
+from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.kernels.l2_norm import l2_normalize
-from zoo.attention.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
+from zoo.attention.modules.gating import HeadNorm, StepDecay
+from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["DeltaNetAttention", "GatedDeltaNetAttention"]
 
@@ -53,7 +53,7 @@ class DeltaNetAttention(RecurrentLayer):
         embed_dim: The block's width: what ``b_t`` is projected from.
         num_heads: Heads.
         expand_v: The value width, in multiples of ``embed_dim``.
-        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4; the parallel
+        options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4; the parallel
             form solves a ``(T, T)`` triangular system, so ``auto`` keeps it to ``chunk_size`` steps).
 
     Parameters of its own: ``beta`` (``embed_dim -> num_heads``, no bias), the write strengths;

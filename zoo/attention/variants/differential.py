@@ -25,7 +25,7 @@ half, so the stack's rotary scheme fits as it is (the zoo pairs the two halves o
 the reference pairs neighbours: a fixed permutation of the features).
 
 Depth: ``lambda_init`` needs the layer's place in its stack, which the stack hands a layer
-whose constructor takes ``layer_index`` (:class:`~zoo.attention.spec.AttentionSpec`'s field, 0
+whose constructor takes ``layer_index`` (:class:`~zoo.attention.build.spec.AttentionSpec`'s field, 0
 for the first layer, the paper's ``l - 1``); built alone the layer is the first.
 
 ``conv_size`` ``K`` (0 by default: the paper has none) puts the ``softmax`` layer's short causal
@@ -33,7 +33,7 @@ depthwise convolution (Primer's) on the projected queries, keys and values, befo
 so a key carries its predecessors, as the recurrent families' do (benchmarks/RESULTS.md 31: what
 one softmax layer needs to recall on MQAR without first learning a previous-token head); a mask
 must then hide a key from every query alike, and decoding keeps each convolution's last ``K - 1``
-inputs (a :class:`~zoo.attention.cache.ConvolvedCache`).
+inputs (a :class:`~zoo.attention.contract.cache.ConvolvedCache`).
 
 Left out: the reference's grouped key/value heads (this layer takes no ``num_kv_heads``), and
 dropout on the maps (the reference has none). Weights are the difference map, ``(B, H / 2, Lq,
@@ -50,15 +50,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.convolved import ShortConvolved
-from zoo.attention.factory import register_attention_layer
+from zoo.attention.build.factory import register_attention_layer
+from zoo.attention.contract.base import AttentionOutput, IncompatibleAttentionError
+from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, LayerCache
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.layer import AttentionLayer
+from zoo.attention.contract.masking import masked_softmax, with_causal
 from zoo.attention.kernels import fused_attention
-from zoo.attention.layer import AttentionLayer
-from zoo.attention.masking import masked_softmax, with_causal
-from zoo.attention.rotation import rotate_heads
+from zoo.attention.modules.convolved import ShortConvolved
+from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
 __all__ = ["DifferentialAttention", "lambda_init"]
@@ -184,9 +184,9 @@ class DifferentialAttention(ShortConvolved, AttentionLayer):
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
-        """New positions after a :class:`~zoo.attention.cache.KeyValueCache` of the rotated key
+        """New positions after a :class:`~zoo.attention.contract.cache.KeyValueCache` of the rotated key
         halves ``(B, H, L, d)`` and values ``(B, H / 2, L, 2d)`` (in a
-        :class:`~zoo.attention.cache.ConvolvedCache` when the layer convolves)."""
+        :class:`~zoo.attention.contract.cache.ConvolvedCache` when the layer convolves)."""
         held, windows = self.unwrap_cache(cache, KeyValueCache)
         context = AttentionContext(is_causal=True) if context is None else context
         (q, k, v), windows = self.convolved_projections(x, windows, context)

@@ -7,13 +7,13 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.backends import requested_backend
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
-from zoo.attention.flex_variant import FlexVariant
+from zoo.attention.build.backends import requested_backend
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels import flex, fused_attention
-from zoo.attention.scaled_dot import ScaledDotScores
+from zoo.attention.modules.flex_variant import FlexVariant
+from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["DotProductAttention"]
 
@@ -43,7 +43,7 @@ class DotProductAttention(FlexVariant, ScaledDotScores):
 
         Grouped key/value heads (fewer at axis -3 than the queries) go to the kernel as they are
         (``enable_gqa``), and are repeated for the explicit formulation. With a bias scheme
-        FlexAttention takes it where the backend allows (:mod:`zoo.attention.flex_variant`): the
+        FlexAttention takes it where the backend allows (:mod:`zoo.attention.modules.flex_variant`): the
         bias as a table over distances, never an ``(H, Lq, Lk)`` float mask.
         """
         if context.position_bias is not None or requested_backend() == "flex":  # else SDPA's kernel is its own

@@ -40,7 +40,7 @@ A position hidden from a query by a mask is neither read nor forgets for it: its
 the query's sums (the reference zeroes the gates before a left-padded row's first token, the
 same for left padding), so a padded token changes nothing a real one computes. Decoding keeps
 the keys, the values and the log gates (in float32 at least) of every position seen (:class:`ForgetCache`),
-and with a convolution its windows beside them (a :class:`~zoo.attention.cache.ConvolvedCache`).
+and with a convolution its windows beside them (a :class:`~zoo.attention.contract.cache.ConvolvedCache`).
 """
 
 from __future__ import annotations
@@ -52,11 +52,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
-from zoo.attention.base import AttentionOutput
-from zoo.attention.cache import ConvolvedCache, LayerCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention_layer
-from zoo.attention.masking import key_column
+from zoo.attention.build.factory import register_attention_layer
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.cache import ConvolvedCache, LayerCache
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import key_column
 from zoo.attention.variants.softmax import SoftmaxAttention, SoftmaxOptions
 
 __all__ = ["ForgetCache", "ForgettingAttention"]
@@ -65,7 +65,7 @@ __all__ = ["ForgetCache", "ForgettingAttention"]
 @dataclass(frozen=True)
 class ForgetCache:
     """The keys and values of every position seen, ``(B, num_kv_heads, L, d)`` each, rotated as
-    a :class:`~zoo.attention.cache.KeyValueCache`'s, and the log forget gates ``(B, H, L)``
+    a :class:`~zoo.attention.contract.cache.KeyValueCache`'s, and the log forget gates ``(B, H, L)``
     (float32 at least) at their positions."""
 
     keys: Tensor
@@ -149,7 +149,7 @@ class ForgettingAttention(SoftmaxAttention):
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
         """New positions after a :class:`ForgetCache` of the earlier ones (in a
-        :class:`~zoo.attention.cache.ConvolvedCache` with the convolutions' windows when the layer
+        :class:`~zoo.attention.contract.cache.ConvolvedCache` with the convolutions' windows when the layer
         convolves)."""
         held, windows = self.unwrap_cache(cache, ForgetCache)
         context = AttentionContext(is_causal=True) if context is None else context

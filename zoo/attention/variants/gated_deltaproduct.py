@@ -22,7 +22,7 @@ What the layer reads, as the paper and flash-linear-attention's ``fla/layers/gat
 * ``beta_{t,j} = 2 sigmoid(x_t w_{b,j})`` per head and step (``negative_eigenvalues``, the
   paper's and fla's default; ``False``: ``sigmoid``, eigenvalues in ``[0, 1]``);
 * Gated DeltaNet's decay per head and token, Mamba-2's ``a_t = exp(-softplus(x_t w_a + dt_bias) A)``
-  (:class:`~zoo.attention.gating.StepDecay`), applied once, before the token's first step;
+  (:class:`~zoo.attention.modules.gating.StepDecay`), applied once, before the token's first step;
 * the output: each head's RMSNorm times ``silu(x W_g)``, then the output projection.
 
 Where the zoo differs: the heads are the stack's (fla defaults to 6 heads of 256); values are the
@@ -45,11 +45,11 @@ from __future__ import annotations
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
-from zoo.attention.factory import register_attention_layer
-from zoo.attention.gating import HeadNorm, StepDecay
+from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.kernels.l2_norm import l2_normalize
-from zoo.attention.recurrence import ProductRecurrence
-from zoo.attention.recurrent import RecurrentLayer, RecurrentOptions
+from zoo.attention.modules.gating import HeadNorm, StepDecay
+from zoo.attention.modules.recurrence import ProductRecurrence
+from zoo.attention.modules.recurrent import RecurrentLayer, RecurrentOptions
 
 __all__ = ["GatedDeltaProductAttention"]
 
@@ -64,7 +64,7 @@ class GatedDeltaProductAttention(RecurrentLayer):
         householder_steps: Delta-rule steps per token, ``n`` (the paper's ``n_h``; 1 is Gated DeltaNet).
         negative_eigenvalues: ``beta`` in ``(0, 2)`` (True, the paper's) or ``(0, 1)``.
         expand_v: The value width, in multiples of ``embed_dim``.
-        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4; ``chunk_size``
+        options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4; ``chunk_size``
             counts tokens, each ``n`` steps of the delta rule).
 
     Parameters of its own: ``beta`` (``embed_dim -> num_heads * n``, no bias); ``decay`` (a

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention, AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import Attention, AttentionOutput
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels import fused_attention
 
 __all__ = ["GaussianKernelAttention"]

@@ -35,9 +35,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
-from zoo.attention.factory import register_attention_layer
-from zoo.attention.gating import HeadNorm
-from zoo.attention.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
+from zoo.attention.build.factory import register_attention_layer
+from zoo.attention.modules.gating import HeadNorm
+from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["GatedLinearAttention"]
 
@@ -53,7 +53,7 @@ class GatedLinearAttention(RecurrentLayer):
         expand_v: The value width, in multiples of ``embed_dim``.
         gate_rank: Rank of the decay gate's projection (the paper's 16).
         gate_normalizer: What the gate's log-sigmoid is divided by (the paper's 16).
-        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4).
+        options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4).
 
     Parameters of its own: ``decay_gate`` (``embed_dim -> gate_rank -> key width``, a bias on the
     second), the decay per key dimension; ``gate`` (``embed_dim -> value width``, no bias), the

@@ -54,11 +54,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
-from zoo.attention.factory import register_attention_layer
-from zoo.attention.gating import HeadNorm
+from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.kernels.l2_norm import l2_normalize
-from zoo.attention.recurrence import LowRankRecurrence
-from zoo.attention.recurrent import RecurrentLayer, RecurrentOptions
+from zoo.attention.modules.gating import HeadNorm
+from zoo.attention.modules.recurrence import LowRankRecurrence
+from zoo.attention.modules.recurrent import RecurrentLayer, RecurrentOptions
 
 __all__ = ["ChannelDecay", "KimiDeltaAttention"]
 
@@ -122,7 +122,7 @@ class KimiDeltaAttention(RecurrentLayer):
         gate_rank: Rank of the decay's and the output gate's projections; None: the value head size.
         decay_lower_bound: The lowest log decay a step may take, fla's ``lower_bound`` (-5 there);
             None: the report's unbounded gate (see the module docstring).
-        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4).
+        options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4).
 
     Parameters of its own: ``beta`` (``embed_dim -> num_heads``, no bias); ``decay``
     (:class:`ChannelDecay`); ``gate`` (``embed_dim -> gate_rank -> value width``, a bias on the

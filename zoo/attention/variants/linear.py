@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import Attention, AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import Attention, AttentionOutput
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels import rows_from, sums_before
 
 __all__ = ["LinearAttention", "feature_map"]

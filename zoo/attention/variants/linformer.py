@@ -26,11 +26,11 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
-from zoo.attention.masking import masked_softmax
-from zoo.attention.scaled_dot import ScaledDotScores
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import masked_softmax
+from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["LinformerAttention"]
 

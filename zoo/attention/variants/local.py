@@ -17,7 +17,7 @@ the time of a hand-written recomputing kernel here and grew linearly to 16k toke
 (``benchmarks/RESULTS.md``). A learned bias (``relative_bias``, ``t5``) needs its gradient, which
 sends SDPA to its math path; that path still beat the hand-written kernel by 1.8x at 16k. When
 the window spans nearly the whole sequence, one block costs less and is used instead. Padding masks are read at the scored (query, key) pairs only
-(:func:`~zoo.attention.masking.mask_at`); a caller's own ``(Lq, Lk)`` mask is read the same way,
+(:func:`~zoo.attention.contract.masking.mask_at`); a caller's own ``(Lq, Lk)`` mask is read the same way,
 though building it cost the caller ``O(L^2)``.
 
 Positions: causal query ``i`` of ``Lq`` sits at key position ``i + Lk - Lq`` (bottom-right, as
@@ -48,16 +48,16 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import (
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import (
     AttentionOutput,
     PositionBias,
 )
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
-from zoo.attention.flex_variant import FlexVariant
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import mask_at, masked_softmax
 from zoo.attention.kernels import block_attention, flex, rows_from
-from zoo.attention.masking import mask_at, masked_softmax
-from zoo.attention.scaled_dot import ScaledDotScores
+from zoo.attention.modules.flex_variant import FlexVariant
+from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["LocalAttention"]
 
@@ -109,7 +109,7 @@ class LocalAttention(FlexVariant, ScaledDotScores):
             )
 
     def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
-        """FlexAttention where the backend takes it (:mod:`zoo.attention.flex_variant`); else
+        """FlexAttention where the backend takes it (:mod:`zoo.attention.modules.flex_variant`); else
         blockwise attention within the window, ``mask`` and ``position_bias`` read only at the
         scored pairs."""
         if (flexed := self.attend_flex(queries, keys, values, context)) is not None:

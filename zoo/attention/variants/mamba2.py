@@ -9,7 +9,7 @@ by one scalar per step::
     a_t = exp(-dt_t A_h),        h_t = a_t h_{t-1} + B_t^T (dt_t x_t),        y_t = C_t h_t + D_h x_t
 
 with ``dt_t = softplus(u_t w + dt_bias)`` and ``A_h = exp(A_log_h) > 0`` learned per head
-(:class:`~zoo.attention.gating.StepDecay`, Mamba-2's initialization: ``A`` uniform in
+(:class:`~zoo.attention.modules.gating.StepDecay`, Mamba-2's initialization: ``A`` uniform in
 ``(1, 16)``, step sizes log-uniform in ``(0.001, 0.1)``). Unrolled, ``y = (L * C B^T) (dt x) + D x``
 with ``L_ij = a_{j+1} ... a_i``: attention under a 1-semiseparable mask, with ``C`` as queries,
 ``B`` as keys and ``x`` as values, which is what the scalar-decay kernels compute
@@ -37,9 +37,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
-from zoo.attention.factory import register_attention_layer
-from zoo.attention.gating import StepDecay
-from zoo.attention.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
+from zoo.attention.build.factory import register_attention_layer
+from zoo.attention.modules.gating import StepDecay
+from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["Mamba2Attention"]
 
@@ -55,7 +55,7 @@ class Mamba2Attention(RecurrentLayer):
         d_state: The state size per head: the width of each group's ``B`` and ``C``.
         ngroups: Groups of heads that share ``B`` and ``C`` (and the norm's groups); must divide
             ``num_heads``.
-        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 4, with a bias).
+        options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4, with a bias).
 
     Parameters of its own: ``decay`` (a projection ``embed_dim -> num_heads`` and, per head,
     ``A_log`` and ``dt_bias``); ``D`` per head (the skip, starting at 1); ``gate``
@@ -66,7 +66,7 @@ class Mamba2Attention(RecurrentLayer):
     silu = "always"
 
     #: a state ``d_state`` wide makes the pass between chunks the larger cost on the CPU
-    #: (``zoo.attention.recurrent``; ``benchmarks/RESULTS.md`` sections 33 and 42)
+    #: (``zoo.attention.modules.recurrent``; ``benchmarks/RESULTS.md`` sections 33 and 42)
     cpu_chunk_size = 64
 
     def __init__(

@@ -17,7 +17,7 @@ For a token ``x_t`` (the paper's equations 9 to 19, its notation)::
 Decoupled rotary sub-heads: the rotation cannot act on ``k^C`` without preventing the absorption
 below, so positions enter through a separate ``dr``-wide part of every query head and one rotary
 key shared by all heads. A decoder caches ``c^KV`` and ``k^R`` only, ``kv_lora_rank +
-qk_rope_head_dim`` numbers a position (:class:`~zoo.attention.cache.LatentCache`), against a
+qk_rope_head_dim`` numbers a position (:class:`~zoo.attention.contract.cache.LatentCache`), against a
 multi-head layer's ``2 * embed_dim``.
 
 Two forms, equal up to rounding (:mod:`zoo.attention.kernels.latent`): ``naive`` up-projects every
@@ -50,7 +50,7 @@ latent ``x W^DQ`` with ``q_lora_rank``, else ``x W^Q``) and ``x W^DKV``, before 
 rotation and the cache, so each position's latent and rotary key carry its predecessors (what
 one softmax layer needs to recall on MQAR without first learning a previous-token head,
 benchmarks/RESULTS.md 31). The cache then holds each convolution's last ``K - 1`` inputs beside
-the latents (a :class:`~zoo.attention.cache.ConvolvedCache`), and the absorbed form is unchanged:
+the latents (a :class:`~zoo.attention.contract.cache.ConvolvedCache`), and the absorbed form is unchanged:
 the convolution comes before ``W^UKV``.
 """
 
@@ -60,14 +60,14 @@ from typing import Literal, get_args
 
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import ConvolvedCache, LatentCache, LayerCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.convolved import ShortConvolved
-from zoo.attention.factory import register_attention_layer
+from zoo.attention.build.factory import register_attention_layer
+from zoo.attention.contract.base import AttentionOutput, IncompatibleAttentionError
+from zoo.attention.contract.cache import ConvolvedCache, LatentCache, LayerCache
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.layer import AttentionLayer
 from zoo.attention.kernels.latent import latent_attention_absorbed, latent_attention_naive, latent_attention_weights
-from zoo.attention.layer import AttentionLayer
-from zoo.attention.rotation import rotate_heads
+from zoo.attention.modules.convolved import ShortConvolved
+from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions import PositionScheme
 from zoo.positions.rotary import RotaryEmbedding
 
@@ -228,7 +228,7 @@ class MultiHeadLatentAttention(ShortConvolved, AttentionLayer):
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
         """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
-        :class:`~zoo.attention.cache.LatentCache`, in a :class:`~zoo.attention.cache.ConvolvedCache`
+        :class:`~zoo.attention.contract.cache.LatentCache`, in a :class:`~zoo.attention.contract.cache.ConvolvedCache`
         when the layer convolves; None before the first), causal: the output and the cache
         extended by their latents and rotary keys. The context's mask, if any, broadcasts to
         ``(B, 1 or H, Lq, L)`` over every position seen."""

@@ -18,7 +18,7 @@ selection is trained through the queries and keys it is computed from, as in the
 The layer owns query, key, value and output projections (``num_heads`` heads of
 ``embed_dim // num_heads``), takes the stack's rotary scheme (queries and keys rotated before the
 gate and the cache, as the paper's Llama-based models do), and decodes from a
-:class:`~zoo.attention.cache.KeyValueCache` of every position's keys and values: a new token's
+:class:`~zoo.attention.contract.cache.KeyValueCache` of every position's keys and values: a new token's
 gate reads the earlier blocks' means from it.
 
 Cost (the direct PyTorch form here, :mod:`zoo.attention.kernels.selection`): ``O(L^2 / block_size
@@ -40,11 +40,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention_layer
+from zoo.attention.build.factory import register_attention_layer
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.selection import GATHERED_KEYS, block_means, selected_block_attention, top_blocks
-from zoo.attention.selection import BlockSelectionLayer
+from zoo.attention.modules.block_selection import BlockSelectionLayer
 from zoo.positions import PositionScheme
 
 __all__ = ["MoBAAttention", "moba_blocks"]
@@ -82,12 +82,12 @@ class MoBAAttention(BlockSelectionLayer):
         block_size: Positions per key block.
         top_k: Blocks each query attends to, its own included.
         conv_size: Kernel of a short causal convolution on the projected queries, keys and values
-            (:mod:`~zoo.attention.selection`); 0, the paper's, for none.
+            (:mod:`~zoo.attention.modules.block_selection`); 0, the paper's, for none.
         position: The stack's rotary scheme, or None.
         bias: Biases in the projections (the stack's ``bias``).
 
     Causal, key padding only, decoded from a key-value cache: see
-    :class:`~zoo.attention.selection.BlockSelectionLayer`.
+    :class:`~zoo.attention.modules.block_selection.BlockSelectionLayer`.
     """
 
     def __init__(

@@ -38,7 +38,7 @@ Cost (the direct PyTorch form, :mod:`zoo.attention.kernels.selection`; the paper
 kernel that loads each group's selected blocks once): ``O(L^2 / d * d_h)`` for the compressed
 branch, ``O(L * n * l' * d_h)`` for the selection and ``O(L * w * d_h)`` for the window (the zoo's
 ``local``), in time and memory. Decoding keeps every branch's keys and values in a
-:class:`~zoo.attention.cache.KeyValueCache` (heads ``branches * kv_heads``) and compresses the
+:class:`~zoo.attention.contract.cache.KeyValueCache` (heads ``branches * kv_heads``) and compresses the
 cached keys again each step.
 
 Masks: key padding (a compressed block holding a padded key is never attended to or selected by;
@@ -54,12 +54,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention_layer
+from zoo.attention.build.factory import register_attention_layer
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import masked_softmax
 from zoo.attention.kernels.selection import GATHERED_KEYS, overlap_sums, selected_block_attention, top_blocks
-from zoo.attention.masking import masked_softmax
-from zoo.attention.selection import BlockSelectionLayer
+from zoo.attention.modules.block_selection import BlockSelectionLayer
 from zoo.attention.variants.local import LocalAttention
 from zoo.positions import PositionScheme
 
@@ -116,7 +116,7 @@ class NativeSparseAttention(BlockSelectionLayer):
         window: Keys of the sliding window (``w``), the query's own included.
         shared_kv: One key and value projection for the three branches (fla's) instead of one each.
         conv_size: Kernel of a short causal convolution on the projected queries, keys and values
-            (:mod:`~zoo.attention.selection`); 0, the paper's, for none.
+            (:mod:`~zoo.attention.modules.block_selection`); 0, the paper's, for none.
         position: The stack's rotary scheme, or None.
         bias: Biases in the query, key, value and output projections (the stack's ``bias``).
 

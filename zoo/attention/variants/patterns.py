@@ -14,7 +14,7 @@ two parts, and a subclass of :class:`SparsePatternAttention` states both:
 The base class cuts queries into blocks aligned on key positions (query ``i`` sits at key
 position ``i + Lk - Lq``, bottom-right, as everywhere in the zoo), gathers each block's candidate
 keys, drops out-of-range and repeated candidates, applies the rule, causality (``j <= p``) and the
-padding mask read at the scored pairs only (:func:`~zoo.attention.masking.mask_at`), and runs each
+padding mask read at the scored pairs only (:func:`~zoo.attention.contract.masking.mask_at`), and runs each
 block through the fused :func:`~torch.nn.functional.scaled_dot_product_attention` (an explicit
 masked softmax when weights are asked for, scattered into a dense ``(Lq, Lk)`` tensor: ask for
 those on short inputs only).
@@ -31,12 +31,12 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.flex_variant import FlexVariant
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import mask_at, masked_softmax
 from zoo.attention.kernels import block_attention, rows_from
-from zoo.attention.masking import mask_at, masked_softmax
-from zoo.attention.scaled_dot import ScaledDotScores
+from zoo.attention.modules.flex_variant import FlexVariant
+from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["SparsePatternAttention"]
 
@@ -86,7 +86,7 @@ class SparsePatternAttention(FlexVariant, ScaledDotScores):
         self.check_one_sequence(queries, keys, is_causal, "pattern")
 
     def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
-        """FlexAttention where the backend takes it (:mod:`zoo.attention.flex_variant`); else
+        """FlexAttention where the backend takes it (:mod:`zoo.attention.modules.flex_variant`); else
         blockwise attention over each block's candidate keys, then the dense global rows."""
         if (flexed := self.attend_flex(queries, keys, values, context)) is not None:
             return flexed

@@ -40,9 +40,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.variants.linear import LinearAttention
 
 __all__ = ["PerformerAttention", "orthogonal_gaussian"]

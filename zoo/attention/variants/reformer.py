@@ -35,10 +35,10 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
-from zoo.attention.scaled_dot import ScaledDotScores
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["ReformerAttention", "lsh_buckets"]
 

@@ -36,9 +36,9 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
-from zoo.attention.factory import register_attention_layer
-from zoo.attention.gating import HeadNorm
-from zoo.attention.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
+from zoo.attention.build.factory import register_attention_layer
+from zoo.attention.modules.gating import HeadNorm
+from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["RetentionAttention"]
 
@@ -51,7 +51,7 @@ class RetentionAttention(RecurrentLayer):
         embed_dim: The block's width.
         num_heads: Heads, one decay each.
         expand_v: The value width, in multiples of ``embed_dim``.
-        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s (``conv_size`` 0 here, RetNet's).
+        options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 0 here, RetNet's).
 
     Parameters of its own: ``gate`` (``embed_dim -> value width``, no bias), the swish output gate;
     ``norm``, the per-head RMSNorm's scale.

@@ -35,7 +35,7 @@ pass between layers: it is left out. The channel-mixing (FFN) half of an RWKV bl
 block's FFN. No rotary positions (RWKV has none: the shift and the decays give order).
 
 Decoding keeps the ``(B, H, dk, dv)`` state and the last token's input (the shift's window) in a
-:class:`~zoo.attention.cache.StateCache`; a padded token enters the shift as zeros, as it enters a
+:class:`~zoo.attention.contract.cache.StateCache`; a padded token enters the shift as zeros, as it enters a
 short convolution in the other families, so left-padded prompts stay exact. The chunkwise form is
 the zoo's own (exact to rounding); on CUDA with the ``fla`` extra it runs in fla's DPLR kernel
 (``chunk_dplr_delta_rule``, which fla's ``chunk_rwkv7`` calls; :mod:`~zoo.attention.kernels.fla`).
@@ -51,12 +51,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
-from zoo.attention.cache import StateCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention_layer
+from zoo.attention.build.factory import register_attention_layer
+from zoo.attention.contract.cache import StateCache
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.l2_norm import l2_normalize
-from zoo.attention.recurrence import LowRankRecurrence, RecurrenceForms
-from zoo.attention.recurrent import RecurrentLayer, RecurrentOptions
+from zoo.attention.modules.recurrence import LowRankRecurrence, RecurrenceForms
+from zoo.attention.modules.recurrent import RecurrentLayer, RecurrentOptions
 
 __all__ = ["LowRankMap", "RWKV7Attention"]
 
@@ -109,7 +109,7 @@ class RWKV7Attention(RecurrentLayer):
         num_heads: Heads (RWKV-7 fixes their size at 64; here the stack's heads share ``C``).
         decay_rank, icl_rank, gate_rank: Ranks of the maps to ``w``, ``a`` and ``g``; None: BlinkDL's
             suggestion for ``C`` (see the module docstring).
-        options: :class:`~zoo.attention.recurrent.RecurrentLayer`'s ``mode``, ``chunk_size`` and
+        options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s ``mode``, ``chunk_size`` and
             ``bias``; no convolution (``conv_size`` 0: the token shift mixes neighbours instead) and
             no position scheme.
 

@@ -28,8 +28,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.factory import register_attention
-from zoo.attention.scaled_dot import ScaledDotScores
+from zoo.attention.build.factory import register_attention
+from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["SigmoidAttention"]
 

@@ -35,11 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
-from zoo.attention.masking import masked_softmax
-from zoo.attention.scaled_dot import ScaledDotScores
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import masked_softmax
+from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["SinkhornAttention", "log_sinkhorn"]
 

@@ -27,7 +27,7 @@ the layer's input ``x_i``:
   (causal: ``j <= i``, the last ``W`` positions, gpt-oss's and Mistral's sliding window) or
   ``j < S``, the first positions, which StreamingLLM (Xiao et al., 2023) keeps when decoding
   past the window because trained models park weight there. Decoding keeps exactly those in a
-  :class:`~zoo.attention.cache.WindowCache` of ``S + W - 1`` positions at most, so the cache
+  :class:`~zoo.attention.contract.cache.WindowCache` of ``S + W - 1`` positions at most, so the cache
   stops growing, and the full forward masks the same pairs, so the two agree. StreamingLLM
   applies the window to models trained with full attention and renumbers positions within its
   cache; here the model is trained with the window it decodes with and a key keeps the position
@@ -44,7 +44,7 @@ the layer's input ``x_i``:
   does associative recall that otherwise needs a previous-token head learned first
   (benchmarks/RESULTS.md 31). The convolution is causal in a bidirectional stack too; padded
   positions enter it as zeros, and decoding keeps the last ``K - 1`` projections of each in a
-  :class:`~zoo.attention.cache.ConvolvedCache` beside the keys and values.
+  :class:`~zoo.attention.contract.cache.ConvolvedCache` beside the keys and values.
 
 * ``scores`` (x-transformers' way of giving every option to every attention): the registered
   scoring attention each head runs, ``dot_product`` (softmax) by default; ``sigmoid``,
@@ -74,15 +74,15 @@ from typing import Literal, TypedDict
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput
-from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.convolved import ShortConvolved
-from zoo.attention.factory import register_attention_layer, require_attention
+from zoo.attention.build.factory import register_attention_layer, require_attention
+from zoo.attention.build.spec import AttentionSpec
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.window import softmax_heads, window_blocks
-from zoo.attention.multi_head import SelfAttention
-from zoo.attention.rotation import rotate_heads
-from zoo.attention.spec import AttentionSpec
+from zoo.attention.modules.convolved import ShortConvolved
+from zoo.attention.modules.multi_head import SelfAttention
+from zoo.attention.modules.rotation import rotate_heads
 from zoo.attention.variants.dot_product import DotProductAttention
 from zoo.positions import PositionScheme
 
@@ -337,10 +337,10 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
-        """New positions after ``cache``: a :class:`~zoo.attention.cache.KeyValueCache` without a
-        window, a :class:`~zoo.attention.cache.WindowCache` with one (which keeps the first
+        """New positions after ``cache``: a :class:`~zoo.attention.contract.cache.KeyValueCache` without a
+        window, a :class:`~zoo.attention.contract.cache.WindowCache` with one (which keeps the first
         ``sink_tokens`` positions and the last ``window - 1``); held in a
-        :class:`~zoo.attention.cache.ConvolvedCache`
+        :class:`~zoo.attention.contract.cache.ConvolvedCache`
         with the convolutions' windows when the layer convolves."""
         expected = WindowCache if self.window is not None else KeyValueCache
         inner, windows = self.unwrap_cache(cache, expected)

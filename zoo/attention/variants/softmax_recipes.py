@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import partialmethod
 
-from zoo.attention.factory import register_attention_layer
+from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.variants.softmax import SoftmaxAttention
 
 __all__ = ["GatedAttention", "QKNormAttention", "SinkAttention", "StreamingAttention"]

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.factory import register_attention
-from zoo.attention.scaled_dot import ScaledDotScores
+from zoo.attention.build.factory import register_attention
+from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["SoftpickAttention"]
 

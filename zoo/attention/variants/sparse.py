@@ -23,7 +23,7 @@ import math
 import torch
 from torch import Tensor
 
-from zoo.attention.factory import register_attention
+from zoo.attention.build.factory import register_attention
 from zoo.attention.kernels import flex
 from zoo.attention.variants.patterns import SparsePatternAttention
 

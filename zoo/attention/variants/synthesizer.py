@@ -48,10 +48,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.base import Attention, AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
-from zoo.attention.masking import causal_mask, key_column, masked_softmax
+from zoo.attention.build.factory import register_attention
+from zoo.attention.contract.base import Attention, AttentionOutput
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import causal_mask, key_column, masked_softmax
 
 __all__ = ["SynthesizerAttention"]
 

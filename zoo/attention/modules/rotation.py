@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from zoo.attention.context import AttentionContext
+from zoo.attention.contract.context import AttentionContext
 from zoo.positions import PositionScheme
 
 __all__ = ["rotate_heads"]

@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from zoo.attention.contract.masking import check_attn_mask, key_column, merge_masks, validate_valid_lens
 from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
-from zoo.attention.masking import check_attn_mask, key_column, merge_masks, validate_valid_lens
 
 __all__ = ["AttentionContext", "refuse_hooks_without_context"]
 

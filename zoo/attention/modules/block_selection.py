@@ -4,18 +4,18 @@
 Both are causal (a query picks among the blocks before it), take key padding but no mask that
 differs per query (a block is picked from its real keys, the same for every query), may rotate
 queries and keys with the stack's rotary scheme before the selection and the cache, and decode
-from a :class:`~zoo.attention.cache.KeyValueCache` of every position's keys and values: a new
+from a :class:`~zoo.attention.contract.cache.KeyValueCache` of every position's keys and values: a new
 token picks among the cached blocks as the full forward's query at its position does.
 
 ``conv_size`` ``K`` (0 by default: neither paper has one) puts the ``softmax`` layer's short
 causal depthwise convolution (Primer's) on the projected queries, keys and values before the
 rotation, the selection and the cache, so a key carries its predecessors, as the recurrent
 families' do; decoding then keeps each convolution's last ``K - 1`` inputs beside the keys and
-values (a :class:`~zoo.attention.cache.ConvolvedCache`). It is what lets one softmax layer
+values (a :class:`~zoo.attention.contract.cache.ConvolvedCache`). It is what lets one softmax layer
 recall on MQAR without first learning a previous-token head (benchmarks/RESULTS.md 31).
 
 A subclass builds ``q_proj``, ``k_proj`` and ``v_proj`` (keys and values in heads of
-``head_dim``), then :meth:`~zoo.attention.convolved.ShortConvolved.add_convolutions`, and implements
+``head_dim``), then :meth:`~zoo.attention.modules.convolved.ShortConvolved.add_convolutions`, and implements
 :meth:`BlockSelectionLayer.select_attend`; the selection's operations are in
 :mod:`zoo.attention.kernels.selection`.
 """
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import ConvolvedCache, KeyValueCache, LayerCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.convolved import ShortConvolved
-from zoo.attention.layer import AttentionLayer
-from zoo.attention.rotation import rotate_heads
+from zoo.attention.contract.base import AttentionOutput, IncompatibleAttentionError
+from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, LayerCache
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.layer import AttentionLayer
+from zoo.attention.modules.convolved import ShortConvolved
+from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
 __all__ = ["BlockSelectionLayer"]
@@ -92,8 +92,8 @@ class BlockSelectionLayer(ShortConvolved, AttentionLayer):
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
         """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
-        :class:`~zoo.attention.cache.KeyValueCache` of the keys and values :meth:`heads` gives, in
-        a :class:`~zoo.attention.cache.ConvolvedCache` when the layer convolves; None at the
+        :class:`~zoo.attention.contract.cache.KeyValueCache` of the keys and values :meth:`heads` gives, in
+        a :class:`~zoo.attention.contract.cache.ConvolvedCache` when the layer convolves; None at the
         start), causal: the output and the cache extended. The context's mask, if any, is key
         padding over every position seen, ``(B, 1, 1, L)``."""
         held, windows = self.unwrap_cache(cache, KeyValueCache)

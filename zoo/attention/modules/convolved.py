@@ -10,7 +10,7 @@ None each without a convolution, so a checkpoint's keys do not change with the o
 and runs its projections through :meth:`ShortConvolved.convolve` (or
 :meth:`ShortConvolved.convolved_projections`, which projects first), which passes them through
 unchanged when the layer has none. The operations are in :mod:`zoo.attention.kernels.short_conv`;
-decoding keeps each convolution's window in a :class:`~zoo.attention.cache.ConvolvedCache`.
+decoding keeps each convolution's window in a :class:`~zoo.attention.contract.cache.ConvolvedCache`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import ClassVar, Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from zoo.attention.cache import CacheT, ConvolvedCache, LayerCache
-from zoo.attention.context import AttentionContext
+from zoo.attention.contract.cache import CacheT, ConvolvedCache, LayerCache
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels import convolve_projections, short_convolutions
 
 __all__ = ["ShortConvolved"]
@@ -92,7 +92,7 @@ class ShortConvolved(nn.Module):
         self, cache: LayerCache | None, expected: type[CacheT]
     ) -> tuple[CacheT | None, tuple[Tensor, ...] | None]:
         """A decoding ``cache`` as the layer's own ``expected`` cache and the convolutions' windows
-        (:meth:`ConvolvedCache.unwrap <zoo.attention.cache.ConvolvedCache.unwrap>` for this layer);
+        (:meth:`ConvolvedCache.unwrap <zoo.attention.contract.cache.ConvolvedCache.unwrap>` for this layer);
         the layer hands back ``ConvolvedCache.wrap(held, windows)``."""
         return ConvolvedCache.unwrap(cache, expected, convolves=self.convolves, owner=self)
 

@@ -6,8 +6,8 @@ multi-head layer's query, key and value widths, and Mamba-2's ``B`` and ``C`` pe
 hyperparameters name them as today (``attention: gla``), so rebuilding them as they are named
 would build today's layout and refuse the weights. :func:`migrate_attention` gives each recurrent
 entry of a format-1 model the arguments that rebuild its old layout
-(:meth:`~zoo.attention.recurrent.RecurrentLayer.legacy_layout`), and the layers rename the old
-state-dict keys as they load them (:meth:`~zoo.attention.recurrent.RecurrentLayer.legacy_state_dict`).
+(:meth:`~zoo.attention.modules.recurrent.RecurrentLayer.legacy_layout`), and the layers rename the old
+state-dict keys as they load them (:meth:`~zoo.attention.modules.recurrent.RecurrentLayer.legacy_state_dict`).
 The migrated hyperparameters are what such a model carries from then on, so exporting it again
 writes a folder of today's format that rebuilds the same model.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from zoo.attention.factory import ATTENTION_REGISTRY
-from zoo.attention.recurrent import RecurrentLayer
+from zoo.attention.build.factory import ATTENTION_REGISTRY
+from zoo.attention.modules.recurrent import RecurrentLayer
 
 __all__ = ["LAYERS_FORMAT", "migrate_attention"]
 

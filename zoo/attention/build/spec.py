@@ -34,9 +34,9 @@ from torch import nn
 from typing_extensions import Unpack
 
 from zoo.arguments import check_kwargs
-from zoo.attention.base import Attention, IncompatibleAttentionError
-from zoo.attention.factory import ATTENTION_REGISTRY, AttentionNeeds, require_attention, scoring_arguments
-from zoo.attention.layer import AttentionLayer
+from zoo.attention.contract.base import Attention, IncompatibleAttentionError
+from zoo.attention.build.factory import ATTENTION_REGISTRY, AttentionNeeds, require_attention, scoring_arguments
+from zoo.attention.contract.layer import AttentionLayer
 from zoo.positions import POSITION_REGISTRY, PositionScheme
 
 __all__ = [
@@ -55,7 +55,7 @@ AttentionChoice = AttentionEntry | list[AttentionEntry]
 """A model's ``attention`` argument: one entry for every layer (a name, or a mapping with its
 arguments: ``{name: softmax, conv_size: 4}``), or a list of entries (hybrid stacks)."""
 
-#: the capability flag of :class:`~zoo.attention.base.Attention` a position scheme of each kind needs
+#: the capability flag of :class:`~zoo.attention.contract.base.Attention` a position scheme of each kind needs
 POSITION_CAPABILITY: Mapping[str, str] = MappingProxyType(
     {"rotary": "supports_rotary", "bias": "supports_position_bias"}
 )
@@ -80,7 +80,7 @@ class AttentionSpec:
     Built once and checked when built: the name must be a registered scoring attention or an
     attention layer a stack builds by name, the arguments ones its constructor takes, and the
     position scheme one it can use; an error says which names would work. Blocks then take it as
-    it is (:func:`zoo.attention.multi_head.self_attention_layer` builds the layer).
+    it is (:func:`zoo.attention.modules.multi_head.self_attention_layer` builds the layer).
 
     Args:
         name: Registered name (or alias): the scoring attention each head of a multi-head layer
@@ -151,7 +151,7 @@ class AttentionSpec:
 
     def require(self, *, role: str = "this architecture", **needs: Unpack[AttentionNeeds]) -> AttentionSpec:
         """This spec, if its variant can do what ``role`` needs; else an
-        :class:`~zoo.attention.base.IncompatibleAttentionError` naming the names that can. A
+        :class:`~zoo.attention.contract.base.IncompatibleAttentionError` naming the names that can. A
         layer whose heads run a scoring attention it is given by name (its ``scores`` argument,
         as the ``softmax`` layer's) can do only what that attention can, so the name is checked
         too."""

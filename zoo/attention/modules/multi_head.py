@@ -5,8 +5,8 @@ the one function blocks build their self-attention layer with.
 :class:`SelfAttention` (``self``) attends over one sequence, with an optional positional scheme;
 :class:`CrossAttention` (``cross``) attends from one sequence over another (a decoder over its
 encoder's memory). Projections, heads, masks, grouped key/value heads and positions are
-:mod:`zoo.attention.headed`'s. :func:`self_attention_layer` builds a block's layer from its
-:class:`~zoo.attention.spec.AttentionSpec`: a ``self`` layer over a scoring attention, or the
+:mod:`zoo.attention.modules.headed`'s. :func:`self_attention_layer` builds a block's layer from its
+:class:`~zoo.attention.build.spec.AttentionSpec`: a ``self`` layer over a scoring attention, or the
 attention layer the spec names.
 """
 
@@ -16,12 +16,12 @@ import torch
 from torch import Tensor, nn
 
 from zoo.arguments import accepted_keywords
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import register_attention
-from zoo.attention.headed import HeadedAttention
-from zoo.attention.layer import AttentionLayer
-from zoo.attention.spec import AttentionSpec
+from zoo.attention.build.factory import register_attention
+from zoo.attention.build.spec import AttentionSpec
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.layer import AttentionLayer
+from zoo.attention.modules.headed import HeadedAttention
 
 __all__ = ["CrossAttention", "MultiHeadAttention", "SelfAttention", "self_attention_layer"]
 
@@ -169,7 +169,7 @@ class CrossAttention(HeadedAttention):
     ) -> AttentionOutput:
         """``x``: ``(B, Lq, embed_dim)``; ``memory``: ``(B, Lk, memory_dim)``; the context's mask
         (the memory's padding, :meth:`AttentionContext.for_keys
-        <zoo.attention.context.AttentionContext.for_keys>`) broadcasts to ``(B, 1 or H, Lq, Lk)``."""
+        <zoo.attention.contract.context.AttentionContext.for_keys>`) broadcasts to ``(B, 1 or H, Lq, Lk)``."""
         context = AttentionContext() if context is None else context
         self._check(x, memory, memory)
         self.check_request(context)

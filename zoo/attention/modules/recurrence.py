@@ -1,10 +1,10 @@
 """What a recurrent family's recurrence reads at each step, and the three forms that run it.
 
-A family's :meth:`~zoo.attention.recurrent.RecurrentLayer.prepare` returns a :class:`Recurrence`
+A family's :meth:`~zoo.attention.modules.recurrent.RecurrentLayer.prepare` returns a :class:`Recurrence`
 (a decaying state, or the delta rule with a scalar decay), a :class:`LowRankRecurrence` (a decay
 per key dimension and a rank-one correction: Kimi Delta Attention, RWKV-7) or a
 :class:`ProductRecurrence` (several delta-rule steps per token: Gated DeltaProduct); the layer runs
-it in the form its ``mode`` picks (:mod:`zoo.attention.recurrent`), through the kernels of
+it in the form its ``mode`` picks (:mod:`zoo.attention.modules.recurrent`), through the kernels of
 :mod:`zoo.attention.kernels`. Each has the same three methods (:class:`RecurrenceForms`).
 """
 

@@ -9,7 +9,7 @@ import math
 import torch
 from torch import Tensor
 
-from zoo.attention.base import Attention
+from zoo.attention.contract.base import Attention
 
 __all__ = ["ScaledDotScores"]
 

@@ -1,7 +1,7 @@
 """What the recurrent families share besides their recurrence: the per-head output norm with its
 gate (:class:`HeadNorm`) and Mamba-2's data-dependent decay (:class:`StepDecay`).
 
-:mod:`zoo.attention.recurrent` re-exports both, where the families and plugins have imported them.
+:mod:`zoo.attention.modules.recurrent` re-exports both, where the families and plugins have imported them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a self-attention layer keeps between decoding steps, behind one interface.
 
-A decoder feeds its new positions to its layer's ``attend_cached`` (:class:`~zoo.attention.layer.AttentionLayer`)
+A decoder feeds its new positions to its layer's ``attend_cached`` (:class:`~zoo.attention.contract.layer.AttentionLayer`)
 with the layer's cache and gets the output and the cache extended by them. What the cache holds
 is the layer's business:
 

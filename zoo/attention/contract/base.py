@@ -10,14 +10,14 @@ when asked. A variant whose computation has no score matrix (linear attention, s
 
 A call goes ``forward`` -> :meth:`Attention.attend`. ``forward`` takes either the raw masks
 (``valid_lens``, ``attn_mask``, ``is_causal``: a scoring attention called on its own validates and
-merges them, as a model's entry does) or the :class:`~zoo.attention.context.AttentionContext` a
+merges them, as a model's entry does) or the :class:`~zoo.attention.contract.context.AttentionContext` a
 model built once for its forward (a multi-head layer hands its heads that); it refuses what the
 variant declares it cannot do, answers an empty input, and calls ``attend(queries, keys, values,
 context)``, the one hook a variant overrides besides ``score``. A class whose hook has the
 shape the contract had before the context (``attend(queries, keys, values, mask, *, is_causal,
 need_weights)``) is refused when it is created, in one line naming the rename.
 
-An *attention layer* (:class:`zoo.attention.layer.AttentionLayer`) owns its projections, gates,
+An *attention layer* (:class:`zoo.attention.contract.layer.AttentionLayer`) owns its projections, gates,
 convolutions and cache: ``multi_head`` runs a registered scoring attention per head; the
 recurrent families are layers of their own.
 
@@ -32,9 +32,8 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from zoo.attention.context import AttentionContext, refuse_hooks_without_context
-from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
-from zoo.attention.masking import (
+from zoo.attention.contract.context import AttentionContext, refuse_hooks_without_context
+from zoo.attention.contract.masking import (
     check_attn_mask,
     key_column,
     masked_softmax,
@@ -42,6 +41,7 @@ from zoo.attention.masking import (
     validate_valid_lens,
     with_causal,
 )
+from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
 from zoo.errors import ZooError
 
 __all__ = [
@@ -214,7 +214,7 @@ class Attention(_Capabilities, nn.Module):
                 the scores, query ``i`` at position ``Lk - Lq + i``; its head axis lines up
                 with dimension -3 of the queries (a layer's heads), or is 1.
             context: Instead of the five above, the context a model built once for its forward
-                (:class:`~zoo.attention.context.AttentionContext`): its mask is merged and
+                (:class:`~zoo.attention.contract.context.AttentionContext`): its mask is merged and
                 validated already, so nothing is checked again here but what the variant
                 declares it cannot do.
         """
@@ -265,12 +265,12 @@ class Attention(_Capabilities, nn.Module):
 
         Args:
             queries, keys, values: As in :meth:`forward`, already checked.
-            context: The forward's :class:`~zoo.attention.context.AttentionContext`: ``mask``
+            context: The forward's :class:`~zoo.attention.contract.context.AttentionContext`: ``mask``
                 (padding and user masks merged, boolean, broadcastable to ``(*batch, Lq, Lk)``,
                 True = attend, or None; never causality), ``is_causal`` (forbid later positions,
                 aligned bottom-right), ``need_weights`` (also return the ``(*batch, Lq, Lk)``
                 weights), ``position_bias`` (a bias scheme added to the scores on the full grid,
-                :meth:`~zoo.attention.context.AttentionContext.bias_grid`; a variant that takes
+                :meth:`~zoo.attention.contract.context.AttentionContext.bias_grid`; a variant that takes
                 it declares ``supports_position_bias``).
         """
         mask = context.mask

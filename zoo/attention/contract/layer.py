@@ -6,21 +6,21 @@ of flash-linear-attention's ``fla/layers/*.py`` is one forward). A block holds o
 self-attention and calls it two ways:
 
 * ``forward(x, context)``: the whole sequence, returning an
-  :class:`~zoo.attention.base.AttentionOutput` (``(B, L, embed_dim)`` and, when
+  :class:`~zoo.attention.contract.base.AttentionOutput` (``(B, L, embed_dim)`` and, when
   ``context.need_weights``, weights ``(B, H, L, L)``). ``context`` is the
-  :class:`~zoo.attention.context.AttentionContext` the model built once for its forward (masks
+  :class:`~zoo.attention.contract.context.AttentionContext` the model built once for its forward (masks
   merged and validated, causality, positions); the base class refuses what the layer declares it
   cannot do and calls :meth:`AttentionLayer.attend`, which a layer implements;
 * ``attend_cached(x, cache, context)``: new positions after those in ``cache`` (None before the
-  first), returning the output and the cache extended by them (:mod:`zoo.attention.cache`).
+  first), returning the output and the cache extended by them (:mod:`zoo.attention.contract.cache`).
 
 A layer called on its own gets its context from :meth:`AttentionContext.build
-<zoo.attention.context.AttentionContext.build>` (``layer(x, AttentionContext.build(B, L,
+<zoo.attention.contract.context.AttentionContext.build>` (``layer(x, AttentionContext.build(B, L,
 valid_lens=lens, is_causal=True))``); with none, nothing is masked and it attends both ways.
 
-``multi_head`` (:class:`~zoo.attention.multi_head.SelfAttention`) is the layer that runs any
-registered scoring attention per head; the recurrent families (:mod:`zoo.attention.recurrent`)
-are layers of their own. A layer registers with :func:`~zoo.attention.factory.register_attention_layer`
+``multi_head`` (:class:`~zoo.attention.modules.multi_head.SelfAttention`) is the layer that runs any
+registered scoring attention per head; the recurrent families (:mod:`zoo.attention.modules.recurrent`)
+are layers of their own. A layer registers with :func:`~zoo.attention.build.factory.register_attention_layer`
 (or the ``zoo.attention_layers`` entry-point group) and declares its capabilities once, as class
 attributes; a stack refuses it at build time, naming the layers and attentions that would work.
 """
@@ -31,9 +31,9 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput, _Capabilities
-from zoo.attention.cache import LayerCache
-from zoo.attention.context import AttentionContext, refuse_hooks_without_context
+from zoo.attention.contract.base import AttentionOutput, _Capabilities
+from zoo.attention.contract.cache import LayerCache
+from zoo.attention.contract.context import AttentionContext, refuse_hooks_without_context
 
 __all__ = ["AttentionLayer"]
 
@@ -41,7 +41,7 @@ __all__ = ["AttentionLayer"]
 class AttentionLayer(_Capabilities, nn.Module):
     """Base class of attention layers (see the module docstring).
 
-    The capability flags are :class:`~zoo.attention.base.Attention`'s, read the same way (a
+    The capability flags are :class:`~zoo.attention.contract.base.Attention`'s, read the same way (a
     causal recurrence declares ``supports_bidirectional = False``; a layer that takes key padding
     only, ``supports_query_mask = False``), and :meth:`check_request` refuses a call that breaks
     them. A layer's constructor takes ``embed_dim`` and ``num_heads`` (the stack fills them), and

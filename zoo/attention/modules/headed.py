@@ -3,8 +3,8 @@ registered scoring attention per head, merge.
 
 :class:`HeadedAttention` holds what every multi-head layer shares (projections, head splitting,
 mask handling, grouped key/value heads, positions); the registered layers built on it are in
-:mod:`zoo.attention.multi_head`. What runs in the heads is one
-:class:`~zoo.attention.spec.AttentionSpec`: the variant and its arguments, the key/value heads,
+:mod:`zoo.attention.modules.multi_head`. What runs in the heads is one
+:class:`~zoo.attention.build.spec.AttentionSpec`: the variant and its arguments, the key/value heads,
 the position scheme and the dropout, checked when the spec was built.
 
 Grouped-query attention (Ainslie et al., 2023): with ``num_kv_heads < num_heads`` the keys and
@@ -16,9 +16,9 @@ repeated along the head axis (:meth:`zoo.Attention.forward`). Decoder caches hol
 unexpanded tensors, so they shrink by ``num_heads / num_kv_heads``.
 
 Decoding: :meth:`HeadedAttention.attend_cached` runs new positions after a
-:class:`~zoo.attention.cache.KeyValueCache` of the earlier ones' projected keys and values.
+:class:`~zoo.attention.contract.cache.KeyValueCache` of the earlier ones' projected keys and values.
 
-Masks and options come in the :class:`~zoo.attention.context.AttentionContext` the model built
+Masks and options come in the :class:`~zoo.attention.contract.context.AttentionContext` the model built
 once for its forward; the layer hands it to the scoring attention unchanged (with the stack's
 bias scheme, when it has one), so nothing is validated or merged per layer.
 
@@ -28,7 +28,7 @@ never gets one. Keys
 are rotated at their positions when projected (:meth:`HeadedAttention.project_kv`, ``offset`` =
 positions already cached), so a cache holds them rotated; queries sit at ``Lk - Lq + i``,
 aligned bottom-right like causal masks. The rotation's tables are computed once a forward and
-shared by every layer of the stack (:meth:`~zoo.attention.context.AttentionContext.memoized`). A
+shared by every layer of the stack (:meth:`~zoo.attention.contract.context.AttentionContext.memoized`). A
 bias scheme is handed to the scoring attention, which adds it to its scores.
 """
 
@@ -36,13 +36,13 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import KeyValueCache, LayerCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.factory import require_attention
-from zoo.attention.layer import AttentionLayer
-from zoo.attention.rotation import rotate_heads
-from zoo.attention.spec import AttentionSpec
+from zoo.attention.build.factory import require_attention
+from zoo.attention.build.spec import AttentionSpec
+from zoo.attention.contract.base import AttentionOutput, IncompatibleAttentionError
+from zoo.attention.contract.cache import KeyValueCache, LayerCache
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.layer import AttentionLayer
+from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
 __all__ = ["HeadedAttention"]
@@ -58,7 +58,7 @@ class HeadedAttention(AttentionLayer):
         embed_dim: Query feature size, and the size of the output.
         num_heads: Number of heads; must divide ``embed_dim`` (and be divisible by the spec's
             ``num_kv_heads``).
-        attention: What runs in the heads: an :class:`~zoo.attention.spec.AttentionSpec`, or a
+        attention: What runs in the heads: an :class:`~zoo.attention.build.spec.AttentionSpec`, or a
             registered name for that variant with its defaults.
         kdim: Key feature size (defaults to ``embed_dim``).
         vdim: Value feature size (defaults to ``embed_dim``).
@@ -202,7 +202,7 @@ class HeadedAttention(AttentionLayer):
     ) -> tuple[Tensor, LayerCache]:
         """Causal self-attention of new positions ``x`` ``(B, Lq, embed_dim)`` after those in
         ``cache`` (None before the first call): the output ``(B, Lq, embed_dim)`` and the
-        :class:`~zoo.attention.cache.KeyValueCache` extended by them.
+        :class:`~zoo.attention.contract.cache.KeyValueCache` extended by them.
 
         Positions continue the cache's: a rotary scheme rotates the new queries and keys at
         ``cache.length ..``. The context (causal) may hold a mask broadcastable to

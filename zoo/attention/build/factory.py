@@ -1,9 +1,9 @@
 """The attention registry and the functions users call to find, build and register attention.
 
 One registry holds both kinds, so a name means one thing wherever it is given
-(``--model.attention`` takes either): scoring attentions (:class:`~zoo.attention.base.Attention`,
+(``--model.attention`` takes either): scoring attentions (:class:`~zoo.attention.contract.base.Attention`,
 run per head by the ``multi_head`` layer) and attention layers
-(:class:`~zoo.attention.layer.AttentionLayer`, which own their projections, gates, convolutions
+(:class:`~zoo.attention.contract.layer.AttentionLayer`, which own their projections, gates, convolutions
 and cache). Plugins register through the entry-point groups ``zoo.attention`` and
 ``zoo.attention_layers``.
 """
@@ -18,8 +18,8 @@ from torch import nn
 from typing_extensions import TypedDict, Unpack
 
 from zoo.arguments import check_kwargs
-from zoo.attention.base import Attention, IncompatibleAttentionError
-from zoo.attention.layer import AttentionLayer
+from zoo.attention.contract.base import Attention, IncompatibleAttentionError
+from zoo.attention.contract.layer import AttentionLayer
 from zoo.errors import UnknownNameError
 from zoo.registry import Registry
 

@@ -6,12 +6,12 @@ A variant mixes it in and says what its pattern is (:meth:`FlexVariant.flex_patt
 what it adds to the scores besides the context's bias scheme (:meth:`FlexVariant.flex_scores`,
 ``local``'s learned relative bias). Its ``attend`` asks :meth:`FlexVariant.attend_flex` first,
 which runs :func:`~zoo.attention.kernels.flex.flex_attend` when the backend asked for takes flex
-for this call (:mod:`zoo.attention.backends`) and returns None otherwise, when the variant's own
+for this call (:mod:`zoo.attention.build.backends`) and returns None otherwise, when the variant's own
 form runs.
 
 What is built once: the pattern per variant, length and causality (it holds no data of the call);
 the block mask of a pattern with the context's key padding once a forward, on the context
-(:meth:`~zoo.attention.context.AttentionContext.memoized`), so every layer of a stack reads one
+(:meth:`~zoo.attention.contract.context.AttentionContext.memoized`), so every layer of a stack reads one
 (and a pattern without padding from the kernel's bounded cache, across forwards); a bias scheme's
 table over the distances once a forward. The padding is read through the mask the context holds:
 no tensor's values are copied to the host to name it.
@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from zoo.attention.backends import choose
-from zoo.attention.base import AttentionOutput
-from zoo.attention.context import AttentionContext
+from zoo.attention.build.backends import choose
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels import flex
 from zoo.positions.alibi import ALiBi
 from zoo.positions.t5 import T5RelativeBias

@@ -23,8 +23,8 @@ orientation this follows). A family says two things (:class:`RecurrentLayer`):
   queries, keys and values per head (activated, normalized, scaled as the paper does) and its
   gates from the layer's input: a decay per step (a scalar, or one per key dimension) and, for
   the delta rule, a write strength ``beta`` (or, for the recurrences of 2025, a
-  :class:`~zoo.attention.recurrence.LowRankRecurrence` or a
-  :class:`~zoo.attention.recurrence.ProductRecurrence`, :mod:`zoo.attention.recurrence`);
+  :class:`~zoo.attention.modules.recurrence.LowRankRecurrence` or a
+  :class:`~zoo.attention.modules.recurrence.ProductRecurrence`, :mod:`zoo.attention.modules.recurrence`);
 * :meth:`~RecurrentLayer.finish`: what it does to the output (a per-head norm, an output gate).
 
 The convolution's activation is SiLU, which a family asks for once
@@ -56,7 +56,7 @@ makes the work inside a chunk cheap (1.03x faster than 32 at that cell, 1.08-1.1
 sections 33 and 42).
 
 On CUDA with the ``fla`` extra installed, the chunkwise form runs in flash-linear-attention's
-Triton kernels (:mod:`zoo.attention.kernels.fla`; :mod:`zoo.attention.backends` says when, and
+Triton kernels (:mod:`zoo.attention.kernels.fla`; :mod:`zoo.attention.build.backends` says when, and
 how to force either); decoding steps stay the zoo's recurrent form.
 
 Decays are summed in log space within a chunk only, and only non-positive differences are
@@ -69,7 +69,7 @@ Masks: a key padding mask only: a padded step writes nothing, decays nothing and
 prompts exact. A mask that differs per query is refused in one line (``supports_query_mask = False``).
 
 Decoding (:meth:`RecurrentLayer.attend_cached`): the layer's cache is a
-:class:`~zoo.attention.cache.StateCache` holding the ``(B, H, dk, dv)`` state after the positions
+:class:`~zoo.attention.contract.cache.StateCache` holding the ``(B, H, dk, dv)`` state after the positions
 seen, and the convolutions' windows (their last ``conv_size - 1`` inputs), whatever the number of
 positions. A prompt with no cache runs the form ``mode`` picks for its length (chunkwise past
 ``chunk_size``); each later token one recurrent step from the state.
@@ -82,7 +82,7 @@ schemes, no bias scheme (there are no scores to add it to).
 Checkpoints written before the families were layers (zoo folder and checkpoint format 1: per-head
 scoring attentions under a ``multi_head`` layer, no convolutions) load into these layers: their
 keys are renamed here (:meth:`RecurrentLayer.legacy_state_dict`) and their hyperparameters are
-given the layout they had (:func:`zoo.attention.legacy.migrate_attention`).
+given the layout they had (:func:`zoo.attention.compat.legacy.migrate_attention`).
 """
 
 from __future__ import annotations
@@ -94,16 +94,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import TypedDict
 
-from zoo.attention.backends import choose, requested_backend
-from zoo.attention.base import AttentionOutput, IncompatibleAttentionError
-from zoo.attention.cache import LayerCache, StateCache
-from zoo.attention.context import AttentionContext
-from zoo.attention.convolved import ShortConvolved
-from zoo.attention.gating import HeadNorm, StepDecay
+from zoo.attention.build.backends import choose, requested_backend
+from zoo.attention.contract.base import AttentionOutput, IncompatibleAttentionError
+from zoo.attention.contract.cache import LayerCache, StateCache
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.layer import AttentionLayer
 from zoo.attention.kernels.fla import fla_available, fla_chunk, fla_refusal
-from zoo.attention.layer import AttentionLayer
-from zoo.attention.recurrence import Recurrence, RecurrenceForms
-from zoo.attention.rotation import rotate_heads
+from zoo.attention.modules.convolved import ShortConvolved
+from zoo.attention.modules.gating import HeadNorm, StepDecay
+from zoo.attention.modules.recurrence import Recurrence, RecurrenceForms
+from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
 __all__ = [
@@ -118,7 +118,7 @@ __all__ = [
 ]
 
 Mode = Literal["auto", "parallel", "chunkwise", "recurrent"]
-"""Which form runs the recurrence (see :mod:`zoo.attention.recurrent`)."""
+"""Which form runs the recurrence (see :mod:`zoo.attention.modules.recurrent`)."""
 
 CHUNK_SIZE = 64
 """Steps per chunk by default on a GPU, flash-linear-attention's chunk."""
@@ -264,7 +264,7 @@ class RecurrentLayer(ShortConvolved, AttentionLayer):
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
         """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
-        :class:`~zoo.attention.cache.StateCache`, or None before the first): the output and the
+        :class:`~zoo.attention.contract.cache.StateCache`, or None before the first): the output and the
         state and convolution windows after them.
 
         The context's mask (True = attend), if any, broadcasts to ``(B, 1 or H, Lq, L)`` over
@@ -339,7 +339,7 @@ class RecurrentLayer(ShortConvolved, AttentionLayer):
     ) -> tuple[Tensor, Tensor]:
         """The recurrence in ``form`` from ``state`` (zeros if None), outside autocast: the
         chunkwise form in flash-linear-attention's kernels where the backend takes them
-        (:mod:`zoo.attention.backends`; forced, the parallel form too, unless ``weights`` are
+        (:mod:`zoo.attention.build.backends`; forced, the parallel form too, unless ``weights`` are
         wanted, which they do not give)."""
         device = recurrence.q.device
         with torch.autocast(device.type, enabled=False):
@@ -355,7 +355,7 @@ class RecurrentLayer(ShortConvolved, AttentionLayer):
 
     def fused_backend(self, device: torch.device, dtype: torch.dtype) -> tuple[str, str | None]:
         """``("fla", why not)``: flash-linear-attention's chunk kernels run the chunkwise form
-        (:mod:`zoo.attention.backends`) where they are installed, on CUDA."""
+        (:mod:`zoo.attention.build.backends`) where they are installed, on CUDA."""
         return "fla", self._fla_refusal(torch.device(device))
 
     def _fla_refusal(self, device: torch.device) -> str | None:
