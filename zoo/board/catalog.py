@@ -2,10 +2,10 @@
 length; and which way each metric is better.
 
 Causality comes from the registry's capability flags (``supports_causal``,
-``supports_bidirectional``), so a plugin's variant is filtered like the zoo's own. Family and cost
-are not flags of the contract: they are kept here, in :data:`FAMILIES`, one line a variant
-(a name not listed, such as a plugin's, shows ``?``). A hybrid stack is of the family ``hybrid``,
-causal when every entry is, and costs what its most expensive entry costs.
+``supports_bidirectional``), and family and cost from the class attributes each variant declares
+in its own file (``family``, ``cost``; a variant that declares none, such as a plugin's that does
+not, shows ``?``), so a plugin's variant is filtered like the zoo's own. A hybrid stack is of the
+family ``hybrid``, causal when every entry is, and costs what its most expensive entry costs.
 """
 
 from __future__ import annotations
@@ -15,49 +15,10 @@ from dataclasses import dataclass
 
 from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer
 
-__all__ = ["COSTS", "FAMILIES", "RowInfo", "higher_is_better", "row_info", "stackable"]
+__all__ = ["COSTS", "RowInfo", "family_and_cost", "higher_is_better", "row_info", "stackable"]
 
 #: Costs in the sequence length L, cheapest first (a window, block or feature count held fixed).
 COSTS = ("L", "L log L", "L^1.5", "L²")
-#: Each registered variant's family and cost of one forward in the length L (window, block,
-#: feature or state sizes held fixed).
-FAMILIES: dict[str, tuple[str, str]] = {
-    "dot_product": ("softmax", "L²"),
-    "additive": ("softmax", "L²"),
-    "synthesizer": ("softmax", "L²"),
-    "average": ("kernel smoother", "L²"),
-    "gaussian_kernel": ("kernel smoother", "L²"),
-    "local": ("sparse", "L"),
-    "longformer": ("sparse", "L"),
-    "bigbird": ("sparse", "L"),
-    "sparse": ("sparse", "L^1.5"),
-    "sinkhorn": ("sparse", "L²"),
-    "reformer": ("hashing", "L log L"),
-    "linformer": ("low rank", "L"),
-    "linear": ("kernelized", "L"),
-    "performer": ("kernelized", "L"),
-    "retention": ("recurrent", "L"),
-    "gla": ("recurrent", "L"),
-    "deltanet": ("recurrent", "L"),
-    "gated_deltanet": ("recurrent", "L"),
-    "mamba2": ("recurrent", "L"),
-    "kda": ("recurrent", "L"),
-    "rwkv7": ("recurrent", "L"),
-    "gated_deltaproduct": ("recurrent", "L"),
-    "softmax": ("softmax", "L²"),
-    "qk_norm": ("softmax", "L²"),
-    "gated_attention": ("softmax", "L²"),
-    "sink_attention": ("softmax", "L²"),
-    "differential": ("softmax", "L²"),
-    "forgetting": ("softmax", "L²"),
-    "streaming": ("sparse", "L"),
-    "sigmoid": ("softmax alternative", "L²"),
-    "softpick": ("softmax alternative", "L²"),
-    "stick_breaking": ("softmax alternative", "L²"),
-    "mla": ("latent", "L²"),
-    "moba": ("sparse selection", "L²"),
-    "nsa": ("sparse selection", "L²"),
-}
 #: Metric names (their last part) where less is better; every other metric is better higher.
 LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "bits_per_char", "mse", "error", "ms", "seconds", "bytes")
 
@@ -88,10 +49,19 @@ def _flag(names: Sequence[str], flag: str) -> str:
     return "yes" if all(getattr(ATTENTION_REGISTRY.get(name), flag) for name in names) else "no"
 
 
+def family_and_cost(name: str) -> tuple[str, str] | None:
+    """The family and cost the registered variant ``name`` declares (its class's ``family`` and
+    ``cost``), or None where it is not registered or declares neither."""
+    if name not in ATTENTION_REGISTRY:
+        return None
+    cls = ATTENTION_REGISTRY.get(name)
+    return None if cls.family is None or cls.cost is None else (cls.family, cls.cost)
+
+
 def row_info(parts: Sequence[str]) -> RowInfo:
     """Family, causality and cost of a row whose recipe holds the attentions ``parts``."""
     canonical = [ATTENTION_REGISTRY.resolve(p) if p in ATTENTION_REGISTRY else p for p in parts]
-    known = [FAMILIES[p] for p in canonical if p in FAMILIES]
+    known = [declared for p in canonical if (declared := family_and_cost(p)) is not None]
     if len(set(canonical)) > 1:
         family = "hybrid"
     else:

@@ -96,6 +96,12 @@ class _Capabilities:
     #: attention does inside a multi-head layer (from its keys and values); a layer that
     #: implements no ``attend_cached`` does not, and a decoder refuses it
     supports_decoding: ClassVar[bool] = True
+    #: what the leaderboard files the variant under (``"softmax"``, ``"recurrent"``, ``"sparse"``,
+    #: ...; :mod:`zoo.board.catalog`), declared in the variant's own file; None: not filed (``?``)
+    family: ClassVar[str | None] = None
+    #: the cost of one forward in the length ``L``, one of :data:`zoo.board.catalog.COSTS`
+    #: (a window, block, feature or state size held fixed); None: not stated (``?``)
+    cost: ClassVar[str | None] = None
 
     def check_request(self, context: AttentionContext) -> None:
         """Refuse, in one line, a call this module declares it cannot serve (the flags above)."""

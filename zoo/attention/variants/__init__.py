@@ -1,53 +1,19 @@
 """The attention variants, one per file: scoring attentions a multi-head layer runs per head, and
-the recurrent families' layers. The machinery they are written against (the contracts, the
-context, masking, caches, the registry, the multi-head layers, ``kernels/``) lives one level up
-in :mod:`zoo.attention`.
+the recurrent families' layers. The machinery they are written against lives beside them in
+:mod:`zoo.attention`'s ``contract/``, ``build/``, ``modules/`` and ``kernels/``.
 
-Importing this package registers every built-in variant. :data:`MODULES` names their modules, in
-the order they register.
+Importing this package imports every module in it, which registers the built-in variants:
+:data:`MODULES` holds them, in the order they register (by name).
 """
 
-from zoo.attention.variants import (
-    additive,
-    average,
-    dot_product,
-    gaussian_kernel,
-    linear,
-    local,
-    performer,
-    linformer,
-    longformer,
-    bigbird,
-    sparse,
-    synthesizer,
-    sinkhorn,
-    reformer,
-    retention,
-    gla,
-    deltanet,
-    mamba2,
-    patterns,
-    kda,
-    rwkv7,
-    gated_deltaproduct,
-    mla,
-    moba,
-    nsa,
-    softmax,
-    softmax_recipes,
-    sigmoid,
-    softpick,
-    stick_breaking,
-    differential,
-    forgetting,
-)
+import importlib
+import pkgutil
 
-#: the variants' modules (``patterns`` is the base of the block-sparse ones)
-MODULES = (
-    additive, average, dot_product, gaussian_kernel, linear, local, performer, linformer, longformer, bigbird,
-    sparse, synthesizer, sinkhorn, reformer, retention, gla, deltanet, mamba2, patterns, kda, rwkv7,
-    gated_deltaproduct, mla, moba, nsa, softmax, softmax_recipes, sigmoid, softpick, stick_breaking, differential,
-    forgetting,
-)  # fmt: skip
+#: the variants' modules, each imported (and so registered) in the order of their names: a new
+#: variant's file is found here, and its registration is all that lists it
+MODULES = tuple(
+    importlib.import_module(f"{__name__}.{module.name}")
+    for module in sorted(pkgutil.iter_modules(__path__), key=lambda module: module.name)
+)
 
 __all__ = ["MODULES"]

@@ -89,6 +89,9 @@ class AdditiveAttention(Attention):
             computed at once (at least one query row at a time).
     """
 
+    family = "softmax"
+    cost = "L²"
+
     requires_equal_qk_dims: ClassVar[bool] = False
 
     def __init__(

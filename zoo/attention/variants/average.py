@@ -31,6 +31,9 @@ class AveragePooling(Attention):
     multi-head layer over it builds no query or key projection (every parameter gets a gradient).
     """
 
+    family = "kernel smoother"
+    cost = "L²"
+
     requires_equal_qk_dims = False
     reads_queries = False
     reads_keys = False

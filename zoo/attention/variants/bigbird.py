@@ -54,6 +54,9 @@ class BigBirdAttention(SparsePatternAttention):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
+    family = "sparse"
+    cost = "L"
+
     supports_causal: ClassVar[bool] = False
 
     def __init__(

@@ -93,6 +93,9 @@ class DifferentialAttention(ShortConvolved, AttentionLayer):
     ``q_conv``, ``k_conv``, ``v_conv`` with a convolution.
     """
 
+    family = "softmax"
+    cost = "L²"
+
     supports_rotary = True
     normalized_weights = False
 

@@ -33,6 +33,9 @@ class DotProductAttention(FlexVariant, ScaledDotScores):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
+    family = "softmax"
+    cost = "L²"
+
     has_fused_path: ClassVar[bool] = True
     flex_needs_bias: ClassVar[bool] = True  # without a bias scheme, SDPA's flash kernel runs it
     supports_position_bias: ClassVar[bool] = True

@@ -107,6 +107,9 @@ class ForgettingAttention(SoftmaxAttention):
     a bias), the gates' logits.
     """
 
+    family = "softmax"
+    cost = "L²"
+
     supports_bidirectional = False
 
     def __init__(

@@ -40,6 +40,9 @@ class GaussianKernelAttention(Attention):
         dropout: Dropout on the attention weights during training.
     """
 
+    family = "kernel smoother"
+    cost = "L²"
+
     has_fused_path: ClassVar[bool] = True
     supports_position_bias: ClassVar[bool] = True
 

@@ -57,6 +57,9 @@ class LinearAttention(Attention):
             bigger products and a larger ``(chunk_size, chunk_size)`` block per chunk.
     """
 
+    family = "kernelized"
+    cost = "L"
+
     def __init__(self, chunk_size: int = 64) -> None:
         super().__init__(0.0)
         self.require_positive(chunk_size=chunk_size)

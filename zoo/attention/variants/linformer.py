@@ -48,6 +48,9 @@ class LinformerAttention(ScaledDotScores):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
+    family = "low rank"
+    cost = "L"
+
     supports_causal: ClassVar[bool] = False
     supports_position_bias: ClassVar[bool] = False
 

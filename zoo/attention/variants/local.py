@@ -77,6 +77,9 @@ class LocalAttention(FlexVariant, ScaledDotScores):
         num_heads: Heads the bias is learned for; a multi-head layer passes its own.
     """
 
+    family = "sparse"
+    cost = "L"
+
     supports_cross_attention: ClassVar[bool] = False
     has_fused_path: ClassVar[bool] = True
     supports_position_bias: ClassVar[bool] = True

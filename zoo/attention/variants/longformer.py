@@ -44,6 +44,9 @@ class LongformerAttention(SparsePatternAttention):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
+    family = "sparse"
+    cost = "L"
+
     def __init__(
         self,
         window: int = 128,

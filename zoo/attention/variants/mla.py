@@ -104,6 +104,9 @@ class MultiHeadLatentAttention(ShortConvolved, AttentionLayer):
     dv)``); ``out_proj`` (``H dv -> embed_dim``). No biases.
     """
 
+    family = "latent"
+    cost = "L²"
+
     supports_rotary = True
     supports_position_bias = False
     conv_names = ("q_conv", "kv_conv")

@@ -90,6 +90,9 @@ class MoBAAttention(BlockSelectionLayer):
     :class:`~zoo.attention.modules.block_selection.BlockSelectionLayer`.
     """
 
+    family = "sparse selection"
+    cost = "L²"
+
     def __init__(
         self,
         embed_dim: int,

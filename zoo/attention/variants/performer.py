@@ -76,6 +76,9 @@ class PerformerAttention(LinearAttention):
         chunk_size: Queries per chunk of the causal prefix sums.
     """
 
+    family = "kernelized"
+    cost = "L"
+
     supports_position_bias: ClassVar[bool] = False
 
     def __init__(

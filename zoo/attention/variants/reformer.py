@@ -80,6 +80,9 @@ class ReformerAttention(ScaledDotScores):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
+    family = "hashing"
+    cost = "L log L"
+
     supports_causal: ClassVar[bool] = False
     supports_cross_attention: ClassVar[bool] = False
     supports_position_bias: ClassVar[bool] = False

@@ -44,6 +44,9 @@ class SigmoidAttention(ScaledDotScores):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
+    family = "softmax alternative"
+    cost = "L²"
+
     normalized_weights: ClassVar[bool] = False
 
     def __init__(self, seq_len: int = 256, dropout: float = 0.0, scale: float | None = None) -> None:

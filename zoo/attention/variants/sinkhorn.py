@@ -65,6 +65,9 @@ class SinkhornAttention(ScaledDotScores):
         scale: Multiplier of the dot products (and of the block sums'); ``None`` means ``1 / sqrt(d)``.
     """
 
+    family = "sparse"
+    cost = "L²"
+
     supports_causal: ClassVar[bool] = False
     supports_cross_attention: ClassVar[bool] = False
     supports_position_bias: ClassVar[bool] = False

@@ -138,6 +138,9 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
     (``nn.Conv1d`` depthwise filters of ``conv_size``).
     """
 
+    family = "softmax"
+    cost = "L²"
+
     stack_layer = True
     supports_rotary = True
     supports_position_bias = True

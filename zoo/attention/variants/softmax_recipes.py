@@ -18,6 +18,9 @@ __all__ = ["GatedAttention", "QKNormAttention", "SinkAttention", "StreamingAtten
 class QKNormAttention(SoftmaxAttention):
     """``softmax`` with ``qk_norm=True`` by default (Qwen3's, Gemma 3's attention)."""
 
+    family = "softmax"
+    cost = "L²"
+
     __init__ = partialmethod(SoftmaxAttention.__init__, qk_norm=True)
 
 
@@ -25,6 +28,9 @@ class QKNormAttention(SoftmaxAttention):
 class GatedAttention(SoftmaxAttention):
     """``softmax`` with ``gate="elementwise"`` by default (Qiu et al., 2025); Qwen3-Next's is
     ``{name: gated_attention, qk_norm: true}``."""
+
+    family = "softmax"
+    cost = "L²"
 
     __init__ = partialmethod(SoftmaxAttention.__init__, gate="elementwise")
 
@@ -34,6 +40,9 @@ class SinkAttention(SoftmaxAttention):
     """``softmax`` with ``sinks=True`` and ``sink_tokens=0`` by default (gpt-oss: its sliding
     layers are ``{name: sink_attention, window: 128}``, its full layers this)."""
 
+    family = "softmax"
+    cost = "L²"
+
     __init__ = partialmethod(SoftmaxAttention.__init__, sinks=True, sink_tokens=0)
 
 
@@ -41,5 +50,8 @@ class SinkAttention(SoftmaxAttention):
 class StreamingAttention(SoftmaxAttention):
     """``softmax`` with ``window=128`` by default (and ``sink_tokens`` 4): StreamingLLM's window
     with its first tokens, a fixed-size cache, at gpt-oss's window."""
+
+    family = "sparse"
+    cost = "L"
 
     __init__ = partialmethod(SoftmaxAttention.__init__, window=128)

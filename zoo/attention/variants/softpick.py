@@ -42,6 +42,9 @@ class SoftpickAttention(ScaledDotScores):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
+    family = "softmax alternative"
+    cost = "L²"
+
     normalized_weights = False
 
     def weigh(self, scores: Tensor, mask: Tensor | None) -> Tensor:

@@ -41,6 +41,9 @@ class FixedSparseAttention(SparsePatternAttention):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
+    family = "sparse"
+    cost = "L^1.5"
+
     def __init__(
         self, block_size: int = 128, summary: int = 1, dropout: float = 0.0, scale: float | None = None
     ) -> None:

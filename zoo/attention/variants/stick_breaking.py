@@ -49,6 +49,9 @@ class StickBreakingAttention(ScaledDotScores):
         scale: Multiplier of the dot products; ``None`` means ``1 / sqrt(d)``.
     """
 
+    family = "softmax alternative"
+    cost = "L²"
+
     supports_bidirectional = False
     supports_position_bias = False
     normalized_weights = False

@@ -77,6 +77,9 @@ class SynthesizerAttention(Attention):
         dropout: Dropout on the attention weights during training.
     """
 
+    family = "softmax"
+    cost = "L²"
+
     requires_equal_qk_dims: ClassVar[bool] = False
     supports_cross_attention: ClassVar[bool] = False
     supports_rotary: ClassVar[bool] = False
