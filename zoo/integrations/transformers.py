@@ -83,6 +83,7 @@ from zoo.attention import (
     list_attention,
     require_attention,
 )
+from zoo.attention.kernels.sdpa import repeat_kv_heads
 from zoo.errors import ConfigurationError
 from zoo.integrations import MissingExtraError
 
@@ -227,10 +228,7 @@ def last_seen_key(mask: Tensor) -> int:
 
 def repeat_heads(variant: Attention, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
     """Keys and values with fewer heads than the queries, repeated per head unless the variant takes them grouped."""
-    groups = query.shape[-3] // key.shape[-3]
-    if groups == 1 or variant.supports_grouped_kv:
-        return key, value
-    return key.repeat_interleave(groups, dim=-3), value.repeat_interleave(groups, dim=-3)
+    return (key, value) if variant.supports_grouped_kv else repeat_kv_heads(query, key, value)
 
 
 def scaled_queries(variant: Attention, query: Tensor, scaling: float | None) -> Tensor:

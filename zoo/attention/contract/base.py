@@ -42,6 +42,7 @@ from zoo.attention.contract.masking import (
     with_causal,
 )
 from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
+from zoo.attention.kernels.sdpa import repeat_kv_heads
 from zoo.errors import ZooError
 
 __all__ = [
@@ -259,11 +260,7 @@ class Attention(_Capabilities, nn.Module):
     def _expand_groups(self, queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values with as many heads as the queries (axis -3) for a variant that takes
         no grouped heads; as they are otherwise."""
-        heads, kv_heads = queries.shape[-3] if queries.dim() > 3 else 1, keys.shape[-3] if keys.dim() > 3 else 1
-        if self.supports_grouped_kv or kv_heads == heads or not kv_heads or heads % kv_heads:
-            return keys, values
-        groups = heads // kv_heads
-        return keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)
+        return (keys, values) if self.supports_grouped_kv else repeat_kv_heads(queries, keys, values)
 
     def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         """The computation on checked inputs: the hook a variant overrides (this one runs

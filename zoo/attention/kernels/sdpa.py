@@ -12,7 +12,7 @@ from torch import Tensor
 
 from zoo.attention.contract.masking import with_causal
 
-__all__ = ["ZERO_ROW_DEVICES", "fused_attention", "masked_sdpa"]
+__all__ = ["ZERO_ROW_DEVICES", "fused_attention", "masked_sdpa", "repeat_kv_heads"]
 
 ZERO_ROW_DEVICES = frozenset({"cpu"})
 """Devices whose every fused kernel answers a query with no visible key with a zero row and
@@ -74,3 +74,16 @@ def masked_sdpa(queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | No
         seen = mask.isfinite().any(-1, keepdim=True)
         mask = mask.masked_fill(~seen, 0.0)
     return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, **options).masked_fill(~seen, 0.0)
+
+
+def repeat_kv_heads(queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    """Keys and values with as many heads (axis -3) as the queries: each of ``H_kv`` grouped
+    heads repeated ``H / H_kv`` times, in order (head ``h`` reads group ``h // (H / H_kv)``, as
+    SDPA's ``enable_gqa`` does). As they are where the counts match, where there is no head axis,
+    or where ``H_kv`` does not divide ``H`` (the caller's checks name that)."""
+    heads = queries.shape[-3] if queries.dim() > 3 else 1
+    kv_heads = keys.shape[-3] if keys.dim() > 3 else 1
+    if kv_heads == heads or not kv_heads or heads % kv_heads:
+        return keys, values
+    groups = heads // kv_heads
+    return keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)

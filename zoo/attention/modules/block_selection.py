@@ -49,6 +49,8 @@ class BlockSelectionLayer(ShortConvolved, AttentionLayer):
     supports_query_mask = False
     supports_rotary = True
     supports_position_bias = False
+    family = "sparse selection"
+    cost = "L²"
 
     q_proj: nn.Linear
     k_proj: nn.Linear

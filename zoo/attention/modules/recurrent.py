@@ -177,6 +177,8 @@ class RecurrentLayer(ShortConvolved, AttentionLayer):
     #: why flash-linear-attention's kernels cannot run this family's recurrence (None: they can,
     #: :mod:`zoo.attention.kernels.fla`)
     fla_refusal: ClassVar[str | None] = None
+    family = "recurrent"
+    cost = "L"
     #: steps per chunk on the CPU when ``chunk_size`` is None (see the module docstring)
     cpu_chunk_size: ClassVar[int] = CPU_CHUNK_SIZE
     #: where SiLU acts on the queries, keys and values before :meth:`prepare`: ``"always"``,

@@ -60,9 +60,6 @@ class DeltaNetAttention(RecurrentLayer):
     ``norm``, the per-head RMSNorm's scale.
     """
 
-    family = "recurrent"
-    cost = "L"
-
     #: SiLU on queries, keys and values, as flash-linear-attention's DeltaNet
     silu = "always"
 
@@ -97,9 +94,6 @@ class GatedDeltaNetAttention(DeltaNetAttention):
     and, per head, ``A_log`` and ``dt_bias``); ``gate`` (``embed_dim -> value width``, no bias),
     the swish output gate.
     """
-
-    family = "recurrent"
-    cost = "L"
 
     def __init__(
         self, embed_dim: int, num_heads: int, *, expand_v: float = 1.0, **options: Unpack[RecurrentOptions]

@@ -12,6 +12,7 @@ from zoo.attention.build.factory import register_attention
 from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels import flex, fused_attention
+from zoo.attention.kernels.sdpa import repeat_kv_heads
 from zoo.attention.modules.flex_variant import FlexVariant
 from zoo.attention.modules.scaled_dot import ScaledDotScores
 
@@ -54,10 +55,7 @@ class DotProductAttention(FlexVariant, ScaledDotScores):
                 return flexed
         grouped = keys.dim() >= 3 and queries.dim() >= 3 and keys.shape[-3] != queries.shape[-3]
         if context.need_weights:
-            if grouped:
-                groups = queries.shape[-3] // keys.shape[-3]
-                keys, values = keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)
-            return super().attend(queries, keys, values, context)
+            return super().attend(queries, *repeat_kv_heads(queries, keys, values), context)
         output = fused_attention(
             queries, keys, values, context.mask, is_causal=context.is_causal,
             bias=context.bias_grid(queries.shape[-2], keys.shape[-2], queries.device),

@@ -72,9 +72,6 @@ class GatedDeltaProductAttention(RecurrentLayer):
     (``embed_dim -> value width``, no bias), the swish output gate; ``norm``, the per-head RMSNorm's scale.
     """
 
-    family = "recurrent"
-    cost = "L"
-
     #: SiLU on queries, keys and values, as Gated DeltaNet's
     silu = "always"
 

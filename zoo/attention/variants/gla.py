@@ -60,9 +60,6 @@ class GatedLinearAttention(RecurrentLayer):
     swish output gate; ``norm``, the per-head RMSNorm's scale.
     """
 
-    family = "recurrent"
-    cost = "L"
-
     #: SiLU after the convolution only, as flash-linear-attention's GLA
     silu = "convolved"
 

@@ -129,9 +129,6 @@ class KimiDeltaAttention(RecurrentLayer):
     second), the sigmoid output gate; ``norm``, the per-head RMSNorm's scale.
     """
 
-    family = "recurrent"
-    cost = "L"
-
     #: SiLU on queries, keys and values, as Kimi Linear's
     silu = "always"
 

@@ -62,9 +62,6 @@ class Mamba2Attention(RecurrentLayer):
     (``embed_dim -> inner width``, no bias), ``z``; ``norm_weight``, the norm's scale per feature.
     """
 
-    family = "recurrent"
-    cost = "L"
-
     #: SiLU on ``C``, ``B`` and ``x``, as Mamba-2's convolution has
     silu = "always"
 

@@ -90,9 +90,6 @@ class MoBAAttention(BlockSelectionLayer):
     :class:`~zoo.attention.modules.block_selection.BlockSelectionLayer`.
     """
 
-    family = "sparse selection"
-    cost = "L²"
-
     def __init__(
         self,
         embed_dim: int,

@@ -126,9 +126,6 @@ class NativeSparseAttention(BlockSelectionLayer):
     bias); ``out_proj``.
     """
 
-    family = "sparse selection"
-    cost = "L²"
-
     def __init__(
         self,
         embed_dim: int,

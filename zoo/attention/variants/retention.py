@@ -57,9 +57,6 @@ class RetentionAttention(RecurrentLayer):
     ``norm``, the per-head RMSNorm's scale.
     """
 
-    family = "recurrent"
-    cost = "L"
-
     #: SiLU after a convolution only (RetNet has neither)
     silu = "convolved"
 

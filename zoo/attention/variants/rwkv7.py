@@ -119,9 +119,6 @@ class RWKV7Attention(RecurrentLayer):
     ``(H, dk)``); ``norm_weight``, ``norm_bias`` (the GroupNorm's, ``(H, dv)``).
     """
 
-    family = "recurrent"
-    cost = "L"
-
     supports_rotary = False
 
     def __init__(
