@@ -284,22 +284,11 @@ def requirements(module: nn.Module) -> dict[str, bool]:
 
 def require_for(module: nn.Module, name: str) -> type[Attention]:
     """The class of ``name`` if it can do what ``module`` needs, else the zoo's refusal naming those that can."""
-    needs = [flag for flag, needed in requirements(module).items() if needed]
-    role = f"Hugging Face's {type(module).__name__} (which needs {', '.join(NEEDS[flag] for flag in needs)})"
-    variant_class = require_attention(name, role=role)  # unknown names and attention layers: the zoo's own refusal
-    missing = [flag for flag in needs if not getattr(variant_class, flag)]
-    if missing:
-        compatible = [
-            PREFIX + other
-            for other in scoring_attention_names()
-            if all(getattr(get_attention(other), flag) for flag in needs)
-        ]
-        raise IncompatibleAttentionError(
-            f"Attention {PREFIX + name!r} cannot be used by {role}: it does not support "
-            f"{' or '.join(NEEDS[flag] for flag in missing)}. "
-            f"Compatible attn_implementation names: {', '.join(compatible) or 'none'}."
-        )
-    return variant_class
+    needs = {flag: NEEDS[flag] for flag, needed in requirements(module).items() if needed}
+    role = f"Hugging Face's {type(module).__name__} (which needs {', '.join(needs.values())})"
+    return require_attention(
+        name, role=role, flags=needs, shown_as=PREFIX.__add__, listed_as="attn_implementation names"
+    )
 
 
 @functools.cache

@@ -11,7 +11,7 @@ and cache). Plugins register through the entry-point groups ``zoo.attention`` an
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from torch import nn
@@ -138,7 +138,14 @@ _CAPABILITIES: dict[str, tuple[str, str]] = {
 
 
 def require_attention(
-    name: str, *, role: str = "this architecture", layers: bool = False, **needs: Unpack[AttentionNeeds]
+    name: str,
+    *,
+    role: str = "this architecture",
+    layers: bool = False,
+    flags: Mapping[str, str] | None = None,
+    shown_as: Callable[[str], str] = str,
+    listed_as: str = "registered names",
+    **needs: Unpack[AttentionNeeds],
 ) -> type[nn.Module]:
     """Resolve an attention name and check it can do what ``role`` needs.
 
@@ -147,6 +154,11 @@ def require_attention(
         role: What needs it, as a refusal names it.
         layers: Whether a layer a stack builds by name also serves (a stack's attention), or
             only a scoring attention (the heads of a multi-head layer).
+        flags: Capability flags wanted beyond ``needs``, each with how a refusal names it
+            (``{"supports_rotary": "rotary positions"}``: an integration's needs).
+        shown_as, listed_as: How a refusal shows a registered name, and what it calls the
+            list of those that would serve (``"zoo_" + name`` and ``"attn_implementation
+            names"`` where another library knows the variants under a prefix).
         needs: The capabilities wanted (:class:`AttentionNeeds`).
 
     Raises:
@@ -158,19 +170,19 @@ def require_attention(
     """
     if unknown := sorted(set(needs) - set(_CAPABILITIES)):
         raise TypeError(f"require_attention() got unknown needs {unknown}; the needs are {sorted(_CAPABILITIES)}.")
-    wanted = {flag: label for need, (flag, label) in _CAPABILITIES.items() if needs.get(need)}
+    wanted = {flag: label for need, (flag, label) in _CAPABILITIES.items() if needs.get(need)} | dict(flags or {})
     kind_fits = _stackable if layers else (lambda candidate: issubclass(candidate, Attention))
 
     def fits(candidate: type[nn.Module]) -> bool:
         return kind_fits(candidate) and all(getattr(candidate, flag) for flag in wanted)
 
     def compatible() -> list[str]:  # the registry is scanned only for an error's suggestions
-        return [e.name for e in ATTENTION_REGISTRY.entries() if fits(e.obj)]
+        return [shown_as(e.name) for e in ATTENTION_REGISTRY.entries() if fits(e.obj)]
 
     try:
         cls = ATTENTION_REGISTRY.get(name)
     except UnknownNameError:
-        cls = ATTENTION_REGISTRY.get(name, candidates=compatible())  # raises, suggesting names that fit
+        cls = ATTENTION_REGISTRY.get(name, candidates=[e.name for e in ATTENTION_REGISTRY.entries() if fits(e.obj)])
     if not fits(cls):
         if not kind_fits(cls):
             reason = (
@@ -183,8 +195,8 @@ def require_attention(
                 label for flag, label in wanted.items() if not getattr(cls, flag)
             )
         raise IncompatibleAttentionError(
-            f"Attention {name!r} cannot be used by {role}: {reason}. "
-            f"Compatible registered names: {', '.join(compatible()) or 'none'}."
+            f"Attention {shown_as(name)!r} cannot be used by {role}: {reason}. "
+            f"Compatible {listed_as}: {', '.join(compatible()) or 'none'}."
         )
     return cls
 
