@@ -264,7 +264,7 @@ def _compiled(name: str) -> Callable[..., Any]:
     into symbolic ones, which Inductor's flex lowering of PyTorch 2.11 cannot take
     (``'ShapeAsConstantBuffer' object has no attribute 'dtype'``, PyTorch's issues #157833 and
     #182606; seen on an H200 for ``longformer`` after ``local``, a window's backward and ALiBi
-    with cached queries, RESULTS 47) and, in the backward, a symbolic query length left the
+    with cached queries: ``benchmarks/results/gpu/issue71/cuda_failures_call2.txt``) and, in the backward, a symbolic query length left the
     log-sum-exp's alignment unproven (``LSE is not correctly aligned``: T5's table). Static shapes
     compile once per shape and closure instead, within :data:`RECOMPILE_LIMIT`."""
     return torch.compile(getattr(flex_module(), name), dynamic=False)

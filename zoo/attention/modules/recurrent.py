@@ -167,11 +167,8 @@ class RecurrentLayer(ShortConvolved, AttentionLayer):
         bias: Biases in the query, key, value and output projections (the stack's ``bias``).
     """
 
-    supports_causal = True
-    supports_bidirectional = False
-    supports_padding_mask = True
+    supports_bidirectional = False  # causal, key padding and weights: the contract's defaults
     supports_query_mask = False
-    supports_weights = True
     supports_rotary = True
     fixed_state = True
     #: why flash-linear-attention's kernels cannot run this family's recurrence (None: they can,
