@@ -17,7 +17,7 @@ Two kinds of case:
     python benchmarks/allocator_faults.py --fits dot_product:64 rwkv7:32 --fit-steps 80 --pairs 2 \\
         --cases floor mamba2 rwkv7 --lengths 8192 16384 --out benchmarks/results/allocator_faults_43.json
 
-Run it alone on the machine: the times are wall-clock. ``benchmarks/RESULTS.md`` sections 40b and 43.
+Run it alone on the machine: the times are wall-clock. ``docs/results/speed.md``, the CPU allocator.
 """
 
 from __future__ import annotations

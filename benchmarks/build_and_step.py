@@ -1,6 +1,7 @@
 """Time building a deep GPT and one training step of nanoGPT's CPU command's model, for the
-checkout this runs from (``benchmarks/RESULTS.md``, section 48: run it from two checkouts in turn,
-``PYTHONPATH=<checkout> python benchmarks/build_and_step.py``, and compare the medians).
+checkout this runs from (``docs/results/speed.md``, building a stack and a GPT step: run it from two
+checkouts in turn, ``PYTHONPATH=<checkout> python benchmarks/build_and_step.py``, and compare the
+medians).
 
 Prints one line: the median milliseconds of a build and of a step, one thread.
 """

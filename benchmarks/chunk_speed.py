@@ -1,6 +1,6 @@
 """A recurrent model's training step on the CPU, side by side: the generalized delta rule's in-chunk
-matrices as an earlier commit formed them against today's, and chunks of 64 steps against the
-CPU's default (RESULTS 32b).
+matrices as an earlier commit formed them against today's, and chunks of 64 steps against the CPU's
+default (``docs/results/speed.md``, 16-step chunks on the CPU).
 
 Usage: python benchmarks/chunk_speed.py [--before 570a96a] [--attentions kda rwkv7 gated_deltanet] [--repeats 5]
 

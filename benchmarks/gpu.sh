@@ -198,7 +198,7 @@ else
     RECURRENT_LENGTHS=(16384) FLEX_LENGTHS=(16384) STATE_SIZE=(--lengths 1024 4096 16384)
     SHAKESPEARE_SIZE=(--trainer.max_time 00:00:02:15)  # ends the run cleanly inside its share
     # --dist load: a file's tests spread over the workers (loadfile ran fla's eight families one after
-    # another on one worker, RESULTS 47); pytest-xdist and pytest-timeout are there
+    # another on one worker, docs/results/gpu.md); pytest-xdist and pytest-timeout are there
     TEST_OPTIONS=(-m cuda -n 8 --dist load --tb=short -rf --timeout 150)
     BACKEND_SIZE=(--batch 1 --d-model 1024 --heads 16 --warmup 2 --repeats 5 --time-limit 3 --first-call-limit 100
                   --dtype bfloat16)
@@ -327,7 +327,7 @@ stage budget_test "$(share budget_test)" "$PYTHON" -m zoo test --model transform
     --trainer.logger CSVLogger --trainer.logger.save_dir runs --trainer.logger.name transformer_gpu_test \
     --trainer.enable_progress_bar false
 
-# The Shakespeare run's validation losses (step, loss), for RESULTS.md beside nanoGPT's line.
+# The Shakespeare run's validation losses (step, loss), for docs/results/gpu.md beside nanoGPT's line.
 for metrics in "$RESULTS"/runs/gpt_shakespeare/version_*/metrics.csv; do
     [ -f "$metrics" ] && "$PYTHON" -c "import csv, sys; rows = [r for r in csv.DictReader(open(sys.argv[1])) if r.get('val/loss')]; print('shakespeare val/loss by step:', *(f\"{r['step']}:{float(r['val/loss']):.4f}\" for r in rows))" "$metrics" | tee "$RESULTS/shakespeare.txt"
 done

@@ -2,16 +2,16 @@
 
 ``python -m zoo bench attention`` times every case at one length before any at the next, so a
 drift of the machine's speed during a run goes into the exponent between two lengths
-(``benchmarks/RESULTS.md`` section 40b: 0.79-1.51 for the same layers in two runs). Here each
-repeat times every length in turn (round-robin, after one warm-up round), and the exponent between
-neighbouring lengths is ``log(t2 / t1) / log(L2 / L1)`` of the medians::
+(``docs/results/speed.md``, ``--flops`` and ``--interleave``: 0.79-1.51 for the same layers in two
+runs). Here each repeat times every length in turn (round-robin, after one warm-up round), and the
+exponent between neighbouring lengths is ``log(t2 / t1) / log(L2 / L1)`` of the medians::
 
     python benchmarks/growth_interleaved.py --cases gla deltanet gated_deltanet mamba2 kda rwkv7 gated_deltaproduct \\
         --lengths 4096 8192 16384 --repeats 5 --out benchmarks/results/growth_interleaved.json
 
 Each layer at width 256, 8 heads, batch 1, causal, as the bench builds it. Run it alone.
 ``python -m zoo bench attention --interleave`` has done the same since, for all its cases in one
-round-robin (RESULTS 41).
+round-robin (``docs/results/speed.md``, the recurrent layers' arithmetic against their time).
 """
 
 from __future__ import annotations

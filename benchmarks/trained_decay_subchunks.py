@@ -4,8 +4,10 @@ batch of 64 fresh MQAR (256, 16) examples::
 
     python benchmarks/trained_decay_subchunks.py runs/<compare>/runs/<run>/seed0/fit/checkpoints/last.ckpt ...
 
-A sub-chunk shorter than :data:`~zoo.attention.kernels.decay.SUB_CHUNK_SIZE` is the slow path that
-RESULTS 42d and 44b met; ``decay_lower_bound`` (45a) keeps it at 8 steps or more.
+A sub-chunk shorter than :data:`~zoo.attention.kernels.decay.SUB_CHUNK_SIZE` is the slow path that a
+trained ``kda`` met (``docs/results/copying.md``, KDA cut short; ``docs/results/recall.md``, MQAR
+(256, 16) at width 128); ``decay_lower_bound`` (``docs/results/speed.md``, Kimi Delta Attention's
+bounded gate) keeps it at 8 steps or more.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the process frees, but never past 32 MiB on 64-bit. A training step frees and al
 large temporaries every iteration, so each step the kernel maps them anew, one page fault and one
 zero-filled 4 KiB page at a time. A softmax recall model at MQAR's (256, 16) cell (width 64, batch
 64) took 8.9 million page faults in a 60-step fit, 34 GiB mapped anew, and spent 28 of its 87
-seconds in the kernel (``benchmarks/RESULTS.md`` section 43).
+seconds in the kernel (``docs/results/speed.md``, the CPU allocator).
 
 PyTorch's CPU performance guide answers this by preloading jemalloc or TCMalloc, configured to keep
 freed pages; neither installs with pip. :func:`retain_freed_memory` sets glibc's own knobs
@@ -14,10 +14,11 @@ freed pages; neither installs with pip. :func:`retain_freed_memory` sets glibc's
 whatever its size), the heap grows 256 MiB at a time and is never trimmed. The process then keeps
 its peak memory for the next step, as the GPU's caching allocator does. Raising the mmap threshold
 alone, to its 32 MiB limit, is not enough: tensors of 32 MiB and more are still mapped anew
-(section 43 measures both). The zoo's commands call it at start; ``ZOO_MALLOC=system`` leaves
-glibc's defaults, and so does an allocator of one's own (``LD_PRELOAD``) or glibc's own tuning
-(``MALLOC_*`` variables, ``GLIBC_TUNABLES``), which glibc reads itself. A script that trains with
-the zoo as a library may call :func:`retain_freed_memory` itself.
+(``docs/results/speed.md`` measures both). The zoo's commands call it at start;
+``ZOO_MALLOC=system`` leaves glibc's defaults, and so does an allocator of one's own
+(``LD_PRELOAD``) or glibc's own tuning (``MALLOC_*`` variables, ``GLIBC_TUNABLES``), which glibc
+reads itself. A script that trains with the zoo as a library may call :func:`retain_freed_memory`
+itself.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The production hybrids as recipes (configs/gpt_shakespeare_cpu_<recipe>.yaml): each builds the
 layer pattern its model card gives, at the CPU recipe's size, and trains; the same overlays build
-the recall model from the command line (docs/attention.md, benchmarks/RESULTS.md 46b)."""
+the recall model from the command line (docs/attention.md; docs/results/recall.md, the six
+production recipes)."""
 
 from __future__ import annotations
 
@@ -58,8 +59,9 @@ def test_a_recipe_builds_its_pattern_and_trains(recipe: str) -> None:
 
 @pytest.mark.parametrize("recipe", sorted(PATTERNS))
 def test_a_recipe_overlay_builds_the_recall_model_from_the_command_line(recipe: str) -> None:
-    # RESULTS 46b's command: the recall config, the overlay, then the recipe's depth (its overlay's,
-    # or the CPU recipe's 4 layers), resolved as fit and zoo compare resolve it
+    # The recipes' MQAR command (docs/results/recall.md): the recall config, the overlay, then the
+    # recipe's depth (its overlay's, or the CPU recipe's 4 layers), resolved as fit and zoo compare
+    # resolve it
     depth = _recipe_arguments(recipe)["num_layers"]
     resolved = resolve_base(
         ["--model", "recall", "--config", str(CONFIG_DIR / "recall.yaml")]

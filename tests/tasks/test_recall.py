@@ -177,7 +177,8 @@ def test_softmax_attention_with_short_convolutions_learns_mqar_at_once() -> None
     keys and values, no positions, on MQAR (64 tokens, 4 pairs). Chance is 1/33 (33 values);
     answering with one of the example's 4 values gives 0.25. Measured after these 250 steps at
     3e-3 with seeds 0, 1, 2: 0.991, 0.978, 0.974 (without the convolution, softmax attention with
-    learned positions stays near 0.25 for 2,000 steps and more: benchmarks/RESULTS.md 27, 31)."""
+    learned positions stays near 0.25 for 2,000 steps and more: ``docs/results/recall.md``, the
+    front door)."""
     datamodule = MQARDataModule(vocab_size=66, seq_len=64, num_kv_pairs=4, num_train=16_000, num_test=256)
     torch.manual_seed(0)
     task = RecallModel(

@@ -5,7 +5,7 @@ floating-point operations says how much faster it *could* run at the same effici
 two agree, a layer is as efficient per operation as its baseline and only less arithmetic makes it
 faster; where the time ratio falls short of the arithmetic one, the difference is work the count
 leaves out (elementwise operations, copies, a Python loop), which a better kernel can remove
-(benchmarks/RESULTS.md section 41 reads the recurrent layers at 8k tokens this way).
+(``docs/results/speed.md`` reads the recurrent layers' arithmetic against their time this way).
 
 The counter sees every matrix product, batched product and convolution that ATen runs, inside
 custom autograd functions too, but not elementwise work. PyTorch 2.13 registers formulas for the

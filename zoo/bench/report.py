@@ -39,7 +39,7 @@ def growth_exponent(lengths: Sequence[float], values: Sequence[float]) -> float 
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table (pastes into ``benchmarks/RESULTS.md``), columns padded to line up."""
+    """A Markdown table (pastes into the pages of ``docs/results/``), columns padded to line up."""
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]

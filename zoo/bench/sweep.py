@@ -9,8 +9,9 @@ length is reported so and skipped at the longer ones; the others go on.
 
 Timed one length after another, a drift of the machine's speed during a run (its clock, the
 allocator's pages, another process) lands between two lengths and in the growth exponent: the same
-layers read 0.79-1.51 from 8k to 16k tokens in two runs on one machine (``benchmarks/RESULTS.md``
-section 40b). ``interleave`` times every length of every case in one round-robin instead.
+layers read 0.79-1.51 from 8k to 16k tokens in two runs on one machine (``docs/results/speed.md``,
+``--flops`` and ``--interleave``). ``interleave`` times every length of every case in one
+round-robin instead.
 """
 
 from __future__ import annotations

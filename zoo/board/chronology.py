@@ -3,10 +3,10 @@
 ``zoo bench`` writes no date, but every result names the commit of the zoo that measured it
 (``environment.git_commit``, ``-dirty`` when the tree had changes). Where a case was measured
 twice under the same conditions, the board shows the measurement of the later commit (the code
-as it is now, as RESULTS.md's later sections supersede earlier ones), and the run page lists the
-other. Commit times come from the git history of the records folders; a commit that history does
-not hold (another clone, no git) counts as older than every known one, and ties fall to the
-file's name, so the choice never depends on the order the disk lists files in.
+as it is now, as a re-measurement replaces its table in ``docs/results/``), and the run page lists
+the other. Commit times come from the git history of the records folders; a commit that history does
+not hold (another clone, no git) counts as older than every known one, and ties fall to the file's
+name, so the choice never depends on the order the disk lists files in.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 over its seeds.
 
 Records of the same run reach the board more than once when a comparison's records were copied
-into another (RESULTS 24b copied 22c's ``dot_product`` runs): a record of the same task, setting
-and row with the seed and metrics of one already read is that run again, and counts once. Two different runs of one seed (a grid
+into another (``docs/results/language_modelling.md``: the recurrent layers' rows copied the first
+causal variants' ``dot_product`` runs): a record of the same task, setting and row with the seed and
+metrics of one already read is that run again, and counts once. Two different runs of one seed (a
+grid
 run twice into two folders) are both listed on the run page, and the later (by its ``finished``
 time) counts, as a resumed comparison's report counts the last record of a run.
 

@@ -305,8 +305,9 @@ def test_the_block_mask_cache_is_bounded() -> None:
 
 
 def test_flex_compiles_with_static_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Automatic dynamic shapes made the integers a mask closes over symbolic, which Inductor's
-    flex lowering refused on an H200 (RESULTS 47): both compiled functions take static shapes."""
+    """Automatic dynamic shapes made the integers a mask closes over symbolic, which Inductor's flex
+    lowering refused on an H200 (``docs/results/gpu.md``, the third lease): both compiled functions
+    take static shapes."""
     compiled = []
     monkeypatch.setattr(torch, "compile", lambda fn, **options: compiled.append(options) or fn)
     flex._compiled.cache_clear()

@@ -14,17 +14,18 @@ same on a GPU:
 ``auto`` (the default) takes a fused backend in :data:`AUTO_FUSED` where it is exact: on CUDA, in
 a dtype the kernel takes, with no weights asked for (neither kernel has them; nor has flex
 attention dropout, nor a mask but key padding); else the zoo's form. That is ``fla``, which a user
-asks for by installing the ``fla`` extra, and not yet ``flex``: on the one H200 measured (RESULTS
-25), the zoo's block forms of ``local``, ``longformer``, ``sparse`` and ``bigbird`` ran in 2.8 to
-13 ms at 16k tokens (forward and backward, bfloat16, five times under SDPA's dense kernel),
-flex's compiled kernel took about 10 s to compile a case and failed to compile one (ALiBi's bias
-table at heads of 64 in bfloat16: Triton's shared memory), and its steady speed was not reached
-in the time lent; flex runs where it is forced until a measurement shows it faster. On the CPU
-``auto`` is always the zoo's form (flex runs eagerly there, forward only, and fla not at all). A backend is
-forced for a block of code with :func:`attention_backend` (as :func:`torch.nn.attention.sdpa_kernel`
-forces SDPA's) or for a process with ``ZOO_ATTENTION_BACKEND``; a forced backend that cannot run a
-call is refused in one line naming why, never replaced silently. :func:`backend_of` says which
-backend a module runs on a device and dtype, for ``zoo bench`` and a run's model summary.
+asks for by installing the ``fla`` extra, and not yet ``flex``: on the one H200 measured
+(``docs/results/gpu.md``, the second lease), the zoo's block forms of ``local``, ``longformer``,
+``sparse`` and ``bigbird`` ran in 2.8 to 13 ms at 16k tokens (forward and backward, bfloat16, five
+times under SDPA's dense kernel), flex's compiled kernel took about 10 s to compile a case and
+failed to compile one (ALiBi's bias table at heads of 64 in bfloat16: Triton's shared memory), and
+its steady speed was not reached in the time lent; flex runs where it is forced until a measurement
+shows it faster. On the CPU ``auto`` is always the zoo's form (flex runs eagerly there, forward
+only, and fla not at all). A backend is forced for a block of code with :func:`attention_backend`
+(as :func:`torch.nn.attention.sdpa_kernel` forces SDPA's) or for a process with
+``ZOO_ATTENTION_BACKEND``; a forced backend that cannot run a call is refused in one line naming
+why, never replaced silently. :func:`backend_of` says which backend a module runs on a device and
+dtype, for ``zoo bench`` and a run's model summary.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ with all five. ``D_n`` is ``(dk or 1, 1)``: a decay per key dimension or one per
 
 Left to autograd, that loop records five to eight nodes a chunk and replays each as several small
 kernels; at the CPU's 16-step chunks those per-chunk calls cost about as much as the arithmetic
-(RESULTS 34a). Here the forward is two or three fused calls a chunk (``addcmul``, ``baddbmm``) and
-the backward walks the chunks back once with the adjoint recurrence::
+(``docs/results/speed.md``, the pass between chunks). Here the forward is two or three fused calls a
+chunk (``addcmul``, ``baddbmm``) and the backward walks the chunks back once with the adjoint
+recurrence::
 
     dR_n = G^R_n + A_n^T dS_{n+1}
     dS_n = G^S_n + D_n * dS_{n+1} + W_n^T dR_n

@@ -55,8 +55,9 @@ flash-linear-attention does:
   has no decay at all. Forming the ``(16, 16, dk)`` products ``q_id k_jd exp(b_id - b_jd)``
   instead, as flash-linear-attention's kernel does in its registers, costs 16 times the queries'
   size here: a Kimi Delta Attention step at MQAR's (256, 16) cell took 4x as long that way
-  (``benchmarks/RESULTS.md`` section 33), and profiling GLA at 8k tokens found it the step's
-  largest cost. The sub-chunk is chosen once per call, from the largest drop in the batch.
+  (``docs/results/speed.md``, why a trained ``kda`` ran at 3 s a step), and profiling GLA at 8k
+  tokens found it the step's largest cost. The sub-chunk is chosen once per call, from the largest
+  drop in the batch.
 """
 
 from __future__ import annotations

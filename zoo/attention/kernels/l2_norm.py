@@ -10,8 +10,8 @@ forward is one reduction and one product, and the backward two passes::
 
 (the projection term dropped where the norm is clamped, as autograd's would be), as
 flash-linear-attention's ``l2norm`` kernel writes it. With it a ``gated_deltanet`` layer's forward
-and backward at 8k tokens on the CPU took 0.89-0.96x the time (``benchmarks/RESULTS.md``
-section 40a; the A/B script: ``git show 91ed04e:benchmarks/delta_rule_ab.py``).
+and backward at 8k tokens on the CPU took 0.89-0.96x the time (``docs/results/speed.md``, the delta
+rule's L2 normalization; the A/B script: ``git show 91ed04e:benchmarks/delta_rule_ab.py``).
 """
 
 from __future__ import annotations

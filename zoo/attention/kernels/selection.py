@@ -47,7 +47,8 @@ __all__ = ["DENSE_KEYS", "GATHERED_KEYS", "block_means", "overlap_sums", "select
 DENSE_KEYS = 4096
 """Keys up to which the selection masks the dense scores instead of gathering blocks: the dense
 form was the faster at 1k and 4k tokens and the slower at 8k (above), and at MQAR's 256 tokens
-and batch 64 gathering made a MoBA step several times slower (benchmarks/RESULTS.md 38)."""
+and batch 64 gathering made a MoBA step several times slower (``docs/results/speed.md``, block
+selection's masked form)."""
 
 GATHERED_KEYS = 1 << 16
 """Gathered keys per head and batch row in one chunk of queries (the chunk's temporary memory)."""

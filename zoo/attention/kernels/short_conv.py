@@ -9,7 +9,8 @@ the last ``K - 1`` inputs between steps (the *window*), so one token at a time e
 The sum is written as ``K`` shifted multiply-adds in the ``(B, T, C)`` layout the projections
 produce, with its gradients written out (:class:`ShortConvolution`): ``F.conv1d`` wants channels
 first, so it costs a transposed copy in and out, and its depthwise backward on a CPU took twice as
-long as these sums (RESULTS 34a); flash-linear-attention's ``causal_conv1d`` is a CUDA kernel.
+long as these sums (``docs/results/speed.md``, the pass between chunks and the short convolution);
+flash-linear-attention's ``causal_conv1d`` is a CUDA kernel.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class ShortConvolution(torch.autograd.Function):
     With SiLU only ``x`` is kept for the backward, which sums the convolution again (``K``
     multiply-adds) instead of keeping its output: a layer whose queries, keys and values each pass
     a convolution and a SiLU keeps one tensor a projection instead of two, as it would without a
-    convolution (``benchmarks/RESULTS.md`` section 34).
+    convolution (``docs/results/speed.md``, the GPT's step with each recurrent layer).
 
     ``x`` ``(B, T, C)``, ``taps`` ``(K, C)`` (tap ``K - 1`` multiplies the current input),
     ``window`` ``(B, K - 1, C)``, ``bias`` ``(C,)`` or empty (none).

@@ -12,7 +12,8 @@ causal depthwise convolution (Primer's) on the projected queries, keys and value
 rotation, the selection and the cache, so a key carries its predecessors, as the recurrent
 families' do; decoding then keeps each convolution's last ``K - 1`` inputs beside the keys and
 values (a :class:`~zoo.attention.contract.cache.ConvolvedCache`). It is what lets one softmax layer
-recall on MQAR without first learning a previous-token head (benchmarks/RESULTS.md 31).
+recall on MQAR without first learning a previous-token head (``docs/results/recall.md``, the
+previous-token head).
 
 A subclass builds ``q_proj``, ``k_proj`` and ``v_proj`` (keys and values in heads of
 ``head_dim``), then :meth:`~zoo.attention.modules.convolved.ShortConvolved.add_convolutions`, and implements

@@ -49,11 +49,12 @@ The recurrence runs in one of three forms, equal up to rounding (``mode``):
 CPU the layer's :attr:`~RecurrentLayer.cpu_chunk_size`, 16 (:data:`CPU_CHUNK_SIZE`), where the work
 inside a chunk (per-dimension decays, sub-chunks) costs more than the loop between chunks: a
 training step at MQAR's (256, 16) cell is 1.2-1.4x faster with 16 than with 64
-(``benchmarks/chunk_speed.py``, ``benchmarks/RESULTS.md`` section 32). Mamba-2 takes 64: its
-state is ``d_state`` (128) wide, so the pass between chunks costs more than the work inside one,
-and its heads share their chunk states' products (:mod:`zoo.attention.kernels.decay`), which
+(``benchmarks/chunk_speed.py``; ``docs/results/speed.md``, 16-step chunks on the CPU). Mamba-2 takes
+64: its state is ``d_state`` (128) wide, so the pass between chunks costs more than the work inside
+one, and its heads share their chunk states' products (:mod:`zoo.attention.kernels.decay`), which
 makes the work inside a chunk cheap (1.03x faster than 32 at that cell, 1.08-1.14x at 1k-8k tokens;
-sections 33 and 42).
+``docs/results/speed.md``, each family's chunk on the CPU and Mamba-2's shared chunk-state
+products).
 
 On CUDA with the ``fla`` extra installed, the chunkwise form runs in flash-linear-attention's
 Triton kernels (:mod:`zoo.attention.kernels.fla`; :mod:`zoo.attention.build.backends` says when, and

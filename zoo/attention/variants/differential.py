@@ -30,10 +30,10 @@ for the first layer, the paper's ``l - 1``); built alone the layer is the first.
 
 ``conv_size`` ``K`` (0 by default: the paper has none) puts the ``softmax`` layer's short causal
 depthwise convolution (Primer's) on the projected queries, keys and values, before the rotation,
-so a key carries its predecessors, as the recurrent families' do (benchmarks/RESULTS.md 31: what
-one softmax layer needs to recall on MQAR without first learning a previous-token head); a mask
-must then hide a key from every query alike, and decoding keeps each convolution's last ``K - 1``
-inputs (a :class:`~zoo.attention.contract.cache.ConvolvedCache`).
+so a key carries its predecessors, as the recurrent families' do (``docs/results/recall.md``, the
+previous-token head: what one softmax layer needs to recall on MQAR without first learning a
+previous-token head); a mask must then hide a key from every query alike, and decoding keeps each
+convolution's last ``K - 1`` inputs (a :class:`~zoo.attention.contract.cache.ConvolvedCache`).
 
 Left out: the reference's grouped key/value heads (this layer takes no ``num_kv_heads``), and
 dropout on the maps (the reference has none). Weights are the difference map, ``(B, H / 2, Lq,

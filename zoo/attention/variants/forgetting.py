@@ -24,16 +24,16 @@ paper's basic FoX (the LLaMA block). The Pro block's data-dependent shift of key
 (each a learned, gated mix of a token's projection and its predecessor's) is not built; the
 softmax layer's ``conv_size`` (a short causal depthwise convolution on queries, keys and
 values, off by default) is the zoo's way of giving a token its neighbours, as the recurrent
-families have it, and is what recall needs first (benchmarks/RESULTS.md 31). ``sinks`` work
-too; a sliding window does not (the gate is the layer's forgetting). The gate's projection has a
-bias, as the reference's; its initial values are PyTorch's defaults (the reference draws the
-weight from ``N(0, 0.02^2)`` with a zero bias: gates near 0.5 either way). Gates near 0.5 start
-the layer as a local one: a key ``n`` positions back is ``0.69 n`` lower in the logits, so at
-first nothing beyond a few tokens is read. ``forget_bias`` ``b`` starts the bias there instead,
-gates near ``sigmoid(b)`` (5: 0.993, a key 100 back lowered by 0.67), as LSTMs start their forget
-gates open (Gers et al., 2000) and Mamba its decays slow: the layer starts near softmax attention
-and learns what to forget (benchmarks/RESULTS.md 38: on MQAR at 256 tokens the default stays on
-the plateau).
+families have it, and is what recall needs first (``docs/results/recall.md``, the previous-token
+head). ``sinks`` work too; a sliding window does not (the gate is the layer's forgetting). The
+gate's projection has a bias, as the reference's; its initial values are PyTorch's defaults (the
+reference draws the weight from ``N(0, 0.02^2)`` with a zero bias: gates near 0.5 either way). Gates
+near 0.5 start the layer as a local one: a key ``n`` positions back is ``0.69 n`` lower in the
+logits, so at first nothing beyond a few tokens is read. ``forget_bias`` ``b`` starts the bias there
+instead, gates near ``sigmoid(b)`` (5: 0.993, a key 100 back lowered by 0.67), as LSTMs start their
+forget gates open (Gers et al., 2000) and Mamba its decays slow: the layer starts near softmax
+attention and learns what to forget (``docs/results/recall.md``, MQAR (256, 16) with the short
+convolution: on MQAR at 256 tokens the default stays on the plateau).
 
 Causal only (``supports_bidirectional`` is False): the decay runs from the past to the present.
 A position hidden from a query by a mask is neither read nor forgets for it: its gate leaves

@@ -33,11 +33,12 @@ same interleaving, as its ``chunk_gated_delta_product`` does: :mod:`~zoo.attenti
 (``need_weights``) sum each token's ``n`` steps: a heatmap, which the ``n`` values per token keep
 from being the matrix that multiplies them.
 
-On MQAR's (256, 16) cell at width 64 (``benchmarks/RESULTS.md`` 35, 44b, 45c, 45e) it stayed at
-chance for 1,500 steps at each of three rates (1e-3, 3e-3, 1e-2), where Gated DeltaNet left the
-plateau at about step 850; with a 5,000-step schedule it left it between steps 1,000 and 1,500
-and reached 0.935 (Gated DeltaNet 0.991). The two Householder steps with ``beta`` in ``(0, 2)``,
-chosen for state tracking, delay recall in this cell; they do not prevent it (one seed).
+On MQAR's (256, 16) cell at width 64 (``docs/results/recall.md``, Gated DeltaProduct's plateau, rate
+sweep and 5,000 steps) it stayed at chance for 1,500 steps at each of three rates (1e-3, 3e-3,
+1e-2), where Gated DeltaNet left the plateau at about step 850; with a 5,000-step schedule it left
+it between steps 1,000 and 1,500 and reached 0.935 (Gated DeltaNet 0.991). The two Householder steps
+with ``beta`` in ``(0, 2)``, chosen for state tracking, delay recall in this cell; they do not
+prevent it (one seed).
 """
 
 from __future__ import annotations

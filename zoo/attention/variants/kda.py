@@ -31,12 +31,14 @@ W_2 + dt_bias))``, in ``[lower_bound, 0)`` at every step. fla bounds it so that 
 16-token sub-chunks on tensor cores; here it does the same for the decay kernel on the CPU: a
 gate that forgets at most ``|lower_bound|`` a step keeps every ``SPAN_LIMIT / |lower_bound|``
 steps in one sub-chunk (8 at -5), where trained unbounded gates can send the kernel down to
-one-step sub-chunks (:mod:`zoo.attention.kernels.decay`; RESULTS 42d, 44b). Trained on MQAR's
-(256, 16) cell (RESULTS 45c, 45e), the report's gate ended with 2- to 4-step sub-chunks and the
-bounded one with 8 and 16: at width 128 the same recall (0.999 and 1.000), 1.39x faster a step;
-at width 64 0.882 / 0.950 against 0.9994 / 0.973 over two seeds, 1.30x / 1.03x faster. In
-Kimi Linear's 3:1 stack with MLA (RESULTS 46b, 46d; one seed) the bound decides recall: 0.993 in
-1,000 steps with it, chance in 1,500 with the report's gate.
+one-step sub-chunks (:mod:`zoo.attention.kernels.decay`; ``docs/results/copying.md``, KDA cut short;
+``docs/results/recall.md``, MQAR (256, 16) at width 128). Trained on MQAR's (256, 16) cell
+(``docs/results/recall.md``, the bounded gate at widths 128 and 64), the report's gate ended with 2-
+to 4-step sub-chunks and the bounded one with 8 and 16: at width 128 the same recall (0.999 and
+1.000), 1.39x faster a step; at width 64 0.882 / 0.950 against 0.9994 / 0.973 over two seeds, 1.30x
+/ 1.03x faster. In Kimi Linear's 3:1 stack with MLA (``docs/results/recall.md``, the six production
+recipes and two recipes at chance; one seed) the bound decides recall: 0.993 in 1,000 steps with it,
+chance in 1,500 with the report's gate.
 
 Where the zoo differs: ``gate_rank`` defaults to the value head size (fla's choice too); fla's
 options for negative eigenvalues (``beta`` in ``(0, 2)``) and grouped value heads are left out.

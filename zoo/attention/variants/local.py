@@ -14,11 +14,12 @@ then form one batch of small attention problems, each masked to the exact window
 asked for). On CPU its flash kernel keeps one log-sum-exp per query and recomputes the block
 scores in backward, so nothing of size ``O(L * span)`` is kept: forward and backward took half
 the time of a hand-written recomputing kernel here and grew linearly to 16k tokens
-(``benchmarks/RESULTS.md``). A learned bias (``relative_bias``, ``t5``) needs its gradient, which
-sends SDPA to its math path; that path still beat the hand-written kernel by 1.8x at 16k. When
-the window spans nearly the whole sequence, one block costs less and is used instead. Padding masks are read at the scored (query, key) pairs only
-(:func:`~zoo.attention.contract.masking.mask_at`); a caller's own ``(Lq, Lk)`` mask is read the same way,
-though building it cost the caller ``O(L^2)``.
+(``docs/results/speed.md``, every variant over 1k to 16k tokens). A learned bias (``relative_bias``,
+``t5``) needs its gradient, which sends SDPA to its math path; that path still beat the hand-written
+kernel by 1.8x at 16k. When the window spans nearly the whole sequence, one block costs less and is
+used instead. Padding masks are read at the scored (query, key) pairs only
+(:func:`~zoo.attention.contract.masking.mask_at`); a caller's own ``(Lq, Lk)`` mask is read the same
+way, though building it cost the caller ``O(L^2)``.
 
 Positions: causal query ``i`` of ``Lq`` sits at key position ``i + Lk - Lq`` (bottom-right, as
 everywhere in the zoo), so a decoder step over cached keys (``Lq = 1``) scores only the last

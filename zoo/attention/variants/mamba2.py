@@ -66,7 +66,8 @@ class Mamba2Attention(RecurrentLayer):
     silu = "always"
 
     #: a state ``d_state`` wide makes the pass between chunks the larger cost on the CPU
-    #: (``zoo.attention.modules.recurrent``; ``benchmarks/RESULTS.md`` sections 33 and 42)
+    #: (``zoo.attention.modules.recurrent``; ``docs/results/speed.md``, each family's chunk on the
+    #: CPU and Mamba-2's shared chunk-state products)
     cpu_chunk_size = 64
 
     def __init__(

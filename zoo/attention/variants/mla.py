@@ -49,9 +49,9 @@ convolution, as the ``softmax`` layer's, on what the layer projects down: the qu
 latent ``x W^DQ`` with ``q_lora_rank``, else ``x W^Q``) and ``x W^DKV``, before the norms, the
 rotation and the cache, so each position's latent and rotary key carry its predecessors (what
 one softmax layer needs to recall on MQAR without first learning a previous-token head,
-benchmarks/RESULTS.md 31). The cache then holds each convolution's last ``K - 1`` inputs beside
-the latents (a :class:`~zoo.attention.contract.cache.ConvolvedCache`), and the absorbed form is unchanged:
-the convolution comes before ``W^UKV``.
+``docs/results/recall.md``, the previous-token head). The cache then holds each convolution's last
+``K - 1`` inputs beside the latents (a :class:`~zoo.attention.contract.cache.ConvolvedCache`), and
+the absorbed form is unchanged: the convolution comes before ``W^UKV``.
 """
 
 from __future__ import annotations

@@ -42,9 +42,10 @@ the layer's input ``x_i``:
   families' short convolutions give them (kernel 4, as flash-linear-attention's and Zoology's):
   at a value's position the key then also carries the key before it, so one layer of attention
   does associative recall that otherwise needs a previous-token head learned first
-  (benchmarks/RESULTS.md 31). The convolution is causal in a bidirectional stack too; padded
-  positions enter it as zeros, and decoding keeps the last ``K - 1`` projections of each in a
-  :class:`~zoo.attention.contract.cache.ConvolvedCache` beside the keys and values.
+  (``docs/results/recall.md``, the previous-token head). The convolution is causal in a
+  bidirectional stack too; padded positions enter it as zeros, and decoding keeps the last ``K - 1``
+  projections of each in a :class:`~zoo.attention.contract.cache.ConvolvedCache` beside the keys and
+  values.
 
 * ``scores`` (x-transformers' way of giving every option to every attention): the registered
   scoring attention each head runs, ``dot_product`` (softmax) by default; ``sigmoid``,

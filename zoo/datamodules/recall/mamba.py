@@ -229,7 +229,8 @@ class InductionHeadsDataModule(_LengthExtrapolation):
         batch_size: Examples per batch (Mamba: 8).
         scored_only: Train on the recalled id alone, as selective copying trains, instead of on
             every next id as H3 does. With one scored position in 256 the recalled id is 1/256 of
-            H3's loss; no stack here left chance in 12,000 steps that way (RESULTS 33g).
+            H3's loss; no stack here left chance in 12,000 steps that way
+            (``docs/results/recall.md``, induction heads).
         kwargs: ``seq_len``, ``test_lengths``, ``vocab_size``, ``num_test``, ``train_batches``,
             ``generator_seed``, ``seed``, ``num_workers``.
     """
