@@ -3,6 +3,7 @@ top-level modules, imports under ``if TYPE_CHECKING:`` included."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -119,8 +120,6 @@ def test_a_built_in_variant_is_listed_by_its_own_file_alone() -> None:
     """Adding a variant is its file (and its test): the package finds the file, the public names
     and the board's family and cost come from its registration and its class, and the README's
     table, which is prose, is held to name it."""
-    import re
-
     import zoo.attention
     from zoo.attention import ATTENTION_REGISTRY, variants
     from zoo.board.catalog import family_and_cost
@@ -137,3 +136,57 @@ def test_a_built_in_variant_is_listed_by_its_own_file_alone() -> None:
         assert getattr(zoo.attention, entry.obj.__name__) is entry.obj and entry.obj.__name__ in zoo.attention.__all__
         assert family_and_cost(entry.name) is not None, f"{entry.name} declares no family and cost"
         assert any(re.search(rf"`{entry.name}`", cell) for cell in readme_cells), f"README's table omits {entry.name}"
+
+
+def _layout_block() -> str:
+    """The tree drawn in ``docs/layout.md``."""
+    return (PROJECT_ROOT / "docs" / "layout.md").read_text(encoding="utf-8").split("```")[1]
+
+
+def test_the_layout_page_names_every_top_level_module_and_attention_package() -> None:
+    block = _layout_block()
+    named = set(re.findall(r"[\w.]+/?", block))
+    entries = [path for path in (PROJECT_ROOT / "zoo").iterdir() if path.name != "__pycache__"]
+    entries += [
+        path for path in (PROJECT_ROOT / "zoo" / "attention").iterdir() if path.is_dir() and path.name != "__pycache__"
+    ]
+    missing = [path.name for path in entries if (path.name + "/" if path.is_dir() else path.name) not in named]
+    assert not missing, f"docs/layout.md does not name {missing}"
+
+
+def test_every_path_the_layout_page_draws_exists() -> None:
+    drawn = re.findall(r"^(  |    )(\S+)", _layout_block(), flags=re.MULTILINE)
+    folders = {"  ": PROJECT_ROOT / "zoo", "    ": PROJECT_ROOT / "zoo" / "attention"}
+    absent = [name for indent, name in drawn if not (folders[indent] / name.rstrip("/")).exists()]
+    assert not absent, f"docs/layout.md draws {absent}, which the tree does not hold"
+
+
+THROWAWAY = """
+from zoo.attention.build.factory import register_attention
+from zoo.attention.variants.dot_product import DotProductAttention
+
+
+@register_attention("throwaway")
+class ThrowawayAttention(DotProductAttention):
+    \"\"\"A variant that exists for one test.\"\"\"
+"""
+
+
+def test_a_new_variant_file_alone_reaches_the_exports_the_listing_and_the_board(tmp_path: Path) -> None:
+    """A copy of the package with one file added to ``variants/`` exports, lists and catalogues
+    it, with nothing else edited."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(PROJECT_ROOT / "zoo", tmp_path / "zoo", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "zoo" / "attention" / "variants" / "throwaway.py").write_text(THROWAWAY)
+    code = (
+        "import zoo.attention\nfrom zoo.board.catalog import family_and_cost\nfrom zoo.commands import main\n"
+        "assert 'ThrowawayAttention' in zoo.attention.__all__\nprint(family_and_cost('throwaway'))\nmain(['list', 'throw*'])"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    from zoo.board.catalog import family_and_cost
+
+    assert run.stdout.splitlines()[0] == str(family_and_cost("dot_product"))  # the family and cost it inherits
+    assert "  throwaway" in run.stdout.splitlines()

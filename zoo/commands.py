@@ -15,9 +15,10 @@
 
 Every command first keeps freed memory in the process (:func:`zoo.allocator.retain_freed_memory`:
 glibc's allocator otherwise maps a CPU step's large temporaries anew each time; ``ZOO_MALLOC=system``
-opts out). Errors the user fixes (:data:`USER_ERRORS`) end the command with one line and status 2;
+opts out). Errors the user fixes (:func:`user_errors`) end the command with one line and status 2;
 ``ZOO_DEBUG=1`` shows the traceback. Nothing imports this module but the entry points: the
-commands it dispatches to build their runs with :mod:`zoo.cli`.
+commands it dispatches to build their runs with :mod:`zoo.cli`, each imported when it runs, so
+that ``list``, ``--help`` and ``--version`` answer without importing Lightning.
 """
 
 from __future__ import annotations
@@ -26,54 +27,12 @@ import os
 import sys
 from typing import Any
 
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
-
 from zoo.allocator import retain_freed_memory
-from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer
-from zoo.cli import ZooCLI
-from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.errors import ZooError
-from zoo.export import main as export_main
-from zoo.generate import generate_from_checkpoint
 from zoo.plugins import import_plugins, pop_import_flags
-from zoo.positions import POSITION_REGISTRY
-from zoo.predict import from_checkpoint_alone, predict_from_checkpoint
-from zoo.registry import Registry
-from zoo.tasks import MODEL_REGISTRY
 from zoo.version import __version__
 
-__all__ = ["COMMANDS", "USER_ERRORS", "main", "print_help", "print_registries"]
-
-
-def print_registries(pattern: str | None = None) -> None:
-    """Print every registered attention (scoring attentions and attention layers apart), position
-    scheme, model and data module with aliases and source; plugins that failed to load last in
-    their registry's section."""
-    _print_section("attention (scoring, run per head by multi_head)", ATTENTION_REGISTRY, pattern, Attention)
-    _print_section("attention layers", ATTENTION_REGISTRY, pattern, AttentionLayer, failures=True)
-    for title, registry in (
-        ("positions", POSITION_REGISTRY),
-        ("models", MODEL_REGISTRY),
-        ("data modules", DATAMODULE_REGISTRY),
-    ):
-        _print_section(title, registry, pattern, object, failures=True)
-
-
-def _print_section(
-    title: str, registry: Registry[Any], pattern: str | None, kind: type, *, failures: bool = False
-) -> None:
-    """The entries of ``registry`` that are ``kind`` (and match ``pattern``), one a line."""
-    print(f"{title}:")
-    names = set(registry.list(pattern))
-    for entry in registry.entries():
-        of_kind = kind is object or (isinstance(entry.obj, type) and issubclass(entry.obj, kind))
-        if entry.name not in names or not of_kind:
-            continue
-        aliases = f" (aliases: {', '.join(entry.aliases)})" if entry.aliases else ""
-        source = "" if entry.source == "attention-zoo" else f" [from {entry.source}]"
-        print(f"  {entry.name}{aliases}{source}")
-    for name, error in sorted(registry.failed_plugins.items()) if failures else ():
-        print(f"  {name} [failed to load: {error}]")
+__all__ = ["COMMANDS", "main", "print_help", "user_errors"]
 
 
 #: Every command, with its line in ``python -m zoo --help`` (the module docstring says more).
@@ -105,17 +64,21 @@ def print_help(file: Any = None) -> None:
     print("\n".join(lines), file=file or sys.stdout)
 
 
-#: Mistakes of configuration or input, shown as one line without a traceback: the zoo's own,
-#: Lightning's (an invalid trainer setting) and a missing file.
-USER_ERRORS: tuple[type[BaseException], ...] = (ZooError, MisconfigurationException, FileNotFoundError)
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Mistakes of configuration or input, shown as one line without a traceback: the zoo's own,
+    a missing file and, once a command has imported Lightning, Lightning's (an invalid trainer
+    setting; a command that never imported Lightning cannot have raised it)."""
+    lightning = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    return (ZooError, FileNotFoundError) + ((lightning.MisconfigurationException,) if lightning else ())
 
 
 def _user_error(error: BaseException) -> BaseException | None:
     """The first user error in ``error``'s chain (jsonargparse wraps constructor errors)."""
+    errors = user_errors()
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
-        if isinstance(current, USER_ERRORS):
+        if isinstance(current, errors):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
@@ -160,6 +123,8 @@ def _run(args: list[str]) -> None:
         print_help(sys.stderr)
         raise SystemExit(2)
     elif args[:1] == ["list"]:
+        from zoo.listing import print_registries  # names alone: Lightning is not imported
+
         print_registries(args[1] if len(args) > 1 else None)
     elif args[:1] == ["bench"]:
         from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking
@@ -174,12 +139,25 @@ def _run(args: list[str]) -> None:
 
         board_main(args[1:])
     elif args[:1] == ["generate"]:
+        from zoo.generate import generate_from_checkpoint
+
         generate_from_checkpoint(args[1:])
     elif args[:1] == ["export"]:
+        from zoo.export import main as export_main
+
         export_main(args[1:])
     elif args[:1] == ["--version"]:
         print(__version__)
-    elif from_checkpoint_alone(args):
+    else:
+        _lightning_command(args)
+
+
+def _lightning_command(args: list[str]) -> None:
+    """``fit``, ``validate``, ``test`` and ``predict`` (from a checkpoint or exported folder alone, or through :class:`ZooCLI`)."""
+    from zoo.cli import ZooCLI
+    from zoo.predict import from_checkpoint_alone, predict_from_checkpoint
+
+    if from_checkpoint_alone(args):
         predict_from_checkpoint(args[1:])
     else:
         ZooCLI(args)

@@ -40,6 +40,7 @@ __all__ = [
     "UnknownNameError",
     "accepted_keywords",
     "check_kwargs",
+    "snake_case",
     "suggest",
 ]
 
@@ -117,7 +118,7 @@ class Registry(Generic[T]):
         """Decorator form of :meth:`add`; ``name`` defaults to the object's snake-case name."""
 
         def decorator(obj: T) -> T:
-            self.add(name or _snake_case(obj.__name__), obj, aliases=aliases, override=override, source=source)  # type: ignore[attr-defined]
+            self.add(name or snake_case(obj.__name__), obj, aliases=aliases, override=override, source=source)  # type: ignore[attr-defined]
             return obj
 
         return decorator
@@ -324,7 +325,8 @@ class Registry(Generic[T]):
         self._load_plugins()
 
 
-def _snake_case(name: str) -> str:
+def snake_case(name: str) -> str:
+    """``MyAttention`` -> ``my_attention``: the name a registration without one gets."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
