@@ -392,6 +392,7 @@ def test_step_by_step_decoding_equals_the_whole_causal_sequence(name: str, kwarg
 def test_a_layer_declares_what_its_per_head_attention_lacks(name: str, kwargs: dict) -> None:
     """A self-attention layer over a non-causal variant says so, and the kit checks its refusal."""
     layer = zoo.create_attention("self", embed_dim=16, num_heads=2, attention=zoo.AttentionSpec(name, kwargs))
-    assert layer.supports_causal is False
+    assert zoo.attention.capabilities(layer).supports_causal is False
+    assert type(layer).supports_causal is True and "supports_causal" not in vars(layer)  # read, not set on the instance
     report = zoo.check_attention(layer)
     assert "causal" in report.skipped and "padding" in report.passed

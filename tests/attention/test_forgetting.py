@@ -162,7 +162,9 @@ def test_with_a_short_convolution_it_passes_the_kit_and_refuses_a_mask_per_query
     assert "causal" in report.passed and "gradients" in report.passed
     assert "query_masks" in report.skipped
     layer = ForgettingAttention(E, H, conv_size=4)
-    assert layer.supports_query_mask is False and layer.q_conv.kernel_size == (4,)
+    assert layer.capabilities.supports_query_mask is False and layer.q_conv.kernel_size == (4,)
+    assert ForgettingAttention(E, H, conv_size=0).capabilities.supports_query_mask is True
+    assert not layer.capabilities.supports_bidirectional and not layer.capabilities.supports_cross_attention
 
 
 def test_forget_bias_starts_the_gates_open_so_far_keys_are_read() -> None:

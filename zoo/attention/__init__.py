@@ -12,7 +12,13 @@ Importing this package registers the built-in variants.
 
 import sys
 
-from zoo.attention.contract.base import Attention, AttentionOutput, IncompatibleAttentionError
+from zoo.attention.contract.base import (
+    Attention,
+    AttentionOutput,
+    Capabilities,
+    IncompatibleAttentionError,
+    capabilities,
+)
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.layer import AttentionLayer
 from zoo.attention.build.factory import (
@@ -56,6 +62,8 @@ __all__ = [
     "AttentionOutput",
     "AttentionContext",
     "IncompatibleAttentionError",
+    "Capabilities",
+    "capabilities",
     "causal_mask",
     "lengths_to_mask",
     "masked_softmax",

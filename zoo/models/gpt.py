@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from zoo.attention.build.factory import get_attention
 from zoo.attention.build.spec import AttentionChoice
-from zoo.attention.contract.base import IncompatibleAttentionError
+from zoo.attention.contract.base import IncompatibleAttentionError, capabilities
 from zoo.attention.contract.cache import LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.modules.recurrent import RecurrentLayer
@@ -247,7 +247,9 @@ class GPT(nn.Module):
             raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}.")
         if temperature < 0 or (top_k is not None and top_k < 1):
             raise ValueError(f"temperature must be >= 0 and top_k >= 1; got {temperature} and {top_k}.")
-        if use_cache and (blind := [i + 1 for i, b in enumerate(self.blocks) if not b.attention.supports_decoding]):
+        if use_cache and (
+            blind := [i + 1 for i, b in enumerate(self.blocks) if not capabilities(b.attention).supports_decoding]
+        ):
             raise IncompatibleAttentionError(
                 f"GPT.generate: the attention of layer(s) {blind} decodes from no cache (it implements no "
                 "attend_cached); generate with use_cache=False, which runs the model over the window each step."

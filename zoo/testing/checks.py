@@ -116,7 +116,7 @@ def _fully_masked_cases(h: Harness) -> list[tuple[str, int, int, dict[str, Any],
         attn_mask[1, 2] = False
         empty_row[1, 2] = True
         cases.append(("an attn_mask row of False", lq, lk, {"attn_mask": attn_mask}, empty_row))
-    if h.prototype.supports_causal and h.form != "x" and not h.causal_only:
+    if h.can.supports_causal and h.form != "x" and not h.causal_only:
         before_every_key = torch.zeros(BATCH, LK, dtype=torch.bool)
         before_every_key[:, : LK - LQ] = True
         cases.append(("is_causal with more queries than keys", LK, LQ, {"is_causal": True}, before_every_key))
@@ -138,7 +138,7 @@ def _asked_weights(weights: Tensor | None) -> Tensor:
 def check_fully_masked(h: Harness, g: torch.Generator) -> None:
     module = h.module()
     for what, lq, lk, mask, rows in _fully_masked_cases(h):
-        need_weights = h.prototype.supports_weights
+        need_weights = h.can.supports_weights
         output, weights = h(module, h.inputs(lq, lk, g), need_weights=need_weights, **mask)
         if not torch.isfinite(output).all():
             fail(f"a query with no visible key ({what}) gives a non-finite output (NaN or inf).")
@@ -155,7 +155,7 @@ def check_fully_masked(h: Harness, g: torch.Generator) -> None:
 def check_weights(h: Harness, g: torch.Generator) -> None:
     lq, lk = h.lengths
     module, inputs = h.module(), h.inputs(lq, lk, g)
-    cases = _mask_cases(h, lq, lk, g) if h.prototype.supports_padding_mask else []
+    cases = _mask_cases(h, lq, lk, g) if h.can.supports_padding_mask else []
     for what, mask, keep in [("no mask", {}, h.visible(torch.ones(BATCH, lq, lk, dtype=torch.bool))), *cases]:
         output, weights = h(module, inputs, need_weights=True, **mask)
         plain, _ = h(module, inputs, **mask)
@@ -171,7 +171,7 @@ def check_weights(h: Harness, g: torch.Generator) -> None:
         # a recurrent variant's weights are its decayed scores, which multiply the values, and a variant
         # that declares normalized_weights=False (sigmoid, softpick, a learned sink, a difference of two
         # softmax maps) maps its scores to weights that are no distribution either
-        normalized = getattr(h.prototype, "normalized_weights", True)
+        normalized = h.can.normalized_weights
         distribution = normalized and not h.recurrent
         if distribution and (weights < 0).any():
             fail(f"with {what}, weights must be non-negative.")

@@ -79,7 +79,7 @@ def check_attention(
         ) from error
     if harness.recurrent:
         checks += [("state_decoding", None, check_state_decoding), ("state_size", None, check_state_size)]
-    one_sequence = harness.form != "x" and not getattr(harness.prototype, "supports_cross_attention", True)
+    one_sequence = harness.form != "x" and not harness.can.supports_cross_attention
     if one_sequence:  # the checks then use one sequence (a self-attention layer always does)
         _expect_refusal(harness, "supports_cross_attention", generator)
         skipped["two_sequences"] = "declares supports_cross_attention=False (and refuses it)"
@@ -90,7 +90,7 @@ def check_attention(
         _expect_refusal(harness, "supports_query_mask", generator)
         skipped["query_masks"] = "declares supports_query_mask=False (and refuses it): checked with key masks"
     for name, flag, check in checks:
-        if flag is not None and not getattr(harness.prototype, flag):
+        if flag is not None and not getattr(harness.can, flag):
             _expect_refusal(harness, flag, generator)
             skipped[name] = f"declares {flag}=False (and refuses it)"
             continue

@@ -54,7 +54,7 @@ def decodes_with_state(h: Harness) -> bool:
     returns for a short prompt. Only a causal self-attention layer decodes (a scoring attention
     decodes inside a multi-head layer, from its keys and values); one that refuses to is not recurrent."""
     module = h.module()
-    if h.scoring or h.form != "x" or not module.supports_causal:
+    if h.scoring or h.form != "x" or not h.can.supports_causal:
         return False
     g = torch.Generator().manual_seed(0)
     try:
@@ -69,7 +69,7 @@ def check_state_decoding(h: Harness, g: torch.Generator) -> None:
     module = h.module(torch.float64)
     x = _inputs(h, LENGTH, g, torch.float64)
     cases: list[tuple[str, Tensor | None]] = [("no mask", None)]
-    if module.supports_padding_mask:
+    if h.can.supports_padding_mask:
         cases.append(("left-padded rows", torch.arange(LENGTH) >= torch.tensor([0, 2, 5])[:, None]))
     for what, keep in cases:
         expected = _forward(module, x, keep).cpu()

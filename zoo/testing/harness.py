@@ -18,7 +18,14 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, IncompatibleAttentionError
+from zoo.attention import (
+    ATTENTION_REGISTRY,
+    Attention,
+    AttentionLayer,
+    Capabilities,
+    IncompatibleAttentionError,
+    capabilities,
+)
 from zoo.attention.build.spec import POSITION_CAPABILITY, AttentionSpec
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import causal_mask
@@ -50,14 +57,19 @@ class Harness:
         return isinstance(self.prototype, Attention)
 
     @property
+    def can(self) -> Capabilities:
+        """What the variant under test serves (:func:`zoo.attention.capabilities`)."""
+        return capabilities(self.prototype)
+
+    @property
     def causal_only(self) -> bool:
         """The variant attends to earlier positions only: every call is causal unless a check says not."""
-        return not getattr(self.prototype, "supports_bidirectional", True)
+        return not self.can.supports_bidirectional
 
     @property
     def key_masks_only(self) -> bool:
         """The variant takes key padding masks only, the same for every query."""
-        return not getattr(self.prototype, "supports_query_mask", True)
+        return not self.can.supports_query_mask
 
     def visible(self, keep: Tensor) -> Tensor:
         """What a query may see, ``(B, Lq, Lk)``: ``keep`` (the masks), and causality for a
@@ -69,7 +81,7 @@ class Harness:
         """Query and key lengths of the non-causal checks: unequal where the variant takes two
         sequences, equal for a self-attention layer or a variant that declares
         ``supports_cross_attention = False`` (a sliding window needs one sequence)."""
-        if self.form == "x" or not getattr(self.prototype, "supports_cross_attention", True):
+        if self.form == "x" or not self.can.supports_cross_attention:
             return LK, LK
         return LQ, LK
 

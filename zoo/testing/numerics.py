@@ -31,9 +31,9 @@ def half_precision_check(dtype: torch.dtype) -> Callable[[Harness, torch.Generat
         reference = copy.deepcopy(module).float()  # the same rounded parameters, computed in float32
         kwargs: dict[str, Any] = {}
         valid_lens = None
-        if h.prototype.supports_padding_mask:
+        if h.can.supports_padding_mask:
             valid_lens = torch.tensor([lk, 3, 0])
-        if h.prototype.supports_causal:
+        if h.can.supports_causal:
             kwargs["is_causal"] = True
         inputs = tuple(t.detach().requires_grad_() for t in _unique(h.inputs(lq, lk, g, dtype)))
         tied = _retie(h, inputs)
@@ -102,7 +102,7 @@ def _backward(
     and ``lk`` keys (a full, a short and an empty row where the variant takes padding); returns
     the distinct inputs, holding their gradients, and the lengths used."""
     inputs = tuple(t.detach().requires_grad_() for t in _unique(h.inputs(lq, lk, g, dtype)))
-    valid_lens = torch.tensor([lk, 2, 0]) if h.prototype.supports_padding_mask else None
+    valid_lens = torch.tensor([lk, 2, 0]) if h.can.supports_padding_mask else None
     output, _ = h(module, _retie(h, inputs), valid_lens)
     output.mul(torch.randn(output.shape, generator=g, dtype=dtype).to(output.device)).sum().backward()
     return inputs, valid_lens

@@ -22,11 +22,16 @@ convolutions and cache: ``multi_head`` runs a registered scoring attention per h
 recurrent families are layers of their own.
 
 Each class declares what it supports as class attributes, so architectures can check a variant
-when they are built rather than fail (or silently ignore a mask) at run time.
+when they are built rather than fail (or silently ignore a mask) at run time. What a built module
+serves is read in one place, :func:`capabilities` (its :attr:`~_Capabilities.capabilities`): the
+class's flags, narrowed by how it was built (a multi-head layer serves what its heads serve; a
+layer with short convolutions takes key padding only). The forward's refusals, the conformance
+kit and the models read that; nothing sets a flag on an instance.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import ClassVar, NamedTuple
 
 import torch
@@ -34,11 +39,8 @@ from torch import Tensor, nn
 
 from zoo.attention.contract.context import AttentionContext, refuse_hooks_without_context
 from zoo.attention.contract.masking import (
-    check_attn_mask,
     key_column,
     masked_softmax,
-    merge_masks,
-    validate_valid_lens,
     with_causal,
 )
 from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
@@ -49,8 +51,10 @@ __all__ = [
     "Attention",
     "AttentionContext",
     "AttentionOutput",
+    "Capabilities",
     "IncompatibleAttentionError",
     "PositionBias",
+    "capabilities",
     "position_bias_grid",
 ]
 
@@ -71,8 +75,42 @@ class AttentionOutput(NamedTuple):
     weights: Tensor | None = None
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a built attention serves: the flags of :class:`_Capabilities` (their meanings are
+    there), as one built module answers them."""
+
+    supports_padding_mask: bool = True
+    supports_query_mask: bool = True
+    supports_causal: bool = True
+    supports_bidirectional: bool = True
+    supports_cross_attention: bool = True
+    supports_weights: bool = True
+    normalized_weights: bool = True
+    supports_decoding: bool = True
+
+    @classmethod
+    def declared(cls, owner: object) -> Capabilities:
+        """The flags ``owner`` (a class, or a module of any kind) declares; the defaults where it declares none."""
+        return cls(**{flag.name: getattr(owner, flag.name, flag.default) for flag in fields(cls)})
+
+    def __and__(self, other: Capabilities) -> Capabilities:
+        """What both serve: each flag true only where it is true in both."""
+        return Capabilities(
+            **{flag.name: getattr(self, flag.name) and getattr(other, flag.name) for flag in fields(self)}
+        )
+
+
+def capabilities(module: object) -> Capabilities:
+    """What ``module`` serves: its :attr:`~_Capabilities.capabilities` where it is a zoo attention,
+    else the flags it declares (a plugin module of any kind)."""
+    built = getattr(module, "capabilities", None)
+    return built if isinstance(built, Capabilities) else Capabilities.declared(module)
+
+
 class _Capabilities:
-    """Capability flags shared by scoring attentions and layers."""
+    """Capability flags shared by scoring attentions and layers, declared by a class; an instance
+    answers them through :attr:`capabilities`."""
 
     #: accepts ``valid_lens`` / ``attn_mask`` (padding and arbitrary boolean masks)
     supports_padding_mask: ClassVar[bool] = True
@@ -104,21 +142,27 @@ class _Capabilities:
     #: (a window, block, feature or state size held fixed); None: not stated (``?``)
     cost: ClassVar[str | None] = None
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this module serves: its class's flags; a class whose construction narrows them
+        (a multi-head layer, short convolutions) overrides this, and nothing else."""
+        return Capabilities.declared(type(self))
+
     def check_request(self, context: AttentionContext) -> None:
-        """Refuse, in one line, a call this module declares it cannot serve (the flags above)."""
-        name, mask = type(self).__name__, context.mask
-        if mask is not None and not self.supports_padding_mask:
+        """Refuse, in one line, a call this module cannot serve (its :attr:`capabilities`)."""
+        name, mask, can = type(self).__name__, context.mask, self.capabilities
+        if mask is not None and not can.supports_padding_mask:
             raise IncompatibleAttentionError(f"{name} does not support padding masks (valid_lens / attn_mask).")
-        if mask is not None and not self.supports_query_mask and key_column(mask) is None:
+        if mask is not None and not can.supports_query_mask and key_column(mask) is None:
             raise IncompatibleAttentionError(
                 f"{name} takes key padding masks only, the same for every query (valid_lens of shape (B,), an "
                 f"attn_mask of shape (B, 1, Lk)); got a mask of shape {tuple(mask.shape)} that differs per query."
             )
-        if context.is_causal and not self.supports_causal:
+        if context.is_causal and not can.supports_causal:
             raise IncompatibleAttentionError(f"{name} does not support causal masking (is_causal=True).")
-        if context.need_weights and not self.supports_weights:
+        if context.need_weights and not can.supports_weights:
             raise IncompatibleAttentionError(f"{name} cannot return attention weights (need_weights=True).")
-        if not context.is_causal and not self.supports_bidirectional:
+        if not context.is_causal and not can.supports_bidirectional:
             raise IncompatibleAttentionError(
                 f"{name} is a causal recurrence: it attends to earlier positions only; call it with is_causal=True "
                 "(a decoder's self-attention), or use a variant that attends both ways."
@@ -226,16 +270,11 @@ class Attention(_Capabilities, nn.Module):
                 declares it cannot do.
         """
         if context is None:
-            valid_lens = self.check_inputs(queries, keys, values, valid_lens, attn_mask)
-            mask = merge_masks(
-                queries.shape[:-2],
-                queries.shape[-2],
-                keys.shape[-2],
-                valid_lens=valid_lens,
-                attn_mask=attn_mask,
-                device=queries.device,
-            )
-            context = AttentionContext(mask, is_causal, need_weights, position_bias=position_bias)
+            self.check_tensors(queries, keys, values)
+            context = AttentionContext.build(
+                queries.shape[:-2], queries.shape[-2], keys.shape[-2], valid_lens=valid_lens, attn_mask=attn_mask,
+                is_causal=is_causal, need_weights=need_weights, position_bias=position_bias, owner=type(self).__name__,
+            )  # fmt: skip
         elif valid_lens is not None or attn_mask is not None or is_causal or need_weights or position_bias is not None:
             raise TypeError(
                 f"{type(self).__name__}: give either a context or the raw masks (valid_lens, attn_mask, is_causal, "
@@ -332,15 +371,9 @@ class Attention(_Capabilities, nn.Module):
                 f"which accepts different sizes."
             )
 
-    def check_inputs(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Tensor | None,
-        attn_mask: Tensor | None,
-    ) -> Tensor | None:
-        """Validate the tensors and masks of a :meth:`forward` call; return ``valid_lens`` as integers."""
+    def check_tensors(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
+        """Validate the tensors of a :meth:`forward` call given raw masks (their masks are
+        validated where they become a context, :meth:`AttentionContext.build`)."""
         name = type(self).__name__
         for label, tensor in (("queries", queries), ("keys", keys), ("values", values)):
             if not isinstance(tensor, Tensor):
@@ -363,12 +396,6 @@ class Attention(_Capabilities, nn.Module):
                 f"and {values.shape[-2]} values."
             )
         self.check_dims(queries.shape[-1], keys.shape[-1], values.shape[-1])
-        batch_shape, num_queries, num_keys = queries.shape[:-2], queries.shape[-2], keys.shape[-2]
-        if attn_mask is not None:
-            check_attn_mask(attn_mask, (*batch_shape, num_queries, num_keys), name)
-        if valid_lens is not None:
-            valid_lens = validate_valid_lens(valid_lens, batch_shape, num_queries, num_keys)
-        return valid_lens
 
     def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
         """A variant's own checks of the query and key layout, run on every call (from a layer

@@ -24,7 +24,7 @@ a context lives for one forward; build a new one for the next.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -58,7 +58,7 @@ class AttentionContext:
     @classmethod
     def build(
         cls,
-        batch: int,
+        batch: int | Sequence[int],
         num_queries: int,
         num_keys: int | None = None,
         *,
@@ -68,39 +68,46 @@ class AttentionContext:
         need_weights: bool = False,
         num_heads: int | None = None,
         offset: int = 0,
+        position_bias: PositionBias | None = None,
         owner: str = "attention",
     ) -> AttentionContext:
-        """A layer's context from raw masks, validated and merged once.
+        """A context from raw masks, validated and merged once: the one place raw masks become a
+        mask (a model's entry, a layer called on its own and a scoring attention called on its own
+        all come here).
 
         Args:
-            batch, num_queries, num_keys: The scores' sizes (``num_keys`` defaults to
-                ``num_queries``: self-attention).
-            valid_lens: ``(B,)`` or ``(B, Lq)``: how many leading keys each sequence (or query) sees.
-            attn_mask: Boolean, True = attend, broadcastable to ``(B, Lq, Lk)``, or per head
-                ``(B, H, Lq, Lk)`` (``num_heads`` given).
-            is_causal, need_weights, offset: As the fields.
+            batch: A layer's batch size ``B`` (inputs ``(B, L, E)``): the mask gets a head axis,
+                ``(B, 1 or H, Lq, Lk)``, and a 4-axis ``attn_mask`` is per head. Or a scoring
+                attention's batch shape (inputs ``(*batch, L, d)``, heads included): the mask
+                broadcasts to ``(*batch, Lq, Lk)``, nothing added.
+            num_queries, num_keys: The scores' sizes (``num_keys`` defaults to ``num_queries``:
+                self-attention).
+            valid_lens: ``batch`` or ``(*batch, Lq)``: how many leading keys each sequence (or
+                query) sees.
+            attn_mask: Boolean, True = attend, broadcastable to ``(*batch, Lq, Lk)``, or per head
+                ``(B, H, Lq, Lk)`` for a layer (``num_heads`` given).
+            is_causal, need_weights, offset, position_bias: As the fields.
             owner: What errors name.
-
-        Returns:
-            A context whose mask broadcasts to ``(B, 1 or H, Lq, Lk)``.
         """
+        layer = isinstance(batch, int)
+        batch_shape = torch.Size([batch] if layer else batch)
         num_keys = num_queries if num_keys is None else num_keys
-        per_head = attn_mask is not None and attn_mask.dim() == 4
+        per_head = layer and attn_mask is not None and attn_mask.dim() == 4
         if attn_mask is not None:
             if per_head and num_heads is None:
                 raise ValueError(f"{owner}: a per-head attn_mask (4 axes) needs num_heads to check it against.")
-            target = (batch, num_heads, num_queries, num_keys) if per_head else (batch, num_queries, num_keys)
+            target = (batch, num_heads, num_queries, num_keys) if per_head else (*batch_shape, num_queries, num_keys)
             check_attn_mask(attn_mask, target, owner)
         if valid_lens is not None:
-            valid_lens = validate_valid_lens(valid_lens, torch.Size([batch]), num_queries, num_keys)
+            valid_lens = validate_valid_lens(valid_lens, batch_shape, num_queries, num_keys)
         mask = merge_masks(
-            torch.Size([batch]), num_queries, num_keys, valid_lens=valid_lens, attn_mask=None if per_head else attn_mask
+            batch_shape, num_queries, num_keys, valid_lens=valid_lens, attn_mask=None if per_head else attn_mask
         )
-        if mask is not None:
+        if mask is not None and layer:
             mask = mask.unsqueeze(-3)  # a head axis
         if per_head:
             mask = attn_mask if mask is None else mask & attn_mask
-        return cls(mask, is_causal, need_weights, offset)
+        return cls(mask, is_causal, need_weights, offset, position_bias)
 
     @classmethod
     def for_keys(cls, key_padding: Tensor | None, **fields: Any) -> AttentionContext:

@@ -16,11 +16,13 @@ decoding keeps each convolution's window in a :class:`~zoo.attention.contract.ca
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar, Literal
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from zoo.attention.contract.base import Capabilities
 from zoo.attention.contract.cache import CacheT, ConvolvedCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels import convolve_projections, short_convolutions
@@ -47,8 +49,12 @@ class ShortConvolved(nn.Module):
             raise ValueError(f"{type(self).__name__}: one width per convolution {self.conv_names}; got {widths}.")
         for name, conv in zip(self.conv_names, short_convolutions(type(self).__name__, conv_size, widths, bias=bias)):
             setattr(self, name, conv)
-        if conv_size:
-            self.supports_query_mask = False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The class's, but key padding only once the projections convolve (see :meth:`add_convolutions`)."""
+        declared = super().capabilities  # type: ignore[misc]
+        return replace(declared, supports_query_mask=False) if self.convolves else declared
 
     @property
     def convolves(self) -> bool:

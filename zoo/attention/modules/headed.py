@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from zoo.attention.build.factory import require_attention
 from zoo.attention.build.spec import AttentionSpec
-from zoo.attention.contract.base import AttentionOutput, IncompatibleAttentionError
+from zoo.attention.contract.base import AttentionOutput, Capabilities, IncompatibleAttentionError, capabilities
 from zoo.attention.contract.cache import KeyValueCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.layer import AttentionLayer
@@ -110,13 +110,6 @@ class HeadedAttention(AttentionLayer):
         self.num_kv_heads = num_kv_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.score_attention = spec.build(self.head_dim, num_heads)
-        # A layer can do what its per-head attention can: these instance flags shadow the
-        # class's, so check_attention and callers see, say, that a linformer layer is not causal.
-        for flag in (
-            "supports_padding_mask", "supports_query_mask", "supports_causal", "supports_bidirectional",
-            "supports_cross_attention", "supports_weights", "normalized_weights",
-        ):  # fmt: skip
-            setattr(self, flag, getattr(self.score_attention, flag))
         self.position = spec.position
         kv_dim = num_kv_heads * self.head_dim
         # No projection the per-head attention never reads: every parameter then gets a gradient,
@@ -127,6 +120,12 @@ class HeadedAttention(AttentionLayer):
         self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias) if reads.reads_keys else None
         self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What both the heads and the layer's class serve (a linformer layer is not causal; a
+        softmax layer declares that it takes one sequence)."""
+        return capabilities(self.score_attention) & super().capabilities
 
     @property
     def rotary(self) -> PositionScheme | None:

@@ -116,7 +116,6 @@ class ForgettingAttention(SoftmaxAttention):
         self, embed_dim: int, num_heads: int, *, forget_bias: float | None = None, **options: Unpack[SoftmaxOptions]
     ) -> None:
         super().__init__(embed_dim, num_heads, **options)
-        self.supports_bidirectional = False  # the multi-head layer copied its heads' flag; the decay is causal
         self.forget_proj = nn.Linear(embed_dim, num_heads)
         if forget_bias is not None:
             nn.init.constant_(self.forget_proj.bias, forget_bias)

@@ -70,6 +70,7 @@ more key, a window blockwise in ``O(L (W + S))``). Weights (``need_weights``) ta
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Literal, TypedDict
 
 import torch
@@ -77,7 +78,7 @@ from torch import Tensor, nn
 
 from zoo.attention.build.factory import register_attention_layer, require_attention
 from zoo.attention.build.spec import AttentionSpec
-from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.base import AttentionOutput, Capabilities
 from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.window import softmax_heads, window_blocks
@@ -190,9 +191,12 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         self.add_convolutions(conv_size)
         self.window = window
         self.sink_tokens = sink_tokens if window is not None else 0
-        self.supports_cross_attention = False  # the multi-head layer copied its heads' flag
-        if sinks:  # some weight may go to no key: an instance flag, as a multi-head layer's are
-            self.normalized_weights = False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The layer's; with sinks, weights that sum to less than one (some weight goes to no key)."""
+        declared = super().capabilities
+        return replace(declared, normalized_weights=False) if self.sinks is not None else declared
 
     # -- projections: QK-norm before the rotation ---------------------------------------------------
 
