@@ -24,8 +24,10 @@ shows it faster. On the CPU ``auto`` is always the zoo's form (flex runs eagerly
 only, and fla not at all). A backend is forced for a block of code with :func:`attention_backend`
 (as :func:`torch.nn.attention.sdpa_kernel` forces SDPA's) or for a process with
 ``ZOO_ATTENTION_BACKEND``; a forced backend that cannot run a call is refused in one line naming
-why, never replaced silently. :func:`backend_of` says which backend a module runs on a device and
-dtype, for ``zoo bench`` and a run's model summary.
+why, never replaced silently (fla, for one, takes no signed decay: Mamba-2 with
+``negative_eigenvalues`` runs the zoo's forms under ``auto``, and refuses a forced ``fla``).
+:func:`backend_of` says which backend a module runs on a device and dtype, for ``zoo bench`` and a
+run's model summary.
 """
 
 from __future__ import annotations

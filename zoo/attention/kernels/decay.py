@@ -26,6 +26,17 @@ Three forms compute it, equal up to rounding:
 
 Each starts from a given state and returns the final state, so any form can continue another.
 
+A signed scalar decay (``negative``: where ``a_t < 0``, with ``log_decay = log|a_t|``; Mamba-2's
+``negative_eigenvalues``) runs in the same forms. With ``s_t = prod_{tau <= t} sign(a_tau)`` (the
+parity of the negative decays so far, ``s_0 = 1``), the unrolled weight of key ``j`` for query ``i``
+is ``s_i s_j |a_{j+1} ... a_i|`` and the state read by query ``i`` from ``S_0`` is ``s_i |a_1 ... a_i|
+S_0``; so the magnitude kernels run on values ``s_j v_j``, their outputs are multiplied by ``s_i``,
+and the state they return, ``s_T S_T``, by ``s_T`` (``S_0`` enters as it is, ``s_0 = 1``: each call
+counts its parity from its first step, so a state continues exactly from one call to the next).
+The sign rides on the values, not on the queries and keys, so Mamba-2's queries and keys shared
+by a group of heads stay shared; that needs one sign per step (``negative`` ``(*batch, T, 1)``).
+The recurrent form multiplies by the signed ``a_t`` itself. A padded step stays an identity step.
+
 Conventions: queries and keys ``(*batch, T, dk)``, values ``(*batch, T, dv)``, state ``(*batch,
 dk, dv)`` read as ``o_t = q_t S_t``, outputs ``(*batch, T, dv)``; ``*batch`` holds the heads too,
 and the inputs' batch shapes need only broadcast together (queries and keys shared by a group of
@@ -261,6 +272,26 @@ def _chunked_shared(
     return from_chunks(output, length), final.squeeze(-3).unflatten(-2, (heads, width)).mT
 
 
+def _negative_steps(negative: Tensor, mask: Tensor | None) -> Tensor:
+    """``negative`` ``(*batch, T, 1)`` False at the padded steps, which are identity steps.
+
+    Raises:
+        ValueError: ``negative`` is not one flag per step.
+    """
+    if negative.shape[-1] != 1:
+        raise ValueError(
+            f"negative must be one flag per step, (*batch, T, 1): a signed decay is a scalar one; got shape "
+            f"{tuple(negative.shape)}"
+        )
+    return negative if mask is None else negative & mask.unsqueeze(-1)
+
+
+def _signs(negative: Tensor, mask: Tensor | None, dtype: torch.dtype) -> Tensor:
+    """``s_t = prod_{tau <= t} sign(a_tau)`` ``(*batch, T, 1)``, +1 or -1 in ``dtype``: the parity of
+    the negative decays up to each step, counted in integers."""
+    return 1 - 2 * (_negative_steps(negative, mask).cumsum(-2) % 2).to(dtype)
+
+
 def decay_chunkwise(
     q: Tensor,
     k: Tensor,
@@ -270,6 +301,7 @@ def decay_chunkwise(
     chunk_size: int | None = 64,
     initial_state: Tensor | None = None,
     mask: Tensor | None = None,
+    negative: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The chunkwise form: quadratic inside chunks of ``chunk_size`` steps, a state between them;
     ``chunk_size=None`` is the parallel form, the whole input as one chunk.
@@ -284,15 +316,24 @@ def decay_chunkwise(
         initial_state: ``(*batch, dk, dv)``; zeros if None.
         mask: ``(*batch, T)`` (or broadcastable with as many dimensions, e.g. ``(B, 1, T)``), True
             at real tokens; padded steps are identity steps with zero outputs.
+        negative: ``(*batch, T, 1)`` (or broadcastable), True where the decay is ``-exp(log_decay)``
+            (one flag per step; see the module docstring); None: every decay positive.
 
     Returns:
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``.
     """
     q, k, v, log_decay = _prepare(q, k, v, log_decay, mask)
-    return _chunked(q, k, v, log_decay, chunk_length(chunk_size, q.shape[-2]), initial_state)
+    chunk_size = chunk_length(chunk_size, q.shape[-2])
+    if negative is None:
+        return _chunked(q, k, v, log_decay, chunk_size, initial_state)
+    signs = _signs(negative, mask, v.dtype)
+    output, final_state = _chunked(q, k, v * signs, log_decay, chunk_size, initial_state)
+    return output * signs, final_state * signs[..., -1:, :]
 
 
-def decay_weights(q: Tensor, k: Tensor, log_decay: Tensor, *, mask: Tensor | None = None) -> Tensor:
+def decay_weights(
+    q: Tensor, k: Tensor, log_decay: Tensor, *, mask: Tensor | None = None, negative: Tensor | None = None
+) -> Tensor:
     """The parallel form's ``(*batch, T, T)`` weights, for heatmaps: ``weights[i, j] = sum_d q_id
     k_jd exp(b_id - b_jd)`` for ``j <= i``, else 0, so that the output of :func:`decay_chunkwise`
     from a zero state is ``weights @ v``. Memory ``O(T^2 dk / 16)`` for a per-dimension decay.
@@ -300,7 +341,11 @@ def decay_weights(q: Tensor, k: Tensor, log_decay: Tensor, *, mask: Tensor | Non
     Args as :func:`decay_chunkwise`.
     """
     q, k, _, log_decay = _prepare(q, k, k[..., :1], log_decay, mask)
-    return chunk_weights(q, k, log_decay.cumsum(-2))
+    weights = chunk_weights(q, k, log_decay.cumsum(-2))
+    if negative is None:
+        return weights
+    signs = _signs(negative, mask, weights.dtype)
+    return signs * weights * signs.mT
 
 
 def decay_recurrent(
@@ -311,8 +356,10 @@ def decay_recurrent(
     *,
     state: Tensor | None = None,
     mask: Tensor | None = None,
+    negative: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """The recurrent form: ``S_t = Diag(a_t) S_{t-1} + k_t^T v_t``, one step at a time (``T >= 1``).
+    """The recurrent form: ``S_t = Diag(a_t) S_{t-1} + k_t^T v_t``, one step at a time (``T >= 1``;
+    ``a_t = -exp(log_decay_t)`` where ``negative``).
 
     Args as :func:`decay_chunkwise`, with ``state`` ``(*batch, dk, dv)`` (zeros if None) the state
     before the first step: a decoder's cache.
@@ -321,7 +368,10 @@ def decay_recurrent(
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``, whatever ``T``.
     """
     q, k, v, log_decay = _prepare(q, k, v, log_decay, mask)
-    return step_by_step(q, k, v, state, _decay_step, log_decay.exp().unbind(-2))
+    decay = log_decay.exp()
+    if negative is not None:
+        decay = torch.where(_negative_steps(negative, mask), -decay, decay)
+    return step_by_step(q, k, v, state, _decay_step, decay.unbind(-2))
 
 
 def _decay_step(state: Tensor, k_t: Tensor, v_t: Tensor, a_t: Tensor) -> Tensor:

@@ -36,6 +36,11 @@ The last two rows are the recurrences of 2025 (:mod:`zoo.attention.modules.recur
   ``chunk_kda`` takes ``k``, ``g`` and ``beta`` apart, which the low-rank form does not keep, so
   KDA runs in the DPLR op, exact to rounding.
 
+A decaying state with a signed decay (Mamba-2's ``negative_eigenvalues``, a ``Recurrence`` with
+``negative_decay``) has no op here: fla's ops read log decays, which have no sign
+(:data:`SIGNED_DECAY_REFUSAL`; :func:`fla_refusal` refuses it). The delta rule's ``beta`` in ``(0,
+2)`` (the delta-rule families' ``negative_eigenvalues``) needs nothing: fla's ops take any ``beta``.
+
 What the conversion does, and why it is exact (the adapter's tests run each family against the
 zoo's chunkwise form through stand-ins of these ops written from fla's documentation):
 
@@ -91,7 +96,22 @@ from torch import Tensor
 from zoo.attention.kernels.chunking import zero_padding
 from zoo.attention.kernels.delta_product import over_steps
 
-__all__ = ["LowRankInputs", "ProductInputs", "RecurrenceInputs", "fla_available", "fla_chunk", "fla_refusal"]
+__all__ = [
+    "SIGNED_DECAY_REFUSAL",
+    "LowRankInputs",
+    "ProductInputs",
+    "RecurrenceInputs",
+    "fla_available",
+    "fla_chunk",
+    "fla_refusal",
+]
+
+SIGNED_DECAY_REFUSAL = (
+    "its kernels take decays in (0, 1], and negative_eigenvalues makes this decay signed; run the zoo's forms "
+    "(backend 'auto' or 'zoo')"
+)
+"""Why fla cannot run a signed decay (Mamba-2's ``negative_eigenvalues``): its ops read log decays, so a
+negative decay has no input; the delta rule's ``beta`` in ``(0, 2)`` it does run."""
 
 
 class RecurrenceInputs(Protocol):
@@ -102,6 +122,7 @@ class RecurrenceInputs(Protocol):
     v: Tensor
     log_decay: Tensor | None
     beta: Tensor | None
+    negative_decay: Tensor | None
 
 
 class LowRankInputs(Protocol):
@@ -179,7 +200,11 @@ def fla_refusal(recurrence: RecurrenceInputs | LowRankInputs | ProductInputs, ma
     tilelang is installed; PyTorch 2.11's CUDA builds bring Triton 3.6. A call that will need that
     backward (gradients enabled, an input that requires one) is refused, and ``auto`` runs the
     zoo's form instead; a forward without gradients still runs in fla's kernels.
+
+    A signed decay (:data:`SIGNED_DECAY_REFUSAL`) is refused always.
     """
+    if getattr(recurrence, "negative_decay", None) is not None:
+        return SIGNED_DECAY_REFUSAL
     q = recurrence.q
     inputs = (q, recurrence.k, recurrence.v, recurrence.log_decay, getattr(recurrence, "beta", None))
     if not torch.is_grad_enabled() or not any(x is not None and x.requires_grad for x in inputs):
@@ -217,8 +242,11 @@ def fla_chunk(
         The output ``(B, H, T, dv)`` and the final state ``(B, H, dk, dv)``, in the recurrence's dtype.
 
     Raises:
-        ValueError: ``mask`` differs per query (it must have the dimensions of ``(B, H, T)``).
+        ValueError: ``mask`` differs per query (it must have the dimensions of ``(B, H, T)``), or the
+            decay is signed (:data:`SIGNED_DECAY_REFUSAL`).
     """
+    if getattr(recurrence, "negative_decay", None) is not None:
+        raise ValueError(f"fla_chunk cannot run this recurrence: {SIGNED_DECAY_REFUSAL}.")
     q = recurrence.q
     if mask is not None and mask.dim() != q.dim() - 1:
         raise ValueError(

@@ -62,6 +62,10 @@ class Recurrence:
     ``S_t = (I - beta_t k_t^T k_t) a_t S_{t-1} + beta_t k_t^T v_t``, ``log_decay`` ``(B, H, T)`` or
     None (no decay). ``skip`` is added to the recurrence's output (Mamba-2's ``D x``).
 
+    ``negative_decay`` (a decaying state only) makes the decay signed: ``(B, H, T, 1)`` (or what
+    broadcasts to it), True where ``a_t = -exp(log_decay_t)`` (Mamba-2's ``negative_eigenvalues``;
+    the decay kernels carry the sign through every form, :mod:`zoo.attention.kernels.decay`).
+
     A decaying state may take queries and keys of fewer heads ``G`` than the values' ``H``, each
     shared by ``H / G`` value heads (Mamba-2's groups of ``B`` and ``C``): the kernels then see a
     group axis and broadcast the shared queries and keys over it, so the scores of a group are
@@ -74,12 +78,21 @@ class Recurrence:
     log_decay: Tensor | None
     beta: Tensor | None = None
     skip: Tensor | None = None
+    negative_decay: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.negative_decay is not None and self.beta is not None:
+            raise ValueError(
+                "Recurrence: negative_decay signs a decaying state's decay; the delta rule (beta) has none."
+            )
 
     def chunkwise(self, chunk_size: int | None, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """The chunkwise form (``chunk_size=None``: the parallel form) from ``state``: the output and final state."""
         if self.beta is None:
-            q, k, v, log_decay, state, mask = self._grouped(state, mask)
-            output, final = decay_chunkwise(q, k, v, log_decay, chunk_size=chunk_size, initial_state=state, mask=mask)
+            q, k, v, log_decay, negative, state, mask = self._grouped(state, mask)
+            output, final = decay_chunkwise(
+                q, k, v, log_decay, chunk_size=chunk_size, initial_state=state, mask=mask, negative=negative
+            )
             return self._ungrouped(output), self._ungrouped(final)
         return delta_rule_chunkwise(
             self.q, self.k, self.v, self.beta, self.log_decay, chunk_size=chunk_size, initial_state=state, mask=mask
@@ -88,16 +101,16 @@ class Recurrence:
     def recurrent(self, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """The recurrent form, one step at a time from ``state``: the output and final state."""
         if self.beta is None:
-            q, k, v, log_decay, state, mask = self._grouped(state, mask)
-            output, final = decay_recurrent(q, k, v, log_decay, state=state, mask=mask)
+            q, k, v, log_decay, negative, state, mask = self._grouped(state, mask)
+            output, final = decay_recurrent(q, k, v, log_decay, state=state, mask=mask, negative=negative)
             return self._ungrouped(output), self._ungrouped(final)
         return delta_rule_recurrent(self.q, self.k, self.v, self.beta, self.log_decay, state=state, mask=mask)
 
     def weights(self, mask: Tensor | None) -> Tensor:
         """The parallel form's ``(B, H, T, T)`` weights: the output from a zero state is ``weights @ v``."""
         if self.beta is None:
-            q, k, v, log_decay, _, mask = self._grouped(None, mask)
-            return self._ungrouped(decay_weights(q, k, log_decay, mask=mask))
+            q, k, _, log_decay, negative, _, mask = self._grouped(None, mask)
+            return self._ungrouped(decay_weights(q, k, log_decay, mask=mask, negative=negative))
         return delta_rule_weights(self.q, self.k, self.beta, self.log_decay, mask=mask)
 
     @property
@@ -107,12 +120,13 @@ class Recurrence:
 
     def _grouped(
         self, state: Tensor | None, mask: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
-        """Queries, keys, values, log decays, state and mask with the heads split into ``(G, H / G)``
-        (a query and key axis of 1 over each group) where the queries and keys are shared; as they are otherwise."""
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor | None, Tensor | None]:
+        """Queries, keys, values, log decays, their signs, state and mask with the heads split into
+        ``(G, H / G)`` (a query and key axis of 1 over each group) where the queries and keys are
+        shared; as they are otherwise."""
         assert self.log_decay is not None
         if self.groups == 1:
-            return self.q, self.k, self.v, self.log_decay, state, mask
+            return self.q, self.k, self.v, self.log_decay, self.negative_decay, state, mask
         split = (self.q.shape[-3], self.groups)
 
         def per_head(x: Tensor, axis: int) -> Tensor:  # a head axis of H, or of 1 (broadcast)
@@ -123,6 +137,7 @@ class Recurrence:
             self.k.unsqueeze(-3),
             self.v.unflatten(-3, split),
             per_head(self.log_decay, -3),
+            None if self.negative_decay is None else per_head(self.negative_decay, -3),
             None if state is None else state.unflatten(-3, split),
             None if mask is None else per_head(mask, -2),
         )

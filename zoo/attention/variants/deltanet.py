@@ -16,7 +16,8 @@ What the variants read, as in the papers and flash-linear-attention:
   ``I - b_t k_t k_t^T`` then has eigenvalues in ``[1 - b_t, 1]``: the state never grows); the
   queries then scaled by ``dk ** -0.5``; values through SiLU (flash-linear-attention applies it
   after its short convolution, or without one);
-* the write strength ``b_t = sigmoid(x_t w_b)`` per head, from the layer's input;
+* the write strength ``b_t = sigmoid(x_t w_b)`` per head, from the layer's input (with
+  ``negative_eigenvalues``, ``2 sigmoid(x_t w_b)``: below);
 * Gated DeltaNet's decay ``a_t = exp(-softplus(x_t w_a + dt_bias) A)`` per head, Mamba-2's
   (:class:`~zoo.attention.modules.gating.StepDecay`, ``A`` starting uniform in ``(0, 16)``).
 
@@ -28,7 +29,13 @@ them: a short causal convolution (kernel 4) on queries, keys and values before t
 default (``conv_size=0``: none; the model's positions then tell neighbouring tokens apart); keys
 and values the block's width (``expand_v``: Gated DeltaNet's paper doubles the values).
 
-Left out, and why: negative eigenvalues (``b_t`` in ``(0, 2)``), an extension after the papers.
+``negative_eigenvalues`` (off by default, so stored models compute what they did) is Grazzi et
+al.'s extension (2025, "Unlocking State-Tracking in Linear RNNs Through Negative Eigenvalues"):
+``b_t = 2 sigmoid(x_t w_b)`` in ``(0, 2)``, so that ``I - b_t k_t k_t^T`` has the eigenvalue
+``1 - b_t`` in ``(-1, 1)``: a reflection, with which one layer can track parity, which
+eigenvalues in ``[0, 1]`` cannot (:class:`~zoo.attention.modules.gating.WriteStrength`;
+flash-linear-attention's ``allow_neg_eigval``). The kernels take any ``b_t``, and the state still
+never grows (``|1 - b_t| < 1``); fla's kernels run it too.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from typing_extensions import Unpack
 
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.kernels.l2_norm import l2_normalize
-from zoo.attention.modules.gating import HeadNorm, StepDecay
+from zoo.attention.modules.gating import HeadNorm, StepDecay, WriteStrength
 from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["DeltaNetAttention", "GatedDeltaNetAttention"]
@@ -53,6 +60,7 @@ class DeltaNetAttention(RecurrentLayer):
         embed_dim: The block's width: what ``b_t`` is projected from.
         num_heads: Heads.
         expand_v: The value width, in multiples of ``embed_dim``.
+        negative_eigenvalues: ``b_t`` in ``(0, 2)`` (Grazzi et al.) rather than ``(0, 1)``.
         options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4; the parallel
             form solves a ``(T, T)`` triangular system, so ``auto`` keeps it to ``chunk_size`` steps).
 
@@ -64,10 +72,16 @@ class DeltaNetAttention(RecurrentLayer):
     silu = "always"
 
     def __init__(
-        self, embed_dim: int, num_heads: int, *, expand_v: float = 1.0, **options: Unpack[RecurrentOptions]
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        expand_v: float = 1.0,
+        negative_eigenvalues: bool = False,
+        **options: Unpack[RecurrentOptions],
     ) -> None:
         super().__init__(embed_dim, num_heads, key_dim=embed_dim, value_dim=int(embed_dim * expand_v), **options)
-        self.beta = nn.Linear(embed_dim, num_heads, bias=False)
+        self.beta = WriteStrength(embed_dim, num_heads, negative_eigenvalues)
         self.norm = HeadNorm(self.head_dim)
 
     def log_decay(self, layer_input: Tensor, dtype: torch.dtype) -> Tensor | None:
@@ -77,7 +91,7 @@ class DeltaNetAttention(RecurrentLayer):
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
         q = l2_normalize(queries, self.key_head_dim**-0.5)
         k = l2_normalize(keys)
-        beta = self.beta(layer_input).to(queries.dtype).sigmoid().transpose(-1, -2)  # (B, H, T)
+        beta = self.beta.strengths(layer_input, queries.dtype).transpose(-1, -2)  # (B, H, T)
         return Recurrence(q, k, values, self.log_decay(layer_input, queries.dtype), beta)
 
     def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
@@ -96,9 +110,15 @@ class GatedDeltaNetAttention(DeltaNetAttention):
     """
 
     def __init__(
-        self, embed_dim: int, num_heads: int, *, expand_v: float = 1.0, **options: Unpack[RecurrentOptions]
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        expand_v: float = 1.0,
+        negative_eigenvalues: bool = False,
+        **options: Unpack[RecurrentOptions],
     ) -> None:
-        super().__init__(embed_dim, num_heads, expand_v=expand_v, **options)
+        super().__init__(embed_dim, num_heads, expand_v=expand_v, negative_eigenvalues=negative_eigenvalues, **options)
         self.decay = StepDecay(embed_dim, num_heads, a_range=(0.0, 16.0))
         self.gate = nn.Linear(embed_dim, self.v_proj.out_features, bias=False)
 

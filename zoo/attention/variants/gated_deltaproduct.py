@@ -20,7 +20,8 @@ What the layer reads, as the paper and flash-linear-attention's ``fla/layers/gat
   as wide), through a short causal convolution (kernel 4) and SiLU; queries and keys
   L2-normalized, queries scaled by ``dk ** -0.5``;
 * ``beta_{t,j} = 2 sigmoid(x_t w_{b,j})`` per head and step (``negative_eigenvalues``, the
-  paper's and fla's default; ``False``: ``sigmoid``, eigenvalues in ``[0, 1]``);
+  paper's and fla's default; ``False``: ``sigmoid``, eigenvalues in ``[0, 1]``;
+  :class:`~zoo.attention.modules.gating.WriteStrength`, as DeltaNet's and KDA's option);
 * Gated DeltaNet's decay per head and token, Mamba-2's ``a_t = exp(-softplus(x_t w_a + dt_bias) A)``
   (:class:`~zoo.attention.modules.gating.StepDecay`), applied once, before the token's first step;
 * the output: each head's RMSNorm times ``silu(x W_g)``, then the output projection.
@@ -48,7 +49,7 @@ from typing_extensions import Unpack
 
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.kernels.l2_norm import l2_normalize
-from zoo.attention.modules.gating import HeadNorm, StepDecay
+from zoo.attention.modules.gating import HeadNorm, StepDecay, WriteStrength
 from zoo.attention.modules.recurrence import ProductRecurrence
 from zoo.attention.modules.recurrent import RecurrentLayer, RecurrentOptions
 
@@ -94,8 +95,7 @@ class GatedDeltaProductAttention(RecurrentLayer):
         super().__init__(
             embed_dim, num_heads, key_dim=embed_dim, value_dim=value_dim, writes=householder_steps, **options
         )
-        self.beta_scale = 2.0 if negative_eigenvalues else 1.0
-        self.beta = nn.Linear(embed_dim, num_heads * householder_steps, bias=False)
+        self.beta = WriteStrength(embed_dim, num_heads * householder_steps, negative_eigenvalues)
         self.decay = StepDecay(embed_dim, num_heads, a_range=(0.0, 16.0))
         self.gate = nn.Linear(embed_dim, value_dim, bias=False)
         self.norm = HeadNorm(self.head_dim)
@@ -104,7 +104,7 @@ class GatedDeltaProductAttention(RecurrentLayer):
         q = l2_normalize(queries, self.key_head_dim**-0.5)
         k = l2_normalize(keys.unflatten(-1, (self.writes, -1)))  # (B, H, T, n, dk)
         v = values.unflatten(-1, (self.writes, -1))
-        beta = self.split_heads(self.beta(layer_input).to(queries.dtype).sigmoid() * self.beta_scale)  # (B, H, T, n)
+        beta = self.split_heads(self.beta.strengths(layer_input, queries.dtype))  # (B, H, T, n)
         return ProductRecurrence(q, k, v, beta, self.decay(layer_input, queries.dtype)[1])
 
     def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:

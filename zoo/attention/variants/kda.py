@@ -17,7 +17,11 @@ What the layer reads, as the report and flash-linear-attention's ``fla/layers/kd
 * queries, keys and values through a short causal convolution (kernel 4) and SiLU; queries and
   keys L2-normalized per head (``|k_t| = 1``: the transition's eigenvalues stay in ``[0, 1]``),
   queries then scaled by ``dk ** -0.5``;
-* ``beta_t = sigmoid(x_t w_b)`` per head;
+* ``beta_t = sigmoid(x_t w_b)`` per head, or with ``negative_eigenvalues`` (off by default)
+  ``2 sigmoid(x_t w_b)`` in ``(0, 2)``: Grazzi et al.'s extension (2025, "Unlocking State-Tracking
+  in Linear RNNs Through Negative Eigenvalues"), fla's ``allow_neg_eigval``, which lets
+  ``I - beta_t k_t k_t^T`` reflect (its eigenvalue ``1 - beta_t`` reaches ``(-1, 1)``) and one
+  layer track parity (:class:`~zoo.attention.modules.gating.WriteStrength`);
 * the decay per key dimension from a low-rank projection of the layer's input, in Mamba-2's form
   per channel: ``log alpha_t = -exp(A_log_h) * softplus(x_t W_1 W_2 + dt_bias)``, ``W_1`` of rank
   ``gate_rank``, ``A_log`` per head (``A`` uniform in ``(1, 16)`` at the start) and ``dt_bias`` per
@@ -41,7 +45,7 @@ recipes and two recipes at chance; one seed) the bound decides recall: 0.993 in 
 chance in 1,500 with the report's gate.
 
 Where the zoo differs: ``gate_rank`` defaults to the value head size (fla's choice too); fla's
-options for negative eigenvalues (``beta`` in ``(0, 2)``) and grouped value heads are left out.
+option of grouped value heads is left out.
 The chunkwise form is the zoo's own (quadratic inside chunks, exact to rounding); on CUDA
 with the ``fla`` extra it runs in flash-linear-attention's DPLR kernel
 (:mod:`~zoo.attention.kernels.fla` says why not ``chunk_kda``).
@@ -58,7 +62,7 @@ from typing_extensions import Unpack
 
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.kernels.l2_norm import l2_normalize
-from zoo.attention.modules.gating import HeadNorm
+from zoo.attention.modules.gating import HeadNorm, WriteStrength
 from zoo.attention.modules.recurrence import LowRankRecurrence
 from zoo.attention.modules.recurrent import RecurrentLayer, RecurrentOptions
 
@@ -124,6 +128,7 @@ class KimiDeltaAttention(RecurrentLayer):
         gate_rank: Rank of the decay's and the output gate's projections; None: the value head size.
         decay_lower_bound: The lowest log decay a step may take, fla's ``lower_bound`` (-5 there);
             None: the report's unbounded gate (see the module docstring).
+        negative_eigenvalues: ``beta`` in ``(0, 2)`` (Grazzi et al.) rather than ``(0, 1)``.
         options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4).
 
     Parameters of its own: ``beta`` (``embed_dim -> num_heads``, no bias); ``decay``
@@ -142,6 +147,7 @@ class KimiDeltaAttention(RecurrentLayer):
         expand_v: float = 1.0,
         gate_rank: int | None = None,
         decay_lower_bound: float | None = None,
+        negative_eigenvalues: bool = False,
         **options: Unpack[RecurrentOptions],
     ) -> None:
         value_dim = int(embed_dim * expand_v)
@@ -156,7 +162,7 @@ class KimiDeltaAttention(RecurrentLayer):
                 "KimiDeltaAttention: decay_lower_bound must be a negative number (fla recommends -5) or None, "
                 f"got {decay_lower_bound!r}."
             )
-        self.beta = nn.Linear(embed_dim, num_heads, bias=False)
+        self.beta = WriteStrength(embed_dim, num_heads, negative_eigenvalues)
         self.decay = ChannelDecay(embed_dim, num_heads, self.key_head_dim, rank, lower_bound=decay_lower_bound)
         self.gate = nn.Sequential(nn.Linear(embed_dim, rank, bias=False), nn.Linear(rank, value_dim))
         self.norm = HeadNorm(self.head_dim)
@@ -164,7 +170,7 @@ class KimiDeltaAttention(RecurrentLayer):
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> LowRankRecurrence:
         q = l2_normalize(queries, self.key_head_dim**-0.5)
         k = l2_normalize(keys)
-        beta = self.beta(layer_input).to(queries.dtype).sigmoid().transpose(-1, -2).unsqueeze(-1)  # (B, H, T, 1)
+        beta = self.beta.strengths(layer_input, queries.dtype).transpose(-1, -2).unsqueeze(-1)  # (B, H, T, 1)
         log_alpha = self.decay(layer_input, queries.dtype)
         return LowRankRecurrence(q, beta * k, values, -beta * k, k * log_alpha.exp(), log_alpha)
 

@@ -26,6 +26,18 @@ one ``in_proj``: the same function, and the names the other families use. Defaul
 ``mamba_ssm``'s ``Mamba2``: ``expand = 2``, ``d_state = 128``, ``ngroups = 1``; the heads are the
 stack's ``num_heads`` (Mamba-2 fixes the head size at 64 instead). ``dt`` limits and learned
 initial states, off by default in Mamba-2, are left out.
+
+``negative_eigenvalues`` (off by default, so stored models compute what they did) maps each step's
+decay to ``a_t = 2 exp(-dt_t A_h) - 1`` in ``(-1, 1)``
+(:func:`~zoo.attention.modules.gating.positive_and_negative`): a transition with a negative
+eigenvalue flips the state's sign, with which one layer can track parity. Grazzi et al. (2025,
+"Unlocking State-Tracking in Linear RNNs Through Negative Eigenvalues") show it for Mamba-1, in a
+selective scan of their own (``positive_and_negative``); for Mamba-2 it is the zoo's extension,
+the same map on SSD's scalar decay. SSD's matrix form holds with signs: ``L_ij = a_{j+1} ... a_i``
+is ``s_i s_j |a_{j+1} ... a_i|`` with ``s_t`` the parity of the negative steps so far, so the
+decay kernels keep ``log|a_t|`` and carry the signs on the values and outputs in every form
+(:mod:`zoo.attention.kernels.decay`). flash-linear-attention's kernels take decays in ``(0, 1]``:
+with the option on, ``auto`` runs the zoo's forms and a forced ``fla`` backend is refused.
 """
 
 from __future__ import annotations
@@ -38,7 +50,8 @@ from torch import Tensor, nn
 from typing_extensions import Unpack
 
 from zoo.attention.build.factory import register_attention_layer
-from zoo.attention.modules.gating import StepDecay
+from zoo.attention.kernels.fla import SIGNED_DECAY_REFUSAL
+from zoo.attention.modules.gating import StepDecay, positive_and_negative
 from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["Mamba2Attention"]
@@ -55,6 +68,7 @@ class Mamba2Attention(RecurrentLayer):
         d_state: The state size per head: the width of each group's ``B`` and ``C``.
         ngroups: Groups of heads that share ``B`` and ``C`` (and the norm's groups); must divide
             ``num_heads``.
+        negative_eigenvalues: ``a_t`` in ``(-1, 1)`` rather than ``(0, 1)`` (see the module docstring).
         options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4, with a bias).
 
     Parameters of its own: ``decay`` (a projection ``embed_dim -> num_heads`` and, per head,
@@ -78,6 +92,7 @@ class Mamba2Attention(RecurrentLayer):
         expand: float = 2.0,
         d_state: int = 128,
         ngroups: int = 1,
+        negative_eigenvalues: bool = False,
         **options: Unpack[RecurrentOptions],
     ) -> None:
         inner = int(embed_dim * expand)
@@ -90,7 +105,7 @@ class Mamba2Attention(RecurrentLayer):
             conv_bias=True,
             **options,
         )
-        self.ngroups = ngroups
+        self.ngroups, self.negative_eigenvalues = ngroups, negative_eigenvalues
         self.decay = StepDecay(embed_dim, num_heads, a_range=(1.0, 16.0))
         self.D = nn.Parameter(torch.ones(num_heads))
         self.gate = nn.Linear(embed_dim, inner, bias=False)
@@ -106,7 +121,17 @@ class Mamba2Attention(RecurrentLayer):
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
         dt, log_decay = self.decay(layer_input, queries.dtype)  # (B, H, T) each
         skip = self.D.to(values.dtype)[:, None, None] * values
-        return Recurrence(queries, keys, values * dt.unsqueeze(-1), log_decay.unsqueeze(-1), skip=skip)
+        negative = None
+        if self.negative_eigenvalues:
+            log_decay, negative = positive_and_negative(log_decay)
+            negative = negative.unsqueeze(-1)
+        return Recurrence(
+            queries, keys, values * dt.unsqueeze(-1), log_decay.unsqueeze(-1), skip=skip, negative_decay=negative
+        )
+
+    def _fla_refusal(self, device: torch.device) -> str | None:
+        """fla's kernels take no signed decay (:mod:`zoo.attention.kernels.fla`)."""
+        return SIGNED_DECAY_REFUSAL if self.negative_eigenvalues else super()._fla_refusal(device)
 
     def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         gated = output * F.silu(self.split_heads(self.gate(layer_input)).to(output.dtype))  # (B, H, T, hd)
