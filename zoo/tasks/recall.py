@@ -31,7 +31,8 @@ label ``S`` only) and
 Logged: ``train/loss``; ``val/loss``, ``val/accuracy`` (the benchmark's), ``val/accuracy_micro``
 (the fraction of all scored positions answered) and ``val/accuracy/<set>``, the benchmark's
 accuracy per set of the split: ``num_kv_pairs_<P>`` for MQAR (Zoology's slices), ``length_<L>``
-otherwise (Mamba's tasks test one set per length); the same under ``test/``.
+otherwise (Mamba's tasks test one set per length), ``length_<L>_depth_<D>`` for RULER's needles (a
+set per length and needle depth, in percent); the same under ``test/``.
 
 Training stops once ``val/accuracy`` exceeds ``target_accuracy`` (Zoology: 0.99, MAD: 0.999;
 Lightning's ``EarlyStopping`` with ``stopping_threshold``, no patience). The optimiser is
@@ -186,6 +187,23 @@ class RecallModel(ZooTask):
     def test_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "test")
 
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse, in one line, weights built for shorter sequences than the data linked into this
+        model (a learned position table of fewer rows: a checkpoint tested at longer lengths)."""
+        super().on_load_checkpoint(checkpoint)
+        built = checkpoint.get("hyper_parameters", {}).get("block_size", self.hparams.block_size)
+        own = self.state_dict()
+        resized = [
+            name
+            for name, weight in checkpoint.get("state_dict", {}).items()
+            if name in own and own[name].shape != weight.shape
+        ]
+        if built < self.hparams.block_size and resized:
+            raise DataError(
+                f"The checkpoint's model reaches {built} positions ({resized[0]}) but the data go to "
+                f"{self.hparams.block_size} tokens; test at lengths up to {built}, or train on data that reach the longest."
+            )
+
     def configure_optimizers(self) -> dict[str, Any]:
         return configure_adamw(self, betas=(0.9, 0.999), decay_all=True)  # torch's betas, as Zoology and MAD train
 
@@ -206,10 +224,12 @@ def per_example_accuracy(correct: Tensor, scored: Tensor) -> tuple[Tensor, int]:
 
 
 def _set_name(batch: Mapping[str, Tensor]) -> str:
-    """The name of the set a batch comes from: its MQAR pairs (Zoology's slices), else its length."""
+    """The name of the set a batch comes from: its MQAR pairs (Zoology's slices), else its length,
+    and with a ``depth`` (the needle tasks' percent) the depth too (``length_1024_depth_50``)."""
     if "num_kv_pairs" in batch:
         return f"num_kv_pairs_{int(batch['num_kv_pairs'][0])}"
-    return f"length_{batch['inputs'].shape[1]}"
+    name = f"length_{batch['inputs'].shape[1]}"
+    return f"{name}_depth_{int(batch['depth'][0])}" if "depth" in batch else name
 
 
 def _fields(batch: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -217,7 +237,7 @@ def _fields(batch: Any) -> tuple[Tensor, Tensor, Tensor]:
     missing = [name for name in FIELDS if not isinstance(batch, Mapping) or name not in batch]
     if missing:
         raise DataError(
-            f"The recall model reads batches of {', '.join(FIELDS)} (the data modules mqar, mad, selective_copying "
-            f"and induction_heads); these batches lack {', '.join(missing)}: choose one of those with --data."
+            f"The recall model reads batches of {', '.join(FIELDS)} (the data modules of zoo.datamodules.recall: "
+            f"python -m zoo list lists them); these batches lack {', '.join(missing)}: choose one with --data."
         )
     return batch["inputs"], batch["targets"], batch["scored"]

@@ -5,10 +5,15 @@ attention families differ most.
 * :mod:`.mad_tasks` and :mod:`.mad`: MAD's six tasks and its benchmark settings (``mad``);
 * :mod:`.mamba`: the Mamba paper's selective copying and induction heads, tested at lengths beyond
   training (``selective_copying``, ``induction_heads``);
+* :mod:`.state_tracking` (tasks in :mod:`.state_tracking_tasks`, groups in :mod:`.groups`): state
+  tracking, trained short and tested long (``parity``, ``modular_arithmetic``, ``cycle_navigation``,
+  ``even_pairs``, ``word_problem``);
+* :mod:`.needles` (haystacks in :mod:`.haystacks`): RULER's needles in a haystack, tested by length
+  and depth (``needle``);
 * :mod:`.base`: what they share: the batch every task serves (``inputs``, ``targets``, ``scored``),
   seeded draws, resumable loaders and the data-module base.
 
-Importing the package registers its four data modules (the registry imports it on first lookup).
+Importing the package registers its data modules (the registry imports it on first lookup).
 """
 
 from __future__ import annotations
@@ -22,6 +27,14 @@ from zoo.datamodules.recall.mamba import (
     selective_copying,
 )
 from zoo.datamodules.recall.mqar import MIXTURES, PAPER_GRID, MQARDataModule, multiquery_ar
+from zoo.datamodules.recall.needles import NeedleDataModule, needles
+from zoo.datamodules.recall.state_tracking import (
+    CycleNavigationDataModule,
+    EvenPairsDataModule,
+    ModularArithmeticDataModule,
+    ParityDataModule,
+    WordProblemDataModule,
+)
 
 __all__ = [
     "AUTOENCODER",
@@ -31,15 +44,22 @@ __all__ = [
     "MAD_TASKS",
     "MIXTURES",
     "PAPER_GRID",
+    "CycleNavigationDataModule",
+    "EvenPairsDataModule",
     "Examples",
     "InductionHeadsDataModule",
     "MADDataModule",
+    "ModularArithmeticDataModule",
     "MQARDataModule",
+    "NeedleDataModule",
+    "ParityDataModule",
     "RecallDataModule",
     "SelectiveCopyingDataModule",
+    "WordProblemDataModule",
     "induction_heads",
     "mad_setting",
     "mad_settings",
     "multiquery_ar",
+    "needles",
     "selective_copying",
 ]
