@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zoo.errors import DataError
 from zoo.layers.add_norm import AddNorm
+from zoo.layers.canon import check_canon
 from zoo.layers.feed_forward import PositionWiseFFN
 
 __all__ = ["BlockConfig"]
@@ -27,6 +29,9 @@ class BlockConfig:
         bias: Biases in the linear layers and layer norms (nanoGPT's ``bias``).
         ffn_dropout: Dropout inside the FFN, after its activation; ``None``: ``dropout`` (the
             Transformer's), ``0`` for nanoGPT's MLP, which drops out only its output.
+        canon: Canon layers (:mod:`zoo.layers.canon`), any of ``"ABCD"``: A before the
+            attention, B on its queries, keys and values, C before the FFN, D inside it; ``""``
+            none. Causal blocks only (:class:`~zoo.layers.CausalBlock`); C and D need an FFN.
     """
 
     d_model: int
@@ -37,10 +42,17 @@ class BlockConfig:
     activation: str = "relu"
     bias: bool = True
     ffn_dropout: float | None = None
+    canon: str = ""
 
     def __post_init__(self) -> None:
         if self.ffn_hidden < 0:
             raise ValueError(f"ffn_hidden must be 0 (no FFN) or a positive size, got {self.ffn_hidden}.")
+        check_canon(self.canon)
+        if self.ffn_hidden == 0 and (mlp := [place for place in self.canon if place in "CD"]):
+            raise DataError(
+                f"canon {''.join(mlp)!r} sits in the MLP, which ffn_hidden=0 leaves out (the recall model's default); "
+                "give ffn_hidden > 0 or keep canon to A and B."
+            )
 
     def add_norm(self) -> AddNorm:
         """A residual wrapper for one sublayer."""
@@ -51,4 +63,6 @@ class BlockConfig:
         if self.ffn_hidden == 0:
             return None
         inner = self.dropout if self.ffn_dropout is None else self.ffn_dropout
-        return PositionWiseFFN(self.d_model, self.ffn_hidden, inner, self.activation, self.bias)
+        return PositionWiseFFN(
+            self.d_model, self.ffn_hidden, inner, self.activation, self.bias, canon="D" in self.canon
+        )

@@ -1,12 +1,17 @@
 """The block of a decoder-only Transformer (GPT): an encoder block whose self-attention is causal,
-and which continues a cache when decoding."""
+which continues a cache when decoding, and which takes Canon layers (:mod:`zoo.layers.canon`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from torch import Tensor
 
+from zoo.attention.build.spec import AttentionSpec
 from zoo.attention.contract.cache import LayerCache
 from zoo.attention.contract.context import AttentionContext
+from zoo.layers.block_config import BlockConfig
+from zoo.layers.canon import CanonCache, canon_attention, canon_convolution, check_canon_attention, residual_conv
 from zoo.layers.encoder_block import EncoderBlock
 
 __all__ = ["CausalBlock"]
@@ -17,11 +22,43 @@ class CausalBlock(EncoderBlock):
 
     As GPT-2 and nanoGPT build it (the config :class:`~zoo.models.gpt.GPT` gives): pre-LN,
     ``x + dropout(attention(norm(x)))`` then ``x + dropout(mlp(norm(x)))``, a GELU MLP without
-    inner dropout (and, through the spec, dropout on the attention weights). A full forward is
-    :class:`EncoderBlock`'s with the causal mask; :meth:`forward_cached` decodes.
+    inner dropout (and, through the spec, dropout on the attention weights). :meth:`forward` runs
+    whole sequences, :meth:`forward_cached` decodes.
+
+    The config's ``canon`` adds Canon layers: ``canon_a`` on the attention's input and
+    ``canon_c`` on the MLP's (each ``h + conv(h)``, after the norm), Canon-B in the attention
+    layer (its short convolutions on the projections, residual) and Canon-D in the MLP. Decoding
+    keeps A's, C's and D's last inputs in a :class:`~zoo.layers.canon.CanonCache` around the
+    attention's cache (the attention's cache alone without them).
     """
 
     causal = True
+
+    def __init__(self, config: BlockConfig, attention: AttentionSpec | str = "dot_product") -> None:
+        spec = AttentionSpec(attention) if isinstance(attention, str) else attention
+        residual = False
+        if "B" in config.canon:
+            spec, residual = canon_attention(spec)
+        super().__init__(config, spec)
+        if "B" in config.canon:
+            check_canon_attention(self.attention, spec)
+        if residual:
+            self.attention.conv_residual = True
+        self.canon_a = canon_convolution(config.d_model) if "A" in config.canon else None
+        self.canon_c = canon_convolution(config.d_model) if "C" in config.canon else None
+
+    @property
+    def _canon_windows(self) -> bool:
+        """Whether decoding keeps Canon windows here (A, C or D), not only the attention's cache."""
+        return self.canon_a is not None or self.canon_c is not None or getattr(self.ffn, "canon_d", None) is not None
+
+    def forward(self, x: Tensor, context: AttentionContext | None = None) -> tuple[Tensor, Tensor | None]:
+        """``x``: ``(B, L, d_model)`` from a sequence's start, under the forward's causal ``context``.
+        Returns the new ``x`` and, if the context asks, ``(B, H, L, L)`` weights."""
+        context = self.check_context(context)
+        windows: dict[str, Tensor] = {}
+        attended, weights = self.attention(self._canon("A", self.add_norm1.pre(x), {}, windows), context)
+        return self._mlp(self.add_norm1(x, attended), {}, windows), weights
 
     def forward_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
@@ -29,5 +66,29 @@ class CausalBlock(EncoderBlock):
         """``x``: the new positions ``(B, L, d_model)`` after those in ``cache`` (None before the
         first call), under the decoding step's causal ``context``; returns the new ``x`` and the
         cache extended by them."""
-        attended, cache = self.attention.attend_cached(self.add_norm1.pre(x), cache, self.check_context(context))
-        return self._feed_forward(self.add_norm1(x, attended)), cache
+        inner, previous = CanonCache.unwrap(cache, canon=self._canon_windows)
+        windows: dict[str, Tensor] = {}
+        query = self._canon("A", self.add_norm1.pre(x), previous, windows)
+        attended, inner = self.attention.attend_cached(query, inner, self.check_context(context))
+        return self._mlp(self.add_norm1(x, attended), previous, windows), CanonCache.wrap(inner, windows)
+
+    def _canon(self, place: str, h: Tensor, previous: Mapping[str, Tensor], windows: dict[str, Tensor]) -> Tensor:
+        """``h`` through the Canon layer at ``place`` (``"A"`` or ``"C"``) after its window in
+        ``previous``, its new window stored in ``windows``; ``h`` itself where there is none."""
+        conv = self.canon_a if place == "A" else self.canon_c
+        if conv is None:
+            return h
+        h, windows[place] = residual_conv(conv, h, previous.get(place))
+        return h
+
+    def _mlp(self, x: Tensor, previous: Mapping[str, Tensor], windows: dict[str, Tensor]) -> Tensor:
+        """The MLP sublayer with Canon-C and -D after their windows in ``previous`` (``x`` itself
+        without an MLP), the new windows stored in ``windows``."""
+        if self.ffn is None:
+            return x
+        output, window = self.ffn.forward_cached(
+            self._canon("C", self.add_norm2.pre(x), previous, windows), previous.get("D")
+        )
+        if window is not None:
+            windows["D"] = window
+        return self.add_norm2(x, output)

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from torch import nn
 
 from zoo.attention.build.spec import AttentionChoice, AttentionSpec, layer_specs
+from zoo.errors import DataError
 from zoo.layers.block_config import BlockConfig
 from zoo.positions import PositionScheme, create_position
 
@@ -114,8 +115,14 @@ def build_stacks(config: StackConfig, *plans: StackPlan) -> list[Stack]:
     Every stack's position scheme is built first, then every stack's specs (so a wrong choice
     fails before any block is built), then the blocks: the order in which the models drew their
     initial weights before this builder, so a seed still gives the same parameters (a learned or
-    T5 scheme draws them too).
+    T5 scheme draws them too). Canon layers (``config.block.canon``) are causal convolutions:
+    a stack that attends both ways refuses them.
     """
+    if config.block.canon and (both_ways := [plan.role for plan in plans if not plan.causal]):
+        raise DataError(
+            f"canon {config.block.canon!r}: Canon layers are causal convolutions, for causal stacks (the GPT's); "
+            f"{', '.join(both_ways)} attends both ways. Leave canon empty."
+        )
     positions = [config.position_scheme(plan.causal) for plan in plans]
     specs = [config.specs(plan, position) for plan, position in zip(plans, positions)]
     return [

@@ -54,7 +54,8 @@ class GPT(nn.Module):
     attention's output, the MLP's second layer) scaled by ``1 / sqrt(2 * num_layers)``, biases
     zero. Attention layers get the same for their ``q_proj``, ``k_proj``, ``v_proj`` and
     ``out_proj``; scoring attentions and layers keep the initialisation they define for
-    parameters of their own (gates, convolutions, decays).
+    parameters of their own (gates, convolutions, decays), and Canon layers ``nn.Conv1d``'s, as
+    the paper's code keeps it.
 
     Positions are a registered scheme (``position``, default ``learned`` as nanoGPT's): an
     absolute one is added to the embeddings and covers ``block_size`` positions; a rotary or bias
@@ -89,6 +90,10 @@ class GPT(nn.Module):
         attention_dropout: Dropout on the attention weights alone; ``None``: ``dropout``.
         embedding_dropout: Dropout on the embeddings alone; ``None``: ``dropout`` (Zoology: 0.1
             there, 0 on the residual branches).
+        canon: Canon layers (Allen-Zhu, 2025; :mod:`zoo.layers.canon`), any of ``"ABCD"``: a
+            residual causal convolution of 4 taps before the attention (A), on its queries, keys
+            and values (B: a recurrent layer's own convolution stands in), before the MLP (C) and
+            inside it (D); ``""`` (default) none. C and D need an MLP.
     """
 
     def __init__(
@@ -109,6 +114,7 @@ class GPT(nn.Module):
         num_kv_heads: int | None = None,
         attention_dropout: float | None = None,
         embedding_dropout: float | None = None,
+        canon: str = "",
     ) -> None:
         super().__init__()
         if block_size < 1:
@@ -119,8 +125,9 @@ class GPT(nn.Module):
         self.embedding = nn.Embedding(vocab_size, d_model)
         hidden = 4 * d_model if ffn_hidden is None else ffn_hidden
         config = BlockConfig(
-            d_model, num_heads, hidden, dropout, norm_first=True, activation="gelu", bias=bias, ffn_dropout=0.0
-        )
+            d_model, num_heads, hidden, dropout, norm_first=True, activation="gelu", bias=bias, ffn_dropout=0.0,
+            canon=canon,
+        )  # fmt: skip
         stack_config = StackConfig(
             block=config, attention=attention, attention_kwargs=attention_kwargs, num_kv_heads=num_kv_heads,
             attention_dropout=attention_dropout, position=position, position_kwargs=position_kwargs, max_len=block_size,

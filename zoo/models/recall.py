@@ -47,10 +47,11 @@ class RecallLM(GPT):
         num_kv_heads: int | None = None,
         attention_dropout: float | None = 0.1,
         embedding_dropout: float | None = 0.1,
+        canon: str = "",
     ) -> None:
         super().__init__(
             vocab_size, block_size=block_size, d_model=d_model, num_heads=num_heads, num_layers=num_layers,
             ffn_hidden=ffn_hidden, dropout=dropout, bias=bias, attention=attention, attention_kwargs=attention_kwargs,
             position=position, position_kwargs=position_kwargs, num_kv_heads=num_kv_heads,
-            attention_dropout=attention_dropout, embedding_dropout=embedding_dropout,
+            attention_dropout=attention_dropout, embedding_dropout=embedding_dropout, canon=canon,
         )  # fmt: skip

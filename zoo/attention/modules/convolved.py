@@ -36,6 +36,9 @@ class ShortConvolved(nn.Module):
 
     #: the attributes that hold the convolutions, one per projection, in :meth:`convolve`'s order
     conv_names: ClassVar[tuple[str, ...]] = ("q_conv", "k_conv", "v_conv")
+    #: each convolution adds to its projection, ``p + conv(p)`` (a Canon-B layer, :mod:`zoo.layers.canon`,
+    #: whose block sets it on a layer whose convolutions have no activation)
+    conv_residual: bool = False
 
     def add_convolutions(self, conv_size: int, widths: Sequence[int] | None = None, *, bias: bool = False) -> None:
         """One convolution of ``conv_size`` taps per projection (none when ``conv_size`` is 0),
@@ -77,7 +80,10 @@ class ShortConvolved(nn.Module):
             activations = activations or (None,) * len(projected)
             return [t if act is None else F.silu(t) for t, act in zip(projected, activations)], None
         convs = [getattr(self, name) for name in self.conv_names]
-        return convolve_projections(projected, convs, windows, context.key_padding, activations)
+        outputs, windows = convolve_projections(projected, convs, windows, context.key_padding, activations)
+        if self.conv_residual:
+            outputs = [t + y for t, y in zip(projected, outputs)]
+        return outputs, windows
 
     def convolved_projections(
         self,
@@ -104,4 +110,8 @@ class ShortConvolved(nn.Module):
 
     def conv_repr(self) -> str:
         """``", conv_size=K"`` to end an ``extra_repr`` when the layer convolves, else ``""``."""
-        return f", conv_size={getattr(self, self.conv_names[0]).kernel_size[0]}" if self.convolves else ""
+        if not self.convolves:
+            return ""
+        return f", conv_size={getattr(self, self.conv_names[0]).kernel_size[0]}" + (
+            ", residual" if self.conv_residual else ""
+        )
