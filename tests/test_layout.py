@@ -118,8 +118,8 @@ def test_the_attention_package_is_arranged_by_job_with_no_two_modules_of_one_nam
 
 def test_a_built_in_variant_is_listed_by_its_own_file_alone() -> None:
     """Adding a variant is its file (and its test): the package finds the file, the public names
-    and the board's family and cost come from its registration and its class, and the README's
-    table, which is prose, is held to name it."""
+    and the board's family and cost come from its registration and its class, and the tables
+    that are prose (docs/attention.md's, README's list of families) are held to name it."""
     import zoo.attention
     from zoo.attention import ATTENTION_REGISTRY, variants
     from zoo.board.catalog import family_and_cost
@@ -129,13 +129,14 @@ def test_a_built_in_variant_is_listed_by_its_own_file_alone() -> None:
     assert [module.__name__.rsplit(".", 1)[1] for module in variants.MODULES] == files
     built_in = [e for e in ATTENTION_REGISTRY.entries() if e.obj.__module__.startswith(f"{variants.__name__}.")]
     assert len(built_in) >= 35
-    readme_cells = [
-        line.split("|")[1] for line in (PROJECT_ROOT / "README.md").read_text().splitlines() if line.startswith("| `")
-    ]
+    table = (PROJECT_ROOT / "docs" / "attention.md").read_text().split("## Every variant")[1].split("\n## ")[0]
+    table_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    readme = (PROJECT_ROOT / "README.md").read_text()
     for entry in built_in:
         assert getattr(zoo.attention, entry.obj.__name__) is entry.obj and entry.obj.__name__ in zoo.attention.__all__
         assert family_and_cost(entry.name) is not None, f"{entry.name} declares no family and cost"
-        assert any(re.search(rf"`{entry.name}`", cell) for cell in readme_cells), f"README's table omits {entry.name}"
+        assert any(f"`{entry.name}`" in cell for cell in table_cells), f"docs/attention.md's table omits {entry.name}"
+        assert f"`{entry.name}`" in readme, f"README's list of families omits {entry.name}"
 
 
 def _layout_block() -> str:

@@ -107,6 +107,19 @@ def test_fit_arguments_that_do_not_parse_are_one_line_naming_the_problem(
     assert "no_such.yaml" in line and line.endswith("(check them with python -m zoo fit ARGS --print_config).")
 
 
+def test_an_option_the_data_module_does_not_take_is_named_in_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """jsonargparse names the key alone on its error line and the rejected option below it."""
+    args = ["compare", "--model", "recall", "--data.no_such_option", "5", "--out", str(tmp_path / "cmp")]
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[:-1] or [""]
+    assert line.startswith('error: The fit arguments given to compare are not valid: Parser key "data":')
+    assert "Option 'no_such_option' is not accepted" in line
+
+
 def test_grid_refuses_a_repeated_axis() -> None:
     with pytest.raises(ConfigurationError, match="names 'model.lr' twice"):
         parse_grid(["model.lr=1", "model.lr=2"])

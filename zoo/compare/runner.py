@@ -107,14 +107,23 @@ def resolve_base(base: list[str]) -> dict[str, Any]:
             ZooCLI(["fit", *base, "--print_config"])
     except SystemExit as exit_:
         if exit_.code not in (0, None):
-            # the parser's usage and tip are left out: its last ``error:`` line names the problem
-            errors = [line for line in complaint.getvalue().splitlines() if line.startswith("error:")]
-            why = errors[-1].removeprefix("error:").strip() if errors else "see python -m zoo fit ARGS --print_config"
+            why = _parser_complaint(complaint.getvalue())
             raise ConfigurationError(
                 f"The fit arguments given to compare are not valid: {why} "
                 "(check them with python -m zoo fit ARGS --print_config)."
             ) from None
     return yaml.safe_load(printed.getvalue()) or {}
+
+
+def _parser_complaint(text: str) -> str:
+    """The parser's complaint in one line: its last ``error:`` and the rejected options under it
+    (jsonargparse indents those below a line that names only the key: ``Parser key "data":``),
+    without its usage, its tip and the value it was given."""
+    if "error:" not in text:
+        return "see python -m zoo fit ARGS --print_config"
+    first, *details = text[text.rindex("error:") + len("error:") :].strip().splitlines()
+    rejected = [line.strip().lstrip("- ").rstrip(":") for line in details if "not accepted" in line or "Problem with" in line]
+    return " ".join([first.strip().rstrip(":") + (":" if rejected else ""), "; ".join(rejected)]).strip()
 
 
 def _wandb_settings(resolved: dict[str, Any]) -> dict[str, Any] | None:

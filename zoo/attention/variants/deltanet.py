@@ -49,7 +49,14 @@ from zoo.attention.kernels.l2_norm import l2_normalize
 from zoo.attention.modules.gating import HeadNorm, StepDecay, WriteStrength
 from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
-__all__ = ["DeltaNetAttention", "GatedDeltaNetAttention"]
+__all__ = ["DeltaNetAttention", "DeltaNetOptions", "GatedDeltaNetAttention"]
+
+
+class DeltaNetOptions(RecurrentOptions, total=False):
+    """DeltaNet's arguments beside every family's, which Gated DeltaNet takes as they are."""
+
+    expand_v: float
+    negative_eigenvalues: bool
 
 
 @register_attention_layer("deltanet", aliases=("delta_net",))
@@ -109,16 +116,8 @@ class GatedDeltaNetAttention(DeltaNetAttention):
     the swish output gate.
     """
 
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        expand_v: float = 1.0,
-        negative_eigenvalues: bool = False,
-        **options: Unpack[RecurrentOptions],
-    ) -> None:
-        super().__init__(embed_dim, num_heads, expand_v=expand_v, negative_eigenvalues=negative_eigenvalues, **options)
+    def __init__(self, embed_dim: int, num_heads: int, **options: Unpack[DeltaNetOptions]) -> None:
+        super().__init__(embed_dim, num_heads, **options)
         self.decay = StepDecay(embed_dim, num_heads, a_range=(0.0, 16.0))
         self.gate = nn.Linear(embed_dim, self.v_proj.out_features, bias=False)
 

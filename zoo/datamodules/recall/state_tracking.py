@@ -226,14 +226,11 @@ class ModularArithmeticDataModule(_StateTracking):
         return partial(_arithmetic_examples, self.brackets, self.vocab_size)
 
 
-@register_datamodule("cycle_navigation")
-class CycleNavigationDataModule(_StateTracking):
-    """The Chomsky suite's cycle navigation: ``L - 1`` actions (ids 0, 1, 2 move -1, 0, +1 on a
-    cycle of 5 from 0), then the query (3); the answer, at the query, is the final position
-    (ids 4 ... 8). 9 ids.
-
-    Batches hold ``inputs``, ``targets`` (the answer at the query, -100 elsewhere) and ``scored``
-    (the query); ``vocab_size`` and ``block_size`` are what a model links.
+class _ChomskyTask(_StateTracking):
+    """A task of the Chomsky suite: ``L - 1`` symbols, then the query; the answer, at the query,
+    has ids of its own after the query's. Batches hold ``inputs``, ``targets`` (the answer at the
+    query, -100 elsewhere) and ``scored`` (the query); ``vocab_size`` and ``block_size`` are what
+    a model links.
 
     Args:
         batch_size: Examples per batch (the suite's: 128).
@@ -241,39 +238,35 @@ class CycleNavigationDataModule(_StateTracking):
             ``train_batches``, ``generator_seed``, ``seed``, ``num_workers``.
     """
 
-    name = "cycle_navigation"
-    task = "cycle navigation"
     lengths = tasks.QUERY_LENGTHS
-    vocab_size = tasks.CYCLE_VOCAB
 
     def __init__(self, batch_size: int = 128, **kwargs: Any) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
+
+
+@register_datamodule("cycle_navigation")
+class CycleNavigationDataModule(_ChomskyTask):
+    """The Chomsky suite's cycle navigation (arguments as :class:`_ChomskyTask`'s): the actions
+    (ids 0, 1, 2 move -1, 0, +1 on a cycle of 5 from 0), then the query (3); the answer is the
+    final position (ids 4 ... 8). 9 ids."""
+
+    name = "cycle_navigation"
+    task = "cycle navigation"
+    vocab_size = tasks.CYCLE_VOCAB
 
     def generator(self) -> Generate:
         return tasks.cycle_navigation
 
 
 @register_datamodule("even_pairs")
-class EvenPairsDataModule(_StateTracking):
-    """The Chomsky suite's even pairs: ``L - 1`` bits (ids 0, 1), then the query (2); the answer,
-    at the query, is whether the unequal neighbours are even (3) or odd (4) in number. 5 ids.
-
-    Batches hold ``inputs``, ``targets`` (the answer at the query, -100 elsewhere) and ``scored``
-    (the query); ``vocab_size`` and ``block_size`` are what a model links.
-
-    Args:
-        batch_size: Examples per batch (the suite's: 128).
-        kwargs: ``train_lengths``, ``test_lengths``, ``num_validation``, ``num_test``,
-            ``train_batches``, ``generator_seed``, ``seed``, ``num_workers``.
-    """
+class EvenPairsDataModule(_ChomskyTask):
+    """The Chomsky suite's even pairs (arguments as :class:`_ChomskyTask`'s): bits (ids 0, 1),
+    then the query (2); the answer is whether the unequal neighbours are even (3) or odd (4) in
+    number. 5 ids."""
 
     name = "even_pairs"
     task = "even pairs"
-    lengths = tasks.QUERY_LENGTHS
     vocab_size = tasks.EVEN_PAIRS_VOCAB
-
-    def __init__(self, batch_size: int = 128, **kwargs: Any) -> None:
-        super().__init__(batch_size=batch_size, **kwargs)
 
     def generator(self) -> Generate:
         return tasks.even_pairs
