@@ -122,7 +122,9 @@ def _parser_complaint(text: str) -> str:
     if "error:" not in text:
         return "see python -m zoo fit ARGS --print_config"
     first, *details = text[text.rindex("error:") + len("error:") :].strip().splitlines()
-    rejected = [line.strip().lstrip("- ").rstrip(":") for line in details if "not accepted" in line or "Problem with" in line]
+    rejected = [
+        line.strip().lstrip("- ").rstrip(":") for line in details if "not accepted" in line or "Problem with" in line
+    ]
     return " ".join([first.strip().rstrip(":") + (":" if rejected else ""), "; ".join(rejected)]).strip()
 
 
