@@ -1,4 +1,5 @@
-"""Every Python example in README.md and docs/ runs, so the docs cannot drift from the code.
+"""Every Python example in README.md and docs/ runs, and every training command of their shell
+examples parses, so the docs cannot drift from the code.
 
 Each file's ```` ```python ```` blocks run in order in one namespace, as a reader would paste
 them, in a scratch folder where what the file presumes has been made first at a tiny size: the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shlex
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,3 +131,49 @@ def test_every_python_example_runs(path: Path, request: pytest.FixtureRequest, m
     for name, test in namespace.items():  # a test the docs show a plugin author writing runs too
         if name.startswith("test_") and callable(test):
             test()
+
+
+_SHELL_BLOCK = re.compile(r"^```bash\n(.*?)^```", flags=re.S | re.M)
+#: the commands a shell example's arguments are checked for (``--print_config`` parses them all)
+PARSED = ("fit", "validate", "test")
+
+
+def _shell_commands(path: Path) -> list[tuple[str, list[str]]]:
+    """The ``python -m zoo fit|validate|test`` commands of the file's shell blocks, continuation
+    lines joined, each with its arguments; a command with a placeholder (``$VAR``, ``<run>``,
+    ``PATH/TO``, a capitalised ``NAME``) or that reads a file the reader makes first (a run's
+    checkpoint, an ``--import`` file) is left out: its values are the reader's."""
+    commands = []
+    for block in _SHELL_BLOCK.findall(path.read_text()):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:3] != ["python", "-m", "zoo"] or len(words) < 4 or words[3] not in PARSED:
+                continue
+            placeholder = any(re.search(r"\$|<|PATH/|\bNAME\b", word) for word in words)
+            reads_a_made_file = any(flag in words for flag in ("--ckpt_path", "--import")) and "last" not in words
+            if not placeholder and not reads_a_made_file:
+                commands.append((line.strip(), words[3:]))
+    return commands
+
+
+SHELL_EXAMPLED = [path for path in DOCS if _shell_commands(path)]
+
+
+def test_the_docs_have_shell_examples() -> None:
+    assert {"README.md", "attention.md", "cli.md", "recall.md"} <= {path.name for path in SHELL_EXAMPLED}
+
+
+@pytest.mark.parametrize("path", SHELL_EXAMPLED, ids=[path.name for path in SHELL_EXAMPLED])
+def test_every_shell_example_parses(path: Path, monkeypatch, tmp_path) -> None:
+    """Each training command of the docs parses as written (``--print_config``: every flag, class
+    and value checked, nothing trained), so a renamed option cannot linger in an example."""
+    monkeypatch.chdir(PROJECT_ROOT)  # the examples name configs/ from the repository's root
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "cache"))
+    for line, args in _shell_commands(path):
+        complaint = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(complaint):
+                main([*args, "--print_config"])
+        except SystemExit as exit_:
+            if exit_.code not in (0, None):
+                pytest.fail(f"{path.name}: `{line}` does not parse: {complaint.getvalue().strip()[-400:]}")
