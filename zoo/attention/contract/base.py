@@ -21,12 +21,10 @@ An *attention layer* (:class:`zoo.attention.contract.layer.AttentionLayer`) owns
 convolutions and cache: ``multi_head`` runs a registered scoring attention per head; the
 recurrent families are layers of their own.
 
-Each class declares what it supports as class attributes, so architectures can check a variant
-when they are built rather than fail (or silently ignore a mask) at run time. What a built module
-serves is read in one place, :func:`capabilities` (its :attr:`~_Capabilities.capabilities`): the
-class's flags, narrowed by how it was built (a multi-head layer serves what its heads serve; a
-layer with short convolutions takes key padding only). The forward's refusals, the conformance
-kit and the models read that; nothing sets a flag on an instance.
+Each class declares what it supports as class attributes, checked when an architecture is built;
+what a built module serves is read in one place, :func:`capabilities`: the class's flags narrowed
+by how it was built (a multi-head layer serves what its heads serve; short convolutions take key
+padding only). The refusals, the kit and the models read that; no flag is set on an instance.
 """
 
 from __future__ import annotations

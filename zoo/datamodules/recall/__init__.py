@@ -8,7 +8,7 @@ attention families differ most.
 * :mod:`.state_tracking` (tasks in :mod:`.state_tracking_tasks`, groups in :mod:`.groups`): state
   tracking, trained short and tested long (``parity``, ``modular_arithmetic``, ``cycle_navigation``,
   ``even_pairs``, ``word_problem``);
-* :mod:`.needles` (haystacks in :mod:`.haystacks`): RULER's needles in a haystack, tested by length
+* :mod:`.needles` (generator :mod:`.needle_tasks`, haystacks :mod:`.haystacks`): RULER's needles, tested by length
   and depth (``needle``);
 * :mod:`.base`: what they share: the batch every task serves (``inputs``, ``targets``, ``scored``),
   seeded draws, resumable loaders and the data-module base.
