@@ -17,9 +17,8 @@ from tests.attention.kernels.inputs import padding_mask, qkv, uniform
 from tests.attention.kernels.test_fla_adapter import calls  # noqa: F401  (the fla stand-ins, a fixture)
 from tests.attention.test_recurrences_2025 import kda_reference
 from tests.attention.test_recurrent import heads, layer, reference, rms_norm
-from tests.helpers.layers import run_layer
+from tests.helpers.layers import decode_after_prompt, run_layer
 from tests.helpers.short_conv import convolved
-from zoo.attention import AttentionContext
 from zoo.attention.build.backends import BackendError, attention_backend, backend_of
 from zoo.attention.kernels.decay import decay_chunkwise, decay_recurrent, decay_weights
 from zoo.attention.kernels.fla import SIGNED_DECAY_REFUSAL, fla_chunk, fla_refusal
@@ -201,14 +200,8 @@ def test_every_form_and_decoding_agree_with_negative_eigenvalues(family: str, op
             output = run_layer(module, x, is_causal=True, **mask).output
         torch.testing.assert_close(output, expected, atol=1e-10, rtol=0, msg=lambda m, f=mode: f"{f}: {m}")
     module.mode, module.chunk_size = "auto", 7
-    with torch.no_grad():
-        output, cache = module.attend_cached(x[:, :20], None, AttentionContext.for_keys(real[:, :20], is_causal=True))
-        outputs = [output]
-        for t in range(20, LENGTH):
-            context = AttentionContext.for_keys(real[:, : t + 1], is_causal=True, offset=t)
-            output, cache = module.attend_cached(x[:, t : t + 1], cache, context)
-            outputs.append(output)
-    torch.testing.assert_close(torch.cat(outputs, dim=1), expected, atol=1e-10, rtol=0)
+    decoded, _ = decode_after_prompt(module, x, real, prompt=20)
+    torch.testing.assert_close(decoded, expected, atol=1e-10, rtol=0)
 
     gradients = []
     for mode in ("parallel", "chunkwise"):

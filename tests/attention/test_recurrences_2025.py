@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
-from tests.helpers.layers import run_layer
+from tests.helpers.layers import decode_after_prompt, run_layer
 from tests.helpers.short_conv import convolved
-from zoo.attention import AttentionContext, RecurrentLayer
+from zoo.attention import RecurrentLayer
 from zoo.attention.contract.cache import StateCache
 from zoo.attention.kernels.chunking import to_chunks
 from zoo.attention.kernels.decay import SUB_CHUNK_SIZE, sub_chunk_length
@@ -199,14 +199,8 @@ def test_decoding_from_a_chunkwise_prompt_matches_the_papers_layer(family: str) 
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     _, real = padded("left")
     expected = REFERENCES[family](module, x, real)
-    with torch.no_grad():
-        output, cache = module.attend_cached(x[:, :20], None, AttentionContext.for_keys(real[:, :20], is_causal=True))
-        outputs = [output]
-        for t in range(20, LENGTH):
-            context = AttentionContext.for_keys(real[:, : t + 1], is_causal=True, offset=t)
-            output, cache = module.attend_cached(x[:, t : t + 1], cache, context)
-            outputs.append(output)
-    torch.testing.assert_close(torch.cat(outputs, dim=1), expected, atol=1e-10, rtol=0)
+    decoded, cache = decode_after_prompt(module, x, real, prompt=20)
+    torch.testing.assert_close(decoded, expected, atol=1e-10, rtol=0)
     assert isinstance(cache, StateCache) and cache.length == LENGTH
     assert cache.state.shape == (2, HEADS, module.key_head_dim, module.head_dim)
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
-from tests.helpers.layers import run_layer
+from tests.helpers.layers import decode_after_prompt, run_layer
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
 from zoo.attention.build.spec import layer_specs
@@ -175,15 +175,8 @@ def test_decoding_from_a_chunkwise_prompt_matches_the_papers_recurrence(family: 
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     _, real = padded("left")
     expected = reference(module, x, real)
-    with torch.no_grad():
-        output, cache = module.attend_cached(x[:, :40], None, AttentionContext.for_keys(real[:, :40], is_causal=True))
-        outputs = [output]
-        for t in range(40, LENGTH):
-            output, cache = module.attend_cached(
-                x[:, t : t + 1], cache, AttentionContext.for_keys(real[:, : t + 1], is_causal=True, offset=t)
-            )
-            outputs.append(output)
-    torch.testing.assert_close(torch.cat(outputs, dim=1), expected, atol=1e-10, rtol=0)
+    decoded, cache = decode_after_prompt(module, x, real, prompt=40)
+    torch.testing.assert_close(decoded, expected, atol=1e-10, rtol=0)
     assert isinstance(cache, StateCache) and cache.length == LENGTH
     assert cache.state.shape == (2, HEADS, module.key_head_dim, module.head_dim)
     assert [w.shape[1] for w in cache.extra] == [3, 3, 3]  # each convolution's last 3 inputs

@@ -11,9 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
-from tests.helpers.layers import run_layer
+from tests.helpers.layers import decode_after_prompt, run_layer
 from tests.helpers.short_conv import convolved
-from zoo.attention import AttentionContext
 from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache
 from zoo.models import GPT
 
@@ -196,13 +195,8 @@ def test_decoding_from_the_cache_equals_one_causal_pass(name: str, conv_size: in
     mask, real = padded("left")
     with torch.no_grad():
         expected = run_layer(module, x, is_causal=True, **mask).output
-        output, cache = module.attend_cached(x[:, :12], None, AttentionContext.for_keys(real[:, :12], is_causal=True))
-        outputs = [output]
-        for t in range(12, LENGTH):
-            context = AttentionContext.for_keys(real[:, : t + 1], is_causal=True, offset=t)
-            output, cache = module.attend_cached(x[:, t : t + 1], cache, context)
-            outputs.append(output)
-    torch.testing.assert_close(torch.cat(outputs, dim=1), expected, atol=1e-12, rtol=0)
+    decoded, cache = decode_after_prompt(module, x, real, prompt=12)
+    torch.testing.assert_close(decoded, expected, atol=1e-12, rtol=0)
     assert cache.length == LENGTH
     if conv_size:  # the keys and values beside each convolution's last conv_size - 1 inputs
         assert isinstance(cache, ConvolvedCache) and all(w.shape[:2] == (2, conv_size - 1) for w in cache.windows)

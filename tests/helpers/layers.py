@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from zoo.attention import MultiHeadAttention
 from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.context import AttentionContext
 
-__all__ = ["run_layer"]
+__all__ = ["decode_after_prompt", "run_layer"]
 
 
 def run_layer(layer: nn.Module, *inputs: Tensor, valid_lens: Tensor | None = None, **masks: Any) -> AttentionOutput:
@@ -25,3 +26,19 @@ def run_layer(layer: nn.Module, *inputs: Tensor, valid_lens: Tensor | None = Non
         num_heads=getattr(layer, "num_heads", None), **masks,
     )  # fmt: skip
     return layer(*inputs, context)
+
+
+@torch.no_grad()
+def decode_after_prompt(layer: nn.Module, x: Tensor, real: Tensor, prompt: int) -> tuple[Tensor, Any]:
+    """``layer`` decoding ``x`` ``(B, T, E)`` as a generator does: the first ``prompt`` positions in
+    one call, then one token at a time from the cache, under the key padding ``real`` ``(B, T)``
+    (True at real tokens); the outputs of every position ``(B, T, E)`` and the final cache."""
+    output, cache = layer.attend_cached(
+        x[:, :prompt], None, AttentionContext.for_keys(real[:, :prompt], is_causal=True)
+    )
+    outputs = [output]
+    for t in range(prompt, x.shape[1]):
+        context = AttentionContext.for_keys(real[:, : t + 1], is_causal=True, offset=t)
+        output, cache = layer.attend_cached(x[:, t : t + 1], cache, context)
+        outputs.append(output)
+    return torch.cat(outputs, dim=1), cache
