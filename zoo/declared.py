@@ -53,10 +53,11 @@ def declared_registry(kind: str, package: str, decorator: str) -> Registry[Decla
 
 def _declared_in(path: Path, decorator: str) -> list[Declared]:
     """The registrations by ``@decorator(...)`` on the classes and functions of one file."""
-    if decorator not in path.read_text(encoding="utf-8"):
+    source = path.read_text(encoding="utf-8")
+    if decorator not in source:  # most files register nothing: no syntax tree for them
         return []
     found = []
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+    for node in ast.walk(ast.parse(source, filename=str(path))):
         if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             continue
         for call in node.decorator_list:

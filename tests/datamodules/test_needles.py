@@ -18,7 +18,7 @@ from zoo.commands import main
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.datamodules.recall import NeedleDataModule, needles
 from zoo.datamodules.recall.haystacks import BIND, NOISE, QUERY, SEPARATOR, noise_haystack, text_haystack
-from zoo.datamodules.recall.needles import NEEDLE_KINDS, NeedleTask
+from zoo.datamodules.recall.needle_tasks import NEEDLE_KINDS, NeedleTask
 from zoo.errors import DataError
 from zoo.tasks import RecallModel
 from zoo.tasks.needle_heatmap import depth_accuracies, save_needle_heatmap

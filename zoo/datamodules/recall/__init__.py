@@ -27,7 +27,8 @@ from zoo.datamodules.recall.mamba import (
     selective_copying,
 )
 from zoo.datamodules.recall.mqar import MIXTURES, PAPER_GRID, MQARDataModule, multiquery_ar
-from zoo.datamodules.recall.needles import NeedleDataModule, needles
+from zoo.datamodules.recall.needles import NeedleDataModule
+from zoo.datamodules.recall.needle_tasks import needles  # after .needles, whose import names the submodule
 from zoo.datamodules.recall.state_tracking import (
     CycleNavigationDataModule,
     EvenPairsDataModule,

@@ -17,10 +17,7 @@ from zoo.datamodules.recall.base import Examples, RecallDataModule, split_genera
 from zoo.datamodules.recall.haystacks import noise_haystack, text_haystack
 from zoo.datamodules.recall.needle_tasks import (
     DEPTHS,
-    KINDS,
-    NEEDLE_KINDS,
     TEST_LENGTHS,
-    NeedleCounts,
     NeedleTask,
     check_depth,
     depth_percent,
@@ -29,17 +26,7 @@ from zoo.datamodules.recall.needle_tasks import (
 from zoo.datamodules.registry import register_datamodule
 from zoo.errors import DataError
 
-__all__ = [
-    "DEPTHS",
-    "KINDS",
-    "NEEDLE_KINDS",
-    "TEST_LENGTHS",
-    "NeedleCounts",
-    "NeedleDataModule",
-    "NeedleTask",
-    "depth_percent",
-    "needles",
-]
+__all__ = ["NeedleDataModule"]
 
 
 @register_datamodule("needle")
