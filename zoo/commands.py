@@ -9,6 +9,7 @@
 * ``list [PATTERN]``: the registries (attention, positions, models, data modules), plugins included;
 * ``bench``: the benchmarks of :mod:`zoo.bench` (attention kernels, training, decoding);
 * ``compare``: a grid of runs over seeds with intervals, :mod:`zoo.compare`;
+* ``matrix``: every family on every yardstick, resumably, through ``compare``, :mod:`zoo.matrix`;
 * ``board --records DIR... --out DIR``: the records and benchmarks as a static leaderboard site,
   :mod:`zoo.board`;
 * ``--version``; ``--help`` (or no command): every command, a line each (:data:`COMMANDS`).
@@ -46,6 +47,7 @@ COMMANDS: dict[str, str] = {
     "list": "the registered attention, positions, models and data modules, plugins included: list [PATTERN]",
     "bench": "benchmarks: attention kernels, training, decoding, classification, decoding from a state",
     "compare": "a grid of runs over seeds, with intervals, in one table",
+    "matrix": "every family on every yardstick (configs/matrix), resumably: the zoo's verdict",
     "board": "the records and benchmarks as a static leaderboard site",
 }
 
@@ -113,7 +115,7 @@ def main(args: list[str] | None = None) -> None:
 
 
 def _run(args: list[str]) -> None:
-    """Dispatch ``args`` to ``list``, ``bench``, ``compare``, ``board``, ``generate``, ``export``,
+    """Dispatch ``args`` to ``list``, ``bench``, ``compare``, ``matrix``, ``board``, ``generate``, ``export``,
     ``--version``, predicting from a checkpoint or exported folder alone, or :class:`ZooCLI`."""
     args, imports = pop_import_flags(args)
     import_plugins(imports)
@@ -134,6 +136,10 @@ def _run(args: list[str]) -> None:
         from zoo.compare.cli import main as compare_main
 
         compare_main(args[1:])
+    elif args[:1] == ["matrix"]:
+        from zoo.matrix.cli import main as matrix_main
+
+        matrix_main(args[1:])
     elif args[:1] == ["board"]:
         from zoo.board.cli import main as board_main
 

@@ -29,6 +29,7 @@ import yaml
 
 import zoo.compare.run as runs
 from tests.helpers import PROJECT_ROOT
+from tests.helpers.processes import processes_mentioning
 from tests.helpers.wandb_offline import wandb_records
 from zoo.commands import main
 from zoo.compare.records import load_records
@@ -130,7 +131,8 @@ def test_local_grid_end_to_end(local_grid: tuple[Path, str], monkeypatch: pytest
         assert json.loads((run_dir / "record.json").read_text()) == record
         assert record["steps"] == 5 and record["peak_rss_mib"] > 50 and record["samples_per_second"] > 0
         assert (record["parallel"], record["threads"], record["launcher"]) == (2, 1, "local")
-        assert set(record["metrics"]) == {"test/mse", "test/mse_truth"}
+        # the test's metrics, and the fit's last validation ones (what a sweep can choose on)
+        assert set(record["metrics"]) == {"test/mse", "test/mse_truth", "val/mse", "val/mse_truth"}
     counted = {r["combination"]: r["parameters"] for r in records}  # the trained module's, as built here
     built = {name: sum(p.numel() for p in MODEL_REGISTRY.get("nadaraya_watson")(attention=name.split("=")[1]).parameters())
              for name in NAMES}  # fmt: skip
@@ -225,18 +227,6 @@ def test_a_failed_ray_run_is_retried_once_then_recorded_as_failed(
     )
 
 
-def _processes_mentioning(text: str, cwd: Path | None = None) -> list[int]:
-    """The processes whose command line holds ``text`` (and that run in ``cwd``, if given)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if not entry.name.isdigit() or (cwd is not None and Path(os.readlink(entry / "cwd")) != cwd):
-                continue
-            if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                found.append(int(entry.name))
-    return found
-
-
 @pytest.mark.slow  # real processes over tens of seconds: make test PYTEST_ARGS="-m slow"
 @pytest.mark.parametrize("launcher", ["ray", "slurm"])
 def test_ctrl_c_cancels_every_run(launcher: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
@@ -254,7 +244,7 @@ def test_ctrl_c_cancels_every_run(launcher: str, tmp_path: Path, request: pytest
 
     def interrupt_once_both_run() -> None:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(_processes_mentioning(f"{out}/runs/base")) < 2:
+        while time.monotonic() < deadline and len(processes_mentioning(f"{out}/runs/base")) < 2:
             time.sleep(0.2)
         _thread.interrupt_main()
 
@@ -264,9 +254,9 @@ def test_ctrl_c_cancels_every_run(launcher: str, tmp_path: Path, request: pytest
               *where, "--cpus_per_run", "1"])  # fmt: skip
     assert all(log.is_file() for log in logs)  # both had started
     deadline = time.monotonic() + 10
-    while _processes_mentioning(str(out)) and time.monotonic() < deadline:
+    while processes_mentioning(str(out)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _processes_mentioning(str(out)) == []  # the fits, and submitit's job processes
+    assert processes_mentioning(str(out)) == []  # the fits, and submitit's job processes
     assert load_records(out / "records.jsonl") == []
 
 
@@ -291,9 +281,9 @@ def test_asha_stops_the_run_that_cannot_win(
         1,
     )
     deadline = time.monotonic() + 10
-    while _processes_mentioning("-m zoo", cwd=in_tmp) and time.monotonic() < deadline:
+    while processes_mentioning("-m zoo", cwd=in_tmp) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _processes_mentioning("-m zoo", cwd=in_tmp) == []
+    assert processes_mentioning("-m zoo", cwd=in_tmp) == []
     assert len(Path("cmp/runs/attention=average/seed0/fit/validation.jsonl").read_text().splitlines()) < 20
     report = Path("cmp/report.md").read_text()
     assert (
@@ -366,6 +356,6 @@ def test_sigterm_stops_the_comparison_and_its_fits_and_records_nothing_of_them(t
     _, stderr = comparison.communicate(timeout=60)
     assert comparison.returncode == 143
     assert stderr.strip().splitlines()[-1].startswith("compare: stopped by SIGTERM with its running fits,")
-    assert _processes_mentioning(str(out)) == []
+    assert processes_mentioning(str(out)) == []
     assert list(run.rglob("last.ckpt"))  # the fit stopped as on its own SIGTERM
     assert load_records(out / "records.jsonl") == [] and not (run / "test.log").exists()

@@ -11,7 +11,7 @@ import yaml
 
 from zoo.errors import ConfigurationError
 
-__all__ = ["Budget", "Combination", "axis_label", "combinations", "parse_budget", "parse_grid"]
+__all__ = ["Budget", "Combination", "axis_label", "combinations", "parse_budget", "parse_grid", "top_level_items"]
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _BUDGET = re.compile(r"(\d+(?:\.\d+)?)\s*(steps?|epochs?|s|sec|min|h)", re.IGNORECASE)
@@ -29,7 +29,7 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
     for spec in specs:
         key, sep, values = spec.partition("=")
         key = key.strip().removeprefix("--")
-        choices = [value.strip() for value in _top_level_items(values)]
+        choices = [value.strip() for value in top_level_items(values)]
         if not sep or not _KEY.fullmatch(key) or not all(choices):
             raise ConfigurationError(
                 f"Bad --grid {spec!r}: write KEY=V1,V2,... with KEY a fit flag without dashes and no empty "
@@ -43,7 +43,7 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
     return axes
 
 
-def _top_level_items(text: str) -> list[str]:
+def top_level_items(text: str) -> list[str]:
     """``text`` split at the commas outside brackets and braces."""
     items, depth, start = [], 0, 0
     for index, char in enumerate(text):

@@ -1,0 +1,140 @@
+"""``python -m zoo matrix``: its protocols, its rows and groups, a real resumable run, and SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import PROJECT_ROOT
+from tests.helpers.compare import FakeChild
+from tests.helpers.processes import processes_mentioning
+from zoo.attention import ATTENTION_REGISTRY
+from zoo.commands import main
+from zoo.compare.records import load_records
+from zoo.errors import ConfigurationError
+from zoo.matrix.cli import groups
+from zoo.matrix.protocol import SIZES, load_yardsticks
+from zoo.matrix.rows import causal_names
+
+PROTOCOLS = PROJECT_ROOT / "configs" / "matrix"
+
+
+def _matrix_file() -> dict:
+    return yaml.safe_load((PROTOCOLS / "matrix.yaml").read_text())
+
+
+def test_every_checked_in_protocol_loads_at_both_sizes_and_names_its_metric() -> None:
+    names = _matrix_file()["yardsticks"]
+    sticks = load_yardsticks(PROTOCOLS / "yardsticks", names)
+    assert sorted(path.stem for path in (PROTOCOLS / "yardsticks").glob("*.yaml")) == sorted(names)
+    for stick in sticks.values():
+        assert stick.metric and set(stick.sizes) == set(SIZES)
+        assert all(size.minutes for size in stick.sizes.values()), f"{stick.name} states no CPU minutes"
+        assert stick.kind == "bench" or stick.sweep, f"{stick.name}: a training yardstick sweeps the rate"
+
+
+@pytest.mark.parametrize("stick", [n for n in yaml.safe_load((PROTOCOLS / "matrix.yaml").read_text())["yardsticks"]])
+def test_each_training_protocols_fit_arguments_parse(stick: str) -> None:
+    """A protocol's words, at the quick size and with a row's attention, are a valid ``fit``."""
+    (group, *_), _, _ = groups(["--yardsticks", stick, "--names", "gated_deltanet"])
+    command = group.command()
+    if command[0] == "bench":
+        pytest.skip("a bench protocol runs no fit")
+    compare_own = {"--evaluate", "--plot_against", "--budget"}
+    words = command[1 : command.index("--grid")]
+    fit = [w for i, w in enumerate(words) if w not in compare_own and (i == 0 or words[i - 1] not in compare_own)]
+    result = subprocess.run(
+        [sys.executable, "-m", "zoo", "fit", *fit, "--model.attention", "gated_deltanet", "--print_config"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_default_rows_are_every_causal_name_and_recipe_with_the_priorities_of_the_issue() -> None:
+    plan_groups, _, _ = groups(["--yardsticks", "mqar,decoding"])
+    mqar = {g.label: g for g in plan_groups if g.yardstick.name == "mqar"}
+    first = {row.label for row in mqar["first"].rows}
+    rest = {row.label for row in mqar["rest"].rows}
+    assert first | rest == set(causal_names()) | {"{name: softmax, conv_size: 4}"}
+    recurrent = {n for n in causal_names() if ATTENTION_REGISTRY.get(n).family == "recurrent"}
+    assert recurrent | {"softmax", "dot_product", "{name: softmax, conv_size: 4}"} == first
+    assert {f"recipe-{label}" for label in _matrix_file()["recipes"]} <= set(mqar)
+    assert mqar["first"].seeds == 3 and mqar["rest"].seeds == 1
+    qwen = mqar["recipe-qwen3next"].command()
+    assert qwen[qwen.index("--model.num_layers") + 1] == "4"  # the pattern's depth, each layer in its place
+    decoding = [g for g in plan_groups if g.yardstick.name == "decoding"]
+    assert [g.label for g in decoding] == ["first", "rest"]  # a bench times no recipe
+    assert all(row.attention in ATTENTION_REGISTRY for g in decoding for row in g.rows)
+
+
+def test_a_name_it_does_not_know_is_refused_with_the_closest_one() -> None:
+    with pytest.raises(ConfigurationError, match="Did you mean gated_deltanet"):
+        groups(["--names", "gated_deltanett"])
+    with pytest.raises(ConfigurationError, match="not in matrix.yaml's list"):
+        groups(["--yardsticks", "mqar,prity"])
+
+
+def _fixture_protocols(root: Path, budget: str) -> Path:
+    """A two-column matrix on the kernel-regression model (seconds a fit) and the state bench."""
+    folder = root / "protocols"
+    (folder / "yardsticks").mkdir(parents=True)
+    matrix = {"yardsticks": ["kernel", "state"], "first": ["gaussian_kernel"]}
+    (folder / "matrix.yaml").write_text(yaml.safe_dump(matrix))
+    kernel = {
+        "title": "Kernel regression",
+        "metric": "test/mse",
+        "select": "test/mse:min",
+        "args": ["--model", "nadaraya_watson", "--parallel", "1", "--cpus_per_run", "1"],
+        "sweep": {"model.lr": ["1e-3", "1e-2"]},
+        "sizes": {name: {"args": ["--budget", budget], "seeds": 2, "rest_seeds": 1, "minutes": 0.1} for name in SIZES},
+    }
+    state = {
+        "kind": "bench",
+        "metric": "state_bytes_32",
+        "args": ["state", "--d-model", "16", "--heads", "2", "--warmup", "0"],
+        "sizes": {name: {"args": ["--lengths", "32", "--repeats", "1"], "minutes": 0.1} for name in SIZES},
+    }
+    (folder / "yardsticks" / "kernel.yaml").write_text(yaml.safe_dump(kernel))
+    (folder / "yardsticks" / "state.yaml").write_text(yaml.safe_dump(state))
+    return folder
+
+
+def test_the_matrix_runs_each_group_once_and_the_same_command_starts_nothing_again(
+    tmp_path: Path, fake_child: FakeChild
+) -> None:
+    protocols, out = _fixture_protocols(tmp_path, "3steps"), tmp_path / "matrix"
+    args = ["matrix", "--protocols", str(protocols), "--out", str(out), "--names", "gaussian_kernel,dot_product"]
+    main(args)
+    first = load_records(out / "quick" / "kernel" / "first" / "records.jsonl")
+    rest = load_records(out / "quick" / "kernel" / "rest" / "records.jsonl")
+    assert len(first) == 3 and len(rest) == 2  # each swept value once, then the first group's second seed
+    assert {r["seed"] for r in first} == {0, 1} and {r["seed"] for r in rest} == {0}
+    bench = out / "quick" / "state" / "first.json"
+    written, started = bench.stat().st_mtime_ns, len(fake_child.commands)
+    assert json.loads(bench.read_text())  # the state bench ran for real
+    main(args)  # the same command: every run recorded, every bench written
+    assert len(fake_child.commands) == started and bench.stat().st_mtime_ns == written
+    assert load_records(out / "quick" / "kernel" / "first" / "records.jsonl") == first
+
+
+def test_sigterm_stops_the_matrix_and_its_fits_and_the_same_command_continues(tmp_path: Path) -> None:
+    protocols, out = _fixture_protocols(tmp_path, "100000steps"), tmp_path / "matrix"
+    command = [sys.executable, "-m", "zoo", "matrix", "--protocols", str(protocols), "--out", str(out),
+               "--names", "gaussian_kernel"]  # fmt: skip
+    matrix = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(out.rglob("metrics.csv")):  # a fit is training
+        time.sleep(0.2)
+    matrix.send_signal(signal.SIGTERM)
+    _, stderr = matrix.communicate(timeout=60)
+    assert matrix.returncode == 143, stderr[-2000:]
+    assert processes_mentioning(str(out)) == []
+    assert not (out / "quick" / "state").exists()  # no later column started
+    assert list(out.rglob("last.ckpt"))  # the fit saved, for the same command to continue from

@@ -1,0 +1,130 @@
+"""``python -m zoo matrix``: every family on every yardstick, one resumable command.
+
+    python -m zoo matrix                                    # the quick size, every row, here
+    python -m zoo matrix --names gated_deltanet,softmax --yardsticks mqar,parity
+    python -m zoo matrix --size full --launcher slurm --slurm_partition gpu
+    python -m zoo matrix --dry_run                          # the commands and the runs they need
+
+``configs/matrix/matrix.yaml`` orders the yardsticks and names the first-priority rows and the
+recipes (their overlay files, relative to it); ``configs/matrix/yardsticks/NAME.yaml`` is each yardstick's protocol
+(:mod:`zoo.matrix.protocol`). Each group of rows runs as one ``zoo compare`` (or ``zoo bench``)
+into ``--out/SIZE/YARDSTICK/GROUP`` (:mod:`zoo.matrix.plan`), one after another; flags this
+command does not know (``--launcher``, ``--parallel``, the Ray and SLURM flags) go to every
+comparison. Ctrl-C or SIGTERM stops the comparison running and every fit it started (as
+``zoo compare`` stops), and the matrix with it; the same command continues where it stopped.
+``zoo board --records OUT`` draws the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+import yaml
+
+from zoo.compare.grid import top_level_items
+from zoo.errors import ConfigurationError
+from zoo.matrix.plan import Group, plan
+from zoo.matrix.protocol import SIZES, load_yardsticks
+from zoo.matrix.rows import select_rows
+
+__all__ = ["PROTOCOLS", "main", "parser"]
+
+PROTOCOLS = Path(__file__).parents[1] / "configs" / "matrix"
+"""The zoo's matrix: ``matrix.yaml`` and ``yardsticks/`` (``configs/matrix`` in a checkout)."""
+
+
+def parser() -> argparse.ArgumentParser:
+    """The matrix's own options; the rest go to each ``zoo compare``."""
+    root = argparse.ArgumentParser(
+        prog="python -m zoo matrix",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    root.add_argument(
+        "--names", default=None,
+        help="rows, comma-separated: registered attentions or recipe labels (default: every causal name and recipe)",
+    )  # fmt: skip
+    root.add_argument("--yardsticks", default=None, help="columns, comma-separated (default: matrix.yaml's list)")
+    root.add_argument("--size", choices=SIZES, default="quick", help="quick: a laptop; full: a GPU or a cluster")
+    root.add_argument(
+        "--protocols",
+        type=Path,
+        default=PROTOCOLS,
+        help="a folder with matrix.yaml and yardsticks/ (default: the zoo's)",
+    )
+    root.add_argument("--out", type=Path, default=Path("runs/matrix"), help="records (reuse to resume)")
+    root.add_argument("--dry_run", action="store_true", help="print each command and its runs; run nothing")
+    return root
+
+
+def _split(text: str | None) -> list[str] | None:
+    """``a,{name: b, c: 1}`` -> ``["a", "{name: b, c: 1}"]``: commas in brackets and braces stay."""
+    return None if text is None else [part.strip() for part in top_level_items(text) if part.strip()]
+
+
+def _read_matrix(folder: Path) -> dict:
+    path = folder / "matrix.yaml"
+    if not path.is_file():
+        raise ConfigurationError(f"No {path}: pass --protocols DIR holding matrix.yaml (the zoo's: configs/matrix).")
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(raw.get("yardsticks"), list) or not raw["yardsticks"]:
+        raise ConfigurationError(f"{path} lists no yardsticks: give `yardsticks: [NAME, ...]`.")
+    return raw
+
+
+def groups(args: list[str]) -> tuple[list[Group], list[str], argparse.Namespace]:
+    """The matrix's groups for ``args``, the flags passed on to compare, and the options."""
+    options, passthrough = parser().parse_known_args(args)
+    matrix = _read_matrix(options.protocols)
+    chosen = _split(options.yardsticks) or list(matrix["yardsticks"])
+    unknown = [name for name in chosen if name not in matrix["yardsticks"]]
+    if unknown:
+        raise ConfigurationError(f"--yardsticks: {unknown} not in matrix.yaml's list {matrix['yardsticks']}.")
+    recipes = {label: options.protocols / path for label, path in (matrix.get("recipes") or {}).items()}
+    rows = select_rows(matrix.get("first") or [], recipes, _split(options.names))
+    sticks = load_yardsticks(options.protocols / "yardsticks", chosen)
+    return plan(list(sticks.values()), rows, options.size, options.out), passthrough, options
+
+
+def _describe(group: Group, passthrough: list[str]) -> str:
+    minutes = group.yardstick.sizes[group.size].minutes
+    cost = f", about {group.runs * minutes:.0f} CPU minutes" if minutes else ""
+    state = " (done)" if group.done else ""
+    return f"# {group.yardstick.name} / {group.label}: {group.runs} run(s){cost}{state}\n" + shlex.join(
+        ["python", "-m", "zoo", *group.command(passthrough)]
+    )
+
+
+def _cost(plan_groups: list[Group]) -> str:
+    """The CPU time each yardstick's groups need at their protocols' ``minutes``, and in all."""
+    hours: dict[str, float] = {}
+    for group in plan_groups:
+        minutes = group.yardstick.sizes[group.size].minutes or 0.0
+        hours[group.yardstick.name] = hours.get(group.yardstick.name, 0.0) + group.runs * minutes / 60
+    parts = ", ".join(f"{name} {value:.1f}" for name, value in hours.items())
+    return f"# CPU hours by yardstick: {parts}; in all {sum(hours.values()):.1f} (one fit per core)"
+
+
+def main(args: list[str]) -> None:
+    """Run (or, with ``--dry_run``, print) every group not yet done, in order."""
+    plan_groups, passthrough, options = groups(args)
+    if options.dry_run:
+        print("\n".join(_describe(group, passthrough) for group in plan_groups))
+        print(_cost(plan_groups))
+        return
+    from zoo.bench.cli import main as bench_main
+    from zoo.compare.cli import main as compare_main
+
+    for index, group in enumerate(plan_groups, 1):
+        print(f"matrix [{index}/{len(plan_groups)}] {group.yardstick.name} / {group.label}", flush=True)
+        if group.done:
+            continue
+        command = group.command(passthrough)
+        if group.yardstick.kind == "bench":
+            group.out.parent.mkdir(parents=True, exist_ok=True)
+            bench_main(command[1:])
+        else:
+            compare_main(command[1:])
