@@ -233,11 +233,13 @@ def test_help_names_every_command_a_line_each(capsys) -> None:
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m zoo COMMAND")
     listed = [line.split()[0] for line in out.split("commands:\n")[1].split("\n\n")[0].splitlines()]
-    assert listed == ["fit", "validate", "test", "predict", "generate", "export", "list", "bench", "compare", "board"]
+    assert listed == [
+        "fit", "validate", "test", "predict", "generate", "export", "list", "bench", "compare", "matrix", "board"
+    ]  # fmt: skip
     with pytest.raises(SystemExit) as exit_info:
         main([])
     assert exit_info.value.code == 2 and capsys.readouterr().err == out
-    for command in ("bench", "compare", "board", "generate", "export", "fit"):  # each command is dispatched
+    for command in ("bench", "compare", "matrix", "board", "generate", "export", "fit"):  # each command is dispatched
         with pytest.raises(SystemExit) as exit_info:
             main([command, "--help"])
         assert exit_info.value.code == 0, command
