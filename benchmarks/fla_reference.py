@@ -14,8 +14,18 @@ or, for the recurrences of 2025, a newer tree: the ``fla/ops`` folder of a fetch
 ``fla-org/flash-linear-attention`` (``git archive HEAD fla/ops | tar -x -C /tmp/fla``), which holds
 ``fla/ops/kda/naive.py``, ``fla/ops/generalized_delta_rule/dplr/naive.py`` (RWKV-7's recurrence:
 fla's ``chunk_rwkv7`` is its DPLR kernel with ``a = -kk``, ``b = kk * a``; ``fla/ops/rwkv7`` has no
-naive file) and ``fla/ops/gated_delta_product/naive.py``. A family whose file the tree lacks is
-reported as missing and skipped.
+naive file), ``fla/ops/gated_delta_product/naive.py``, ``fla/ops/gdn2/naive.py``,
+``fla/ops/comba/naive.py``, ``fla/ops/mesa_net/naive.py``, ``fla/ops/gsa/naive.py`` and RWKV-6's
+``fla/ops/rwkv6/recurrent_naive.py`` and ``chunk_naive.py`` (it has no ``naive.py``). A family whose file the
+tree lacks is reported as missing and skipped.
+
+``--mamba MAMBA_ROOT`` (a fetched ``state-spaces/mamba`` tree, ``git archive HEAD tests/ops``) also
+compares Mamba-3's recurrence with the pure-PyTorch references in ``mamba_ssm``'s kernel tests
+(fla has no ``fla/ops/mamba3``): see :func:`compare_mamba3`.
+With ``mamba_ssm/ops`` in that tree too (``git archive HEAD tests/ops mamba_ssm/ops``) it compares
+Mamba-1's selective scan with ``selective_scan_ref`` (:func:`compare_mamba1`). The older families'
+fla files, where the tree has them: ``fla/ops/based/naive.py`` (:func:`compare_based`) and
+``fla/ops/hgrn/naive.py`` (:func:`compare_hgrn`).
 
 No fla code is kept in this project, and fla is never installed: each ``fla/ops/*/naive.py`` is
 loaded on its own (``importlib.util.spec_from_file_location``), so fla's package ``__init__`` and
@@ -53,6 +63,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.kernels import (
+    corrected_values,
+    corrected_values_recurrent,
     decay_chunkwise,
     decay_recurrent,
     decay_weights,
@@ -63,15 +75,23 @@ from zoo.attention.kernels import (
     delta_rule_weights,
     dplr_chunkwise,
     dplr_recurrent,
+    mesa_chunkwise,
+    mesa_recurrent,
+    path_recurrent,
+    path_scores,
 )
+from zoo.attention.kernels.fenwick import level_count
+from zoo.attention.kernels.log_linear import log_linear_chunkwise, log_linear_recurrent, log_linear_weights
+from zoo.attention.modules.bonus_recurrence import BonusRecurrence
+from zoo.attention.modules.slot_recurrence import SlotRecurrence
 
 B, H, T, DK, DV = 2, 3, 128, 16, 16
 
 
-def load_naive(root: Path, family: str) -> ModuleType:
-    """Load ``fla/ops/<family>/naive.py`` under ``root`` as a standalone module."""
-    path = root / "fla" / "ops" / family / "naive.py"
-    spec = importlib.util.spec_from_file_location(f"fla_naive_{family.replace('/', '_')}", path)
+def load_naive(root: Path, family: str, file: str = "naive.py") -> ModuleType:
+    """Load ``fla/ops/<family>/<file>`` (``naive.py`` unless given) under ``root`` as a standalone module."""
+    path = root / "fla" / "ops" / family / file
+    spec = importlib.util.spec_from_file_location(f"fla_{Path(file).stem}_{family.replace('/', '_')}", path)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(path)
     module = importlib.util.module_from_spec(spec)
@@ -275,6 +295,62 @@ def compare_rwkv7(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Ten
     )
 
 
+def compare_rwkv6(root: Path, q: Tensor, k: Tensor, v: Tensor, state: Tensor, gen: torch.Generator) -> None:
+    """RWKV-6's read before the write with a bonus ``u`` (:mod:`zoo.attention.modules.bonus_recurrence`,
+    the decay kernels with the writes delayed a step) against ``naive_recurrent_rwkv6`` (from a state)
+    and ``naive_chunk_rwkv6`` (from zeros, whole chunks), fla's files in ``fla/ops/rwkv6``, which keep
+    ``(B, H, T, D)`` and run in float32; ``w`` is the log decay, strong ones included (``-exp(d)``)."""
+    log_w = -torch.exp(torch.randn(B, H, T, DK, generator=gen, dtype=torch.float64) - 1)
+    u = torch.randn(H, DK, generator=gen, dtype=torch.float64)
+    ours = BonusRecurrence(q * DK**-0.5, k, v, log_w, u[:, None])
+    fla_output, fla_final = load_naive(root, "rwkv6", "recurrent_naive.py").naive_recurrent_rwkv6(
+        q, k, v, log_w, u, initial_state=state, output_final_state=True
+    )
+    for label, (output, final) in {
+        "recurrent": ours.recurrent(state, None),
+        "chunkwise": ours.chunkwise(64, state, None),
+    }.items():
+        report(
+            "naive_recurrent_rwkv6",
+            f"BonusRecurrence.{label}",
+            output=largest_difference(fla_output, output),
+            state=largest_difference(fla_final, final),
+        )
+    fla_output = load_naive(root, "rwkv6", "chunk_naive.py").naive_chunk_rwkv6(q * DK**-0.5, k, v, log_w, u)
+    report(
+        "naive_chunk_rwkv6",
+        "BonusRecurrence.chunkwise",
+        output=largest_difference(fla_output, ours.chunkwise(32, None, None)[0]),
+    )
+
+
+def compare_gsa(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, gen: torch.Generator) -> None:
+    """Gated Slot Attention's two slot passes and the softmax between them
+    (:mod:`zoo.attention.modules.slot_recurrence`, both on the decay kernels) against
+    ``naive_recurrent_gsa`` from a state, its gates given (``s = 1 - exp(g)``, as fla's layer passes
+    them), no scale (the layer's ``scale=1``); fla keeps ``(B, T, H, D)`` and runs in float32."""
+    slots = 8
+    log_forget = F.logsigmoid(torch.randn(B, H, T, slots, generator=gen, dtype=torch.float64)) / 8
+    state = torch.randn(B, H, slots, DK + DV, generator=gen, dtype=torch.float64)
+    slot_keys, slot_values = state[..., :DK].mT, state[..., DK:]  # fla's (K, M) and (M, V)
+    fla_output, (fla_keys, fla_values) = naive.naive_recurrent_gsa(
+        *(fla_layout(x) for x in (q, k, v, -torch.expm1(log_forget), log_forget)),
+        scale=1.0, initial_state=(slot_keys, slot_values), output_final_state=True,
+    )  # fmt: skip
+    ours = SlotRecurrence(q, k, v, log_forget)
+    for label, (output, final) in {
+        "recurrent": ours.recurrent(state, None),
+        "chunkwise": ours.chunkwise(64, state, None),
+        "chunkwise (one chunk)": ours.chunkwise(None, state, None),
+    }.items():
+        report(
+            "naive_recurrent_gsa",
+            f"SlotRecurrence.{label}",
+            output=largest_difference(fla_layout(fla_output), output),
+            state=largest_difference(torch.cat([fla_keys.mT, fla_values], -1), final),
+        )
+
+
 def compare_gated_delta_product(naive: ModuleType, q: Tensor, state: Tensor, gen: torch.Generator) -> None:
     """Gated DeltaProduct, two steps a token: ``naive_recurrent_gated_delta_product`` (keys, values
     and betas ``(B, 2 T, H, ...)``, a token's steps in turn) against the zoo's three forms."""
@@ -303,6 +379,186 @@ def compare_gated_delta_product(naive: ModuleType, q: Tensor, state: Tensor, gen
             output=largest_difference(fla_layout(fla_output), output),
             state=largest_difference(fla_final, final),
         )
+
+
+def compare_gdn2(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor, gen: torch.Generator) -> None:
+    """Gated DeltaNet-2: ``naive_{recurrent,chunk}_gdn2`` (``scale=1``; erase gate ``b`` per key
+    channel, write gate ``w`` per value channel) against the generalized delta rule with ``a = -k``,
+    ``b = b * k * exp(g)``, the written key ``k`` and value ``w * v``."""
+    log_decay = -torch.rand(B, H, T, DK, generator=gen, dtype=torch.float64)
+    erase = torch.rand(B, H, T, DK, generator=gen, dtype=torch.float64)
+    write = torch.rand(B, H, T, DV, generator=gen, dtype=torch.float64)
+    fla_args = [fla_layout(x) for x in (q, k, v, log_decay, erase, write)]
+    ours = (q, k, write * v, -k, erase * k * log_decay.exp(), log_decay)
+    for name, fla_form, label, zoo_form in (
+        ("naive_recurrent_gdn2", naive.naive_recurrent_gdn2, "dplr_recurrent", partial(dplr_recurrent, state=state)),
+        ("naive_chunk_gdn2", naive.naive_chunk_gdn2, "dplr_chunkwise", partial(dplr_chunkwise, initial_state=state)),
+    ):
+        fla_output, fla_final = fla_form(*fla_args, scale=1.0, initial_state=state, output_final_state=True)
+        output, final = zoo_form(*ours)
+        report(
+            name,
+            label,
+            output=largest_difference(fla_layout(fla_output), output),
+            state=largest_difference(fla_final, final),
+        )
+
+
+def compare_comba(
+    naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor, beta: Tensor, gen: torch.Generator
+) -> None:
+    """Comba: ``naive_chunk_comba`` (``scale=1``; read key ``p``, scalar log decay ``g``) against the
+    generalized delta rule with ``a = -beta k``, ``b = p``, the written key ``beta k`` and ``g`` on
+    every key dimension, the state read before the decay as fla's kernels do; ``naive_recurrent_comba``
+    decays first, so it is compared with ``b = p exp(g)`` (and, for the size of the gap, with the
+    kernels' form)."""
+    p = F.normalize(torch.randn(B, H, T, DK, generator=gen, dtype=torch.float64), dim=-1)
+    log_decay = -torch.rand(B, H, T, generator=gen, dtype=torch.float64)
+    every_dim = log_decay.unsqueeze(-1).expand_as(k)
+    weight = beta.unsqueeze(-1)
+    kernels = (q, weight * k, v, -weight * k, p, every_dim)
+    decay_first = (q, weight * k, v, -weight * k, p * every_dim.exp(), every_dim)
+    q_, k_, v_, p_, g_, beta_ = (fla_layout(x) for x in (q, k, v, p, log_decay, beta))
+    fla_output, fla_final = naive.naive_chunk_comba(
+        q_, k_, v_, p_, g_, beta_, chunk_size=64, scale=1.0, initial_state=state, output_final_state=True
+    )
+    for label, form in (
+        ("dplr_chunkwise", partial(dplr_chunkwise, initial_state=state)),
+        ("dplr_recurrent", partial(dplr_recurrent, state=state)),
+    ):
+        output, final = form(*kernels)
+        report(
+            "naive_chunk_comba",
+            label,
+            output=largest_difference(fla_layout(fla_output), output),
+            state=largest_difference(fla_final, final),
+        )
+    fla_output, fla_final = naive.naive_recurrent_comba(
+        q_, k_, v_, p_, beta_, g_, scale=1.0, initial_state=state, output_final_state=True
+    )
+    for label, inputs in (("dplr_recurrent (b = p exp(g))", decay_first), ("dplr_recurrent (kernels' form)", kernels)):
+        output, final = dplr_recurrent(*inputs, state=state)
+        report(
+            "naive_recurrent_comba",
+            label,
+            output=largest_difference(fla_layout(fla_output), output),
+            state=largest_difference(fla_final, final),
+        )
+
+
+def compare_mesa_net(
+    naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor, beta: Tensor, gen: torch.Generator
+) -> None:
+    """MesaNet (``dk == dv``, as fla's naive functions need): ``naive_mesa_net_exact``
+    (``torch.linalg.solve`` per token) against ``mesa_chunkwise`` at 30 and 200 conjugate-gradient
+    steps; ``naive_mesa_net_CG`` (30 steps from zero in chunks of 64, its divisions offset by
+    ``1e-5``) against ``mesa_chunkwise`` at 30; ``naive_mesa_net_decoding_one_step`` (30 steps from
+    a Jacobi guess) against ``mesa_recurrent`` on the first token. Queries L2-normalized, the
+    ridge in ``(0.25, 1.25)``, ``H_0 = A A^T / dk`` and ``G_0`` the shared state; the states are
+    compared as the zoo keeps them, ``[H | G]``. The zoo's 30 steps reach the exact solve (to
+    float32, which fla's functions compute in); fla's differ from it by about 2e-3, all of it their
+    ``1e-5`` offsets (removed in a scratch copy, both agree to 6e-7)."""
+    query = F.normalize(q, dim=-1)
+    log_decay = F.logsigmoid(torch.randn(B, H, T, generator=gen, dtype=torch.float64) + 3)
+    lam = 0.25 + torch.rand(H, DK, generator=gen, dtype=torch.float64)
+    root = torch.randn(B, H, DK, DK, generator=gen, dtype=torch.float64)
+    h_init = root @ root.mT / DK
+    initial = torch.cat([h_init, state], -1)
+    q_, k_, v_, g_, beta_ = (fla_layout(x) for x in (query, k, v, log_decay, beta))
+    inits = {"h_kk_init": h_init, "h_kv_init": state}
+    exact = naive.naive_mesa_net_exact(q_, k_, v_, g_, lam, beta_, **inits)
+    solved = naive.naive_mesa_net_CG(  # float32 throughout there: a float64 ridge would promote half its products
+        q_, k_, v_, g_, lam.float(), beta_, chunk_size=64, max_CG_iteration=30, **inits
+    )
+    for name, (fla_output, h_kk, h_kv), steps in (
+        ("naive_mesa_net_exact", exact, 30),
+        ("naive_mesa_net_exact", exact, 200),
+        ("naive_mesa_net_CG", solved, 30),
+    ):
+        output, final = mesa_chunkwise(
+            query, k, v, beta, log_decay, lam, steps=steps, chunk_size=64, initial_state=initial
+        )
+        report(
+            name,
+            f"mesa_chunkwise ({steps} steps)",
+            output=largest_difference(fla_layout(fla_output), output),
+            state=largest_difference(torch.cat([h_kk, h_kv], -1), final),
+        )
+    first = [x[:, 0] for x in (q_, k_, v_, g_)]
+    fla_output, h_kk, h_kv = naive.naive_mesa_net_decoding_one_step(
+        *first, lam, beta_[:, 0], h_init, state, max_CG_iteration=30
+    )
+    output, final = mesa_recurrent(
+        query[..., :1, :], k[..., :1, :], v[..., :1, :], beta[..., :1], log_decay[..., :1], lam, steps=30, state=initial
+    )
+    report(
+        "naive_mesa_net_decoding_one_step",
+        "mesa_recurrent (30 steps)",
+        output=largest_difference(fla_output, output.squeeze(-2)),
+        state=largest_difference(torch.cat([h_kk, h_kv], -1), final),
+    )
+
+
+def compare_log_linear_attn(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, gen: torch.Generator) -> None:
+    """Log-linear attention over a scalar decay (log-linear Mamba-2's): ``naive_log_linear_attn``
+    (the hierarchical mask built level by level, no initial or final state) against the zoo's three
+    forms (chunks of 16). fla has no reference for log-linear Gated DeltaNet."""
+    log_decay = -torch.rand(B, H, T, generator=gen, dtype=torch.float64)
+    levels = torch.rand(B, H, T, level_count(T), generator=gen, dtype=torch.float64)
+    fla_output = fla_layout(naive.naive_log_linear_attn(*(fla_layout(x) for x in (q, k, v, log_decay, levels))))
+    parallel = log_linear_weights(q, k, levels, log_decay) @ v
+    chunkwise, _ = log_linear_chunkwise(q, k, v, levels, log_decay, chunk_size=16, final_state=False)
+    recurrent, _ = log_linear_recurrent(q, k, v, levels, log_decay)
+    differences = {
+        form: largest_difference(fla_output, output)
+        for form, output in (("parallel", parallel), ("chunkwise", chunkwise), ("recurrent", recurrent))
+    }
+    report("naive_log_linear_attn", "log_linear_*", **differences)
+
+
+def causal_softmax_read(logits: Tensor, values: Tensor) -> Tensor:
+    """``softmax(logits)`` over the keys ``j <= i`` of each row, times ``values``."""
+    length = logits.shape[-1]
+    later = torch.ones(length, length, dtype=torch.bool).triu(1)
+    return torch.softmax(logits.masked_fill(later, float("-inf")), dim=-1) @ values
+
+
+def compare_path_attn(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, gen: torch.Generator) -> None:
+    """PaTH-FoX: ``naive_path_attn`` (blocks of 64, in float32) against the zoo's Householder
+    scores in their three forms (naive, blockwise in chunks of 16, recurrent), scaled, plus
+    ``forgetting``'s decay, then a causal softmax. fla scales the decay with the scores, so it gets
+    the log gates divided by the scale."""
+    w = F.normalize(torch.randn(B, H, T, DK, generator=gen, dtype=torch.float64), dim=-1)
+    strength = 2 * torch.rand(B, H, T, generator=gen, dtype=torch.float64)
+    log_forget = F.logsigmoid(2 + torch.randn(B, H, T, generator=gen, dtype=torch.float64))
+    scale = DK**-0.5
+    fla_args = [fla_layout(x) for x in (q, k, v, w, strength, log_forget / scale)]
+    fla_output = fla_layout(naive.naive_path_attn(*fla_args, scale=scale))
+    cumulative = log_forget.cumsum(-1)
+    decay = cumulative[..., :, None] - cumulative[..., None, :]
+    for label, scores in (
+        ("path_scores (naive)", path_scores(q, k, w, strength)),
+        ("path_scores (chunks of 16)", path_scores(q, k, w, strength, chunk_size=16)),
+        ("path_recurrent", path_recurrent(q, k, w, strength)[0]),
+    ):
+        output = causal_softmax_read(scores * scale + decay, v)
+        report("naive_path_attn", label, output=largest_difference(fla_output, output))
+
+
+def compare_deltaformer(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> None:
+    """DeltaFormer: ``naive_deltaformer_attn`` (its ``u`` in float32) against the zoo's corrected
+    values read with the queries as fla's kernels are (the ``deltaformer`` layer reads with the
+    keys), in one solve, in chunks of 16 and one position at a time, then a causal softmax over
+    them."""
+    scale = DK**-0.5
+    fla_output = fla_layout(naive.naive_deltaformer_attn(*(fla_layout(x) for x in (q, k, v, beta))))
+    logits = (q @ k.transpose(-1, -2)) * scale
+    for label, u in (
+        ("corrected_values", corrected_values(q, k, v, beta, scale=scale)),
+        ("corrected_values (chunks of 16)", corrected_values(q, k, v, beta, scale=scale, chunk_size=16)),
+        ("corrected_values_recurrent", corrected_values_recurrent(q, k, v, beta, scale=scale)),
+    ):
+        report("naive_deltaformer_attn", label, output=largest_difference(fla_output, causal_softmax_read(logits, u)))
 
 
 def time_chunkwise(root: Path, lengths: list[int], repeats: int, gen: torch.Generator) -> None:
@@ -355,6 +611,196 @@ def time_chunkwise(root: Path, lengths: list[int], repeats: int, gen: torch.Gene
             print(f"{length:>6}  {name:18s} {fla_ms:9.1f} {zoo_ms:9.1f}  {zoo_ms / fla_ms:.2f}x")
 
 
+def compare_mamba3(mamba_root: Path, gen: torch.Generator) -> None:
+    """Mamba-3's trapezoid against ``mamba_ssm``'s pure-PyTorch references, which live in its kernel
+    tests (``mamba3_siso_step_ref`` and ``mamba3_siso_fwd_ref`` in ``tests/ops/triton/test_mamba3_siso.py``,
+    ``mamba3_MIMO_step_ref`` in ``tests/ops/tilelang/test_mamba3_mimo.py``; fla has no ``fla/ops/mamba3``,
+    its layer calls these kernels). Those files import Triton at the top, so only the reference
+    functions are read out of them (by name, with ``ast``) and run. The zoo side: the layer's
+    rotation (:func:`zoo.attention.variants.mamba3.rotate`, the angles summed as the layer sums them)
+    and :class:`~zoo.attention.modules.trapezoid_recurrence.TrapezoidRecurrence` in chunks of 16
+    tokens, from a state with a previous token (SISO) and from zeros (MIMO, rank 2). The SISO
+    references keep their states in float32."""
+    import ast
+    import math
+    from typing import Optional
+
+    import einops
+
+    from zoo.attention.modules.trapezoid_recurrence import TrapezoidRecurrence
+    from zoo.attention.variants.mamba3 import rotate
+
+    def functions(relative: str, *names: str) -> dict:
+        path = mamba_root / relative
+        tree = ast.parse(path.read_text())
+        picked = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in names]
+        scope = {"torch": torch, "F": F, "math": math, "Optional": Optional, "Tuple": tuple, "Tensor": Tensor}
+        scope |= {"repeat": einops.repeat, "rearrange": einops.rearrange}
+        exec(compile(ast.Module(picked, type_ignores=[]), str(path), "exec"), scope)
+        return scope
+
+    siso = functions("tests/ops/triton/test_mamba3_siso.py", "_segsum", "mamba3_siso_step_ref", "mamba3_siso_fwd_ref")
+    mimo = functions("tests/ops/tilelang/test_mamba3_mimo.py", "mamba3_MIMO_step_ref")
+    batch, heads, steps, size, width, pairs = 2, 3, 64, 16, 8, 4
+    randn = partial(torch.randn, generator=gen, dtype=torch.float64)
+
+    def zoo_side(c, b, x, adt, dt, trap, c_bias, b_bias, angles, d, z, mix=None, start=None):
+        """The zoo's output ``(B, T, H, P)`` and final state ``(B, H, P, N)`` in mamba's layout, from
+        ``start``: angles, state ``(B, H, P, N)``, previous ``B`` ``(B, H, R, N)`` and values ``(B, H, R, P)``."""
+        rank = c.shape[2]
+        c, b = (einops.repeat(t, "b s r 1 n -> b h s r n", h=heads) for t in (c, b))
+        turn = math.pi * torch.tanh(angles).transpose(1, 2) * dt.unsqueeze(-1)  # (B, H, T, n)
+        before = torch.zeros_like(turn[:, :, 0]) if start is None else start[0]
+        summed = torch.remainder(before.unsqueeze(-2) + turn.cumsum(-2), 2 * math.pi)
+        q, k = rotate(c + c_bias.unsqueeze(-3), summed), rotate(b + b_bias.unsqueeze(-3), summed)
+        v = x.transpose(1, 2).unsqueeze(-2) * (1 if mix is None else mix[0].unsqueeze(1))  # (B, H, T, R, P)
+        previous_k = torch.zeros_like(k[:, :, :1]) if start is None else start[2].unsqueeze(2)
+        previous_v = torch.zeros_like(v[:, :, :1]) if start is None else start[3].unsqueeze(2)
+        lam = trap.sigmoid()
+        keys, values = torch.cat([previous_k, k], 2), torch.cat([previous_v, v], 2)
+        recurrence = TrapezoidRecurrence(q, keys, values, adt, lam * dt, (1 - lam) * dt)
+        output, final = recurrence.chunkwise(16, None if start is None else start[1].mT, None)
+        reads = output.unflatten(-1, (rank, -1)) + d[:, None, None, None] * v
+        gate = F.silu(z.transpose(1, 2).unsqueeze(-2) * (1 if mix is None else mix[1].unsqueeze(1)))
+        mixed = (reads * gate * (1 if mix is None else mix[2].unsqueeze(1))).sum(-2)
+        return mixed.transpose(1, 2), final.mT
+
+    def inputs(rank: int) -> tuple[Tensor, ...]:
+        c, b = randn(batch, steps, rank, 1, size), randn(batch, steps, rank, 1, size)
+        x, z = randn(batch, steps, heads, width), randn(batch, steps, heads, width)
+        dt = F.softplus(randn(batch, heads, steps) - 1)
+        adt = -dt * torch.rand(batch, heads, steps, generator=gen, dtype=torch.float64)
+        trap, angles = randn(batch, heads, steps), randn(batch, steps, heads, pairs)
+        c_bias, b_bias = randn(heads, rank, size), randn(heads, rank, size)
+        return c, b, x, adt, dt, trap, c_bias, b_bias, angles, randn(heads), z
+
+    c, b, x, adt, dt, trap, c_bias, b_bias, angles, d, z = inputs(1)
+    angle = torch.rand(batch, heads, pairs, generator=gen, dtype=torch.float64) * 6
+    start = (angle, randn(batch, heads, width, size), randn(batch, heads, 1, size), randn(batch, heads, 1, width))
+    ours, final = zoo_side(c, b, x, adt, dt, trap, c_bias, b_bias, angles, d, z, start=start)
+    start = (*start[:2], start[2].squeeze(2), start[3].squeeze(2))  # mamba's SISO layout: no rank axis
+    siso_args = (c[:, :, 0], b[:, :, 0], x, adt, dt, trap, c_bias[:, 0], b_bias[:, 0], angles, d, z)
+    for name, (reference, (_, state, _, _)) in {
+        "mamba3_siso_step_ref": siso["mamba3_siso_step_ref"](*siso_args, Input_States=start),
+        "mamba3_siso_fwd_ref": siso["mamba3_siso_fwd_ref"](*siso_args, Initial_States=start, dtype=torch.float64),
+    }.items():
+        differences = {"output": largest_difference(reference, ours), "state": largest_difference(state, final)}
+        report(name, "TrapezoidRecurrence", **differences)
+
+    c, b, x, adt, dt, trap, c_bias, b_bias, angles, d, z = inputs(2)
+    mix = tuple(randn(heads, 2, width) for _ in range(3))
+    ours, final = zoo_side(c, b, x, adt, dt, trap, c_bias, b_bias, angles, d, z, mix=mix)
+    reference, (_, state, _, _) = mimo["mamba3_MIMO_step_ref"](
+        c, b, x, adt, dt, trap, c_bias, b_bias, angles, mix[0], mix[2], D=d, Z=z, MIMO_Z=mix[1]
+    )
+    differences = {"output": largest_difference(reference, ours), "state": largest_difference(state, final)}
+    report("mamba3_MIMO_step_ref", "TrapezoidRecurrence, rank 2", **differences)
+
+
+def compare_based(naive: ModuleType, v: Tensor, gen: torch.Generator) -> None:
+    """Based's Taylor linear attention (``based`` with ``window=0``, fla's layer: its feature map,
+    the no-decay kernels and the normalization, :mod:`zoo.attention.variants.based`) against
+    ``naive_parallel_based`` and ``naive_chunk_based`` (chunks of 32; both with ``scale`` ``d ** -0.5``
+    and ``1e-6`` added to the denominator, which the zoo leaves out: it is at least 1/2)."""
+    from zoo.attention.variants.based import BasedAttention
+
+    q, k = (torch.randn(B, H, T, DK, generator=gen, dtype=torch.float64) for _ in range(2))
+    layer = BasedAttention(H * DV, H, feature_dim=DK, window=0)
+    recurrence = layer.prepare(q, k, v, v)
+    zoo_forms = {
+        "Based (parallel)": recurrence.chunkwise(None, None, None)[0],
+        "Based (chunks of 16)": recurrence.chunkwise(16, None, None)[0],
+        "Based (recurrent)": recurrence.recurrent(None, None)[0],
+    }
+    references = {
+        "naive_parallel_based": naive.naive_parallel_based(q, k, v, use_norm=True),
+        "naive_chunk_based": naive.naive_chunk_based(q, k, v, chunk_size=32),
+    }
+    for name, reference in references.items():
+        for label, output in zoo_forms.items():
+            report(name, label, output=largest_difference(reference, layer.finish(output, v)))
+
+
+def compare_hgrn(naive: ModuleType, gen: torch.Generator) -> None:
+    """HGRN's elementwise recurrence ``h_t = exp(g_t) h_{t-1} + x_t`` per channel (``naive_recurrent_hgrn``,
+    which casts to float32) on the decay kernels with each channel a head of width 1, the mapping
+    ``mamba1`` runs its scan on. HGRN2's recurrence is GLA's (its keys ``1 - f_t``): fla has no
+    ``fla/ops/hgrn2``, and :func:`compare_gla` covers that kernel."""
+    channels = H * DV
+    x = torch.randn(B, T, channels, generator=gen, dtype=torch.float64)
+    g = F.logsigmoid(torch.randn(B, T, channels, generator=gen, dtype=torch.float64) + 2)
+    start = torch.randn(B, channels, generator=gen, dtype=torch.float64)
+    reference, final = naive.naive_recurrent_hgrn(x, g, initial_state=start, output_final_state=True)
+    ones = torch.ones(B, channels, T, 1, dtype=torch.float64)
+    per_channel = (ones, ones, x.mT.unsqueeze(-1), g.mT.unsqueeze(-1))
+    for label, (output, state) in {
+        "decay_chunkwise (width 1)": decay_chunkwise(*per_channel, chunk_size=16, initial_state=start[..., None, None]),
+        "decay_recurrent (width 1)": decay_recurrent(*per_channel, state=start[..., None, None]),
+    }.items():
+        differences = {
+            "output": largest_difference(reference, output[..., 0].mT),
+            "state": largest_difference(final, state[..., 0, 0]),
+        }
+        report("naive_recurrent_hgrn", label, **differences)
+
+
+def compare_mamba1(mamba_root: Path, gen: torch.Generator) -> None:
+    """Mamba's selective scan against ``selective_scan_ref`` in ``mamba_ssm/ops/selective_scan_interface.py``
+    (fla's Mamba layer calls the same scan). That file imports ``mamba_ssm``'s Triton layer norm and
+    CUDA extension at the top, so it cannot be imported alone: the function is read out of it (by
+    name, with ``ast``) and run; it computes in float32 (its state takes ``A``'s dtype: float32 here). The zoo side: ``mamba1``'s
+    :meth:`~zoo.attention.variants.mamba1.Mamba1Attention.prepare` (step sizes, decays, the skip),
+    its forms, and the SiLU gate, on the same convolved ``x``, ``B``, ``C`` and ``z``."""
+    import ast
+
+    import einops
+
+    from zoo.attention.variants.mamba1 import Mamba1Attention
+
+    path = mamba_root / "mamba_ssm" / "ops" / "selective_scan_interface.py"
+    if not path.exists():
+        print(f"mamba1: no {path} (git archive HEAD mamba_ssm/ops); skipped")
+        return
+    tree = ast.parse(path.read_text())
+    picked = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "selective_scan_ref"]
+    scope = {"torch": torch, "F": F, "rearrange": einops.rearrange, "repeat": einops.repeat}
+    exec(compile(ast.Module(picked, type_ignores=[]), str(path), "exec"), scope)
+    torch.manual_seed(0)
+    layer = Mamba1Attention(H * DV // 2, 1, d_state=DK).double()
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    channels = layer.num_heads
+    x, z = (torch.randn(B, channels, T, generator=gen, dtype=torch.float64) for _ in range(2))
+    b, c = (torch.randn(B, DK, T, generator=gen, dtype=torch.float64) for _ in range(2))
+    delta = layer.dt_proj.weight @ layer.dt_down(x.mT).mT  # (B, channels, T), the bias added by the reference
+    reference, last = scope["selective_scan_ref"](
+        x,
+        delta,
+        -layer.A_log.exp().float(),
+        b,
+        c,
+        layer.D,
+        z,
+        layer.dt_proj.bias,
+        delta_softplus=True,
+        return_last_state=True,
+    )
+    with torch.no_grad():
+        recurrence = layer.prepare(c.mT.unsqueeze(1), b.mT.unsqueeze(1), x.unsqueeze(-1), x)
+        for label, (output, state) in {
+            "mamba1 (chunks of 16)": recurrence.chunkwise(16, None, None),
+            "mamba1 (parallel)": recurrence.chunkwise(None, None, None),
+            "mamba1 (recurrent)": recurrence.recurrent(None, None),
+        }.items():
+            ours = ((output + recurrence.skip) * F.silu(z.unsqueeze(-1)))[..., 0]
+            differences = {
+                "output": largest_difference(reference, ours),
+                "state": largest_difference(last, state[..., 0]),
+            }
+            report("selective_scan_ref", label, **differences)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("fla_root", type=Path, help="an unpacked fla-core wheel: the folder holding fla/ops")
@@ -362,6 +808,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time", type=int, nargs="*", default=[], metavar="LENGTH", help="also time chunked forms")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls of each form and length")
+    parser.add_argument("--mamba", type=Path, default=None, help="a state-spaces/mamba tree: compare Mamba-3 too")
     args = parser.parse_args()
     if args.site is not None:
         sys.path.insert(0, str(args.site))
@@ -381,12 +828,30 @@ def main() -> None:
         "kda": lambda naive: compare_kda(naive, q, k, v, state, beta, gen),
         "generalized_delta_rule/dplr": lambda naive: compare_rwkv7(naive, q, k, v, state, gen),
         "gated_delta_product": lambda naive: compare_gated_delta_product(naive, q, state, gen),
+        "gdn2": lambda naive: compare_gdn2(naive, q, k, v, state, gen),
+        "comba": lambda naive: compare_comba(naive, q, k, v, state, beta, gen),
+        "mesa_net": lambda naive: compare_mesa_net(naive, q, k, v, state, beta, gen),
+        "path_attn": lambda naive: compare_path_attn(naive, q, k, v, gen),
+        "deltaformer": lambda naive: compare_deltaformer(naive, q, k, v, beta),
+        "log_linear_attn": lambda naive: compare_log_linear_attn(naive, q, k, v, gen),
+        "gsa": lambda naive: compare_gsa(naive, q, k, v, gen),
     }
     for family, compare in newer.items():
         if (args.fla_root / "fla" / "ops" / family / "naive.py").exists():
             compare(load_naive(args.fla_root, family))
         else:
             print(f"{family}: no fla/ops/{family}/naive.py under {args.fla_root} (an older fla); skipped")
+    if (args.fla_root / "fla" / "ops" / "rwkv6" / "recurrent_naive.py").exists():
+        compare_rwkv6(args.fla_root, q, k, v, state, gen)
+    for family, compare_older in {
+        "based": lambda naive: compare_based(naive, v, gen),
+        "hgrn": lambda naive: compare_hgrn(naive, gen),
+    }.items():
+        if (args.fla_root / "fla" / "ops" / family / "naive.py").exists():
+            compare_older(load_naive(args.fla_root, family))
+    if args.mamba is not None:
+        compare_mamba3(args.mamba, gen)
+        compare_mamba1(args.mamba, gen)
     if args.time:
         time_chunkwise(args.fla_root, args.time, args.repeats, gen)
 

@@ -14,7 +14,10 @@ from zoo.bench.cli import main
 from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, state_layer, state_table
 
 TINY = {"d_model": 16, "heads": 2, "warmup": 0, "repeats": 1}
-RECURRENT = ["deltanet", "gated_deltanet", "gated_deltaproduct", "gla", "kda", "mamba2", "retention", "rwkv7"]
+RECURRENT = [
+    "based", "comba", "deltanet", "gated_deltanet", "gated_deltanet2", "gated_deltaproduct", "gla", "gsa", "hgrn2",
+    "kda", "mamba1", "mamba2", "mamba3", "mesanet", "retention", "rwkv6", "rwkv7",
+]  # fmt: skip
 
 
 def test_the_recurrent_names_are_the_causal_recurrences() -> None:

@@ -18,9 +18,13 @@ BUILT_INS = [e.name for e in zoo.ATTENTION_REGISTRY.entries() if e.source == "at
 ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16", "bfloat16", "gradients")
 #: what the kit adds for a variant that decodes with a fixed-size state
 STATE_CHECKS = ("state_decoding", "state_size")
-RECURRENT = ["retention", "gla", "deltanet", "gated_deltanet", "mamba2", "kda", "rwkv7", "gated_deltaproduct"]
-#: causal-only layers that decode from a growing cache of keys and values and take key masks only
-CAUSAL_SPARSE = ["moba", "nsa"]
+RECURRENT = [
+    "retention", "gla", "deltanet", "gated_deltanet", "mamba2", "kda", "rwkv7", "gated_deltaproduct",
+    "gated_deltanet2", "comba", "mesanet", "mamba3", "mamba1", "hgrn2", "rwkv6", "gsa", "based",
+]  # fmt: skip
+#: causal-only layers that decode from a growing cache (keys and values, or log-linear's levels)
+#: and take key masks only
+CAUSAL_SPARSE = ["moba", "nsa", "path_attention", "deltaformer", "log_linear_mamba2", "log_linear_gated_deltanet"]
 #: causal-only variants that decode from every key and value (a key/value cache): checked causally
 CAUSAL_ONLY = ["stick_breaking", "forgetting"]
 #: what a causal-only layer declares it cannot do, and is verified to refuse
@@ -40,6 +44,15 @@ def test_a_layer_whose_parameters_need_longer_inputs_passes_with_its_defaults() 
     assert "gradients" in check_attention("nsa").passed
 
 
+def _expected_checks(name: str) -> tuple[str, ...]:
+    """The checks built-in ``name`` passes: every one but those of a capability it declares it lacks
+    (causality, weights: verified to refuse them instead), and the state checks if it is recurrent."""
+    variant = zoo.get_attention(name)
+    lacks = {check for check, flag in (("causal", "supports_causal"), ("weights", "supports_weights"))
+             if not getattr(variant, flag)}  # fmt: skip
+    return tuple(check for check in ALL_CHECKS if check not in lacks) + (STATE_CHECKS if name in RECURRENT else ())
+
+
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_every_built_in_keeps_the_contract(name: str) -> None:
     report = check_attention(name, **KIT_OPTIONS.get(name, {}))
@@ -47,8 +60,7 @@ def test_every_built_in_keeps_the_contract(name: str) -> None:
     not_causal = not zoo.get_attention(name).supports_causal
     # a recurrent variant is checked in a self-attention layer, causally, and for its decoding state
     recurrent = name in RECURRENT
-    expected = tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
-    assert report.passed == expected + (STATE_CHECKS if recurrent else ())
+    assert report.passed == _expected_checks(name)
     # a sliding window needs one sequence: checked on equal lengths, and it refuses two (a layer a stack
     # builds by name is fed one sequence anyway)
     variant = zoo.get_attention(name)
@@ -59,7 +71,11 @@ def test_every_built_in_keeps_the_contract(name: str) -> None:
         skipped["causal"] = "declares supports_causal=False (and refuses it)"
     if name in CAUSAL_ONLY:
         skipped["bidirectional"] = RECURRENT_SKIPS["bidirectional"]
-    assert report.skipped == (RECURRENT_SKIPS if name in RECURRENT + CAUSAL_SPARSE else skipped)
+    if recurrent or name in CAUSAL_SPARSE:
+        skipped = dict(RECURRENT_SKIPS)
+    if not variant.supports_weights:  # two parts with their own values (based) have no one weight matrix
+        skipped["weights"] = "declares supports_weights=False (and refuses it)"
+    assert report.skipped == skipped
 
 
 def test_the_recurrent_built_ins_are_those_that_decode_with_a_state() -> None:
@@ -385,9 +401,7 @@ POSITIONED = [
 @pytest.mark.parametrize(("name", "position"), POSITIONED, ids=[f"{n}-{p}" for n, p in POSITIONED])
 def test_every_built_in_keeps_the_contract_in_every_position_it_takes(name: str, position: str) -> None:
     report = check_attention(name, position=position, **KIT_OPTIONS.get(name, {}))
-    not_causal = not zoo.get_attention(name).supports_causal  # verified to refuse it instead
-    expected = tuple(check for check in ALL_CHECKS if not (not_causal and check == "causal"))
-    assert report.passed == expected + (STATE_CHECKS if name in RECURRENT else ())
+    assert report.passed == _expected_checks(name)
     assert report.variant.endswith(f"with position {position!r}")
 
 

@@ -6,7 +6,11 @@ Softmax attention:
 * :mod:`~zoo.attention.kernels.blocks`: rows by position and blocks laid out for the fused kernel;
 * :mod:`~zoo.attention.kernels.window`: a sliding window with the first positions kept, and
   learned sink logits, on the fused kernel (the ``softmax`` layer's);
-* :mod:`~zoo.attention.kernels.prefix`: exclusive prefix sums along a sequence.
+* :mod:`~zoo.attention.kernels.prefix`: exclusive prefix sums along a sequence;
+* :mod:`~zoo.attention.kernels.householder`: PaTH's scores, queries read keys carried through
+  data-dependent Householder maps (naive, blockwise and decoding forms);
+* :mod:`~zoo.attention.kernels.corrected_values`: DeltaFormer's delta-corrected values, a
+  triangular solve over softmax weights (parallel, chunkwise and decoding forms).
 
 Linear attention with a decaying or delta-rule state, each recurrence in three forms that agree
 up to rounding: the parallel form (``*_chunkwise`` with ``chunk_size=None``: quadratic, one chunk;
@@ -21,6 +25,11 @@ holds what they share):
 * :mod:`~zoo.attention.kernels.dplr`: the generalized delta rule, a decay per key dimension plus a
   rank-one correction (Kimi Delta Attention, RWKV-7);
 * :mod:`~zoo.attention.kernels.delta_product`: several delta-rule steps per token (Gated DeltaProduct);
+* :mod:`~zoo.attention.kernels.mesa`: two decayed sums read through a ridge regression per token,
+  solved by :mod:`~zoo.attention.kernels.conjugate_gradient` (MesaNet);
+* :mod:`~zoo.attention.kernels.log_linear`: a Fenwick tree (:mod:`~zoo.attention.kernels.fenwick`)
+  of decaying or delta-rule states, read with a weight per level (log-linear Mamba-2 and Gated
+  DeltaNet; its state grows as ``log T``);
 * :mod:`~zoo.attention.kernels.chunk_scan`: the pass between chunks that the chunkwise forms of the
   first three end in, one autograd function with its adjoint written out.
 
@@ -39,18 +48,24 @@ installation has):
 """
 
 from zoo.attention.kernels.blocks import block_attention, rows_from
+from zoo.attention.kernels.corrected_values import corrected_values, corrected_values_recurrent
 from zoo.attention.kernels.delta_rule import delta_rule_chunkwise, delta_rule_recurrent, delta_rule_weights
 from zoo.attention.kernels.prefix import sums_before
 from zoo.attention.kernels.sdpa import fused_attention
 from zoo.attention.kernels.decay import decay_chunkwise, decay_recurrent, decay_weights
 from zoo.attention.kernels.delta_product import delta_product_chunkwise, delta_product_recurrent, delta_product_weights
 from zoo.attention.kernels.dplr import dplr_chunkwise, dplr_recurrent, dplr_weights
+from zoo.attention.kernels.householder import path_recurrent, path_scores
+from zoo.attention.kernels.log_linear import log_linear_chunkwise, log_linear_recurrent, log_linear_weights
+from zoo.attention.kernels.mesa import mesa_chunkwise, mesa_recurrent, mesa_weights
 from zoo.attention.kernels.short_conv import causal_conv1d, convolve_projections, short_convolutions
 
 __all__ = [
     "block_attention",
     "causal_conv1d",
     "convolve_projections",
+    "corrected_values",
+    "corrected_values_recurrent",
     "decay_chunkwise",
     "decay_recurrent",
     "decay_weights",
@@ -64,6 +79,14 @@ __all__ = [
     "dplr_recurrent",
     "dplr_weights",
     "fused_attention",
+    "log_linear_chunkwise",
+    "log_linear_recurrent",
+    "log_linear_weights",
+    "mesa_chunkwise",
+    "mesa_recurrent",
+    "mesa_weights",
+    "path_recurrent",
+    "path_scores",
     "rows_from",
     "short_convolutions",
     "sums_before",

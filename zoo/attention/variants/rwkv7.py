@@ -32,7 +32,8 @@ initialization depends on the layer's depth, which a zoo layer does not know; it
 layer's (both of the code's ratios 0.5). The value residual (``v`` mixed with the first layer's
 values, from the second layer on) needs the first layer's values, which the zoo's stacks do not
 pass between layers: it is left out. The channel-mixing (FFN) half of an RWKV block is the zoo's
-block's FFN. No rotary positions (RWKV has none: the shift and the decays give order).
+block's FFN. No rotary positions (RWKV has none: the shift and the decays give order). The token
+shift, the low-rank maps and the GroupNorm are :mod:`zoo.attention.modules.rwkv`'s, which RWKV-6 shares.
 
 Decoding keeps the ``(B, H, dk, dv)`` state and the last token's input (the shift's window) in a
 :class:`~zoo.attention.contract.cache.StateCache`; a padded token enters the shift as zeros, as it enters a
@@ -44,10 +45,8 @@ the zoo's own (exact to rounding); on CUDA with the ``fla`` extra it runs in fla
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import Unpack
 
@@ -57,6 +56,7 @@ from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.l2_norm import l2_normalize
 from zoo.attention.modules.recurrence import LowRankRecurrence, RecurrenceForms
 from zoo.attention.modules.recurrent import RecurrentLayer, RecurrentOptions
+from zoo.attention.modules.rwkv import LowRankMap, head_group_norm, shift_pair
 
 __all__ = ["LowRankMap", "RWKV7Attention"]
 
@@ -69,35 +69,6 @@ _DEPTH = 0.5
 def _lora_rank(width: int, factor: float) -> int:
     """BlinkDL's suggested low-rank size: ``max(32, round(factor * sqrt(width) / 32) * 32)``."""
     return max(32, int(round(factor * width**0.5 / 32) * 32))
-
-
-class LowRankMap(nn.Module):
-    """``bias + activation(x W_1) W_2``, ``W_1`` of rank ``rank``, as RWKV-7 starts it: ``W_1`` zero and
-    ``W_2`` orthogonal with gain 0.1, so the map starts at its bias and learns from there.
-
-    Args:
-        width: Input and output size.
-        rank: Inner size.
-        activation: Between the two maps (None: none).
-        bias: The output's bias at the start; None: no bias.
-    """
-
-    def __init__(
-        self, width: int, rank: int, activation: Callable[[Tensor], Tensor] | None, bias: Tensor | None
-    ) -> None:
-        super().__init__()
-        self.down = nn.Linear(width, rank, bias=False)
-        self.up = nn.Linear(rank, width, bias=False)
-        self.activation = activation
-        self.bias = None if bias is None else nn.Parameter(bias)
-        with torch.no_grad():
-            self.down.weight.zero_()
-            nn.init.orthogonal_(self.up.weight, gain=0.1 * max(1.0, math.sqrt(rank / width)))
-
-    def forward(self, x: Tensor) -> Tensor:
-        inner = self.down(x)
-        output = self.up(inner if self.activation is None else self.activation(inner))
-        return output if self.bias is None else output + self.bias
 
 
 @register_attention_layer("rwkv7", aliases=("rwkv", "rwkv_7"))
@@ -168,16 +139,12 @@ class RWKV7Attention(RecurrentLayer):
         is the cache's window: the last token it saw, zeros without one); the layer's input as the
         pair ``(x_t, x_{t-1})`` ``(B, T, 2, C)`` (padded tokens as zeros); and the shift's window,
         the last token's input ``(B, 1, C)``."""
-        steps = context.key_padding
-        if steps is not None:
-            x = x * steps.all(dim=1).unsqueeze(-1).to(x.dtype)  # padded tokens as zeros
-        before = x.new_zeros(x.shape[0], 1, x.shape[2]) if cache is None else cache.extra[0].to(x.dtype)
-        pair = torch.stack([x, torch.cat([before, x[:, :-1]], dim=1)], dim=-2)
+        pair, window = shift_pair(x, context.key_padding, None if cache is None else cache.extra[0])
         r, k, v = (
             self.split_heads(projection(self._mixed(pair, name)))
             for projection, name in ((self.q_proj, "r"), (self.k_proj, "k"), (self.v_proj, "v"))
         )
-        return r, k, v, pair, (x[:, -1:],)
+        return r, k, v, pair, (window,)
 
     def _mixed(self, pair: Tensor, name: str) -> Tensor:
         """``x_t + mu * (x_{t-1} - x_t)`` for the input ``name`` (one of r, w, k, v, a, g)."""
@@ -199,8 +166,7 @@ class RWKV7Attention(RecurrentLayer):
         ``(r_t * rho * k~_t) v_t`` (none at a padded token), times the gate, projected back."""
         assert isinstance(recurrence, LowRankRecurrence)
         dtype = output.dtype
-        normed = F.layer_norm(output, (output.shape[-1],), eps=self.norm_eps)
-        normed = normed * self.norm_weight.to(dtype)[:, None] + self.norm_bias.to(dtype)[:, None]
+        normed = head_group_norm(output, self.norm_weight, self.norm_bias, self.norm_eps)
         bonus = (recurrence.q * self.bonus.to(dtype)[:, None] * recurrence.k).sum(-1, keepdim=True) * recurrence.v
         if steps is not None:
             bonus = torch.where(steps.unsqueeze(-1), bonus, bonus.new_zeros(()))
