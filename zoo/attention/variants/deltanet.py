@@ -29,6 +29,14 @@ them: a short causal convolution (kernel 4) on queries, keys and values before t
 default (``conv_size=0``: none; the model's positions then tell neighbouring tokens apart); keys
 and values the block's width (``expand_v``: Gated DeltaNet's paper doubles the values).
 
+``num_key_heads`` (None by default: one query and key head per value head, the state dict as
+before) gives fewer query and key heads than value heads, each shared by ``num_heads /
+num_key_heads`` consecutive value heads, as Qwen3-Next's and Qwen3.5's gated delta nets have
+(``linear_num_key_heads`` 16 to ``linear_num_value_heads`` 32; flash-linear-attention's
+``num_v_heads``): the key width stays ``embed_dim``, cut into ``num_key_heads`` wider heads, and
+the queries and keys are repeated per group where the delta-rule kernels are called, as those
+models' reference code repeats them (the delta rule has no shared-key shortcut to take).
+
 ``negative_eigenvalues`` (off by default, so stored models compute what they did) is Grazzi et
 al.'s extension (2025, "Unlocking State-Tracking in Linear RNNs Through Negative Eigenvalues"):
 ``b_t = 2 sigmoid(x_t w_b)`` in ``(0, 2)``, so that ``I - b_t k_t k_t^T`` has the eigenvalue
@@ -57,6 +65,7 @@ class DeltaNetOptions(RecurrentOptions, total=False):
 
     expand_v: float
     negative_eigenvalues: bool
+    num_key_heads: int | None
 
 
 @register_attention_layer("deltanet", aliases=("delta_net",))
@@ -65,9 +74,11 @@ class DeltaNetAttention(RecurrentLayer):
 
     Args:
         embed_dim: The block's width: what ``b_t`` is projected from.
-        num_heads: Heads.
+        num_heads: Heads (value heads, each with its own state).
         expand_v: The value width, in multiples of ``embed_dim``.
         negative_eigenvalues: ``b_t`` in ``(0, 2)`` (Grazzi et al.) rather than ``(0, 1)``.
+        num_key_heads: Query and key heads, each shared by ``num_heads / num_key_heads`` value heads
+            (see the module docstring); None: ``num_heads``.
         options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4; the parallel
             form solves a ``(T, T)`` triangular system, so ``auto`` keeps it to ``chunk_size`` steps).
 
@@ -85,9 +96,13 @@ class DeltaNetAttention(RecurrentLayer):
         *,
         expand_v: float = 1.0,
         negative_eigenvalues: bool = False,
+        num_key_heads: int | None = None,
         **options: Unpack[RecurrentOptions],
     ) -> None:
-        super().__init__(embed_dim, num_heads, key_dim=embed_dim, value_dim=int(embed_dim * expand_v), **options)
+        super().__init__(
+            embed_dim, num_heads, key_dim=embed_dim, value_dim=int(embed_dim * expand_v), qk_heads=num_key_heads,
+            **options,
+        )  # fmt: skip
         self.beta = WriteStrength(embed_dim, num_heads, negative_eigenvalues)
         self.norm = HeadNorm(self.head_dim)
 
@@ -98,6 +113,9 @@ class DeltaNetAttention(RecurrentLayer):
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
         q = l2_normalize(queries, self.key_head_dim**-0.5)
         k = l2_normalize(keys)
+        if self.qk_heads != self.num_heads:  # grouped value heads: each key head repeated over its group
+            groups = self.num_heads // self.qk_heads
+            q, k = q.repeat_interleave(groups, dim=-3), k.repeat_interleave(groups, dim=-3)
         beta = self.beta.strengths(layer_input, queries.dtype).transpose(-1, -2)  # (B, H, T)
         return Recurrence(q, k, values, self.log_decay(layer_input, queries.dtype), beta)
 
