@@ -45,8 +45,9 @@ def _fit(log: Path, *extra: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("signal_name", "after_step"),
-    [("SIGTERM", 7), ("SIGINT", 7), ("SIGTERM", 10), ("SIGINT", 10)],
-    ids=["sigterm-mid-epoch", "ctrl-c-mid-epoch", "sigterm-at-epoch-end", "ctrl-c-at-epoch-end"],
+    [("SIGTERM", 3), ("SIGTERM", 7), ("SIGINT", 7), ("SIGTERM", 10), ("SIGINT", 10)],
+    ids=["sigterm-before-any-checkpoint", "sigterm-mid-epoch", "ctrl-c-mid-epoch", "sigterm-at-epoch-end",
+         "ctrl-c-at-epoch-end"],  # fmt: skip
 )
 def test_interrupted_run_resumes_on_the_same_trajectory(in_tmp, signal_name, after_step) -> None:
     main(_fit(in_tmp / "reference.jsonl", "--trainer.logger.name", "reference"))
@@ -76,6 +77,9 @@ def test_interrupted_run_resumes_on_the_same_trajectory(in_tmp, signal_name, aft
     resumed = read_losses(in_tmp / "resumed.jsonl")
     assert min(resumed) == after_step + 1 and max(resumed) == 20
     assert not (in_tmp / "runs" / "nadaraya_watson" / "version_1").exists()  # continued in the same run directory
+    # the run's last.ckpt is its last step's (what `zoo compare` evaluates), not a versioned copy beside the stop's
+    assert sorted(p.name for p in (run / "checkpoints").glob("last*")) == ["last.ckpt"]
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 20
     for step, loss in (interrupted | resumed).items():
         assert loss == pytest.approx(reference[step], rel=1e-6, abs=1e-9), f"step {step}"
     validated = read_validated(in_tmp / "interrupted.jsonl") + read_validated(in_tmp / "resumed.jsonl")

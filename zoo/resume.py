@@ -152,6 +152,10 @@ class Resumable(L.Callback):
         if not isinstance(checkpoint, ModelCheckpoint) or checkpoint.dirpath is None:
             return
         path = Path(checkpoint.dirpath) / f"{checkpoint.CHECKPOINT_NAME_LAST}{checkpoint.FILE_EXTENSION}"
+        # The callback's own record of its last checkpoint, saved with it: the resumed fit then
+        # overwrites this file at its end, where it would otherwise keep it and write last-v1.ckpt
+        # beside it (Lightning's version counter), leaving last.ckpt at the stop's step.
+        checkpoint.last_model_path = str(path)
         trainer.save_checkpoint(path)  # every process: it synchronises them
         rank_zero_info(f"Saved {path} at step {trainer.global_step}; continue with: fit ... --ckpt_path last")
 
