@@ -46,8 +46,13 @@ def _fit(log: Path, *extra: str) -> list[str]:
 @pytest.mark.parametrize(
     ("signal_name", "after_step"),
     [("SIGTERM", 3), ("SIGTERM", 7), ("SIGINT", 7), ("SIGTERM", 10), ("SIGINT", 10)],
-    ids=["sigterm-before-any-checkpoint", "sigterm-mid-epoch", "ctrl-c-mid-epoch", "sigterm-at-epoch-end",
-         "ctrl-c-at-epoch-end"],  # fmt: skip
+    ids=[
+        "sigterm-before-any-checkpoint",
+        "sigterm-mid-epoch",
+        "ctrl-c-mid-epoch",
+        "sigterm-at-epoch-end",
+        "ctrl-c-at-epoch-end",
+    ],
 )
 def test_interrupted_run_resumes_on_the_same_trajectory(in_tmp, signal_name, after_step) -> None:
     main(_fit(in_tmp / "reference.jsonl", "--trainer.logger.name", "reference"))
