@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
-from tests.helpers.layers import decode_after_prompt, run_layer
+from tests.helpers.layers import assert_chunkwise_gradients_equal, assert_every_form, decode_after_prompt, run_layer
 from zoo.attention import RecurrentLayer
 from zoo.attention.contract.cache import StateCache
 from zoo.attention.variants.mamba3 import summed_angles
@@ -116,13 +116,7 @@ def test_every_form_matches_the_papers_layer(options: dict, padding: str | None)
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     mask, real = padded(padding)
     expected = mamba3_reference(module, x, real)
-    for mode, chunk_size in FORMS:
-        module.mode, module.chunk_size = mode, chunk_size
-        with torch.no_grad():
-            output = run_layer(module, x, is_causal=True, **mask).output
-        torch.testing.assert_close(
-            output, expected, atol=1e-10, rtol=0, msg=lambda message, m=mode, c=chunk_size: f"{m} {c}: {message}"
-        )
+    assert_every_form(module, x, expected, FORMS, **mask)
 
 
 @pytest.mark.parametrize("options", RANKS)
@@ -160,17 +154,12 @@ def test_decoding_from_a_chunkwise_prompt_matches_the_papers_layer(options: dict
 
 
 @pytest.mark.parametrize("options", RANKS)
-def test_the_weights_give_the_output_and_chunkwise_gradients_equal_the_parallel_forms(options: dict) -> None:
+def test_chunkwise_gradients_equal_the_parallel_forms(options: dict) -> None:
     x = torch.randn(2, 20, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     weights = torch.randn(2, 20, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
-    gradients = []
-    for mode in ("parallel", "chunkwise"):
-        module = layer(mode=mode, chunk_size=4, **options)
-        leaf = x.clone().requires_grad_()
-        (run_layer(module, leaf, valid_lens=torch.tensor([20, 13]), is_causal=True).output * weights).sum().backward()
-        gradients.append([leaf.grad, *(p.grad for p in module.parameters())])
-    for parallel, chunkwise in zip(*gradients):
-        torch.testing.assert_close(chunkwise, parallel, atol=1e-10, rtol=1e-8)
+    assert_chunkwise_gradients_equal(
+        lambda mode: layer(mode=mode, chunk_size=4, **options), x, weights, torch.tensor([20, 13])
+    )
 
 
 def test_siso_weights_times_the_values_are_the_recurrence() -> None:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
-from tests.helpers.layers import decode_after_prompt, run_layer
+from tests.helpers.layers import assert_every_form, decode_after_prompt, run_layer
 from tests.helpers.short_conv import convolved
 from zoo.attention.contract.cache import StateCache
 from zoo.attention.kernels.mesa import mesa_chunkwise, mesa_recurrent, mesa_weights
@@ -91,11 +91,7 @@ def test_every_form_solves_the_papers_ridge_regression(options: dict, padding: s
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     mask, real = padded(padding)
     expected = paper_layer(module, x, real)
-    for mode, chunk_size in FORMS:
-        module.mode, module.chunk_size = mode, chunk_size
-        with torch.no_grad():
-            output = run_layer(module, x, is_causal=True, **mask).output
-        torch.testing.assert_close(output, expected, atol=1e-10, rtol=0, msg=lambda s, m=mode: f"{m}: {s}")
+    assert_every_form(module, x, expected, FORMS, **mask)
 
 
 def kernel_inputs(length: int, dtype: torch.dtype = torch.float64, seed: int = 0) -> tuple[Tensor, ...]:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
-from tests.helpers.layers import decode_after_prompt, run_layer
+from tests.helpers.layers import assert_chunkwise_gradients_equal, decode_after_prompt, run_layer
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
 from zoo.attention.build.spec import layer_specs
@@ -186,15 +186,9 @@ def test_decoding_from_a_chunkwise_prompt_matches_the_papers_recurrence(family: 
 def test_chunkwise_gradients_equal_the_parallel_forms(family: str) -> None:
     x = torch.randn(2, 40, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     weights = torch.randn(2, 40, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
-    gradients = []
-    for mode in ("parallel", "chunkwise"):
-        module = layer(family, mode=mode, chunk_size=7)
-        leaf = x.clone().requires_grad_()
-        (run_layer(module, leaf, valid_lens=torch.tensor([40, 29]), is_causal=True).output * weights).sum().backward()
-        gradients.append([leaf.grad, *(p.grad for p in module.parameters())])
-    assert all(g is not None for g in gradients[1])
-    for parallel, chunkwise in zip(*gradients):
-        torch.testing.assert_close(chunkwise, parallel, atol=1e-10, rtol=1e-8)
+    assert_chunkwise_gradients_equal(
+        lambda mode: layer(family, mode=mode, chunk_size=7), x, weights, torch.tensor([40, 29])
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)

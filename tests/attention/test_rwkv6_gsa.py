@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
-from tests.helpers.layers import decode_after_prompt, run_layer
+from tests.helpers.layers import assert_every_form, decode_after_prompt
 from tests.helpers.short_conv import convolved
 from zoo.attention import RecurrentLayer
 from zoo.attention.contract.cache import StateCache
@@ -125,13 +125,7 @@ def test_every_form_matches_the_papers_layer(family: str, padding: str | None) -
     x = torch.randn(2, LENGTH, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     mask, real = padded(padding)
     expected = REFERENCES[family](module, x, real)
-    for mode, chunk_size in FORMS:
-        module.mode, module.chunk_size = mode, chunk_size
-        with torch.no_grad():
-            output = run_layer(module, x, is_causal=True, **mask).output
-        torch.testing.assert_close(
-            output, expected, atol=1e-10, rtol=0, msg=lambda message, m=mode, c=chunk_size: f"{m} {c}: {message}"
-        )
+    assert_every_form(module, x, expected, FORMS, **mask)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
