@@ -20,6 +20,7 @@ from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.decay import decay_chunkwise
 from zoo.attention.kernels.log_linear import log_linear_chunkwise, log_linear_recurrent, log_linear_weights
 from zoo.attention.modules.log_linear_layer import LevelCache
+from zoo.errors import ConfigurationError
 from zoo.models import GPT, RecallLM
 
 FAMILIES = ["log_linear_mamba2", "log_linear_gated_deltanet"]
@@ -181,10 +182,10 @@ def test_the_layers_forms_agree_and_decoding_keeps_a_logarithmic_tree(family: st
 def test_what_the_layers_cannot_take_is_refused_in_one_line(family: str) -> None:
     module = zoo.create_attention(family, embed_dim=EMBED, num_heads=HEADS, num_levels=3, **OPTIONS.get(family, {}))
     x = torch.randn(1, 5, EMBED)
-    with pytest.raises(ValueError, match="over 5 positions needs 4 Fenwick levels, but num_levels is 3: raise"):
+    with pytest.raises(ConfigurationError, match="over 5 positions needs 4 Fenwick levels, but num_levels is 3: raise"):
         run_layer(module, x, is_causal=True)
     _, cache = module.attend_cached(x[:, :4], None)  # four positions fit three levels; the fifth does not
-    with pytest.raises(ValueError, match="over 5 positions needs 4 Fenwick levels"):
+    with pytest.raises(ConfigurationError, match="over 5 positions needs 4 Fenwick levels"):
         module.attend_cached(x[:, 4:], cache)
     with pytest.raises(ValueError, match="chunk_size must be a power of two .* got 12: use 8 or 16"):
         zoo.create_attention(family, embed_dim=EMBED, num_heads=HEADS, chunk_size=12)

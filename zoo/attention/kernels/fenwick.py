@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from zoo.errors import ConfigurationError
+
 __all__ = [
     "bit_length",
     "fenwick_levels",
@@ -30,11 +32,12 @@ def require_levels(length: int, available: int) -> None:
     """Refuse level weights too few for ``length`` positions.
 
     Raises:
-        ValueError: ``available`` is below :func:`level_count` of ``length``.
+        ConfigurationError: ``available`` is below :func:`level_count` of ``length`` (a ``ValueError``
+            the command line shows as one line, exit status 2: a setting, not a bug).
     """
     needed = level_count(length)
     if needed > available:
-        raise ValueError(
+        raise ConfigurationError(
             f"log-linear attention over {length} positions needs {needed} Fenwick levels, but num_levels is "
             f"{available}: raise num_levels to {needed} or more (or shorten the input)."
         )
