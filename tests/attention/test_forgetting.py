@@ -8,11 +8,11 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
+from tests.helpers.gpt import learn_repeating_sequence
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, layer_specs
 from zoo.attention.contract.cache import ConvolvedCache
@@ -135,16 +135,7 @@ def test_it_is_causal_only_and_refuses_a_window() -> None:
 def test_the_forgetting_transformer_trains_a_tiny_gpt() -> None:
     torch.manual_seed(0)
     model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=2, position="none", attention="forgetting")
-    tokens = torch.arange(25).remainder(6).repeat(8, 1)  # repeats every 6 tokens: learnable from context
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(60):
-        logits, _ = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = learn_repeating_sequence(model, steps=60)
     assert losses[-1] < 0.5 * losses[0], losses[::10]
     assert model.blocks[0].attention.forget_proj.weight.grad.abs().sum() > 0
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import zoo
+from tests.helpers.gpt import learn_repeating_sequence
 from zoo.attention.build.spec import AttentionSpec, layer_specs
 from zoo.attention.compat.legacy import migrate_attention
 from zoo.attention.contract.cache import KeyValueCache, StateCache
@@ -46,16 +47,7 @@ def test_a_layer_registered_by_decorator_trains_a_gpt_and_keeps_the_contract(for
         model.blocks[1].attention, zoo.SelfAttention
     )
     # a sequence that repeats every 6 tokens: a causal model that reads its context learns it
-    tokens = torch.arange(25).remainder(6).repeat(8, 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(60):
-        logits, _ = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = learn_repeating_sequence(model, steps=60)
     assert losses[-1] < 0.5 * losses[0], losses[::10]
     report = zoo.check_attention(forgetting_sum, dtypes=())
     assert report.passed[-2:] == ("state_decoding", "state_size")

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
+from tests.helpers.gpt import assert_cached_generation_matches, learn_repeating_sequence
 from tests.helpers.layers import assert_chunkwise_gradients_equal, assert_every_form, decode_after_prompt, run_layer
 from zoo.attention import RecurrentLayer
 from zoo.attention.contract.cache import StateCache
@@ -207,21 +208,9 @@ def test_a_gpt_learns_a_repeating_sequence_and_decodes_from_its_state() -> None:
     torch.manual_seed(0)
     attention = {"name": "mamba3", "d_state": 16, "mimo_rank": 2}
     model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=2, attention=attention)
-    tokens = torch.arange(25).remainder(6).repeat(8, 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(40):
-        logits, _ = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = learn_repeating_sequence(model, steps=40)
     assert losses[-1] < 0.5 * losses[0], losses[::10]
-    model = model.double().eval()
-    prompt = torch.randint(8, (2, 5), generator=torch.Generator().manual_seed(5))
-    cached = torch.stack(list(model.generate(prompt, 12, temperature=0)), 1)
-    assert torch.equal(cached, torch.stack(list(model.generate(prompt, 12, temperature=0, use_cache=False)), 1))
+    assert_cached_generation_matches(model)
 
 
 def test_the_recall_model_fits_a_fixed_batch() -> None:

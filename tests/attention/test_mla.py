@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
+from tests.helpers.gpt import learn_repeating_sequence
 from tests.helpers.layers import run_layer
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
@@ -193,16 +194,7 @@ def test_what_mla_cannot_take_is_refused_in_one_line() -> None:
 def test_a_gpt_learns_a_repeating_sequence_and_a_kimi_linear_stack_decodes_from_its_caches() -> None:
     torch.manual_seed(0)
     model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=2, attention="mla")
-    tokens = torch.arange(25).remainder(6).repeat(8, 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(60):
-        logits, _ = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = learn_repeating_sequence(model, steps=60)
     assert losses[-1] < 0.5 * losses[0], losses[::10]
     # Kimi Linear's pattern: three Kimi Delta Attention layers to one MLA without positions
     torch.manual_seed(0)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
+from tests.helpers.gpt import learn_repeating_sequence
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
 from zoo.attention.contract.cache import ConvolvedCache
@@ -288,16 +289,7 @@ def test_the_conformance_kit_passes(name: str, options: dict) -> None:
 def test_a_gpt_learns_a_repeating_sequence_and_decodes_from_its_cache(name: str) -> None:
     torch.manual_seed(0)
     model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=2, position="none", attention=name)
-    tokens = torch.arange(25).remainder(6).repeat(8, 1)  # repeats every 6 tokens: learnable from context
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(40):
-        logits, _ = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = learn_repeating_sequence(model, steps=40)
     assert losses[-1] < 0.5 * losses[0], losses[::10]
     model = model.double().eval()
     prompt = torch.randint(8, (2, 5), generator=torch.Generator().manual_seed(5))

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
+from tests.helpers.gpt import assert_cached_generation_matches, learn_repeating_sequence
 from tests.helpers.layers import assert_every_form, decode_after_prompt
 from tests.helpers.short_conv import convolved
 from zoo.attention import RecurrentLayer
@@ -216,21 +217,9 @@ def test_a_gpt_learns_a_repeating_sequence_and_decodes_from_its_state(family: st
     model = GPT(
         8, block_size=24, d_model=16, num_heads=2, num_layers=2, attention=family, attention_kwargs=OPTIONS[family]
     )
-    tokens = torch.arange(25).remainder(6).repeat(8, 1)  # a causal model that reads its context learns it
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(40):
-        logits, _ = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = learn_repeating_sequence(model, steps=40)
     assert losses[-1] < 0.5 * losses[0], losses[::10]
-    model = model.double().eval()
-    prompt = torch.randint(8, (2, 5), generator=torch.Generator().manual_seed(5))
-    cached = torch.stack(list(model.generate(prompt, 12, temperature=0)), 1)
-    assert torch.equal(cached, torch.stack(list(model.generate(prompt, 12, temperature=0, use_cache=False)), 1))
+    assert_cached_generation_matches(model)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -9,11 +9,11 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
+from tests.helpers.gpt import learn_repeating_sequence
 from zoo.attention import AttentionContext, AttentionSpec
 from zoo.models.gpt import GPT
 
@@ -134,16 +134,7 @@ def test_each_trains_a_tiny_gpt() -> None:
     torch.manual_seed(0)
     attention = [{"name": "sigmoid", "seq_len": 24}, "softpick", "stick_breaking"]
     model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=3, position="none", attention=attention)
-    tokens = torch.arange(25).remainder(6).repeat(8, 1)  # repeats every 6 tokens: learnable from context
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(60):
-        logits, _ = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = learn_repeating_sequence(model, steps=60)
     assert losses[-1] < 0.5 * losses[0], losses[::10]
 
 

@@ -9,11 +9,11 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
 from tests.helpers.cli import flags, hparams, tiny_fit, trainer_budget
+from tests.helpers.gpt import learn_repeating_sequence
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, AttentionSpec
 from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, WindowCache
@@ -270,16 +270,7 @@ def test_each_recipe_trains_a_tiny_gpt() -> None:
     names = ["softmax", "qk_norm", "gated_attention", {"name": "sink_attention", "window": 8}]
     names.append({"name": "streaming", "window": 4})
     model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=5, position="rope", attention=names)
-    tokens = torch.arange(25).remainder(6).repeat(8, 1)  # repeats every 6 tokens: learnable from context
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(60):
-        logits, _ = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = learn_repeating_sequence(model, steps=60)
     assert losses[-1] < 0.5 * losses[0], losses[::10]
     assert all(p.grad is not None for p in model.parameters())
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import zoo
+from tests.helpers.gpt import learn_repeating_sequence
 from tests.helpers.layers import decode_after_prompt, run_layer
 from tests.helpers.short_conv import convolved
 from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache
@@ -211,16 +212,7 @@ def test_a_gpt_learns_a_repeating_sequence_and_decodes_from_its_cache(name: str)
     torch.manual_seed(0)
     small = {"moba": {"block_size": 4}, "nsa": {"compress_block": 4, "compress_stride": 2, "select_block": 4}}
     model = GPT(8, block_size=24, d_model=16, num_heads=2, num_layers=2, attention=name, attention_kwargs=small[name])
-    tokens = torch.arange(25).remainder(6).repeat(8, 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(60):
-        logits, _ = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = learn_repeating_sequence(model, steps=60)
     assert losses[-1] < 0.5 * losses[0], losses[::10]
     model = model.double().eval()
     prompt = torch.randint(8, (2, 5), generator=torch.Generator().manual_seed(4))
