@@ -1,4 +1,4 @@
-"""``zoo.integrations.hf_weights``: transformers' production recurrent layers and the zoo's, weight for weight.
+"""``zoo.integrations.hf_layers``: transformers' production recurrent layers and the zoo's, weight for weight.
 
 Each transformers layer is built from its production config class shrunk in width and depth only
 (hidden size, head counts and head sizes divided, their ratios, gates, conv size, epsilons and
@@ -26,7 +26,7 @@ import zoo  # noqa: E402
 from zoo import AttentionContext  # noqa: E402
 from zoo.attention import create_attention  # noqa: E402
 from zoo.errors import ConfigurationError  # noqa: E402
-from zoo.integrations.hf_weights import FAMILIES, from_hf_layer, into_hf_layer  # noqa: E402
+from zoo.integrations.hf_layers import FAMILIES, from_hf_layer, into_hf_layer  # noqa: E402
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 CAUSAL = AttentionContext(is_causal=True)
