@@ -1,5 +1,5 @@
-"""Every Python example in README.md and docs/ runs, and every training command of their shell
-examples parses, so the docs cannot drift from the code.
+"""Every Python example in README.md and docs/ runs, and every ``python -m zoo`` command of their
+shell examples is checked (parsed, dry-run or run), so the docs cannot drift from the code.
 
 Each file's ```` ```python ```` blocks run in order in one namespace, as a reader would paste
 them, in a scratch folder where what the file presumes has been made first at a tiny size: the
@@ -12,6 +12,7 @@ no test reaches the network. A signature that is not code is fenced as ```` ```t
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import re
 import shlex
@@ -134,23 +135,30 @@ def test_every_python_example_runs(path: Path, request: pytest.FixtureRequest, m
 
 
 _SHELL_BLOCK = re.compile(r"^```bash\n(.*?)^```", flags=re.S | re.M)
-#: the commands a shell example's arguments are checked for (``--print_config`` parses them all)
-PARSED = ("fit", "validate", "test")
+#: the commands whose arguments ``--print_config`` checks (every flag, class and value, nothing run)
+PRINTED = ("fit", "validate", "test", "predict")
+#: the commands that run with ``--dry_run`` (every argument checked, each run printed, nothing run)
+DRY_RUN = ("compare", "matrix")
+#: the commands an argparse parser checks, and the command that runs as written
+PARSERS = {"bench": "zoo.bench.cli", "board": "zoo.board.cli", "generate": "zoo.generate"}
+RUN = ("list",)
+CHECKED = (*PRINTED, *DRY_RUN, *PARSERS, *RUN)
 
 
 def _shell_commands(path: Path) -> list[tuple[str, list[str]]]:
-    """The ``python -m zoo fit|validate|test`` commands of the file's shell blocks, continuation
-    lines joined, each with its arguments; a command with a placeholder (``$VAR``, ``<run>``,
-    ``PATH/TO``, a capitalised ``NAME``) or that reads a file the reader makes first (a run's
-    checkpoint, an ``--import`` file) is left out: its values are the reader's."""
+    """The ``python -m zoo`` commands of the file's shell blocks, continuation lines joined, each
+    with its arguments; a command with a placeholder (``$VAR``, ``<run>``, ``PATH/TO``, ``...``, a
+    capitalised ``NAME``) or that reads a file the reader makes first (a run's checkpoint, an
+    exported folder, an ``--import`` file) is left out: its values are the reader's."""
     commands = []
     for block in _SHELL_BLOCK.findall(path.read_text()):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
-            if words[:3] != ["python", "-m", "zoo"] or len(words) < 4 or words[3] not in PARSED:
+            if words[:3] != ["python", "-m", "zoo"] or len(words) < 4 or words[3] not in CHECKED:
                 continue
-            placeholder = any(re.search(r"\$|<|PATH/|\bNAME\b", word) for word in words)
-            reads_a_made_file = any(flag in words for flag in ("--ckpt_path", "--import")) and "last" not in words
+            placeholder = any(re.search(r"\$|<|PATH/|\.\.\.|\bNAME\b", word) for word in words)
+            made = ("--ckpt_path", "--import", "--pretrained")
+            reads_a_made_file = any(flag in words for flag in made) and "last" not in words
             if not placeholder and not reads_a_made_file:
                 commands.append((line.strip(), words[3:]))
     return commands
@@ -160,20 +168,36 @@ SHELL_EXAMPLED = [path for path in DOCS if _shell_commands(path)]
 
 
 def test_the_docs_have_shell_examples() -> None:
-    assert {"README.md", "attention.md", "cli.md", "recall.md"} <= {path.name for path in SHELL_EXAMPLED}
+    assert {"README.md", "attention.md", "cli.md", "recall.md", "matrix.md"} <= {path.name for path in SHELL_EXAMPLED}
+    checked = {args[0] for path in SHELL_EXAMPLED for _, args in _shell_commands(path)}
+    assert {"fit", "compare", "matrix", "bench", "list"} <= checked
+
+
+def _check_shell(args: list[str], tmp_path: Path) -> None:
+    """Run the command's check: ``--print_config``, ``--dry_run`` (its output in ``tmp_path``), its
+    parser, or the command itself; SystemExit with a non-zero status where it fails."""
+    command = args[0]
+    if command in PRINTED:
+        main([*args, "--print_config"])
+    elif command in DRY_RUN:
+        main([*args, "--dry_run", "--out", str(tmp_path / command)])
+    elif command in PARSERS:
+        importlib.import_module(PARSERS[command]).parser().parse_args(args[1:])
+    else:
+        main(args)
 
 
 @pytest.mark.parametrize("path", SHELL_EXAMPLED, ids=[path.name for path in SHELL_EXAMPLED])
-def test_every_shell_example_parses(path: Path, monkeypatch, tmp_path) -> None:
-    """Each training command of the docs parses as written (``--print_config``: every flag, class
-    and value checked, nothing trained), so a renamed option cannot linger in an example."""
+def test_every_shell_example_is_checked(path: Path, monkeypatch, tmp_path) -> None:
+    """Each ``python -m zoo`` command of the docs is checked as written (:func:`_check_shell`), so a
+    renamed option or command cannot linger in an example."""
     monkeypatch.chdir(PROJECT_ROOT)  # the examples name configs/ from the repository's root
     monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "cache"))
     for line, args in _shell_commands(path):
         complaint = io.StringIO()
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(complaint):
-                main([*args, "--print_config"])
+                _check_shell(args, tmp_path)
         except SystemExit as exit_:
             if exit_.code not in (0, None):
-                pytest.fail(f"{path.name}: `{line}` does not parse: {complaint.getvalue().strip()[-400:]}")
+                pytest.fail(f"{path.name}: `{line}` fails its check: {complaint.getvalue().strip()[-400:]}")

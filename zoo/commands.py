@@ -25,11 +25,12 @@ that ``list``, ``--help`` and ``--version`` answer without importing Lightning.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from typing import Any
 
 from zoo.allocator import retain_freed_memory
-from zoo.errors import ZooError
+from zoo.errors import ConfigurationError, ZooError
 from zoo.plugins import import_plugins, pop_import_flags
 from zoo.version import __version__
 
@@ -127,6 +128,10 @@ def _run(args: list[str]) -> None:
     elif args[:1] == ["list"]:
         from zoo.listing import print_registries  # names alone: Lightning is not imported
 
+        if len(args) > 2 or any(arg.startswith("-") for arg in args[1:]):
+            raise ConfigurationError(
+                f"list takes one name pattern (python -m zoo list '*delta*') and --import; got {shlex.join(args[1:])}."
+            )
         print_registries(args[1] if len(args) > 1 else None)
     elif args[:1] == ["bench"]:
         from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+import zoo
 from tests.attention.kernels.inputs import padding_mask, qkv, uniform
 from tests.attention.kernels.test_fla_adapter import calls  # noqa: F401  (the fla stand-ins, a fixture)
 from tests.attention.test_recurrences_2025 import kda_reference
@@ -265,3 +266,29 @@ def test_fla_runs_the_delta_rule_with_beta_up_to_two(family: str, calls, monkeyp
             fused = run_layer(module, x, is_causal=True).output  # (stand-ins of) fla's kernels
     assert calls, "the fla backend was forced but did not run"
     torch.testing.assert_close(fused, expected, rtol=1e-9, atol=1e-10)
+
+
+# -- where the decays start ---------------------------------------------------------------------------
+
+
+def test_mamba2_s_initial_ranges_follow_mamba_ssm_and_can_start_negative() -> None:
+    """``dt_range`` and ``a_range`` set where ``softplus(dt_bias)`` and ``A`` start (mamba_ssm's
+    ``dt_min``/``dt_max``, ``A_init_range``): the defaults draw the same numbers as before, and a
+    wider step-size range starts some heads' signed transitions below zero, which the default's
+    ``2 exp(-dt A) - 1`` (``dt A <= 1.6``) mostly does not."""
+
+    def built(**options) -> torch.nn.Module:
+        torch.manual_seed(0)
+        return zoo.create_attention("mamba2", embed_dim=64, num_heads=64, d_state=4, **options)
+
+    default, stated = built(), built(dt_range=(1e-3, 1e-1), a_range=(1.0, 16.0))
+    assert all(torch.equal(value, stated.state_dict()[key]) for key, value in default.state_dict().items())
+    wide = built(dt_range=(0.1, 1.0), a_range=(1.0, 2.0))
+    dt = F.softplus(wide.decay.dt_bias.detach())
+    assert 0.1 * 0.999 <= dt.min() and dt.max() <= 1.0 * 1.001
+    assert 1.0 <= wide.decay.A_log.exp().min() and wide.decay.A_log.exp().max() <= 2.0
+    start = 2 * torch.exp(-dt * wide.decay.A_log.detach().exp()) - 1
+    assert (start < 0).float().mean() > 0.2
+    for bad in ({"dt_range": (0.0, 0.1)}, {"dt_range": (0.5, 0.1)}, {"a_range": (-1.0, 2.0)}):
+        with pytest.raises(ValueError, match="with 0 < low <= high"):
+            built(**bad)

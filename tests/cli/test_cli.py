@@ -21,6 +21,14 @@ def _run_dir(root: Path, model: str) -> Path:
     return versions[-1]
 
 
+@pytest.mark.parametrize("args", [["--nope"], ["*delta*", "extra"]], ids=["option", "two_patterns"])
+def test_list_refuses_what_it_does_not_take_in_one_line(args: list[str], capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["list", *args])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[0].startswith("error: list takes one name pattern")
+
+
 def test_list_prints_every_registry_with_aliases(capsys) -> None:
     main(["list"])
     out = capsys.readouterr().out

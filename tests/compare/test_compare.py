@@ -181,6 +181,29 @@ def test_resume_runs_only_what_has_no_record(tmp_path: Path, fake_child: FakeChi
     assert fake_child.commands == []
 
 
+def test_a_dry_run_prints_each_run_and_starts_none(
+    tmp_path: Path, fake_child: FakeChild, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = CompareConfig(
+        base=["--model", "nadaraya_watson"], axes={"model.attention": ["a", "b"]}, seeds=2, out=tmp_path
+    )
+    Comparison(config).run([(Comparison(config).combinations[0], [0])])
+    fake_child.commands.clear()
+    lines = Comparison(config).describe()
+    assert fake_child.commands == [] and len(lines) == 4
+    assert lines[0] == "attention=a/seed0: recorded"
+    assert lines[3].startswith("attention=b/seed1: python -m zoo fit --model nadaraya_watson --model.attention=b")
+    assert "--seed_everything=1" in lines[3]
+    main(["compare", "--model", "nadaraya_watson", "--grid", "model.attention=a,b", "--sweep", "model.lr=0.1,0.2",
+          "--select", "test/mse:min", "--out", str(tmp_path / "swept"), "--dry_run"])  # fmt: skip
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in printed[:4]] == [
+        "attention=a,lr=0.1/seed0", "attention=a,lr=0.2/seed0", "attention=b,lr=0.1/seed0", "attention=b,lr=0.2/seed0"
+    ]  # fmt: skip
+    assert printed[4] == "then 1 seed(s) at each combination's best value by test/mse"
+    assert fake_child.commands == [] and not (tmp_path / "swept").exists()
+
+
 def _stop_before_its_record(out: Path, index: int) -> tuple[dict, Path]:
     """Make run ``index`` of ``out``'s records one stopped before its record, its fit saved in
     ``last.ckpt`` (as SIGTERM leaves it); its old record and that file."""

@@ -97,6 +97,10 @@ def parser() -> argparse.ArgumentParser:
         "the report adds the metric against its values, a line per other combination",
     )  # fmt: skip
     root.add_argument("--name", default=None, help="the comparison's name, its W&B group (default: --out's name)")
+    root.add_argument(
+        "--dry_run", action="store_true",
+        help="check the fit arguments and print each run's fit command (a sweep: its first stage); run nothing",
+    )  # fmt: skip
     where = root.add_argument_group("where the runs run (docs/scaling.md)")
     where.add_argument(
         "--launcher", choices=("local", "ray", "slurm"), default="local",
@@ -198,6 +202,19 @@ def _launcher(options: argparse.Namespace) -> Launcher:
     return LocalLauncher(**resources)
 
 
+def _dry_run(comparison: Comparison, options: argparse.Namespace, axes: dict[str, list[Any]]) -> None:
+    """Print each run the command would start (a sweep's first stage: every value at ``--sweep_seeds``;
+    the kept value's seeds follow it)."""
+    plan = None
+    if options.sweep:
+        selected, mode = parse_select(options.select, comparison.monitor, STAGE_PREFIX[comparison.config.evaluate])
+        sweep = parse_sweep(options.sweep, selected, mode, options.sweep_seeds)
+        plan = [(c, range(sweep.seeds)) for _, runs in grouped(sweep, axes) for c in runs]
+    print("\n".join(comparison.describe(plan)))
+    if options.sweep:
+        print(f"then {comparison.config.seeds} seed(s) at each combination's best value by {selected}")
+
+
 def _slurm_parameters(specs: list[str]) -> dict[str, Any]:
     """``["account=lab", "mem_gb=64"]`` -> ``{"account": "lab", "mem_gb": 64}`` (values read as YAML scalars)."""
     parameters = {}
@@ -261,6 +278,9 @@ def _compare(args: list[str]) -> None:
     metric = options.metric or comparison.default_metric
     if against is not None and metric is None:
         raise ConfigurationError("--plot_against needs --metric NAME: this model's checkpoints monitor no metric.")
+    if options.dry_run:
+        _dry_run(comparison, options, axes)
+        return
     sweep_lines = ""
     if options.sweep:
         selected, mode = parse_select(options.select, comparison.monitor, STAGE_PREFIX[config.evaluate])

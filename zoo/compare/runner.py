@@ -231,6 +231,24 @@ class Comparison:
         keys = {f"{c.name}/seed{s}" for c, seeds in plan for s in seeds}
         return [record for record in load_records(self.records_file) if record["run"] in keys]
 
+    def describe(self, plan: Sequence[tuple[Combination, Sequence[int]]] | None = None) -> list[str]:
+        """``--dry_run``: a line per run of ``plan`` (default: every combination and seed), its fit
+        command or that it is recorded; nothing runs. A time budget's steps are left to the
+        calibration the real command makes first."""
+        config = self.config
+        plan = [(c, range(config.seeds)) for c in self.combinations] if plan is None else plan
+        budget = config.budget
+        extra = [] if budget is None or budget.kind == "seconds" else budget.flags()
+        done = {record["run"] for record in load_records(self.records_file)}
+        lines = []
+        for combination, seeds in plan:
+            for seed in seeds:
+                spec = self._spec(combination, seed, extra)
+                lines.append(f"{spec.key}: " + ("recorded" if spec.key in done else shown(spec.fit)))
+        if budget is not None and budget.kind == "seconds":
+            lines.append(f"(the {budget.text} budget becomes steps after a calibration fit of each combination)")
+        return lines
+
     # -- runs ----------------------------------------------------------------------------------
 
     def run_dir(self, combination: Combination, seed: int) -> Path:

@@ -21,7 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["HeadNorm", "StepDecay", "WriteStrength", "positive_and_negative"]
+__all__ = ["DT_FLOOR", "DT_RANGE", "HeadNorm", "StepDecay", "WriteStrength", "positive_and_negative"]
+
+#: where Mamba's step sizes start, log-uniform, and their floor (``mamba_ssm``'s ``dt_min``,
+#: ``dt_max``, ``dt_init_floor``)
+DT_RANGE, DT_FLOOR = (1e-3, 1e-1), 1e-4
 
 
 class HeadNorm(nn.Module):
@@ -65,10 +69,13 @@ class StepDecay(nn.Module):
         embed_dim: int,
         num_heads: int,
         a_range: tuple[float, float],
-        dt_range: tuple[float, float] = (1e-3, 1e-1),
-        dt_floor: float = 1e-4,
+        dt_range: tuple[float, float] = DT_RANGE,
+        dt_floor: float = DT_FLOOR,
     ) -> None:
         super().__init__()
+        for name, (first, last) in (("dt_range", dt_range), ("a_range", a_range)):
+            if not 0 <= first <= last or (name == "dt_range" and first == 0):
+                raise ValueError(f"StepDecay: {name} is (low, high) with 0 < low <= high, got {(first, last)}.")
         self.proj = nn.Linear(embed_dim, num_heads, bias=False)
         low, high = (math.log(bound) for bound in dt_range)
         dt = (torch.rand(num_heads) * (high - low) + low).exp().clamp(min=dt_floor)

@@ -51,10 +51,13 @@ from typing_extensions import Unpack
 
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.kernels.fla import SIGNED_DECAY_REFUSAL
-from zoo.attention.modules.gating import StepDecay, positive_and_negative
+from zoo.attention.modules.gating import DT_RANGE, StepDecay, positive_and_negative
 from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["Mamba2Attention"]
+
+#: where Mamba-2's ``A`` starts, uniform (``mamba_ssm``'s ``A_init_range``)
+A_RANGE = (1.0, 16.0)
 
 
 @register_attention_layer("mamba2", aliases=("mamba", "ssd"))
@@ -69,6 +72,8 @@ class Mamba2Attention(RecurrentLayer):
         ngroups: Groups of heads that share ``B`` and ``C`` (and the norm's groups); must divide
             ``num_heads``.
         negative_eigenvalues: ``a_t`` in ``(-1, 1)`` rather than ``(0, 1)`` (see the module docstring).
+        dt_range: Where the step sizes start, log-uniform (``mamba_ssm``'s ``dt_min``, ``dt_max``).
+        a_range: Where ``A`` starts, uniform (``mamba_ssm``'s ``A_init_range``).
         options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4, with a bias).
 
     Parameters of its own: ``decay`` (a projection ``embed_dim -> num_heads`` and, per head,
@@ -93,6 +98,8 @@ class Mamba2Attention(RecurrentLayer):
         d_state: int = 128,
         ngroups: int = 1,
         negative_eigenvalues: bool = False,
+        dt_range: tuple[float, float] = DT_RANGE,
+        a_range: tuple[float, float] = A_RANGE,
         **options: Unpack[RecurrentOptions],
     ) -> None:
         inner = int(embed_dim * expand)
@@ -106,7 +113,7 @@ class Mamba2Attention(RecurrentLayer):
             **options,
         )
         self.ngroups, self.negative_eigenvalues = ngroups, negative_eigenvalues
-        self.decay = StepDecay(embed_dim, num_heads, a_range=(1.0, 16.0))
+        self.decay = StepDecay(embed_dim, num_heads, a_range=tuple(a_range), dt_range=tuple(dt_range))
         self.D = nn.Parameter(torch.ones(num_heads))
         self.gate = nn.Linear(embed_dim, inner, bias=False)
         self.norm_weight = nn.Parameter(torch.ones(inner))
