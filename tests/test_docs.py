@@ -145,9 +145,18 @@ RUN = ("list",)
 CHECKED = (*PRINTED, *DRY_RUN, *PARSERS, *RUN)
 
 
+def _real_data(word: str) -> str:
+    """``PATH/TO/sst2`` (a corpus of ``../shared/data``) as that corpus's real path, where it is here."""
+    match = re.search(r"PATH/TO/([\w.-]+)", word)
+    if match and SHARED_DATA.is_dir() and (SHARED_DATA / match.group(1)).exists():
+        return word.replace(match.group(0), str(SHARED_DATA / match.group(1)))
+    return word
+
+
 def _shell_commands(path: Path) -> list[tuple[str, list[str]]]:
     """The ``python -m zoo`` commands of the file's shell blocks, continuation lines joined, each
-    with its arguments; a command with a placeholder (``$VAR``, ``<run>``, ``PATH/TO``, ``...``, a
+    with its arguments, ``PATH/TO/CORPUS`` read as the corpus here; a command with another
+    placeholder (``$VAR``, ``<run>``, ``PATH/TO`` of the reader's file, ``...``, a
     capitalised ``NAME``) or that reads a file the reader makes first (a run's checkpoint, an
     exported folder, an ``--import`` file) is left out: its values are the reader's."""
     commands = []
@@ -156,6 +165,7 @@ def _shell_commands(path: Path) -> list[tuple[str, list[str]]]:
             words = shlex.split(line, comments=True)
             if words[:3] != ["python", "-m", "zoo"] or len(words) < 4 or words[3] not in CHECKED:
                 continue
+            words = [_real_data(word) for word in words]
             placeholder = any(re.search(r"\$|<|PATH/|\.\.\.|\bNAME\b", word) for word in words)
             made = ("--ckpt_path", "--import", "--pretrained")
             reads_a_made_file = any(flag in words for flag in made) and "last" not in words
