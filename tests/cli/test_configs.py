@@ -64,6 +64,7 @@ def test_there_is_a_default_config_per_model_and_overlays_exist() -> None:
         ),
         "recall_mad",
         "recall_mqar",
+        "recall_parity",
         "sentiment_imdb",
         "sentiment_local",
     }
