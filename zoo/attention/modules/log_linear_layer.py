@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from zoo.attention.contract.cache import LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.fenwick import level_count
+from zoo.attention.modules.continuation import continued_request
 from zoo.attention.modules.log_linear_recurrence import LogLinearRecurrence
 from zoo.attention.modules.recurrence import Recurrence
 from zoo.attention.modules.recurrent import RecurrentLayer
@@ -127,13 +128,8 @@ class LogLinearLayer(RecurrentLayer):
         """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a :class:`LevelCache`,
         or None before the first): the output and the tree after them. A prompt runs the form
         ``mode`` picks; positions after a cache, the recurrent form."""
-        if cache is not None and not isinstance(cache, LevelCache):
-            raise TypeError(f"{type(self).__name__} continues a LevelCache; got a {type(cache).__name__}.")
-        context = AttentionContext(is_causal=True) if context is None else context
+        cache, context = continued_request(self, x, cache, LevelCache, context)
         count, offset = x.shape[1], 0 if cache is None else cache.length
-        if context.mask is not None:
-            context = context.replace(mask=context.mask[..., -count:])
-        self.check_request(context)
         steps = context.key_padding
         q, k, v, layer_input, windows = self._project(x, context, cache)  # reads its length and windows (extra)
         recurrence = self._prepare(q, k, v, layer_input)

@@ -101,6 +101,7 @@ from zoo.attention.contract.cache import LayerCache, StateCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.layer import AttentionLayer
 from zoo.attention.kernels.fla import fla_available, fla_chunk, fla_refusal
+from zoo.attention.modules.continuation import continued_request
 from zoo.attention.modules.convolved import ShortConvolved
 from zoo.attention.modules.gating import HeadNorm, StepDecay
 from zoo.attention.modules.recurrence import Recurrence, RecurrenceForms
@@ -271,13 +272,8 @@ class RecurrentLayer(ShortConvolved, AttentionLayer):
         every position seen; the state holds the earlier ones already, so only its last ``Lq``
         key columns are read.
         """
-        if cache is not None and not isinstance(cache, StateCache):
-            raise TypeError(f"{type(self).__name__} continues a StateCache; got a {type(cache).__name__}.")
-        context = AttentionContext(is_causal=True) if context is None else context
+        cache, context = continued_request(self, x, cache, StateCache, context)
         count, offset = x.shape[1], 0 if cache is None else cache.length
-        if context.mask is not None:
-            context = context.replace(mask=context.mask[..., -count:])
-        self.check_request(context)
         steps = context.key_padding
         q, k, v, layer_input, windows = self._project(x, context, cache)
         recurrence = self._prepare(q, k, v, layer_input)

@@ -11,6 +11,8 @@ GroupNorm.
   mixing shares depend on the data cheaply (BlinkDL's "LoRA").
 * :func:`head_group_norm`: a LayerNorm over each head's features with a scale and shift per head
   and feature (``torch.nn.GroupNorm`` with one group a head, as BlinkDL's ``ln_x``).
+* :func:`refuse_convolution`: the token shift takes the place of the other families' short
+  convolution, so both layers refuse a ``conv_size``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["LowRankMap", "head_group_norm", "shift_pair"]
+from zoo.attention.modules.recurrent import RecurrentOptions
+
+__all__ = ["LowRankMap", "head_group_norm", "refuse_convolution", "shift_pair"]
 
 
 class LowRankMap(nn.Module):
@@ -52,6 +56,16 @@ class LowRankMap(nn.Module):
         inner = self.down(x)
         output = self.up(inner if self.activation is None else self.activation(inner))
         return output if self.bias is None else output + self.bias
+
+
+def refuse_convolution(name: str, options: RecurrentOptions) -> None:
+    """Take ``conv_size`` out of a layer's ``options``, refusing, under the layer's ``name``, any
+    other than 0: its token shift mixes each token with the one before, in place of a convolution."""
+    if options.pop("conv_size", 0):
+        raise ValueError(
+            f"{name} has no short convolution: its token shift mixes each token with the one before; "
+            "leave conv_size out."
+        )
 
 
 def shift_pair(x: Tensor, steps: Tensor | None, before: Tensor | None) -> tuple[Tensor, Tensor]:

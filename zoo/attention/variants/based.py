@@ -107,8 +107,7 @@ class BasedAttention(RecurrentLayer):
         window: int = 64,
         **options: Unpack[RecurrentOptions],
     ) -> None:
-        if not isinstance(feature_dim, int) or feature_dim < 1:
-            raise ValueError(f"BasedAttention: feature_dim must be a positive integer, got {feature_dim!r}.")
+        self.require_positive(feature_dim=feature_dim)
         if not isinstance(window, int) or window < 0:
             raise ValueError(f"BasedAttention: window must be a non-negative integer (0: none), got {window!r}.")
         options.setdefault("conv_size", 0)  # Based's linear attention has none

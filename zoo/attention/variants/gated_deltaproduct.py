@@ -87,10 +87,7 @@ class GatedDeltaProductAttention(RecurrentLayer):
         expand_v: float = 1.0,
         **options: Unpack[RecurrentOptions],
     ) -> None:
-        if not isinstance(householder_steps, int) or householder_steps < 1:
-            raise ValueError(
-                f"GatedDeltaProductAttention: householder_steps must be a positive integer, got {householder_steps!r}."
-            )
+        self.require_positive(householder_steps=householder_steps)
         value_dim = int(embed_dim * expand_v)
         super().__init__(
             embed_dim, num_heads, key_dim=embed_dim, value_dim=value_dim, writes=householder_steps, **options

@@ -76,8 +76,7 @@ class GatedLinearAttention(RecurrentLayer):
     ) -> None:
         key_dim, value_dim = int(embed_dim * expand_k), int(embed_dim * expand_v)
         super().__init__(embed_dim, num_heads, key_dim=key_dim, value_dim=value_dim, **options)
-        if not isinstance(gate_rank, int) or gate_rank < 1:
-            raise ValueError(f"GatedLinearAttention: gate_rank must be a positive integer, got {gate_rank!r}.")
+        self.require_positive(gate_rank=gate_rank)
         if gate_normalizer <= 0:
             raise ValueError(f"GatedLinearAttention: gate_normalizer must be positive, got {gate_normalizer}.")
         self.gate_normalizer = gate_normalizer

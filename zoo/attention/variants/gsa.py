@@ -73,8 +73,7 @@ class GatedSlotAttention(RecurrentLayer):
         **options: Unpack[RecurrentOptions],
     ) -> None:
         super().__init__(embed_dim, num_heads, key_dim=embed_dim, value_dim=embed_dim, **options)
-        if not isinstance(num_slots, int) or num_slots < 1:
-            raise ValueError(f"GatedSlotAttention: num_slots must be a positive integer, got {num_slots!r}.")
+        self.require_positive(num_slots=num_slots)
         if gate_normalizer <= 0:
             raise ValueError(f"GatedSlotAttention: gate_normalizer must be positive, got {gate_normalizer}.")
         if norm_eps <= 0:

@@ -101,8 +101,7 @@ class Mamba1Attention(RecurrentLayer):
     ) -> None:
         if dt_rank is not None and (not isinstance(dt_rank, int) or dt_rank < 1):
             raise ValueError(f"Mamba1Attention: dt_rank must be a positive integer or None, got {dt_rank!r}.")
-        if not isinstance(d_state, int) or d_state < 1:
-            raise ValueError(f"Mamba1Attention: d_state must be a positive integer, got {d_state!r}.")
+        self.require_positive(d_state=d_state)
         channels = int(embed_dim * expand)
         if channels < 1:
             raise ValueError(f"Mamba1Attention: expand ({expand}) leaves no channel of {embed_dim}; raise it.")

@@ -87,8 +87,7 @@ class MesaNetAttention(RecurrentLayer):
         output_gate: bool = False,
         **options: Unpack[RecurrentOptions],
     ) -> None:
-        if not isinstance(cg_steps, int) or cg_steps < 1:
-            raise ValueError(f"MesaNetAttention: cg_steps must be a positive integer, got {cg_steps!r}.")
+        self.require_positive(cg_steps=cg_steps)
         if not 0 <= lambda_lower_bound < LAMBDA_INITIAL:
             raise ValueError(
                 f"MesaNetAttention: lambda_lower_bound must be in [0, {LAMBDA_INITIAL}), got {lambda_lower_bound!r}."

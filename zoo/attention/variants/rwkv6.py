@@ -56,7 +56,7 @@ from zoo.attention.contract.cache import StateCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.modules.bonus_recurrence import BonusRecurrence
 from zoo.attention.modules.recurrent import RecurrentLayer, RecurrentOptions
-from zoo.attention.modules.rwkv import LowRankMap, head_group_norm, shift_pair
+from zoo.attention.modules.rwkv import LowRankMap, head_group_norm, refuse_convolution, shift_pair
 
 __all__ = ["RWKV6Attention"]
 
@@ -98,15 +98,9 @@ class RWKV6Attention(RecurrentLayer):
         decay_rank: int = 64,
         **options: Unpack[RecurrentOptions],
     ) -> None:
-        if options.pop("conv_size", 0):
-            raise ValueError(
-                "RWKV6Attention has no short convolution: its token shift mixes each token with the one before; "
-                "leave conv_size out."
-            )
+        refuse_convolution("RWKV6Attention", options)
         super().__init__(embed_dim, num_heads, key_dim=embed_dim, value_dim=embed_dim, conv_size=0, **options)
-        for label, rank in {"mix_rank": mix_rank, "decay_rank": decay_rank}.items():
-            if not isinstance(rank, int) or rank < 1:
-                raise ValueError(f"RWKV6Attention: {label} must be a positive integer, got {rank!r}.")
+        self.require_positive(mix_rank=mix_rank, decay_rank=decay_rank)
         width = embed_dim
         share = torch.arange(width, dtype=torch.float32) / width  # BlinkDL's ddd
         along = torch.arange(width, dtype=torch.float32) / max(width - 1, 1)  # n / (C - 1)

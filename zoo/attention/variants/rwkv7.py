@@ -56,7 +56,7 @@ from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.l2_norm import l2_normalize
 from zoo.attention.modules.recurrence import LowRankRecurrence, RecurrenceForms
 from zoo.attention.modules.recurrent import RecurrentLayer, RecurrentOptions
-from zoo.attention.modules.rwkv import LowRankMap, head_group_norm, shift_pair
+from zoo.attention.modules.rwkv import LowRankMap, head_group_norm, refuse_convolution, shift_pair
 
 __all__ = ["LowRankMap", "RWKV7Attention"]
 
@@ -102,11 +102,7 @@ class RWKV7Attention(RecurrentLayer):
         gate_rank: int | None = None,
         **options: Unpack[RecurrentOptions],
     ) -> None:
-        if options.pop("conv_size", 0):
-            raise ValueError(
-                "RWKV7Attention has no short convolution: its token shift mixes each token with the one before; "
-                "leave conv_size out."
-            )
+        refuse_convolution("RWKV7Attention", options)
         super().__init__(embed_dim, num_heads, key_dim=embed_dim, value_dim=embed_dim, conv_size=0, **options)
         width, size = embed_dim, self.head_dim
         ranks = {"decay_rank": decay_rank, "icl_rank": icl_rank, "gate_rank": gate_rank}
