@@ -9,6 +9,12 @@ Pairs are the two halves of the vector (feature ``i`` with feature ``i + d / 2``
 GPT-NeoX and LLaMA; the paper's adjacent pairs are a fixed permutation of the same features.
 Keys are rotated once, before they are cached, so a cached decoding step rotates only its new
 query and key, at the position after the cache.
+
+Partial rotation (``fraction`` ``f``, transformers' ``partial_rotary_factor``; GPT-NeoX's
+``rotary_pct``): only the first ``r = int(f * d)`` features of each head are rotated, as above with
+``d`` replaced by ``r`` (``theta_i = base^(-2i / r)``, pairs ``i`` and ``i + r / 2``), and the last
+``d - r`` pass unchanged, so those features score content only. Qwen3-Next rotates a quarter.
+``f = 1`` (the default) is the full rotation.
 """
 
 from __future__ import annotations
@@ -28,17 +34,27 @@ class RotaryEmbedding(PositionScheme):
     Args:
         head_dim: Size of each head's vectors; must be even.
         base: Wavelength base of the angles (10000 in the paper).
+        fraction: Share of each head's features rotated, the first ``int(fraction * head_dim)``
+            (an even count); the rest pass unchanged.
     """
 
     kind = "rotary"
 
-    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+    def __init__(self, head_dim: int, base: float = 10000.0, *, fraction: float = 1.0) -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError(
                 f"rope rotates pairs of features, so the head size must be even; got {head_dim}. Change d_model or num_heads."
             )
-        self.head_dim, self.base = head_dim, base
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"rope's fraction must be in (0, 1]; got {fraction!r}. Pass 1.0 to rotate every feature.")
+        rotary_dim = int(fraction * head_dim)
+        if rotary_dim == 0 or rotary_dim % 2:
+            raise ValueError(
+                f"rope's fraction {fraction!r} of head size {head_dim} rotates {rotary_dim} features; it needs a "
+                "positive even count. Choose a fraction whose share of the head size is even."
+            )
+        self.head_dim, self.base, self.fraction, self.rotary_dim = head_dim, base, fraction, rotary_dim
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """``x``: ``(..., L, head_dim)``; ``positions``: integers broadcastable to ``(..., L)``."""
@@ -50,25 +66,30 @@ class RotaryEmbedding(PositionScheme):
         """``cos`` and ``sin`` of the angles ``m * theta_i`` at integer ``positions`` ``(..., L)``:
         ``(..., L, head_dim / 2)`` in float32. Computed on each call, never stored: a buffer would
         follow ``model.half()`` and lose the precision that angles at large positions need (a model
-        computes them once a forward, :meth:`zoo.attention.contract.context.AttentionContext.memoized`)."""
+        computes them once a forward, :meth:`zoo.attention.contract.context.AttentionContext.memoized`).
+        With a ``fraction`` below one they are ``(..., L, rotary_dim / 2)``."""
         inverse_frequency = self.base ** (
-            -torch.arange(0, self.head_dim, 2, device=positions.device, dtype=torch.float32) / self.head_dim
+            -torch.arange(0, self.rotary_dim, 2, device=positions.device, dtype=torch.float32) / self.rotary_dim
         )
-        angles = positions.to(torch.float32).unsqueeze(-1) * inverse_frequency  # (..., L, d/2)
+        angles = positions.to(torch.float32).unsqueeze(-1) * inverse_frequency  # (..., L, r/2)
         return angles.cos(), angles.sin()
 
     @staticmethod
     def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """``x`` ``(..., L, head_dim)`` rotated by the angles whose ``cos`` and ``sin`` are given
-        (:meth:`angles`), in ``x``'s dtype."""
+        (:meth:`angles`), in ``x``'s dtype: its first ``2 * cos.shape[-1]`` features, the rest as they are."""
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-        first, second = x.chunk(2, dim=-1)
-        return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+        rotary_dim = 2 * cos.shape[-1]
+        rotated, passed = x[..., :rotary_dim], x[..., rotary_dim:]
+        first, second = rotated.chunk(2, dim=-1)
+        return torch.cat([first * cos - second * sin, first * sin + second * cos, passed], dim=-1)
 
     def for_head_dim(self, head_dim: int) -> RotaryEmbedding:
         """This scheme for heads of ``head_dim`` features (the same base): a layer whose query and
-        key heads are narrower or wider than the stack's (``gla``'s halved keys, Mamba-2's state)."""
-        return self if head_dim == self.head_dim else RotaryEmbedding(head_dim, self.base)
+        key heads are narrower or wider than the stack's (``gla``'s halved keys, Mamba-2's state), and
+        the same fraction of them rotated."""
+        return self if head_dim == self.head_dim else RotaryEmbedding(head_dim, self.base, fraction=self.fraction)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, base={self.base}"
+        partial = f", fraction={self.fraction}" if self.fraction != 1.0 else ""
+        return f"head_dim={self.head_dim}, base={self.base}{partial}"

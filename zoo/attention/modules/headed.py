@@ -63,6 +63,9 @@ class HeadedAttention(AttentionLayer):
         kdim: Key feature size (defaults to ``embed_dim``).
         vdim: Value feature size (defaults to ``embed_dim``).
         bias: Whether the projections have biases.
+        head_dim: Features per head; None for ``embed_dim // num_heads``. Given, the queries and
+            the heads' outputs are ``num_heads * head_dim`` wide whatever ``embed_dim`` is (the
+            output projection maps them back to ``embed_dim``), as Qwen3's and gpt-oss's are.
     """
 
     stack_layer = False
@@ -79,6 +82,7 @@ class HeadedAttention(AttentionLayer):
         kdim: int | None = None,
         vdim: int | None = None,
         bias: bool = True,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         if isinstance(attention, str):  # a name is refused as the heads' attention, not a stack's
@@ -92,7 +96,11 @@ class HeadedAttention(AttentionLayer):
             )
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"embed_dim and num_heads must be positive; got {embed_dim} and {num_heads}.")
-        if embed_dim % num_heads:
+        if head_dim is not None and (not isinstance(head_dim, int) or head_dim <= 0):
+            raise ValueError(
+                f"head_dim must be a positive integer or None; got {head_dim!r}. Pass None for embed_dim // num_heads."
+            )
+        if head_dim is None and embed_dim % num_heads:
             divisors = [h for h in range(1, embed_dim + 1) if embed_dim % h == 0 and h <= 64]
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}); "
@@ -106,20 +114,21 @@ class HeadedAttention(AttentionLayer):
                 f"Choose one of {divisors} (1 is multi-query attention, {num_heads} standard multi-head)."
             )
         self.spec = spec
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = embed_dim // num_heads if head_dim is None else head_dim
         self.num_kv_heads = num_kv_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.score_attention = spec.build(self.head_dim, num_heads)
-        self.position = spec.position
-        kv_dim = num_kv_heads * self.head_dim
+        self.position = None if spec.position is None else spec.position.for_head_dim(self.head_dim)
+        inner_dim, kv_dim = num_heads * self.head_dim, num_kv_heads * self.head_dim
         # No projection the per-head attention never reads: every parameter then gets a gradient,
         # so multi-process DDP needs no find_unused_parameters (Hugging Face's shared-QK Reformer
         # layer likewise has only a query-key and a value projection).
         reads = self.score_attention
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias) if reads.reads_queries else None
+        self.q_proj = nn.Linear(embed_dim, inner_dim, bias=bias) if reads.reads_queries else None
         self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias) if reads.reads_keys else None
         self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(inner_dim, embed_dim, bias=bias)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -227,4 +236,6 @@ class HeadedAttention(AttentionLayer):
 
     def extra_repr(self) -> str:
         grouped = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
+        if self.head_dim * self.num_heads != self.embed_dim:
+            grouped += f", head_dim={self.head_dim}"
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}{grouped}, attention={self.spec.describe()!r}"

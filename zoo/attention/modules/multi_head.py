@@ -127,9 +127,15 @@ class SelfAttention(HeadedAttention):
     """
 
     def __init__(
-        self, embed_dim: int, num_heads: int, attention: AttentionSpec | str = "dot_product", *, bias: bool = True
+        self,
+        embed_dim: int,
+        num_heads: int,
+        attention: AttentionSpec | str = "dot_product",
+        *,
+        bias: bool = True,
+        head_dim: int | None = None,
     ) -> None:
-        super().__init__(embed_dim, num_heads, attention, bias=bias)
+        super().__init__(embed_dim, num_heads, attention, bias=bias, head_dim=head_dim)
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         """``x`` ``(B, L, embed_dim)`` over itself under the forward's ``context``."""

@@ -134,6 +134,9 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         dropout: Dropout on the weights; the stack gives the model's attention dropout.
         position: The stack's rotary or bias scheme.
         bias: Whether the projections (and the gate's) have biases.
+        head_dim: Features per head; None for ``embed_dim // num_heads``. Qwen3-Next's attention has
+            16 heads of 256 beside a width of 2048, gpt-oss's 64 of 64 beside 2880: queries, gate
+            and heads' outputs are ``num_heads * head_dim`` wide.
 
     Parameters besides ``self``'s projections: ``q_norm`` and ``k_norm`` (``head_dim`` scales
     each), ``gate_proj``, ``sinks`` (``num_heads``), ``q_conv``, ``k_conv`` and ``v_conv``
@@ -165,10 +168,12 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         dropout: float = 0.0,
         position: PositionScheme | None = None,
         bias: bool = True,
+        head_dim: int | None = None,
     ) -> None:
         name = type(self).__name__
         require_attention(scores, role=f"the heads of {name} (its scores)")
-        super().__init__(embed_dim, num_heads, AttentionSpec(scores, {}, num_kv_heads, position, dropout), bias=bias)
+        spec = AttentionSpec(scores, {}, num_kv_heads, position, dropout)
+        super().__init__(embed_dim, num_heads, spec, bias=bias, head_dim=head_dim)
         self.scores = scores
         if (sinks or window is not None) and type(self.score_attention) is not DotProductAttention:
             raise ValueError(
@@ -185,7 +190,9 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         self.k_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
         self.gate = gate
         self.gate_proj = (
-            None if gate is None else nn.Linear(embed_dim, embed_dim if gate == "elementwise" else num_heads, bias=bias)
+            None
+            if gate is None
+            else nn.Linear(embed_dim, num_heads * self.head_dim if gate == "elementwise" else num_heads, bias=bias)
         )
         self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
         self.add_convolutions(conv_size)
@@ -372,6 +379,7 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         options = [
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}",
             f"num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else "",
+            f"head_dim={self.head_dim}" if self.head_dim * self.num_heads != self.embed_dim else "",
             "qk_norm=True" if self.q_norm is not None else "",
             f"gate={self.gate!r}" if self.gate is not None else "",
             "sinks=True" if self.sinks is not None else "",
