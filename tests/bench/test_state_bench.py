@@ -16,7 +16,7 @@ from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, 
 TINY = {"d_model": 16, "heads": 2, "warmup": 0, "repeats": 1}
 RECURRENT = [
     "based", "comba", "deltanet", "gated_deltanet", "gated_deltanet2", "gated_deltaproduct", "gla", "gsa", "hgrn2",
-    "kda", "mamba1", "mamba2", "mamba3", "mesanet", "retention", "rwkv6", "rwkv7",
+    "kda", "lightning_attention", "mamba1", "mamba2", "mamba3", "mesanet", "retention", "rwkv6", "rwkv7",
 ]  # fmt: skip
 
 

@@ -20,11 +20,14 @@ ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16"
 STATE_CHECKS = ("state_decoding", "state_size")
 RECURRENT = [
     "retention", "gla", "deltanet", "gated_deltanet", "mamba2", "kda", "rwkv7", "gated_deltaproduct",
-    "gated_deltanet2", "comba", "mesanet", "mamba3", "mamba1", "hgrn2", "rwkv6", "gsa", "based",
+    "gated_deltanet2", "comba", "mesanet", "mamba3", "mamba1", "hgrn2", "rwkv6", "gsa", "based", "lightning_attention",
 ]  # fmt: skip
 #: causal-only layers that decode from a growing cache (keys and values, or log-linear's levels)
 #: and take key masks only
-CAUSAL_SPARSE = ["moba", "nsa", "path_attention", "deltaformer", "log_linear_mamba2", "log_linear_gated_deltanet"]
+#: (and the default parallel hybrid: its softmax branch's cache beside Mamba-2's state)
+CAUSAL_SPARSE = [
+    "moba", "nsa", "path_attention", "deltaformer", "log_linear_mamba2", "log_linear_gated_deltanet", "parallel_hybrid",
+]  # fmt: skip
 #: causal-only variants that decode from every key and value (a key/value cache): checked causally
 CAUSAL_ONLY = ["stick_breaking", "forgetting"]
 #: what a causal-only layer declares it cannot do, and is verified to refuse

@@ -34,8 +34,8 @@ from torch import nn
 from typing_extensions import Unpack
 
 from zoo.arguments import check_kwargs
-from zoo.attention.contract.base import Attention, IncompatibleAttentionError
 from zoo.attention.build.factory import ATTENTION_REGISTRY, AttentionNeeds, require_attention, scoring_arguments
+from zoo.attention.contract.base import Attention, IncompatibleAttentionError
 from zoo.attention.contract.layer import AttentionLayer
 from zoo.positions import POSITION_REGISTRY, PositionScheme
 
@@ -45,6 +45,7 @@ __all__ = [
     "AttentionEntry",
     "AttentionSpec",
     "layer_specs",
+    "split_entry",
     "takes_position",
 ]
 
@@ -154,8 +155,13 @@ class AttentionSpec:
         :class:`~zoo.attention.contract.base.IncompatibleAttentionError` naming the names that can. A
         layer whose heads run a scoring attention it is given by name (its ``scores`` argument,
         as the ``softmax`` layer's) can do only what that attention can, so the name is checked
-        too."""
-        require_attention(self.name, role=role, layers=True, **needs)
+        too. A layer built from other entries (``parallel_hybrid``'s branches) can do what its parts
+        can, whatever its class declares for its default parts: its ``require_parts(kwargs, role=...,
+        **needs)`` classmethod checks them instead."""
+        if (require_parts := getattr(self.variant, "require_parts", None)) is not None:
+            require_parts(self.kwargs, role=role, **needs)
+        else:
+            require_attention(self.name, role=role, layers=True, **needs)
         scores = self.kwargs.get("scores")
         if isinstance(scores, str):
             require_attention(scores, role=f"{role}, as the scores of {self.name!r}", **needs)
@@ -184,8 +190,9 @@ class AttentionSpec:
         return f"{self.name}({arguments})" if arguments else self.name
 
 
-def _entry(entry: AttentionEntry, where: str) -> tuple[str, dict[str, Any]]:
-    """A list entry as a name and its arguments."""
+def split_entry(entry: AttentionEntry, where: str) -> tuple[str, dict[str, Any]]:
+    """An entry (a name, or a mapping of a name and its arguments) as the name and its arguments;
+    a ``ValueError`` beginning with ``where`` for anything else."""
     if isinstance(entry, str):
         return entry, {}
     if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
@@ -245,7 +252,7 @@ def layer_specs(
     specs = []  # a pattern's entries are built and checked once, then placed at each of their layers
     for index, entry in enumerate(entries):
         where = _layers_of(index, period, num_layers, stack)
-        name, arguments = _entry(entry, where)
+        name, arguments = split_entry(entry, where)
         try:
             spec = AttentionSpec(name, arguments, num_kv_heads, position, dropout)
         except (IncompatibleAttentionError, KeyError, TypeError, ValueError) as error:
