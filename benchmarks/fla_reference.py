@@ -84,6 +84,7 @@ from zoo.attention.kernels.fenwick import level_count
 from zoo.attention.kernels.log_linear import log_linear_chunkwise, log_linear_recurrent, log_linear_weights
 from zoo.attention.modules.bonus_recurrence import BonusRecurrence
 from zoo.attention.modules.slot_recurrence import SlotRecurrence
+from zoo.attention.variants.lightning_attention import LightningAttention
 
 B, H, T, DK, DV = 2, 3, 128, 16, 16
 
@@ -151,6 +152,40 @@ def compare_simple_gla(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state
         "decay_chunkwise (one chunk, scalar)",
         output=largest_difference(fla_layout(fla_output), output),
         weights=largest_difference(fla_weights, weights),
+    )
+
+
+def compare_lightning_attn(naive: ModuleType, q: Tensor, k: Tensor, v: Tensor, state: Tensor) -> None:
+    """MiniMax's lightning attention (``lightning_attention``, its layer's recurrence at layer 1 of 4)
+    with ``naive_{recurrent,chunk}_simple_gla`` at the same constant log decays ``-s_h`` (``scale=1``).
+
+    fla has no ``fla/ops/lightning_attn/naive.py``: its ``chunk_lightning_attn`` is ``chunk_simple_gla``
+    at ``g_gamma = -(8 / H) (1 - l / L) h``, another schedule than transformers' MiniMax slopes
+    ``2^(-8 (h + 1) / H) (1 - l / (L - 1 + 1e-5) + 1e-5)``, which the zoo follows; so the slopes are the
+    zoo's on both sides and this checks the recurrence the layer runs."""
+    layer = LightningAttention(H * DK, H, head_dim=DK, layer_index=1, num_layers=4).double()
+    recurrence = layer.prepare(q, k, v, q.new_zeros(()))  # its log decays ignore the layer's input
+    log_decay = recurrence.log_decay.expand(B, H, T, 1).squeeze(-1)
+    args = (fla_layout(q), fla_layout(k), fla_layout(v), fla_layout(log_decay))
+    output, final = recurrence.recurrent(state, None)
+    fla_output, fla_final = naive.naive_recurrent_simple_gla(
+        *args, scale=1.0, initial_state=state, output_final_state=True
+    )
+    report(
+        "naive_recurrent_simple_gla",
+        "lightning_attention (recurrent)",
+        output=largest_difference(fla_layout(fla_output), output),
+        state=largest_difference(fla_final, final),
+    )
+    output, final = recurrence.chunkwise(16, state, None)
+    fla_output, fla_final = naive.naive_chunk_simple_gla(
+        *args, initial_state=state.float(), output_final_state=True, chunk_size=64, scale=1.0
+    )
+    report(
+        "naive_chunk_simple_gla",
+        "lightning_attention (chunks of 16)",
+        output=largest_difference(fla_layout(fla_output), output),
+        state=largest_difference(fla_final, final),
     )
 
 
@@ -821,6 +856,7 @@ def main() -> None:
     print(f"float64 inputs, B={B}, H={H}, T={T}, dk={DK}, dv={DV}: largest |fla - zoo| (of largest |zoo|)")
 
     compare_simple_gla(load_naive(args.fla_root, "simple_gla"), q, k, v, state, gen)
+    compare_lightning_attn(load_naive(args.fla_root, "simple_gla"), q, k, v, state)
     compare_gla(load_naive(args.fla_root, "gla"), q, k, v, state, gen)
     compare_delta_rule(load_naive(args.fla_root, "delta_rule"), q, k, v, state, beta)
     compare_gated_delta_rule(load_naive(args.fla_root, "gated_delta_rule"), q, k, v, state, beta, gen)

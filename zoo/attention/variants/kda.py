@@ -44,6 +44,12 @@ to 4-step sub-chunks and the bounded one with 8 and 16: at width 128 the same re
 recipes and two recipes at chance; one seed) the bound decides recall: 0.993 in 1,000 steps with it,
 chance in 1,500 with the report's gate.
 
+``head_dim`` (None by default: ``embed_dim // num_heads``) sets each head's key width apart from
+the block's, as fla's ``head_dim`` does: queries and keys ``num_heads * head_dim`` wide, values
+``expand_v`` times that (Kimi Linear's 32 heads of 128, 4096 wide, in a block of 2304).
+``gate_bias`` (True by default, as fla) keeps the bias on the output gate's second map;
+transformers' ``KimiLinearDeltaAttention`` has none (:mod:`zoo.integrations.hf_layers.kimi_linear`).
+
 Where the zoo differs: ``gate_rank`` defaults to the value head size (fla's choice too); fla's
 option of grouped value heads is left out.
 The chunkwise form is the zoo's own (quadratic inside chunks, exact to rounding); on CUDA
@@ -124,16 +130,18 @@ class KimiDeltaAttention(RecurrentLayer):
     Args:
         embed_dim: The block's width: what the gates are projected from.
         num_heads: Heads.
-        expand_v: The value width, in multiples of ``embed_dim``.
+        head_dim: Each head's key width (fla's ``head_dim``); None: ``embed_dim // num_heads``.
+        expand_v: The value width, in multiples of the key width (``embed_dim`` by default).
         gate_rank: Rank of the decay's and the output gate's projections; None: the value head size.
         decay_lower_bound: The lowest log decay a step may take, fla's ``lower_bound`` (-5 there);
             None: the report's unbounded gate (see the module docstring).
         negative_eigenvalues: ``beta`` in ``(0, 2)`` (Grazzi et al.) rather than ``(0, 1)``.
+        gate_bias: A bias on the output gate's second map (fla's); False: none (transformers').
         options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4).
 
     Parameters of its own: ``beta`` (``embed_dim -> num_heads``, no bias); ``decay``
     (:class:`ChannelDecay`); ``gate`` (``embed_dim -> gate_rank -> value width``, a bias on the
-    second), the sigmoid output gate; ``norm``, the per-head RMSNorm's scale.
+    second with ``gate_bias``), the sigmoid output gate; ``norm``, the per-head RMSNorm's scale.
     """
 
     #: SiLU on queries, keys and values, as Kimi Linear's
@@ -144,14 +152,19 @@ class KimiDeltaAttention(RecurrentLayer):
         embed_dim: int,
         num_heads: int,
         *,
+        head_dim: int | None = None,
         expand_v: float = 1.0,
         gate_rank: int | None = None,
         decay_lower_bound: float | None = None,
         negative_eigenvalues: bool = False,
+        gate_bias: bool = True,
         **options: Unpack[RecurrentOptions],
     ) -> None:
-        value_dim = int(embed_dim * expand_v)
-        super().__init__(embed_dim, num_heads, key_dim=embed_dim, value_dim=value_dim, **options)
+        if head_dim is not None and (not isinstance(head_dim, int) or head_dim < 1):
+            raise ValueError(f"KimiDeltaAttention: head_dim must be a positive integer or None, got {head_dim!r}.")
+        key_dim = embed_dim if head_dim is None else num_heads * head_dim
+        value_dim = int(key_dim * expand_v)
+        super().__init__(embed_dim, num_heads, key_dim=key_dim, value_dim=value_dim, **options)
         rank = self.head_dim if gate_rank is None else gate_rank
         if not isinstance(rank, int) or rank < 1:
             raise ValueError(f"KimiDeltaAttention: gate_rank must be a positive integer or None, got {gate_rank!r}.")
@@ -164,7 +177,7 @@ class KimiDeltaAttention(RecurrentLayer):
             )
         self.beta = WriteStrength(embed_dim, num_heads, negative_eigenvalues)
         self.decay = ChannelDecay(embed_dim, num_heads, self.key_head_dim, rank, lower_bound=decay_lower_bound)
-        self.gate = nn.Sequential(nn.Linear(embed_dim, rank, bias=False), nn.Linear(rank, value_dim))
+        self.gate = nn.Sequential(nn.Linear(embed_dim, rank, bias=False), nn.Linear(rank, value_dim, bias=gate_bias))
         self.norm = HeadNorm(self.head_dim)
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> LowRankRecurrence:

@@ -26,8 +26,15 @@ from typing import Any
 from torch import nn
 
 from zoo.errors import ConfigurationError
+from zoo.integrations.hf_layers.deepseek_v3 import deepseek_v3_layer, deepseek_v3_pair
+from zoo.integrations.hf_layers.falcon_h1 import falcon_h1_layer, falcon_h1_pair
+from zoo.integrations.hf_layers.gpt_oss import gpt_oss_layer, gpt_oss_pair
+from zoo.integrations.hf_layers.kimi_linear import kimi_linear_kda_layer, kimi_linear_kda_pair
 from zoo.integrations.hf_layers.mamba2 import mamba2_layer, mamba2_pair
+from zoo.integrations.hf_layers.minimax import minimax_layer, minimax_pair
+from zoo.integrations.hf_layers.qwen3 import qwen3_layer, qwen3_pair
 from zoo.integrations.hf_layers.qwen3_next import qwen3_next_gated_deltanet_layer, qwen3_next_gated_deltanet_pair
+from zoo.integrations.hf_layers.qwen3_next_attention import qwen3_next_attention_layer, qwen3_next_attention_pair
 from zoo.integrations.hf_layers.state_maps import LayerPair
 
 __all__ = ["FAMILIES", "HFFamily", "from_hf_layer", "into_hf_layer"]
@@ -35,15 +42,29 @@ __all__ = ["FAMILIES", "HFFamily", "from_hf_layer", "into_hf_layer"]
 
 @dataclass(frozen=True)
 class HFFamily:
-    """A transformers layer class's zoo layer builder and state-dict map, each from its config."""
+    """A transformers layer class's zoo layer builder and state-dict map, each from its config; with
+    ``by_layer``, from the module's ``layer_idx`` too (given as ``layer_index``: MiniMax's decays
+    follow the layer's depth, which the config does not hold)."""
 
     build: Callable[..., nn.Module]
-    pair: Callable[[Any], LayerPair]
+    pair: Callable[..., LayerPair]
+    by_layer: bool = False
+
+    def layer(self, module: nn.Module) -> dict[str, int]:
+        """The keyword naming ``module``'s place in its model, where the map depends on it."""
+        return {"layer_index": module.layer_idx} if self.by_layer else {}
 
 
 #: the transformers layer classes the zoo computes, by class name
 FAMILIES: dict[str, HFFamily] = {
+    "DeepseekV3Attention": HFFamily(deepseek_v3_layer, deepseek_v3_pair),
+    "FalconH1Mixing": HFFamily(falcon_h1_layer, falcon_h1_pair),  # a FalconH1DecoderLayer's two branches
+    "GptOssAttention": HFFamily(gpt_oss_layer, gpt_oss_pair, by_layer=True),
+    "KimiLinearDeltaAttention": HFFamily(kimi_linear_kda_layer, kimi_linear_kda_pair),
     "Mamba2Mixer": HFFamily(mamba2_layer, mamba2_pair),
+    "MiniMaxLightningAttention": HFFamily(minimax_layer, minimax_pair, by_layer=True),
+    "Qwen3Attention": HFFamily(qwen3_layer, qwen3_pair),
+    "Qwen3NextAttention": HFFamily(qwen3_next_attention_layer, qwen3_next_attention_pair),
     "Qwen3NextGatedDeltaNet": HFFamily(qwen3_next_gated_deltanet_layer, qwen3_next_gated_deltanet_pair),
 }
 
@@ -59,13 +80,14 @@ def from_hf_layer(module: nn.Module, config: Any, **options: Any) -> nn.Module:
     """The zoo's layer equal to transformers' ``module`` (built from ``config``), with its weights,
     on its device and in its dtype; ``options`` go to the zoo layer (``mode``, ``chunk_size``)."""
     family = _family(module)
-    layer = family.build(config, **options)
+    layer = family.build(config, **family.layer(module), **options)
     parameter = next(module.parameters())
     layer.to(device=parameter.device, dtype=parameter.dtype)
-    layer.load_state_dict(family.pair(config).to_zoo(module.state_dict()))
+    layer.load_state_dict(family.pair(config, **family.layer(module)).to_zoo(module.state_dict()))
     return layer
 
 
 def into_hf_layer(layer: nn.Module, module: nn.Module, config: Any) -> None:
     """Load the zoo ``layer``'s weights into transformers' ``module`` (both built from ``config``), strictly."""
-    module.load_state_dict(_family(module).pair(config).from_zoo(layer.state_dict()))
+    family = _family(module)
+    module.load_state_dict(family.pair(config, **family.layer(module)).from_zoo(layer.state_dict()))
