@@ -1,0 +1,246 @@
+"""DeepSeek Sparse Attention (DSA; DeepSeek-AI, 2025, "DeepSeek-V3.2: Pushing the Frontier of Open
+Large Language Models", arXiv:2512.02556; DeepSeek-V3.2-Exp before it): multi-head latent
+attention (``mla``) whose softmax each query takes over only the ``index_topk`` keys a lightning
+indexer scores highest (:mod:`zoo.attention.modules.lightning_indexer`).
+
+For a query token ``t`` (the paper's equations 1 and 2)::
+
+    I_t,s = sum_j w_t,j ReLU(q^I_t,j . k^I_s)                 the indexer, over the visible s
+    S_t   = the index_topk positions s of highest I_t,s
+    o_t,h = sum_{s in S_t} softmax_s(q_t,h . k_s,h / sqrt(dn + dr)) v_s,h      MLA, per head h
+    y_t   = [o_t,1 ; ... ; o_t,H] W^O
+
+MLA's latents, rotary sub-heads, forms (naive, absorbed) and short convolution are the ``mla``
+layer's, unchanged (:mod:`zoo.attention.variants.mla`); the selection enters its kernels as a
+boolean mask beside the padding mask, so the weights a heatmap asks for (``need_weights``) are
+zero outside it. With no more keys than ``index_topk`` every key is selected and the layer computes
+exactly what ``mla`` computes with the same weights (the indexer then only learns).
+
+Training the indexer (the paper's section 2.1): the top-k choice passes no gradient, so the
+indexer learns from ``L^I = KL(p_t || softmax(I_t))`` alone, ``p_t`` the main attention's
+weights summed over heads, over the selected keys (all keys while ``T <= index_topk``: the
+paper's dense warm-up loss), its input detached from the model's (the paper's sparse stage). The
+zoo's tasks minimize one loss, so the layer ties ``index_loss_weight * L^I`` to its output
+(:func:`~zoo.attention.modules.auxiliary_loss.attach_auxiliary_loss`): the output is unchanged, and
+a backward pass through it adds ``L^I``'s gradient to the indexer's parameters, and to nothing
+else. It is computed whenever gradients are (forming the ``(B, H, L, L)`` weights once more);
+``index_loss_weight=0`` leaves the indexer as initialized. Where the paper trains in stages (a
+dense warm-up of the indexer alone with the model frozen, then both, sparse), the zoo trains
+both together from the start.
+
+Decoding caches MLA's latent and rotary key per position and the indexer's key
+(:class:`IndexedLatentCache`, ``kv_lora_rank + qk_rope_head_dim + index_head_dim`` numbers a
+position); a decoded token scores every cached index key and attends to its top ``index_topk``,
+as DeepSeek-V3.2-Exp's ``inference/model.py`` does.
+
+What follows DeepSeek-V3.2-Exp's ``inference/model.py`` and transformers' ``DeepseekV32Attention``:
+the indexer's query read from MLA's normalized query latent ``c^Q`` (``q_lora_rank``), its one
+LayerNorm'd key per token, its per-head weights from ``x``, the rotation of its leading
+``qk_rope_head_dim`` features. Where the zoo differs: without ``q_lora_rank`` (the zoo's ``mla``
+default) the index queries are read from ``x``; the defaults are sized for the zoo's widths
+(``index_heads = max(num_heads // 2, 1)``, as V3.2's 64 index heads to 128; ``index_head_dim =
+max(qk_nope_head_dim, qk_rope_head_dim)``, as its 128), ``index_topk`` is V3.2's 2048; the
+indexer's precision, Hadamard transform and ties as :mod:`~zoo.attention.modules.lightning_indexer`
+says. The indexer and its selection are dense ``O(L^2)`` products here (no FP8 kernel, no gather
+of the selected latents), so the layer costs what ``mla`` costs plus the indexer: it shows what
+the selection does, not its speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from typing_extensions import TypedDict, Unpack
+
+from zoo.attention.build.factory import register_attention_layer
+from zoo.attention.contract.base import AttentionOutput
+from zoo.attention.contract.cache import ConvolvedCache, LatentCache, LayerCache
+from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.masking import with_causal
+from zoo.attention.kernels.latent import latent_attention_weights
+from zoo.attention.modules.auxiliary_loss import attach_auxiliary_loss
+from zoo.attention.modules.lightning_indexer import LightningIndexer, indexer_kl, top_k_selection
+from zoo.attention.variants.mla import LatentMode, MultiHeadLatentAttention
+from zoo.positions import PositionScheme
+
+__all__ = ["DeepSeekSparseAttention", "IndexedLatentCache", "LatentOptions"]
+
+
+class LatentOptions(TypedDict, total=False):
+    """``mla``'s options, which DSA takes as they are (see :class:`MultiHeadLatentAttention`)."""
+
+    kv_lora_rank: int | None
+    q_lora_rank: int | None
+    qk_nope_head_dim: int | None
+    qk_rope_head_dim: int | None
+    v_head_dim: int | None
+    rope: bool
+    rope_base: float
+    mode: LatentMode
+    conv_size: int
+    position: PositionScheme | None
+
+
+@dataclass(frozen=True)
+class IndexedLatentCache:
+    """DSA's positions seen so far: MLA's :class:`~zoo.attention.contract.cache.LatentCache` and
+    the indexer's key of each position ``(B, L, index_head_dim)`` (rotated at its position)."""
+
+    latent: LatentCache
+    index_keys: Tensor
+
+    @property
+    def length(self) -> int:
+        return self.latent.length
+
+    @property
+    def nbytes(self) -> int:
+        return self.latent.nbytes + self.index_keys.nbytes
+
+    def extend(self, latent: Tensor, rope_key: Tensor, index_keys: Tensor) -> IndexedLatentCache:
+        """This cache followed by new positions' latents, rotary keys and index keys."""
+        return IndexedLatentCache(
+            self.latent.extend(latent, rope_key), torch.cat([self.index_keys, index_keys], dim=-2)
+        )
+
+    def select(self, index: Tensor) -> IndexedLatentCache:
+        return IndexedLatentCache(self.latent.select(index), self.index_keys.index_select(0, index))
+
+
+@register_attention_layer("dsa", aliases=("deepseek_sparse_attention",))
+class DeepSeekSparseAttention(MultiHeadLatentAttention):
+    """DeepSeek Sparse Attention: ``mla`` over the top ``index_topk`` keys of a lightning indexer
+    (see the module docstring).
+
+    Args:
+        embed_dim: The block's width.
+        num_heads: Query heads of the latent attention.
+        index_topk: Keys each query attends to (V3.2's 2048).
+        index_heads: The indexer's heads ``H_I``; None: ``max(num_heads // 2, 1)``.
+        index_head_dim: Each index head's width ``d_I`` (at least ``qk_rope_head_dim`` when the layer
+            rotates); None: ``max(qk_nope_head_dim, qk_rope_head_dim)``.
+        index_loss_weight: The weight of the indexer's KL loss in every backward pass through the
+            layer (0: the indexer does not learn).
+        **options: ``mla``'s options (:class:`LatentOptions`).
+
+    Parameters: ``mla``'s, and the indexer's (``indexer.q_proj``, ``indexer.k_proj``,
+    ``indexer.k_norm``, ``indexer.weights_proj``).
+    """
+
+    family = "sparse selection"
+    cost = "L²"
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        index_topk: int = 2048,
+        index_heads: int | None = None,
+        index_head_dim: int | None = None,
+        index_loss_weight: float = 1.0,
+        **options: Unpack[LatentOptions],
+    ) -> None:
+        super().__init__(embed_dim, num_heads, **options)
+        name = type(self).__name__
+        heads = max(num_heads // 2, 1) if index_heads is None else index_heads
+        width = max(self.qk_nope_head_dim, self.qk_rope_head_dim) if index_head_dim is None else index_head_dim
+        self.require_positive(index_topk=index_topk, index_heads=heads, index_head_dim=width)
+        rope_dim = self.qk_rope_head_dim if self.rotary is not None else 0
+        if width < rope_dim:
+            raise ValueError(
+                f"{name}: index_head_dim must be at least qk_rope_head_dim ({rope_dim}) to rotate its leading "
+                f"features; got {width}."
+            )
+        if not index_loss_weight >= 0:
+            raise ValueError(
+                f"{name}: index_loss_weight must be 0 or more (0: the indexer does not learn); got {index_loss_weight!r}."
+            )
+        self.index_topk, self.index_loss_weight = index_topk, float(index_loss_weight)
+        query_dim = embed_dim if self.q_lora_rank is None else self.q_lora_rank
+        self.indexer = LightningIndexer(embed_dim, query_dim, heads, width, rope_dim)
+
+    @property
+    def cache_width(self) -> int:
+        """Numbers a decoder caches per position: ``kv_lora_rank + qk_rope_head_dim + index_head_dim``."""
+        return super().cache_width + self.indexer.head_dim
+
+    def _sparse(
+        self, x: Tensor, queries: Tensor, latent: Tensor, rope_key: Tensor, index_keys: Tensor, offset: int,
+        context: AttentionContext, absorbed: bool,
+    ) -> AttentionOutput:  # fmt: skip
+        """MLA's attention of the new positions ``x`` (their down-projected ``queries``) over the
+        top ``index_topk`` of every position's ``latent``, ``rope_key`` and ``index_keys``, with the
+        indexer's loss attached when gradients are computed."""
+        selecting = index_keys.shape[-2] > self.index_topk
+        learning = self.index_loss_weight > 0 and torch.is_grad_enabled()
+        if not (selecting or learning):
+            return self._attend(queries, latent, rope_key, offset, context, absorbed)
+        source = x if self.q_lora_rank is None else self.q_norm(queries)
+        scores = self.indexer.scores(x.detach(), source.detach(), index_keys, self.rotary, offset, context)
+        num_queries, num_keys = scores.shape[-2:]
+        visible = context.mask
+        if context.is_causal:
+            visible = with_causal(visible, num_queries, num_keys, x.device)
+        if visible is not None and visible.dim() == 4:  # a key any head sees: (B or 1, Lq or 1, Lk)
+            visible = visible.any(dim=1)
+        mask = context.mask
+        if selecting:
+            chosen = top_k_selection(scores, visible, self.index_topk)
+            mask = chosen if mask is None else mask & chosen
+        sparse = context.replace(mask=mask)
+        output = self._attend(queries, latent, rope_key, offset, sparse, absorbed)
+        if not learning:
+            return output
+        attention = output.weights
+        if attention is None:
+            with torch.no_grad():
+                qn, qr = self._queries(queries, offset, context)
+                options = {"is_causal": context.is_causal, "scale": self.scale}
+                attention = latent_attention_weights(qn, qr, latent, rope_key, self._up()[0], mask, **options)
+        allowed = torch.ones_like(scores, dtype=torch.bool) if visible is None else visible.expand_as(scores)
+        if selecting:
+            allowed = allowed & chosen.squeeze(1)
+        loss = self.index_loss_weight * indexer_kl(scores, attention, allowed)
+        return AttentionOutput(attach_auxiliary_loss(output.output, loss), output.weights)
+
+    def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
+        queries, down, _ = self._down(x, context, None)
+        latent, rope_key = self._latents(down, context.offset, context)
+        index_keys = self.indexer.keys(x.detach(), self.rotary, context.offset, context)
+        absorbed = self.mode == "absorbed"
+        return self._sparse(x, queries, latent, rope_key, index_keys, context.offset, context, absorbed)
+
+    def attend_cached(
+        self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
+    ) -> tuple[Tensor, LayerCache]:
+        """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (an
+        :class:`IndexedLatentCache`, in a :class:`~zoo.attention.contract.cache.ConvolvedCache` when
+        the layer convolves; None before the first), causal: the output and the cache extended by
+        their latents, rotary keys and index keys. The context's mask, if any, broadcasts to ``(B, 1
+        or H, Lq, L)`` over every position seen."""
+        held, windows = self.unwrap_cache(cache, IndexedLatentCache)
+        context = AttentionContext(is_causal=True) if context is None else context
+        self.check_request(context)
+        offset = 0 if held is None else held.length
+        queries, down, windows = self._down(x, context, windows)
+        latent, rope_key = self._latents(down, offset, context)
+        index_keys = self.indexer.keys(x.detach(), self.rotary, offset, context)
+        if held is None:
+            held = IndexedLatentCache(LatentCache(latent, rope_key), index_keys)
+        else:
+            held = held.extend(latent, rope_key, index_keys)
+        absorbed = self.mode == "absorbed" or (self.mode == "auto" and offset > 0)
+        plain = context.replace(need_weights=False)
+        output, _ = self._sparse(
+            x, queries, held.latent.latent, held.latent.rope_key, held.index_keys, offset, plain, absorbed
+        )
+        return output, ConvolvedCache.wrap(held, windows)
+
+    def extra_repr(self) -> str:
+        return (
+            super().extra_repr() + f", index_topk={self.index_topk}, index_heads={self.indexer.num_heads}, "
+            f"index_head_dim={self.indexer.head_dim}, index_loss_weight={self.index_loss_weight}"
+        )
