@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer
+from zoo.attention import ATTENTION_REGISTRY, AttentionLayer
+from zoo.matrix.rows import stackable
 
 __all__ = ["COSTS", "RowInfo", "family_and_cost", "higher_is_better", "row_info", "stackable"]
 
@@ -32,15 +33,6 @@ class RowInfo:
     bidirectional: str
     cost: str
     kind: str
-
-
-def stackable(name: str) -> bool:
-    """Whether ``name`` is a registered attention a stack takes (a scoring attention, or a layer
-    built by name): the multi-head layers around them are not rows of their own."""
-    if name not in ATTENTION_REGISTRY:
-        return False
-    cls = ATTENTION_REGISTRY.get(name)
-    return issubclass(cls, Attention) or (issubclass(cls, AttentionLayer) and bool(cls.stack_layer))
 
 
 def _flag(names: Sequence[str], flag: str) -> str:

@@ -1,6 +1,8 @@
 """Write the board as static files: ``index.html`` (the leaderboard), a page per result
-(``runs/``) and per benchmark file (``bench/``), the plots' pages, and ``assets/`` (plotly.js once,
-the style sheet).
+(``runs/``) and per benchmark file (``bench/``), the plots' pages, the matrix page
+(``matrix.html``, :mod:`zoo.board.matrix_page`) with a page per family (``families/``,
+:mod:`zoo.board.family_pages`) and their PNG figures (``figures/``), and ``assets/`` (plotly.js
+once, the style sheet).
 
 The table is a DataTables table through itables, offline (:mod:`zoo.board.table`), so the pages
 work from disk with no server and no network. The figures share
@@ -21,14 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from zoo.board.chronology import commit_times
+from zoo.board.family_pages import write_family_pages
 from zoo.board.inputs import BenchResult, Inputs, read_inputs
 from zoo.board.leaderboard import Board, Column, build_board, three_digits
+from zoo.board.matrix_cells import matrix_cells
+from zoo.board.matrix_page import MATRIX_PAGE, write_matrix_page
 from zoo.board.measurements import Chosen, latest_measurements, measurements
 from zoo.board.plots import curve_figures, fragment, speed_figures, width_figures
 from zoo.board.recipes import RecipeReader
 from zoo.board.results import Result, group_results, slug
 from zoo.board.table import datatables_head, leaderboard_table, shared_datatables
 from zoo.compare.report import format_summary
+from zoo.matrix.cli import PROTOCOLS
 
 __all__ = ["SiteFiles", "build_site"]
 
@@ -53,18 +59,22 @@ def _environment() -> Any:
     return environment
 
 
-def build_site(folders: Sequence[Path], out: Path) -> SiteFiles:
-    """Read the records and benchmarks under ``folders`` and write the board into ``out``."""
+def build_site(folders: Sequence[Path], out: Path, protocols: Path = PROTOCOLS) -> SiteFiles:
+    """Read the records and benchmarks under ``folders`` and write the board into ``out``; the
+    matrix page's rows and columns are those of ``protocols`` (``matrix.yaml`` and ``yardsticks/``)."""
     inputs = read_inputs(folders)
     results = group_results(inputs, RecipeReader(inputs.roots))
     chosen = latest_measurements(inputs.benches, commit_times(inputs.roots))
     board = build_board(results, chosen)
-    return _Writer(out.resolve(), inputs, results, chosen, board).write()
+    return _Writer(out.resolve(), inputs, results, chosen, board, protocols).write()
 
 
 class _Writer:
-    def __init__(self, out: Path, inputs: Inputs, results: list[Result], chosen: Chosen, board: Board) -> None:
+    def __init__(
+        self, out: Path, inputs: Inputs, results: list[Result], chosen: Chosen, board: Board, protocols: Path
+    ) -> None:
         self.out, self.inputs, self.results, self.chosen, self.board = out, inputs, results, chosen, board
+        self.matrix = matrix_cells(inputs, protocols)
         self.templates = _environment()
         self.written: list[str] = []
         self.figures = {
@@ -72,7 +82,7 @@ class _Writer:
             "width.html": [fragment(f, name) for name, f in width_figures(results)],
             "curves.html": [fragment(f, name) for name, f in curve_figures(results)],
         }
-        self.pages = [(href, label) for href, label in PLOT_PAGES if self.figures[href]]
+        self.pages = [(MATRIX_PAGE, "Matrix")] + [(href, label) for href, label in PLOT_PAGES if self.figures[href]]
         self.groups = sorted({c.group for c in board.columns}, key=lambda g: (g in ("speed", "decoding"), g))
         self.shared_datatables = False
 
@@ -100,6 +110,8 @@ class _Writer:
                 self._plots_page(href, label)
         for group in self.groups:
             self._group_page(group)
+        self.written += write_matrix_page(self._render, self.matrix, self.results, self.out)
+        self.written += write_family_pages(self._render, self.matrix, self.results, self.out)
         self._remove_stale()
         return SiteFiles(self.out / "index.html", tuple(sorted(self.written)))
 
@@ -126,7 +138,7 @@ class _Writer:
     def _remove_stale(self) -> None:
         """Pages of an earlier build into the same folder that this one did not write."""
         kept = set(self.written)
-        for folder in ("runs", "bench", "tables"):
+        for folder in ("runs", "bench", "tables", "families"):
             for page in sorted((self.out / folder).glob("*.html")):
                 if f"{folder}/{page.name}" not in kept:
                     page.unlink()

@@ -23,11 +23,10 @@ from typing import Any
 
 import yaml
 
-from zoo.attention import ATTENTION_REGISTRY, capabilities
-from zoo.board.catalog import stackable
+from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, capabilities
 from zoo.errors import ConfigurationError
 
-__all__ = ["Row", "attention_text", "causal_names", "recipe_row", "select_rows"]
+__all__ = ["Row", "attention_text", "causal_names", "recipe_row", "select_rows", "stackable"]
 
 
 def attention_text(value: Any) -> str:
@@ -47,6 +46,15 @@ class Row:
     first: bool
     recipe: bool = False
     model_args: tuple[str, ...] = ()
+
+
+def stackable(name: str) -> bool:
+    """Whether ``name`` is a registered attention a stack takes (a scoring attention, or a layer
+    built by name): the multi-head layers around them are not rows of their own."""
+    if name not in ATTENTION_REGISTRY:
+        return False
+    cls = ATTENTION_REGISTRY.get(name)
+    return issubclass(cls, Attention) or (issubclass(cls, AttentionLayer) and bool(cls.stack_layer))
 
 
 def causal_names() -> list[str]:

@@ -1,0 +1,55 @@
+"""A page per registered attention of the matrix: its docstring's summary and text, its options,
+capabilities, its matrix row (the same cells as the matrix page), the command of each cell, and
+its figures where records exist."""
+
+from __future__ import annotations
+
+import html
+import inspect
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.board.matrix_records import matrix_site, read_table  # noqa: F401 (matrix_site is a fixture)
+from zoo.attention import ATTENTION_REGISTRY
+from zoo.matrix.cli import PROTOCOLS
+from zoo.matrix.rows import causal_names
+
+
+def _page(site: Path, name: str) -> str:
+    return html.unescape((site / "families" / f"{name}.html").read_text(encoding="utf-8"))
+
+
+def test_every_causal_name_has_a_page(matrix_site: Path) -> None:  # noqa: F811
+    assert sorted(p.stem for p in (matrix_site / "families").glob("*.html")) == sorted(causal_names())
+
+
+def test_a_page_shows_the_docstring_options_and_capabilities(matrix_site: Path) -> None:  # noqa: F811
+    page = _page(matrix_site, "gla")
+    cls = ATTENTION_REGISTRY.get("gla")
+    text = inspect.cleandoc(sys.modules[cls.__module__].__doc__)
+    assert text.split("\n\n", 1)[0] in page
+    assert "S_t = Diag(a_t) S_{t-1} + k_t^T v_t" in page, "the equations of the docstring"
+    assert "gate_rank: int = 16" in page, "the constructor's options"
+    assert "supports_decoding</th><td>yes" in page
+    assert "gated_linear_attention" in page, "its alias"
+
+
+def test_its_row_is_the_matrix_row_and_each_cell_has_its_command(matrix_site: Path) -> None:  # noqa: F811
+    matrix = {r["attrs"]["data-row"]: r["cells"] for r in read_table(matrix_site / "matrix.html", "matrix").rows}
+    (row,) = read_table(matrix_site / "families" / "mamba2.html", "family-row").rows
+    sticks = yaml.safe_load((PROTOCOLS / "matrix.yaml").read_text(encoding="utf-8"))["yardsticks"]
+    for stick in sticks:
+        assert row["cells"][stick]["data-value"] == matrix["mamba2"][stick]["data-value"]
+        assert row["cells"][stick]["text"] == matrix["mamba2"][stick]["text"]
+    page = _page(matrix_site, "mamba2")
+    for stick in sticks:
+        assert f"python -m zoo matrix --size quick --names mamba2 --yardsticks {stick}" in page
+
+
+def test_figures_only_where_records_exist(matrix_site: Path) -> None:  # noqa: F811
+    deltanet = _page(matrix_site, "deltanet")
+    assert "../figures/family-deltanet-length.png" in deltanet and "../figures/family-deltanet-needle.png" in deltanet
+    assert (matrix_site / "figures" / "family-deltanet-needle.png").is_file()
+    assert "family-gla-" not in _page(matrix_site, "gla")
