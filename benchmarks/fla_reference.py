@@ -836,6 +836,66 @@ def compare_mamba1(mamba_root: Path, gen: torch.Generator) -> None:
             report("selective_scan_ref", label, **differences)
 
 
+def compare_dsa(naive: ModuleType, gen: torch.Generator) -> None:
+    """fla's ``naive_dsa_indexer`` and ``naive_dsa`` (DeepSeek Sparse Attention) against the zoo's ``dsa``
+    layer: the layer's index queries, keys and head weights, its heads' MLA queries, keys and values
+    (up-projected from the latents) go to fla, whose output passes through the layer's ``out_proj``. fla
+    scores in float32 and breaks ties by ``topk`` (the zoo: float64, the earlier key), so the selections
+    are compared as sets, and the outputs twice: fla's own selection and the zoo's handed to fla."""
+    from zoo.attention.contract.context import AttentionContext
+    from zoo.attention.contract.masking import causal_mask
+    from zoo.attention.modules.lightning_indexer import top_k_selection
+    from zoo.attention.variants.dsa import DeepSeekSparseAttention
+
+    topk, width = 16, 32
+    with torch.random.fork_rng():  # the layer's initialization drawn from ``gen`` too
+        torch.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
+        layer = DeepSeekSparseAttention(width, 4, index_topk=topk, q_lora_rank=16, index_heads=4, index_head_dim=16)
+    layer = layer.double().eval()
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=gen, dtype=parameter.dtype))
+        x = torch.randn(B, T, width, generator=gen, dtype=torch.float64)
+        context = AttentionContext(is_causal=True)
+        output = layer.attend(x, context).output
+        queries, down, _ = layer._down(x, context, None)
+        latent, rope_key = layer._latents(down, 0, context)
+        qn, qr = layer._queries(queries, 0, context)
+        key_up, value_up = layer._up()
+        keys = torch.cat(
+            [torch.einsum("blr,hdr->bhld", latent, key_up), rope_key.unsqueeze(1).expand(-1, layer.num_heads, -1, -1)],
+            dim=-1,
+        )
+        values = torch.einsum("blr,hdr->bhld", latent, value_up)
+        indexer = layer.indexer
+        q_idx = indexer.queries(layer.q_norm(queries), layer.rotary, 0, context).transpose(1, 2)
+        k_idx = indexer.keys(x, layer.rotary, 0, context)
+        w_idx = indexer.head_weights(x)
+        scores = indexer.scores(x, layer.q_norm(queries), k_idx, layer.rotary, 0, context)
+        chosen = top_k_selection(scores, causal_mask(T, T), topk).squeeze(1) & causal_mask(T, T)
+        positions = torch.where(chosen, torch.arange(T), T).sort(-1).values[..., :topk]
+        ours = positions.masked_fill(positions == T, -1)
+        theirs = naive.naive_dsa_indexer(q_idx, k_idx, w_idx, topk=topk, activation="relu")
+        rows = zip(ours.flatten(0, 1), theirs.flatten(0, 1), scores.flatten(0, 1), strict=True)
+        # per query: the same keys; else the same multiset of scores (keys tied at the cut, ReLU's zeros)
+        same, tied = 0, 0
+        for a, b, row in rows:
+            a, b = a[a >= 0], b[b >= 0]
+            same += set(a.tolist()) == set(b.tolist())
+            tied += torch.allclose(row[a].sort().values, row[b].sort().values, atol=1e-6, rtol=0)
+        q, k, v = (fla_layout(t) for t in (torch.cat([qn, qr], -1), keys, values))
+        projected = {}
+        for label, indices in (("fla's selection", theirs), ("zoo's selection", ours)):
+            heads = naive.naive_dsa(q, k, v, None, None, indices=indices, topk=topk, scale=layer.scale)
+            projected[label] = layer.out_proj(heads.double().flatten(-2))
+    report(
+        "naive_dsa_indexer + naive_dsa",
+        "dsa (layer)",
+        **{f"output ({label})": largest_difference(value, output) for label, value in projected.items()},
+        selection=f"{B * T - same} of {B * T} queries pick other keys, {B * T - tied} at other scores",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("fla_root", type=Path, help="an unpacked fla-core wheel: the folder holding fla/ops")
@@ -871,6 +931,7 @@ def main() -> None:
         "deltaformer": lambda naive: compare_deltaformer(naive, q, k, v, beta),
         "log_linear_attn": lambda naive: compare_log_linear_attn(naive, q, k, v, gen),
         "gsa": lambda naive: compare_gsa(naive, q, k, v, gen),
+        "dsa": lambda naive: compare_dsa(naive, gen),
     }
     for family, compare in newer.items():
         if (args.fla_root / "fla" / "ops" / family / "naive.py").exists():

@@ -45,6 +45,15 @@ def test_make_train_compares_softmax_and_gated_deltanet_with_and_without_negativ
     assert config["data"]["class_path"].endswith("ParityDataModule")
 
 
+def test_make_train_runs_parity_as_grazzi_et_al_do(capsys) -> None:
+    """Resolved as the runs resolve it: parity's vocabulary of 3 and batches of 256, not the MQAR
+    defaults of the recall model's own configuration."""
+    with pytest.raises(SystemExit):
+        main(["fit", "--model", "recall", "--config", str(CONFIG), "--print_config"])
+    data = yaml.safe_load(capsys.readouterr().out)["data"]["init_args"]
+    assert (data["vocab_size"], data["batch_size"], data["train_lengths"]) == (3, 256, [3, 40])
+
+
 @pytest.mark.parametrize("attention", GRID["model.attention"])
 def test_each_stack_of_make_train_trains_on_its_data(attention: str, in_tmp: Path) -> None:
     main(["fit", "--model", "recall", "--config", str(CONFIG), "--model.attention", attention,

@@ -27,6 +27,7 @@ from torch import nn
 
 from zoo.errors import ConfigurationError
 from zoo.integrations.hf_layers.deepseek_v3 import deepseek_v3_layer, deepseek_v3_pair
+from zoo.integrations.hf_layers.deepseek_v32 import deepseek_v32_layer, deepseek_v32_pair
 from zoo.integrations.hf_layers.falcon_h1 import falcon_h1_layer, falcon_h1_pair
 from zoo.integrations.hf_layers.gpt_oss import gpt_oss_layer, gpt_oss_pair
 from zoo.integrations.hf_layers.kimi_linear import kimi_linear_kda_layer, kimi_linear_kda_pair
@@ -58,6 +59,7 @@ class HFFamily:
 #: the transformers layer classes the zoo computes, by class name
 FAMILIES: dict[str, HFFamily] = {
     "DeepseekV3Attention": HFFamily(deepseek_v3_layer, deepseek_v3_pair),
+    "DeepseekV32Attention": HFFamily(deepseek_v32_layer, deepseek_v32_pair),
     "FalconH1Mixing": HFFamily(falcon_h1_layer, falcon_h1_pair),  # a FalconH1DecoderLayer's two branches
     "GptOssAttention": HFFamily(gpt_oss_layer, gpt_oss_pair, by_layer=True),
     "KimiLinearDeltaAttention": HFFamily(kimi_linear_kda_layer, kimi_linear_kda_pair),
