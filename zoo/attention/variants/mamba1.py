@@ -57,12 +57,10 @@ from typing_extensions import Unpack
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.contract.cache import StateCache
 from zoo.attention.contract.context import AttentionContext
+from zoo.attention.modules.gating import DT_FLOOR, DT_RANGE
 from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["Mamba1Attention"]
-
-#: where the step sizes start, log-uniform (Mamba's ``dt_min``, ``dt_max``), and their floor
-DT_RANGE, DT_FLOOR = (1e-3, 1e-1), 1e-4
 
 
 @register_attention_layer("mamba1", aliases=("selective_scan", "mamba_1"))
