@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -33,27 +33,35 @@ from torch import Tensor
 from zoo.attention.variants.mla import MultiHeadLatentAttention
 from zoo.integrations.hf_layers.state_maps import LayerPair, refuse
 
-__all__ = ["deepseek_v3_layer", "deepseek_v3_pair"]
+__all__ = ["RotaryRowOrder", "deepseek_v3_layer", "deepseek_v3_pair", "latent_layer", "latent_pair"]
+
+LayerT = TypeVar("LayerT", bound=MultiHeadLatentAttention)
 
 NAME = "DeepseekV3Config"
 
 
-def deepseek_v3_layer(config: Any, **options: Any) -> MultiHeadLatentAttention:
-    """The zoo's MLA at a ``DeepseekV3Config``'s sizes, rotation base and epsilon."""
+def latent_layer(config: Any, name: str, variant: type[LayerT], **arguments: Any) -> LayerT:
+    """``variant`` (the zoo's MLA or a layer built on it) at a DeepSeek config's sizes, rotation base
+    and epsilon; ``arguments`` its own options. One line for what the zoo's MLA cannot compute."""
     rope_type = dict(config.rope_parameters or {}).get("rope_type", "default")
-    refuse(NAME, "attention_bias" if config.attention_bias else None)
-    refuse(NAME, None if rope_type == "default" else f"rope_type {rope_type!r} (the zoo's MLA rotates by the default)")
+    refuse(name, "attention_bias" if config.attention_bias else None)
+    refuse(name, None if rope_type == "default" else f"rope_type {rope_type!r} (the zoo's MLA rotates by the default)")
     heads = config.num_attention_heads
-    refuse(NAME, None if config.num_key_value_heads == heads else "num_key_value_heads below num_attention_heads")
-    layer = MultiHeadLatentAttention(
+    refuse(name, None if config.num_key_value_heads == heads else "num_key_value_heads below num_attention_heads")
+    layer = variant(
         config.hidden_size, heads, kv_lora_rank=config.kv_lora_rank, q_lora_rank=config.q_lora_rank,
         qk_nope_head_dim=config.qk_nope_head_dim, qk_rope_head_dim=config.qk_rope_head_dim,
-        v_head_dim=config.v_head_dim, rope_base=config.rope_parameters["rope_theta"], **options,
+        v_head_dim=config.v_head_dim, rope_base=config.rope_parameters["rope_theta"], **arguments,
     )  # fmt: skip
     layer.kv_norm.eps = config.rms_norm_eps
     if config.q_lora_rank is not None:
         layer.q_norm.eps = config.rms_norm_eps
     return layer
+
+
+def deepseek_v3_layer(config: Any, **options: Any) -> MultiHeadLatentAttention:
+    """The zoo's MLA at a ``DeepseekV3Config``'s sizes, rotation base and epsilon."""
+    return latent_layer(config, NAME, MultiHeadLatentAttention, **options)
 
 
 @dataclass(frozen=True)
@@ -84,8 +92,9 @@ class RotaryRowOrder:
         return self.pair.from_zoo(self._reorder(zoo_state, inverse=True))
 
 
-def deepseek_v3_pair(config: Any) -> RotaryRowOrder:
-    """``DeepseekV3Attention``'s state dict and the zoo's MLA's."""
+def latent_pair(config: Any, hf_name: str, interleaved: bool, more: tuple[tuple[str, str], ...] = ()) -> RotaryRowOrder:
+    """A DeepSeek attention's state dict and the zoo's MLA's (``more``: a derived layer's own
+    tensors, renamed), the rotary rows reordered where transformers rotates interleaved pairs."""
     if config.q_lora_rank is None:
         query = (("q_proj.weight", "q_proj.weight"),)
     else:
@@ -103,4 +112,9 @@ def deepseek_v3_pair(config: Any) -> RotaryRowOrder:
     rope = config.qk_rope_head_dim
     query_name = "q_proj.weight" if config.q_lora_rank is None else "q_up.weight"
     rows = ((query_name, config.qk_nope_head_dim + rope), ("kv_down.weight", config.kv_lora_rank + rope))
-    return RotaryRowOrder(LayerPair("DeepseekV3Attention", (), renamed), rows if config.rope_interleave else (), rope)
+    return RotaryRowOrder(LayerPair(hf_name, (), renamed + more), rows if interleaved else (), rope)
+
+
+def deepseek_v3_pair(config: Any) -> RotaryRowOrder:
+    """``DeepseekV3Attention``'s state dict and the zoo's MLA's."""
+    return latent_pair(config, "DeepseekV3Attention", config.rope_interleave)

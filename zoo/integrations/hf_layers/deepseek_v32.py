@@ -32,8 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from zoo.attention.variants.dsa import DeepSeekSparseAttention
-from zoo.integrations.hf_layers.deepseek_v3 import RotaryRowOrder
-from zoo.integrations.hf_layers.state_maps import LayerPair, refuse
+from zoo.integrations.hf_layers.deepseek_v3 import RotaryRowOrder, latent_layer, latent_pair
 
 __all__ = ["deepseek_v32_layer", "deepseek_v32_pair"]
 
@@ -42,38 +41,20 @@ NAME = "DeepseekV32Config"
 
 def deepseek_v32_layer(config: Any, **options: Any) -> DeepSeekSparseAttention:
     """The zoo's DSA at a ``DeepseekV32Config``'s sizes, rotation base, epsilon and indexer."""
-    rope_type = dict(config.rope_parameters or {}).get("rope_type", "default")
-    refuse(NAME, "attention_bias" if config.attention_bias else None)
-    refuse(NAME, None if rope_type == "default" else f"rope_type {rope_type!r} (the zoo's MLA rotates by the default)")
-    heads = config.num_attention_heads
-    refuse(NAME, None if config.num_key_value_heads == heads else "num_key_value_heads below num_attention_heads")
-    layer = DeepSeekSparseAttention(
-        config.hidden_size, heads, kv_lora_rank=config.kv_lora_rank, q_lora_rank=config.q_lora_rank,
-        qk_nope_head_dim=config.qk_nope_head_dim, qk_rope_head_dim=config.qk_rope_head_dim,
-        v_head_dim=config.v_head_dim, rope_base=config.rope_parameters["rope_theta"],
-        index_topk=config.index_topk, index_heads=config.index_n_heads, index_head_dim=config.index_head_dim,
-        **options,
-    )  # fmt: skip
-    layer.kv_norm.eps = layer.q_norm.eps = config.rms_norm_eps
-    return layer
+    indexer = {
+        "index_topk": config.index_topk, "index_heads": config.index_n_heads, "index_head_dim": config.index_head_dim
+    }  # fmt: skip
+    return latent_layer(config, NAME, DeepSeekSparseAttention, **indexer, **options)
 
 
 def deepseek_v32_pair(config: Any) -> RotaryRowOrder:
-    """``DeepseekV32Attention``'s state dict and the zoo's DSA's."""
-    renamed = (
-        ("q_a_proj.weight", "q_down.weight"),
-        ("q_a_layernorm.weight", "q_norm.weight"),
-        ("q_b_proj.weight", "q_up.weight"),
-        ("kv_a_proj_with_mqa.weight", "kv_down.weight"),
-        ("kv_a_layernorm.weight", "kv_norm.weight"),
-        ("kv_b_proj.weight", "kv_up.weight"),
-        ("o_proj.weight", "out_proj.weight"),
+    """``DeepseekV32Attention``'s state dict and the zoo's DSA's: MLA's (transformers always rotates
+    its main attention's pairs interleaved, so the rotary rows are reordered), then the indexer's."""
+    indexer = (
         ("indexer.wq_b.weight", "indexer.q_proj.weight"),
         ("indexer.wk.weight", "indexer.k_proj.weight"),
         ("indexer.k_norm.weight", "indexer.k_norm.weight"),
         ("indexer.k_norm.bias", "indexer.k_norm.bias"),
         ("indexer.weights_proj.weight", "indexer.weights_proj.weight"),
     )
-    rope = config.qk_rope_head_dim
-    rows = (("q_up.weight", config.qk_nope_head_dim + rope), ("kv_down.weight", config.kv_lora_rank + rope))
-    return RotaryRowOrder(LayerPair("DeepseekV32Attention", (), renamed), rows, rope)
+    return latent_pair(config, "DeepseekV32Attention", interleaved=True, more=indexer)
