@@ -22,9 +22,10 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (  # noqa: E402
     DeepseekV3RotaryEmbedding,
 )
 
+from tests.helpers.hf_layers import assert_round_trip
 from zoo import AttentionContext  # noqa: E402
 from zoo.errors import ConfigurationError  # noqa: E402
-from zoo.integrations.hf_layers import from_hf_layer, into_hf_layer  # noqa: E402
+from zoo.integrations.hf_layers import from_hf_layer  # noqa: E402
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 LENGTH, PROMPT = 24, 17
@@ -101,14 +102,7 @@ def test_decoding_token_by_token_is_transformers() -> None:
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_the_map_keeps_every_tensor_both_ways(variant: str) -> None:
     module, _, settings = hf_pair(**VARIANTS[variant])
-    layer = from_hf_layer(module, settings)
-    hf_state = {key: value.clone() for key, value in module.state_dict().items()}
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.zero_()
-    into_hf_layer(layer, module, settings)
-    for key, value in module.state_dict().items():
-        assert torch.equal(value, hf_state[key]), key
+    assert_round_trip(module, settings)
 
 
 @pytest.mark.parametrize(

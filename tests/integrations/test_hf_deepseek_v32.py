@@ -23,10 +23,11 @@ from transformers.models.deepseek_v32.modeling_deepseek_v32 import (  # noqa: E4
     DeepseekV32RotaryEmbedding,
 )
 
+from tests.helpers.hf_layers import assert_round_trip
 from zoo import AttentionContext  # noqa: E402
 from zoo.attention.variants.dsa import DeepSeekSparseAttention  # noqa: E402
 from zoo.errors import ConfigurationError  # noqa: E402
-from zoo.integrations.hf_layers import from_hf_layer, into_hf_layer  # noqa: E402
+from zoo.integrations.hf_layers import from_hf_layer  # noqa: E402
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 LENGTH, PROMPT, TOPK = 24, 13, 8
@@ -104,14 +105,7 @@ def test_decoding_token_by_token_is_transformers() -> None:
 
 def test_the_map_keeps_every_tensor_both_ways() -> None:
     module, _, settings = hf_pair()
-    layer = from_hf_layer(module, settings)
-    hf_state = {key: value.clone() for key, value in module.state_dict().items()}
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.zero_()
-    into_hf_layer(layer, module, settings)
-    for key, value in module.state_dict().items():
-        assert torch.equal(value, hf_state[key]), key
+    assert_round_trip(module, settings)
 
 
 @pytest.mark.parametrize(

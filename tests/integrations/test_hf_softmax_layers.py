@@ -24,9 +24,10 @@ from transformers.models.qwen3_next.modeling_qwen3_next import (  # noqa: E402
     Qwen3NextRotaryEmbedding,
 )
 
+from tests.helpers.hf_layers import assert_round_trip
 from zoo import AttentionContext  # noqa: E402
 from zoo.errors import ConfigurationError  # noqa: E402
-from zoo.integrations.hf_layers import from_hf_layer, into_hf_layer  # noqa: E402
+from zoo.integrations.hf_layers import from_hf_layer  # noqa: E402
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 LENGTH, PROMPT = 150, 135  # past gpt-oss's window of 128, in the prompt and while decoding
@@ -135,13 +136,7 @@ def test_decoding_token_by_token_is_transformers(name: str) -> None:
 @pytest.mark.parametrize("name", list(PAIRS))
 def test_the_map_keeps_every_tensor_both_ways(name: str) -> None:
     module, _, config = hf_pair(name)
-    layer = from_hf_layer(module, config)
-    hf_state = {key: value.clone() for key, value in module.state_dict().items()}
-    into_hf_layer(layer, module, config)
-    assert module.state_dict().keys() == hf_state.keys()
-    assert all(torch.equal(module.state_dict()[key], value) for key, value in hf_state.items())
-    again = from_hf_layer(module, config)
-    assert all(torch.equal(again.state_dict()[key], value) for key, value in layer.state_dict().items())
+    assert_round_trip(module, config)
 
 
 def test_qwen3_next_query_rows_split_per_head_and_norms_shift_by_one() -> None:
