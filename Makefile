@@ -35,9 +35,11 @@ test: setup
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The leaderboard of the committed results (docs/board.md) into build/board, and its screenshot
-# docs/board.png (the README's), taken by Debian's headless Chromium (apt-get install chromium chromium-driver).
+# docs/board.png (the README's), taken by Debian's headless Chromium (apt-get install chromium chromium-driver),
+# and the matrix table of docs/results/matrix.md from the same records.
 board: setup
-	$(BIN)/python -m zoo board --records benchmarks/results --out build/board --screenshot docs/board.png
+	$(BIN)/python -m zoo board --records benchmarks/results --out build/board --screenshot docs/board.png \
+		--markdown docs/results/matrix.md
 
 lint: setup
 	$(BIN)/ruff check .
