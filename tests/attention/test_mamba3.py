@@ -242,6 +242,18 @@ def test_bad_options_are_refused_in_one_line() -> None:
         zoo.AttentionSpec("mamba3", position=zoo.create_position("rope", d_model=EMBED, num_heads=HEADS))
 
 
+def test_dt_range_sets_where_the_steps_and_so_the_turns_start() -> None:
+    """``softplus(dt_bias)`` starts log-uniform in ``dt_range`` (Mamba-2's option, shared): a wider
+    range starts some heads turning by up to ``pi`` a step; a range that is not ``0 < low <= high`` is refused."""
+    torch.manual_seed(0)
+    wide = zoo.create_attention("mamba3", embed_dim=64, num_heads=64, d_state=STATE, dt_range=(0.5, 1.0))
+    dt = F.softplus(wide.dt_bias.detach())
+    assert 0.5 * 0.999 <= dt.min() and dt.max() <= 1.0 * 1.001 and dt.max() > 0.9
+    for bad in ((0.0, 0.1), (0.5, 0.1)):
+        with pytest.raises(ValueError, match=r"dt_range is \(low, high\) with 0 < low <= high"):
+            zoo.create_attention("mamba3", embed_dim=EMBED, num_heads=HEADS, dt_range=bad)
+
+
 def test_the_angles_sum_stays_accurate_in_float32_over_16k_tokens() -> None:
     """Turns of about 1 a step summed over 16k steps reach 1e4, where one float32 running sum rounds
     to 1e-3 a step; summed in chunks, the angles stay within 3e-4 of float64's."""

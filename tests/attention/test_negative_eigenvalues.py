@@ -290,5 +290,5 @@ def test_mamba2_s_initial_ranges_follow_mamba_ssm_and_can_start_negative() -> No
     start = 2 * torch.exp(-dt * wide.decay.A_log.detach().exp()) - 1
     assert (start < 0).float().mean() > 0.2
     for bad in ({"dt_range": (0.0, 0.1)}, {"dt_range": (0.5, 0.1)}, {"a_range": (-1.0, 2.0)}):
-        with pytest.raises(ValueError, match="with 0 < low <= high"):
+        with pytest.raises(ValueError, match=r"is \(low, high\) with 0 <=? low <= high"):
             built(**bad)

@@ -21,11 +21,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["DT_FLOOR", "DT_RANGE", "HeadNorm", "StepDecay", "WriteStrength", "positive_and_negative"]
+__all__ = ["DT_FLOOR", "DT_RANGE", "HeadNorm", "StepDecay", "WriteStrength", "positive_and_negative", "step_bias"]
 
 #: where Mamba's step sizes start, log-uniform, and their floor (``mamba_ssm``'s ``dt_min``,
 #: ``dt_max``, ``dt_init_floor``)
 DT_RANGE, DT_FLOOR = (1e-3, 1e-1), 1e-4
+
+
+def step_bias(count: int, dt_range: tuple[float, float] = DT_RANGE, dt_floor: float = DT_FLOOR) -> Tensor:
+    """``count`` step-size biases as Mamba initializes them: the inverse softplus of step sizes drawn
+    log-uniform in ``dt_range`` (at least ``dt_floor``), so ``softplus(bias) = dt`` starts small and the
+    heads (or channels) cover several time scales (``mamba_ssm``'s ``dt_min``, ``dt_max``, ``dt_init_floor``)."""
+    if not 0 < dt_range[0] <= dt_range[1]:
+        raise ValueError(f"dt_range is (low, high) with 0 < low <= high, got {tuple(dt_range)}.")
+    low, high = (math.log(bound) for bound in dt_range)
+    dt = (torch.rand(count) * (high - low) + low).exp().clamp(min=dt_floor)
+    return dt + torch.log(-torch.expm1(-dt))
 
 
 class HeadNorm(nn.Module):
@@ -73,13 +84,10 @@ class StepDecay(nn.Module):
         dt_floor: float = DT_FLOOR,
     ) -> None:
         super().__init__()
-        for name, (first, last) in (("dt_range", dt_range), ("a_range", a_range)):
-            if not 0 <= first <= last or (name == "dt_range" and first == 0):
-                raise ValueError(f"StepDecay: {name} is (low, high) with 0 < low <= high, got {(first, last)}.")
+        if not 0 <= a_range[0] <= a_range[1]:
+            raise ValueError(f"StepDecay: a_range is (low, high) with 0 <= low <= high, got {tuple(a_range)}.")
         self.proj = nn.Linear(embed_dim, num_heads, bias=False)
-        low, high = (math.log(bound) for bound in dt_range)
-        dt = (torch.rand(num_heads) * (high - low) + low).exp().clamp(min=dt_floor)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
+        self.dt_bias = nn.Parameter(step_bias(num_heads, dt_range, dt_floor))
         self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(*a_range).log())
 
     def forward(self, layer_input: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:

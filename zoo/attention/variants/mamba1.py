@@ -57,7 +57,7 @@ from typing_extensions import Unpack
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.contract.cache import StateCache
 from zoo.attention.contract.context import AttentionContext
-from zoo.attention.modules.gating import DT_FLOOR, DT_RANGE
+from zoo.attention.modules.gating import step_bias
 from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
 
 __all__ = ["Mamba1Attention"]
@@ -112,11 +112,10 @@ class Mamba1Attention(RecurrentLayer):
         self.k_proj = nn.Linear(channels, d_state, bias=False)  # B, from the convolved x
         self.dt_down = nn.Linear(channels, rank, bias=False)
         self.dt_proj = nn.Linear(rank, channels)
-        low, high = (math.log(bound) for bound in DT_RANGE)
-        dt = (torch.rand(channels) * (high - low) + low).exp().clamp(min=DT_FLOOR)
+        bias = step_bias(channels)  # softplus(b_dt) = dt, log-uniform
         with torch.no_grad():
             nn.init.uniform_(self.dt_proj.weight, -(rank**-0.5), rank**-0.5)
-            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus(b_dt) = dt
+            self.dt_proj.bias.copy_(bias)
         self.A_log = nn.Parameter(torch.arange(1, d_state + 1, dtype=torch.float32).log().repeat(channels, 1))
         self.D = nn.Parameter(torch.ones(channels))
         self.gate = nn.Linear(embed_dim, channels, bias=False)

@@ -70,6 +70,7 @@ from typing_extensions import Unpack
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.contract.cache import StateCache
 from zoo.attention.contract.context import AttentionContext
+from zoo.attention.modules.gating import DT_RANGE, step_bias
 from zoo.attention.modules.recurrent import CHUNK_SIZE, RecurrentLayer, RecurrentOptions
 from zoo.attention.modules.trapezoid_recurrence import TrapezoidRecurrence
 
@@ -79,8 +80,6 @@ __all__ = ["Mamba3Attention", "heavy_tail", "rotate", "summed_angles"]
 A_FLOOR = 1e-4
 #: the RMSNorm's epsilon on ``B`` and ``C``
 NORM_EPS = 1e-5
-#: where the step sizes start, log-uniform (at least ``DT_FLOOR``), as Mamba-2's and Mamba-3's
-DT_RANGE, DT_FLOOR = (1e-3, 1e-1), 1e-4
 #: steps summed at once in the angles' sum (:func:`summed_angles`)
 ANGLE_CHUNK = 64
 
@@ -102,6 +101,8 @@ class Mamba3Attention(RecurrentLayer):
         ngroups: Groups of heads that share ``B`` and ``C``'s projections (their biases are per head).
         mimo_rank: Ranks a head writes and reads a step (1: SISO).
         rope_fraction: The share of ``B`` and ``C``'s features the angles rotate (0.5 or 1, as Mamba-3).
+        dt_range: Where the step sizes start, log-uniform (``mamba_ssm``'s ``dt_min``, ``dt_max``): the
+            angles turn by ``pi tanh(.) dt`` a step, so steps that start small start near no rotation.
         options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s ``mode``, ``chunk_size``
             (writes per chunk: ``mimo_rank`` must divide it) and ``bias``; no convolution, no position scheme.
 
@@ -126,6 +127,7 @@ class Mamba3Attention(RecurrentLayer):
         ngroups: int = 1,
         mimo_rank: int = 1,
         rope_fraction: float = 0.5,
+        dt_range: tuple[float, float] = DT_RANGE,
         **options: Unpack[RecurrentOptions],
     ) -> None:
         if options.pop("conv_size", 0):
@@ -150,8 +152,7 @@ class Mamba3Attention(RecurrentLayer):
         self.d_state, self.ngroups, self.mimo_rank = d_state, ngroups, mimo_rank
         self.steps = nn.Linear(embed_dim, 3 * num_heads, bias=False)
         self.angles = nn.Linear(embed_dim, int(d_state * rope_fraction) // 2, bias=False)
-        dt = torch.empty(num_heads).uniform_(*(math.log(end) for end in DT_RANGE)).exp().clamp(min=DT_FLOOR)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
+        self.dt_bias = nn.Parameter(step_bias(num_heads, tuple(dt_range)))  # softplus(dt_bias) = dt
         self.B_norm = nn.Parameter(torch.ones(d_state))
         self.C_norm = nn.Parameter(torch.ones(d_state))
         self.B_bias = nn.Parameter(torch.ones(num_heads, mimo_rank, d_state))
