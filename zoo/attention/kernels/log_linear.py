@@ -22,10 +22,15 @@ Three forms compute it, equal up to rounding:
 
 * the parallel form (:func:`log_linear_weights`; ``chunk_size=None``): ``W * M^H``, quadratic;
 * :func:`log_linear_chunkwise`: the paper's chunk-level scan. Inside an aligned chunk of ``C``
-  steps (a power of two) the levels are at most ``log2 C``: the chunk's own ``W * M^H``. A key in an
-  earlier chunk ``c'`` is at level ``log2 C + bit_length(c XOR c')`` from a query of chunk ``c``: a
-  Fenwick tree over the chunks, whose level states are passed from chunk to chunk as the recurrent
-  form passes token states (below). ``O(T log T)``;
+  steps (a power of two) the levels are at most ``log2 C``: the chunk's own ``W * M^H``, for every
+  chunk in one batched call. A key in an earlier chunk ``c'`` is at level ``log2 C + bit_length(c XOR
+  c')`` from a query of chunk ``c``: a Fenwick tree over the chunks. Each chunk acts on a state
+  entering it as linear maps (its reads, its write and its transition), formed for every chunk at
+  once; the bucket of chunk-level ``l`` is the first half of ``c``'s block of ``2^l`` chunks, whose
+  state :mod:`~zoo.attention.kernels.fenwick_scan` forms for every level at once (up the tree for a
+  scalar decay; for the delta rule, one scan over the chunks carrying ``bit_length(N - 1)`` states,
+  one a level, each emptied at its block's end). Each chunk then reads the levels it lies in a
+  second half of: ``O(C^2 + C log T)`` a chunk (``dk`` and ``dv`` aside), ``O(T (C + log T))`` in all;
 * :func:`log_linear_recurrent`: one step at a time from a list of level states, the form for
   decoding. Before step ``p`` (``p > 0``) the states are merged as a binary counter: with ``m`` the
   trailing ones of ``p - 1``, levels ``0 .. m`` are summed into level ``m + 1`` (its bucket is
@@ -36,12 +41,13 @@ Three forms compute it, equal up to rounding:
 The transition is the existing kernels': a scalar decay per step (:mod:`~zoo.attention.kernels.decay`,
 log-linear Mamba-2) or the gated delta rule (:mod:`~zoo.attention.kernels.delta_rule`, log-linear
 Gated DeltaNet); every level state takes the same transition, as the states summed over the levels
-are the recurrence's own state. This module calls those kernels for every state update and
-read: the levels become a batch axis.
+are the recurrence's own state. The recurrent form and the delta rule's chunk maps call those
+kernels (the levels become a batch axis); a scalar decay's chunk maps are three lines in closed form.
 
-Numerics: every decay is applied by those kernels, which sum log decays within a chunk only; the
-tree adds states (its merges) and scales reads by ``lambda``, so the chunkwise form is as safe in
-float32 at 16k tokens as theirs (the parallel form, one chunk of ``T``, is meant for short inputs).
+Numerics: log decays are summed within a chunk only (by those kernels, and by the scalar decay's
+chunk maps); the tree adds states, multiplies them by the chunks' transitions and scales reads by
+``lambda``, so the chunkwise form is as safe in float32 at 16k tokens as theirs (the parallel
+form, one chunk of ``T``, is meant for short inputs).
 
 Positions count real tokens only: a padded step (``mask`` False) is an identity step with a zero
 output that does not advance the Fenwick counter, so a left-padded row computes what the unpadded
@@ -67,7 +73,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.kernels.chunking import from_chunks, to_chunks
+from zoo.attention.kernels.chunking import from_chunks, to_chunks, zero_padding
 from zoo.attention.kernels.decay import decay_chunkwise, decay_weights
 from zoo.attention.kernels.delta_rule import delta_rule_chunkwise, delta_rule_weights
 from zoo.attention.kernels.fenwick import (
@@ -79,6 +85,7 @@ from zoo.attention.kernels.fenwick import (
     require_levels,
     tree_length,
 )
+from zoo.attention.kernels.fenwick_scan import tree_over_chunks
 
 __all__ = ["log_linear_chunkwise", "log_linear_recurrent", "log_linear_weights"]
 
@@ -244,6 +251,31 @@ def _gather(x: Tensor, order: Tensor) -> Tensor:
     return x.expand(shape).gather(-2, order.unsqueeze(-1).expand(shape))
 
 
+def _chunk_maps(
+    qc: Tensor, kc: Tensor, vc: Tensor, dc: Tensor, bc: Tensor | None, mc: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """What each chunk does to a state ``S`` entering it, for every chunk at once: its reads ``P``
+    ``(*batch, N, C, dk)`` (the state adds ``P S`` to its outputs), its write ``w`` ``(*batch, N, dk,
+    dv)`` and its transition ``A`` (the state leaving it is ``A S + w``): ``(*batch, N, dk, dk)``, or
+    ``(*batch, N, 1, 1)`` for a scalar decay, whose transition is a number times ``I``.
+
+    A scalar decay's maps in closed form, ``b_i`` the log decays summed within the chunk::
+
+        P_i = exp(b_i) q_i        w = sum_j exp(b_C - b_j) k_j^T v_j        A = exp(b_C)
+
+    The delta rule's are linear in ``S`` too: one run of its kernel over each chunk, from the
+    state ``[0 | I]`` with the values ``[v | 0]``, gives all three."""
+    if bc is None:
+        qc, kc, vc, dc = zero_padding(mc, qc, kc, vc, dc)  # padded steps: identity steps, no output
+        cum = dc.cumsum(-1).unsqueeze(-1)  # (*batch, N, C, 1)
+        end = cum[..., -1:, :]
+        return qc * cum.exp(), (kc * (end - cum).exp()).mT @ vc, end.exp()
+    dk, dv = kc.shape[-1], vc.shape[-1]
+    eye = torch.eye(dk, dtype=vc.dtype, device=vc.device)
+    read, final = _run(qc, kc, F.pad(vc, (0, dk)), dc, bc, None, F.pad(eye, (dv, 0)), mc)
+    return read[..., dv:], final[..., :dv], final[..., dv:]
+
+
 def log_linear_chunkwise(
     q: Tensor,
     k: Tensor,
@@ -322,31 +354,11 @@ def _chunked(
     local = torch.arange(chunk_size, device=q.device)
     # inside each chunk: its own weights times the hierarchical mask of its levels (at most log2 C)
     output = (_weights(qc, kc, dc, bc, mc) * hierarchical_mask(lc[..., : inner + 1], local)) @ vc
-    # what each chunk writes from an empty state (its level 0 in the tree over chunks)
-    _, written = _run(qc, kc, vc, dc, bc, None, None, mc)  # (*batch, N, dk, dv)
-    states = written[..., :1, :, :]  # the tree over chunks after chunk 0: its write at chunk-level 0
-    reads = [torch.zeros_like(output[..., 0, :, :])]
-    for c in range(1, chunks):
-        states = F.pad(states, (0, 0, 0, 0, 0, level_count(c + 1) - states.shape[-3]))
-        held = _merged(states, torch.tensor(c - 1, device=q.device))[..., 1:, :, :]  # chunk-levels 1 ..
-        # read the buckets of earlier chunks from chunk c, and carry them through it
-        m = held.shape[-3]
-        read, wide = _run(
-            qc[..., c, :, :],
-            kc[..., c, :, :],
-            vc.new_zeros(*vc.shape[:-3], chunk_size, m * vc.shape[-1]),
-            dc[..., c, :],
-            None if bc is None else bc[..., c, :],
-            None,
-            _side_by_side(held),
-            None if mc is None else mc[..., c, :],
-        )
-        held = _apart(wide, m)
-        read = read.unflatten(-1, (m, -1)).movedim(-2, -3)  # (*batch, m, C, dv)
-        weights = lc[..., c, :, inner + 1 : inner + 1 + m]  # (*batch, C, m)
-        reads.append((weights.mT.unsqueeze(-1) * read).sum(-3))
-        states = torch.cat([written[..., c : c + 1, :, :], held], -3)
-    output = from_chunks(output + torch.stack(reads, -3), length)
+    if chunks > 1:  # the earlier chunks, through the tree over the chunks
+        reads, written, transition = _chunk_maps(qc, kc, vc, dc, bc, mc)
+        outer = lc[..., inner + 1 : inner + 1 + (chunks - 1).bit_length()]
+        output = output + tree_over_chunks(reads, written, transition, outer)
+    output = from_chunks(output, length)
     if order is None:
         return output
     return torch.zeros_like(output).scatter(-2, order.unsqueeze(-1).expand(output.shape), output)
