@@ -190,7 +190,7 @@ def test_the_qwen3_next_map_regroups_the_fused_rows_by_head() -> None:
         (mamba2_config(time_step_limit=(0.0, 1.0)), "time_step_limit"),
         (mamba2_config(use_bias=True), "use_bias"),
         (mamba2_config(layer_norm_epsilon=1e-6), "layer_norm_epsilon"),
-        (qwen3_next_config(linear_key_head_dim=32), "key width of 128"),
+        (qwen3_next_config(hidden_act="gelu"), "hidden_act"),
     ],
 )
 def test_a_config_the_zoo_cannot_compute_is_refused_in_one_line(config: object, named: str) -> None:

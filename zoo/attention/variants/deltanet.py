@@ -33,9 +33,15 @@ and values the block's width (``expand_v``: Gated DeltaNet's paper doubles the v
 before) gives fewer query and key heads than value heads, each shared by ``num_heads /
 num_key_heads`` consecutive value heads, as Qwen3-Next's and Qwen3.5's gated delta nets have
 (``linear_num_key_heads`` 16 to ``linear_num_value_heads`` 32; flash-linear-attention's
-``num_v_heads``): the key width stays ``embed_dim``, cut into ``num_key_heads`` wider heads, and
-the queries and keys are repeated per group where the delta-rule kernels are called, as those
-models' reference code repeats them (the delta rule has no shared-key shortcut to take).
+``num_v_heads``): the key width (``embed_dim`` unless ``expand_k`` says otherwise) is cut into
+``num_key_heads`` wider heads, and the queries and keys are repeated per group where the
+delta-rule kernels are called, as those models' reference code repeats them (the delta rule has
+no shared-key shortcut to take).
+
+``expand_k`` (1 by default, the state dict as before) sets the query and key width in multiples of
+``embed_dim``: Qwen3.5's keys are half its hidden size (16 key heads of 128 beside 4096), where
+Qwen3-Next's are as wide (16 of 128 beside 2048); flash-linear-attention states it as ``num_heads *
+head_dim``.
 
 ``negative_eigenvalues`` (off by default, so stored models compute what they did) is Grazzi et
 al.'s extension (2025, "Unlocking State-Tracking in Linear RNNs Through Negative Eigenvalues"):
@@ -64,6 +70,7 @@ class DeltaNetOptions(RecurrentOptions, total=False):
     """DeltaNet's arguments beside every family's, which Gated DeltaNet takes as they are."""
 
     expand_v: float
+    expand_k: float
     negative_eigenvalues: bool
     num_key_heads: int | None
 
@@ -76,6 +83,7 @@ class DeltaNetAttention(RecurrentLayer):
         embed_dim: The block's width: what ``b_t`` is projected from.
         num_heads: Heads (value heads, each with its own state).
         expand_v: The value width, in multiples of ``embed_dim``.
+        expand_k: The query and key width, in multiples of ``embed_dim``.
         negative_eigenvalues: ``b_t`` in ``(0, 2)`` (Grazzi et al.) rather than ``(0, 1)``.
         num_key_heads: Query and key heads, each shared by ``num_heads / num_key_heads`` value heads
             (see the module docstring); None: ``num_heads``.
@@ -95,13 +103,14 @@ class DeltaNetAttention(RecurrentLayer):
         num_heads: int,
         *,
         expand_v: float = 1.0,
+        expand_k: float = 1.0,
         negative_eigenvalues: bool = False,
         num_key_heads: int | None = None,
         **options: Unpack[RecurrentOptions],
     ) -> None:
         super().__init__(
-            embed_dim, num_heads, key_dim=embed_dim, value_dim=int(embed_dim * expand_v), qk_heads=num_key_heads,
-            **options,
+            embed_dim, num_heads, key_dim=int(embed_dim * expand_k), value_dim=int(embed_dim * expand_v),
+            qk_heads=num_key_heads, **options,
         )  # fmt: skip
         self.beta = WriteStrength(embed_dim, num_heads, negative_eigenvalues)
         self.norm = HeadNorm(self.head_dim)

@@ -47,6 +47,11 @@ the layer's input ``x_i``:
   projections of each in a :class:`~zoo.attention.contract.cache.ConvolvedCache` beside the keys and
   values.
 
+* ``scale``: the factor on the dot products, ``z_ij = scale * q_i . k_j``; None (the default)
+  is ``d ** -0.5``. Gemma 3 scales by ``query_pre_attn_scalar ** -0.5``, which its 27B model sets
+  to ``hidden_size / num_heads`` (168) beside heads of 128. A scale runs the heads as sinks and
+  windows do (below), on the same fused kernel.
+
 * ``scores`` (x-transformers' way of giving every option to every attention): the registered
   scoring attention each head runs, ``dot_product`` (softmax) by default; ``sigmoid``,
   ``softpick``, ``stick_breaking`` or any other then get QK-norm, the gate and the convolution
@@ -96,7 +101,7 @@ Gate = Literal["elementwise", "headwise"]
 class SoftmaxOptions(TypedDict, total=False):
     """The ``softmax`` layer's arguments that a layer built on it takes as they are and hands on
     (``**options: Unpack[SoftmaxOptions]``), as :class:`SoftmaxAttention` documents them; the window
-    and its sink tokens are left to layers that honour them."""
+    and its sink tokens are left to layers that honour them, as is the scale."""
 
     qk_norm: bool
     gate: Gate | None
@@ -137,6 +142,7 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         head_dim: Features per head; None for ``embed_dim // num_heads``. Qwen3-Next's attention has
             16 heads of 256 beside a width of 2048, gpt-oss's 64 of 64 beside 2880: queries, gate
             and heads' outputs are ``num_heads * head_dim`` wide.
+        scale: The factor on the dot products; None for ``head_dim ** -0.5``. Dot-product scores only.
 
     Parameters besides ``self``'s projections: ``q_norm`` and ``k_norm`` (``head_dim`` scales
     each), ``gate_proj``, ``sinks`` (``num_heads``), ``q_conv``, ``k_conv`` and ``v_conv``
@@ -169,6 +175,7 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         position: PositionScheme | None = None,
         bias: bool = True,
         head_dim: int | None = None,
+        scale: float | None = None,
     ) -> None:
         name = type(self).__name__
         require_attention(scores, role=f"the heads of {name} (its scores)")
@@ -179,6 +186,11 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
             raise ValueError(
                 f"{name}: sinks and windows act on softmax over dot products; scores={scores!r} takes neither. "
                 "Leave scores out (dot_product) or drop sinks and window."
+            )
+        if scale is not None and (type(self.score_attention) is not DotProductAttention or not scale > 0):
+            raise ValueError(
+                f"{name}: scale scales dot products for softmax, a positive number; got {scale!r} with "
+                f"scores={scores!r}. Leave scores out (dot_product), or scale out (head_dim ** -0.5)."
             )
         if gate not in (None, "elementwise", "headwise"):
             raise ValueError(f"{name}: gate must be 'elementwise', 'headwise' or None; got {gate!r}.")
@@ -198,6 +210,7 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         self.add_convolutions(conv_size)
         self.window = window
         self.sink_tokens = sink_tokens if window is not None else 0
+        self.scale = scale
 
     @property
     def capabilities(self) -> Capabilities:
@@ -281,7 +294,10 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
             q = self._queries(x, first, context)
         else:
             q = self._query_heads(projected_queries, first, context)
-        custom = self.sinks is not None or self.window is not None or logits is not None or key_positions is not None
+        custom = (
+            self.sinks is not None or self.window is not None or self.scale is not None or logits is not None
+            or key_positions is not None
+        )  # fmt: skip
         if custom:
             heads, weights = self._attend_heads(q, k, v, context, first, key_positions, logits)
         else:  # ``self``'s path: dot_product's fused kernel, its bias scheme and weights
@@ -308,7 +324,8 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         if k.shape[1] != q.shape[1]:  # grouped key/value heads, repeated per query head
             groups = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        scale, dropout = 1.0 / math.sqrt(q.shape[-1]), self.score_attention
+        scale = 1.0 / math.sqrt(q.shape[-1]) if self.scale is None else self.scale
+        dropout = self.score_attention
         if self.window is not None and key_positions is None and logits is None and not context.need_weights:
             blocks = window_blocks(
                 q, k, v, window=self.window, sink_tokens=self.sink_tokens, is_causal=context.is_causal, first=first,
@@ -384,6 +401,7 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
             f"gate={self.gate!r}" if self.gate is not None else "",
             "sinks=True" if self.sinks is not None else "",
             f"window={self.window}, sink_tokens={self.sink_tokens}" if self.window is not None else "",
+            f"scale={self.scale}" if self.scale is not None else "",
             "" if type(self.score_attention) is DotProductAttention else f"scores={self.scores!r}",
         ]
         return ", ".join(filter(None, options)) + self.conv_repr()

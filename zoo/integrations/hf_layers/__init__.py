@@ -29,11 +29,14 @@ from zoo.errors import ConfigurationError
 from zoo.integrations.hf_layers.deepseek_v3 import deepseek_v3_layer, deepseek_v3_pair
 from zoo.integrations.hf_layers.deepseek_v32 import deepseek_v32_layer, deepseek_v32_pair
 from zoo.integrations.hf_layers.falcon_h1 import falcon_h1_layer, falcon_h1_pair
+from zoo.integrations.hf_layers.gemma3 import gemma3_layer, gemma3_pair
 from zoo.integrations.hf_layers.gpt_oss import gpt_oss_layer, gpt_oss_pair
 from zoo.integrations.hf_layers.kimi_linear import kimi_linear_kda_layer, kimi_linear_kda_pair
 from zoo.integrations.hf_layers.mamba2 import mamba2_layer, mamba2_pair
 from zoo.integrations.hf_layers.minimax import minimax_layer, minimax_pair
+from zoo.integrations.hf_layers.olmo_hybrid import olmo_hybrid_gated_deltanet_layer, olmo_hybrid_gated_deltanet_pair
 from zoo.integrations.hf_layers.qwen3 import qwen3_layer, qwen3_pair
+from zoo.integrations.hf_layers.qwen3_5 import qwen3_5_gated_deltanet_layer, qwen3_5_gated_deltanet_pair
 from zoo.integrations.hf_layers.qwen3_next import qwen3_next_gated_deltanet_layer, qwen3_next_gated_deltanet_pair
 from zoo.integrations.hf_layers.qwen3_next_attention import qwen3_next_attention_layer, qwen3_next_attention_pair
 from zoo.integrations.hf_layers.state_maps import LayerPair
@@ -45,7 +48,7 @@ __all__ = ["FAMILIES", "HFFamily", "from_hf_layer", "into_hf_layer"]
 class HFFamily:
     """A transformers layer class's zoo layer builder and state-dict map, each from its config; with
     ``by_layer``, from the module's ``layer_idx`` too (given as ``layer_index``: MiniMax's decays
-    follow the layer's depth, which the config does not hold)."""
+    follow the layer's depth, and windows and rotary bases the layer's type in ``layer_types``)."""
 
     build: Callable[..., nn.Module]
     pair: Callable[..., LayerPair]
@@ -61,11 +64,14 @@ FAMILIES: dict[str, HFFamily] = {
     "DeepseekV3Attention": HFFamily(deepseek_v3_layer, deepseek_v3_pair),
     "DeepseekV32Attention": HFFamily(deepseek_v32_layer, deepseek_v32_pair),
     "FalconH1Mixing": HFFamily(falcon_h1_layer, falcon_h1_pair),  # a FalconH1DecoderLayer's two branches
+    "Gemma3Attention": HFFamily(gemma3_layer, gemma3_pair, by_layer=True),
     "GptOssAttention": HFFamily(gpt_oss_layer, gpt_oss_pair, by_layer=True),
     "KimiLinearDeltaAttention": HFFamily(kimi_linear_kda_layer, kimi_linear_kda_pair),
     "Mamba2Mixer": HFFamily(mamba2_layer, mamba2_pair),
     "MiniMaxLightningAttention": HFFamily(minimax_layer, minimax_pair, by_layer=True),
-    "Qwen3Attention": HFFamily(qwen3_layer, qwen3_pair),
+    "OlmoHybridGatedDeltaNet": HFFamily(olmo_hybrid_gated_deltanet_layer, olmo_hybrid_gated_deltanet_pair),
+    "Qwen3Attention": HFFamily(qwen3_layer, qwen3_pair, by_layer=True),
+    "Qwen3_5GatedDeltaNet": HFFamily(qwen3_5_gated_deltanet_layer, qwen3_5_gated_deltanet_pair),
     "Qwen3NextAttention": HFFamily(qwen3_next_attention_layer, qwen3_next_attention_pair),
     "Qwen3NextGatedDeltaNet": HFFamily(qwen3_next_gated_deltanet_layer, qwen3_next_gated_deltanet_pair),
 }
