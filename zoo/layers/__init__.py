@@ -7,6 +7,8 @@ from zoo.layers.decoder_block import DecoderBlock, KeyValue
 from zoo.layers.embedding import ScaledEmbedding, scaled_embedding
 from zoo.layers.encoder_block import EncoderBlock
 from zoo.layers.feed_forward import PositionWiseFFN
+from zoo.layers.gated_feed_forward import GatedFFN
+from zoo.layers.norms import ZeroCentredRMSNorm
 from zoo.layers.stack import Stack, StackConfig, StackPlan, build_stacks
 from zoo.positions import PositionalEncoding, sinusoidal_table
 
@@ -17,6 +19,7 @@ __all__ = [
     "DecoderBlock",
     "KeyValue",
     "EncoderBlock",
+    "GatedFFN",
     "PositionWiseFFN",
     "PositionalEncoding",
     "ScaledEmbedding",
@@ -26,4 +29,5 @@ __all__ = [
     "StackConfig",
     "StackPlan",
     "build_stacks",
+    "ZeroCentredRMSNorm",
 ]

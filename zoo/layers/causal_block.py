@@ -3,7 +3,7 @@ which continues a cache when decoding, and which takes Canon layers (:mod:`zoo.l
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from torch import Tensor
 
@@ -23,7 +23,8 @@ class CausalBlock(EncoderBlock):
     As GPT-2 and nanoGPT build it (the config :class:`~zoo.models.gpt.GPT` gives): pre-LN,
     ``x + dropout(attention(norm(x)))`` then ``x + dropout(mlp(norm(x)))``, a GELU MLP without
     inner dropout (and, through the spec, dropout on the attention weights). :meth:`forward` runs
-    whole sequences, :meth:`forward_cached` decodes.
+    whole sequences, :meth:`forward_cached` decodes, and :meth:`forward_sublayers` does either and
+    returns the sublayers' outputs to a stack that forms their inputs itself (attention residuals).
 
     The config's ``canon`` adds Canon layers: ``canon_a`` on the attention's input and
     ``canon_c`` on the MLP's (each ``h + conv(h)``, after the norm), Canon-B in the attention
@@ -86,9 +87,44 @@ class CausalBlock(EncoderBlock):
         without an MLP), the new windows stored in ``windows``."""
         if self.ffn is None:
             return x
-        output, window = self.ffn.forward_cached(
-            self._canon("C", self.add_norm2.pre(x), previous, windows), previous.get("D")
-        )
+        return self.add_norm2(x, self._mlp_branch(self.add_norm2.pre(x), previous, windows))
+
+    def _mlp_branch(self, h: Tensor, previous: Mapping[str, Tensor], windows: dict[str, Tensor]) -> Tensor:
+        """The MLP of the normed input ``h`` with Canon-C and -D, before the residual's dropout."""
+        output, window = self.ffn.forward_cached(self._canon("C", h, previous, windows), previous.get("D"))
         if window is not None:
             windows["D"] = window
-        return self.add_norm2(x, output)
+        return output
+
+    def forward_sublayers(
+        self,
+        x: Tensor,
+        between: Callable[[Tensor], Tensor],
+        cache: LayerCache | None,
+        context: AttentionContext | None = None,
+        *,
+        use_cache: bool,
+    ) -> tuple[Tensor, LayerCache | None]:
+        """The two sublayers' outputs without their residual sums, for a stack that forms each
+        sublayer's input itself (attention residuals, :mod:`zoo.layers.attention_residuals`).
+
+        ``x``: the attention's input ``(B, L, d_model)`` (normed here, pre-LN blocks only);
+        ``between`` maps the attention's output (after dropout) to the MLP's input (not called
+        without an MLP). Returns the last sublayer's output (the MLP's, the attention's without an
+        MLP) and, with ``use_cache``, ``cache`` extended by these positions (None without it).
+        """
+        if not self.add_norm1.norm_first:
+            raise ValueError("CausalBlock.forward_sublayers needs pre-LN blocks (norm_first=True).")
+        context = self.check_context(context)
+        inner, previous = CanonCache.unwrap(cache, canon=self._canon_windows)
+        windows: dict[str, Tensor] = {}
+        query = self._canon("A", self.add_norm1.pre(x), previous, windows)
+        if use_cache:
+            output, inner = self.attention.attend_cached(query, inner, context)
+        else:
+            output, _ = self.attention(query, context)
+        output = self.add_norm1.dropout(output)
+        if self.ffn is not None:
+            h = self.add_norm2.pre(between(output))
+            output = self.add_norm2.dropout(self._mlp_branch(h, previous, windows))
+        return output, CanonCache.wrap(inner, windows) if use_cache else None

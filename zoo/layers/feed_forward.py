@@ -7,9 +7,9 @@ from torch import Tensor, nn
 
 from zoo.layers.canon import canon_convolution, residual_conv
 
-__all__ = ["PositionWiseFFN"]
+__all__ = ["ACTIVATIONS", "PositionWiseFFN"]
 
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
 
 class PositionWiseFFN(nn.Module):
@@ -39,11 +39,11 @@ class PositionWiseFFN(nn.Module):
         canon: bool = False,
     ) -> None:
         super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"Unknown activation {activation!r}; choose one of {sorted(_ACTIVATIONS)}.")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
         self.net = nn.Sequential(
             nn.Linear(d_model, hidden_dim, bias=bias),
-            _ACTIVATIONS[activation](),
+            ACTIVATIONS[activation](),
             nn.Dropout(dropout),
             nn.Linear(hidden_dim, d_model, bias=bias),
         )

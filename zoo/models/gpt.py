@@ -1,7 +1,9 @@
 """A decoder-only Transformer language model (GPT-2's shape, as nanoGPT writes it), with any
 registered causal attention, any position scheme and hybrid stacks, and cached generation; without
 its MLPs (``ffn_hidden=0``) and with positions chosen per family (``position="auto"``), the
-sequence model of Zoology's recall experiments.
+sequence model of Zoology's recall experiments; with a gated MLP (``mlp="swiglu"``), RMS norms
+(``norm``) and an untied head (``tie_embeddings=False``), LLaMA's and Qwen3-Next's decoder
+(:mod:`zoo.integrations.hf_models` converts Qwen3-Next's weights).
 
 Shapes: B batch, T positions, D ``d_model``, V vocabulary.
 """
@@ -22,12 +24,21 @@ from zoo.attention.contract.base import IncompatibleAttentionError, capabilities
 from zoo.attention.contract.cache import LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.modules.recurrent import RecurrentLayer
-from zoo.layers import BlockConfig, CausalBlock, StackConfig, StackPlan, build_stacks
+from zoo.errors import DataError
+from zoo.layers import BlockConfig, CausalBlock, GatedFFN, StackConfig, StackPlan, build_stacks
+from zoo.layers.attention_residuals import DepthAttention, DepthSources
+from zoo.layers.norms import build_norm
 
 __all__ = ["AUTO_POSITION", "GPT", "family_position"]
 
 #: GPT-2's initial standard deviation of every weight matrix and embedding
 INIT_STD = 0.02
+
+#: ``mlp``: the block MLP's activation and whether it is gated (nanoGPT's GELU MLP; LLaMA's and Qwen's SwiGLU)
+MLPS: dict[str, tuple[str, bool]] = {"gelu": ("gelu", False), "swiglu": ("silu", True)}
+
+#: ``residual``: how a sublayer's input is formed (the sum of the earlier outputs; attention over them)
+RESIDUALS = ("sum", "attention")
 
 AUTO_POSITION = "auto"
 """``position`` that picks the scheme from the layers' families (:func:`family_position`)."""
@@ -49,9 +60,10 @@ def family_position(attention: AttentionChoice) -> str:
 class GPT(nn.Module):
     """Token embeddings (+ absolute positions) -> pre-LN causal blocks -> final norm -> logits.
 
-    The output projection is the token embedding (tied, as GPT-2's); weights start as GPT-2's:
+    The output projection is the token embedding (tied, as GPT-2's) unless ``tie_embeddings`` is
+    off (then ``lm_head``, a linear map without bias); weights start as GPT-2's:
     normal with standard deviation 0.02, the projections that end a residual branch (the
-    attention's output, the MLP's second layer) scaled by ``1 / sqrt(2 * num_layers)``, biases
+    attention's output, the MLP's last layer) scaled by ``1 / sqrt(2 * num_layers)``, biases
     zero. Attention layers get the same for their ``q_proj``, ``k_proj``, ``v_proj`` and
     ``out_proj``; scoring attentions and layers keep the initialisation they define for
     parameters of their own (gates, convolutions, decays), and Canon layers ``nn.Conv1d``'s, as
@@ -94,6 +106,21 @@ class GPT(nn.Module):
             residual causal convolution of 4 taps before the attention (A), on its queries, keys
             and values (B: a recurrent layer's own convolution stands in), before the MLP (C) and
             inside it (D); ``""`` (default) none. C and D need an MLP.
+        mlp: The MLP: ``gelu`` (nanoGPT's ``Linear -> GELU -> Linear``) or ``swiglu`` (LLaMA's and
+            Qwen's gated MLP, :class:`~zoo.layers.GatedFFN`, ``ffn_hidden`` wide; no Canon-D).
+        norm: The blocks' norms and the final norm (:mod:`zoo.layers.norms`): ``layernorm``
+            (nanoGPT's), ``rmsnorm`` or ``zero_centred_rmsnorm`` (Qwen3-Next's ``1 + w`` scale).
+        norm_eps: Added to every norm's variance or mean square.
+        tie_embeddings: The output projection is the token embedding (GPT-2's); off: a separate
+            ``lm_head`` (Qwen3-Next's and LLaMA's).
+        residual: ``sum`` (the residual stream, ``x + sublayer(norm(x))``) or ``attention``:
+            Kimi's attention residuals (:mod:`zoo.layers.attention_residuals`), each sublayer's
+            input and the final norm's a softmax mix over depth of the embedding and the earlier
+            sublayers' outputs, with a learned query each (``depth_attention``; fla's
+            ``attnres``).
+        residual_block_size: With ``residual="attention"``, the sublayers (attention and MLP
+            counted alike) summed into one source (block attention residuals; fla's
+            ``attnres_block_size``); 1: every output its own source (full attention residuals).
     """
 
     def __init__(
@@ -115,18 +142,34 @@ class GPT(nn.Module):
         attention_dropout: float | None = None,
         embedding_dropout: float | None = None,
         canon: str = "",
+        mlp: str = "gelu",
+        norm: str = "layernorm",
+        norm_eps: float = 1e-5,
+        tie_embeddings: bool = True,
+        residual: str = "sum",
+        residual_block_size: int = 1,
     ) -> None:
         super().__init__()
         if block_size < 1:
             raise ValueError(f"block_size must be a positive number of tokens, got {block_size}.")
+        if mlp not in MLPS:
+            raise DataError(f"unknown mlp {mlp!r}; choose one of {', '.join(MLPS)}.")
+        activation, glu = MLPS[mlp]
+        if residual not in RESIDUALS:
+            raise DataError(f"unknown residual {residual!r}; choose one of {', '.join(RESIDUALS)}.")
+        if residual_block_size < 1 or (residual == "sum" and residual_block_size != 1):
+            raise DataError(
+                f"residual_block_size={residual_block_size}: give a positive number of sublayers, "
+                "and only with residual='attention'."
+            )
         self.block_size = block_size
         if position == AUTO_POSITION:
             position = family_position(attention)
         self.embedding = nn.Embedding(vocab_size, d_model)
         hidden = 4 * d_model if ffn_hidden is None else ffn_hidden
         config = BlockConfig(
-            d_model, num_heads, hidden, dropout, norm_first=True, activation="gelu", bias=bias, ffn_dropout=0.0,
-            canon=canon,
+            d_model, num_heads, hidden, dropout, norm_first=True, activation=activation, bias=bias, ffn_dropout=0.0,
+            canon=canon, glu=glu, norm=norm, norm_eps=norm_eps,
         )  # fmt: skip
         stack_config = StackConfig(
             block=config, attention=attention, attention_kwargs=attention_kwargs, num_kv_heads=num_kv_heads,
@@ -137,7 +180,16 @@ class GPT(nn.Module):
             StackPlan(num_layers, CausalBlock, role="the GPT (causal self-attention)", causal=True),
         )
         self.dropout = nn.Dropout(dropout if embedding_dropout is None else embedding_dropout)
-        self.final_norm = nn.LayerNorm(d_model, bias=bias)
+        self.final_norm = build_norm(norm, d_model, norm_eps, bias)
+        self.lm_head = None if tie_embeddings else nn.Linear(d_model, vocab_size, bias=False)
+        # one query before each sublayer but the first (which reads the embedding) and one before the final norm
+        sublayers = num_layers * (1 if hidden == 0 else 2)
+        self.residual_block_size = residual_block_size
+        self.depth_attention = (
+            nn.ModuleList(DepthAttention(d_model, norm_eps) for _ in range(sublayers))
+            if residual == "attention"
+            else None
+        )
         self._init_weights(num_layers)
 
     @torch.no_grad()
@@ -146,9 +198,9 @@ class GPT(nn.Module):
         nn.init.normal_(self.embedding.weight, std=INIT_STD)
         for block in self.blocks:
             layer = block.attention
-            first, _, _, second = (None,) * 4 if block.ffn is None else block.ffn.net
+            firsts, second = _mlp_projections(block.ffn)
             q, k, v, out = (getattr(layer, name, None) for name in ("q_proj", "k_proj", "v_proj", "out_proj"))
-            for projection in (q, k, v, first, out, second):  # nanoGPT's order: the seeded weights are its
+            for projection in (q, k, v, *firsts, out, second):  # nanoGPT's order: the seeded weights are its
                 if projection is None:  # no MLP, or a variant that reads no queries or keys
                     continue
                 nn.init.normal_(
@@ -157,6 +209,8 @@ class GPT(nn.Module):
                 )
                 if projection.bias is not None:
                     nn.init.zeros_(projection.bias)
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, std=INIT_STD)
 
     @property
     def vocab_size(self) -> int:
@@ -208,20 +262,44 @@ class GPT(nn.Module):
         x = self.dropout(self.position.embed(self.embedding(tokens), offset))
         context = AttentionContext(is_causal=True, offset=offset)  # what every layer reads, built once
         new_caches = []
-        for i, block in enumerate(self.blocks):
-            if use_cache:
-                x, cache = block.forward_cached(x, caches[i] if caches else None, context)
-                new_caches.append(cache)
-            else:
-                x, _ = block(x, context)
+        if self.depth_attention is not None:
+            x, new_caches = self._depth_mixed(x, caches, use_cache, context)
+        else:
+            for i, block in enumerate(self.blocks):
+                if use_cache:
+                    x, cache = block.forward_cached(x, caches[i] if caches else None, context)
+                    new_caches.append(cache)
+                else:
+                    x, _ = block(x, context)
         if output_mask is not None:
             x = x[output_mask]
         return self.final_norm(x), new_caches if use_cache else None
 
+    def _depth_mixed(
+        self, x: Tensor, caches: list[LayerCache] | None, use_cache: bool, context: AttentionContext
+    ) -> tuple[Tensor, list[LayerCache | None]]:
+        """The blocks under attention residuals: each sublayer's output joins the sources and the
+        next input is their mix; returns the final norm's input and the blocks' caches (None
+        each without ``use_cache``). The mix is per token, so decoding keeps no cache of its own."""
+        sources, queries = DepthSources(x, self.residual_block_size), iter(self.depth_attention)
+
+        def then_mix(output: Tensor) -> Tensor:
+            sources.add(output)
+            return next(queries)(sources.sources())
+
+        new_caches = []
+        for i, block in enumerate(self.blocks):
+            last, cache = block.forward_sublayers(
+                x, then_mix, caches[i] if caches else None, context, use_cache=use_cache
+            )
+            x = then_mix(last)
+            new_caches.append(cache)
+        return x, new_caches
+
     def head(self, hidden: Tensor) -> Tensor:
         """Logits ``(..., V)`` of final hidden states ``(..., D)``: the output projection, tied
-        to the token embedding."""
-        return F.linear(hidden, self.embedding.weight)
+        to the token embedding unless ``tie_embeddings`` was off."""
+        return F.linear(hidden, self.embedding.weight if self.lm_head is None else self.lm_head.weight)
 
     @torch.no_grad()
     def generate(
@@ -275,6 +353,16 @@ class GPT(nn.Module):
             context = torch.cat([context, token[:, None]], dim=1)
             if use_cache and context.shape[1] > self.block_size:
                 context, caches = context[:, -keep:], None  # slide: the next step encodes the window again
+
+
+def _mlp_projections(ffn: nn.Module | None) -> tuple[tuple[nn.Linear, ...], nn.Linear | None]:
+    """The MLP's input projections and its output projection (none without an MLP)."""
+    if ffn is None:
+        return (), None
+    if isinstance(ffn, GatedFFN):
+        return (ffn.gate_proj, ffn.up_proj), ffn.down_proj
+    first, _, _, second = ffn.net
+    return (first,), second
 
 
 def _sample(logits: Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None) -> Tensor:
