@@ -7,7 +7,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from zoo.attention.contract.cache import LayerCache
 from zoo.integrations.hf_layers import from_hf_layer, into_hf_layer
+
+#: float32's rounding of the recurrences' sums
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
 
 def assert_round_trip(module: nn.Module, config: Any) -> None:
@@ -28,3 +32,27 @@ def assert_round_trip(module: nn.Module, config: Any) -> None:
     assert again.keys() == zoo_state.keys()
     for key, value in again.items():
         assert torch.equal(value, zoo_state[key]), key
+
+
+def assert_decoding_like_transformers(
+    module: nn.Module, config: Any, prompt: int = 12, length: int = 18
+) -> tuple[Any, LayerCache]:
+    """A ``prompt`` of tokens, then one token at a time to ``length``: the zoo layer's outputs equal
+    transformers' with its ``DynamicCache`` (and those equal its full forward), and the recurrent
+    state after them is transformers'. Returns both caches, for a family's own checks of them."""
+    from transformers import DynamicCache
+
+    layer = from_hf_layer(module, config).eval()
+    x = torch.randn(2, length, config.hidden_size)
+    cache = DynamicCache(config=config)
+    expected = [module(x[:, :prompt], cache=cache)]
+    expected += [module(x[:, t : t + 1], cache=cache) for t in range(prompt, length)]
+    output, zoo_cache = layer.attend_cached(x[:, :prompt], None)
+    actual = [output]
+    for t in range(prompt, length):
+        output, zoo_cache = layer.attend_cached(x[:, t : t + 1], zoo_cache)
+        actual.append(output)
+    torch.testing.assert_close(torch.cat(expected, 1), module(x), **TOLERANCE)
+    torch.testing.assert_close(torch.cat(actual, 1), torch.cat(expected, 1), **TOLERANCE)
+    torch.testing.assert_close(zoo_cache.state, cache.get_recurrent_state(0, state_idx=0))
+    return cache, zoo_cache

@@ -16,14 +16,12 @@ import torch
 
 pytest.importorskip("transformers")
 
-from transformers import DynamicCache, OlmoHybridConfig  # noqa: E402
+from transformers import OlmoHybridConfig  # noqa: E402
 from transformers.models.olmo_hybrid.modeling_olmo_hybrid import OlmoHybridGatedDeltaNet  # noqa: E402
 
-from tests.helpers.hf_layers import assert_round_trip  # noqa: E402
+from tests.helpers.hf_layers import TOLERANCE, assert_decoding_like_transformers, assert_round_trip  # noqa: E402
 from zoo import AttentionContext  # noqa: E402
 from zoo.integrations.hf_layers import from_hf_layer  # noqa: E402
-
-TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
 
 def hf_layer(**changes: object) -> tuple[OlmoHybridGatedDeltaNet, OlmoHybridConfig]:
@@ -57,20 +55,7 @@ def test_the_full_forward_is_transformers(negative: bool) -> None:
 def test_decoding_token_by_token_is_transformers() -> None:
     """A prompt of 12 then one token at a time: the outputs and the recurrent state equal
     transformers' with its DynamicCache."""
-    module, config = hf_layer()
-    layer = from_hf_layer(module, config).eval()
-    x = torch.randn(2, 18, config.hidden_size)
-    cache, prompt = DynamicCache(config=config), 12
-    expected = [module(x[:, :prompt], cache=cache)]
-    expected += [module(x[:, t : t + 1], cache=cache) for t in range(prompt, x.shape[1])]
-    output, zoo_cache = layer.attend_cached(x[:, :prompt], None)
-    actual = [output]
-    for t in range(prompt, x.shape[1]):
-        output, zoo_cache = layer.attend_cached(x[:, t : t + 1], zoo_cache)
-        actual.append(output)
-    torch.testing.assert_close(torch.cat(expected, 1), module(x), **TOLERANCE)
-    torch.testing.assert_close(torch.cat(actual, 1), torch.cat(expected, 1), **TOLERANCE)
-    torch.testing.assert_close(zoo_cache.state, cache.get_recurrent_state(0, state_idx=0))
+    assert_decoding_like_transformers(*hf_layer())
 
 
 def test_the_map_keeps_every_tensor_both_ways() -> None:

@@ -16,15 +16,14 @@ import torch
 
 pytest.importorskip("transformers")
 
-from transformers import DynamicCache, Qwen3_5TextConfig  # noqa: E402
+from transformers import Qwen3_5TextConfig  # noqa: E402
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet  # noqa: E402
 
-from tests.helpers.hf_layers import assert_round_trip  # noqa: E402
+from tests.helpers.hf_layers import TOLERANCE, assert_decoding_like_transformers, assert_round_trip  # noqa: E402
 from zoo import AttentionContext  # noqa: E402
 from zoo.errors import ConfigurationError  # noqa: E402
 from zoo.integrations.hf_layers import FAMILIES, from_hf_layer  # noqa: E402
 
-TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 KEY_HEADS, VALUE_HEADS, HEAD = 4, 8, 8
 
 
@@ -63,20 +62,7 @@ def test_the_full_forward_is_transformers(mode: str) -> None:
 def test_decoding_token_by_token_is_transformers() -> None:
     """A prompt of 12 then one token at a time: the outputs, the recurrent state and the
     convolution's window after them equal transformers' with its DynamicCache."""
-    module, config = hf_layer()
-    layer = from_hf_layer(module, config).eval()
-    x = torch.randn(2, 18, config.hidden_size)
-    cache, prompt = DynamicCache(config=config), 12
-    expected = [module(x[:, :prompt], cache=cache)]
-    expected += [module(x[:, t : t + 1], cache=cache) for t in range(prompt, x.shape[1])]
-    output, zoo_cache = layer.attend_cached(x[:, :prompt], None)
-    actual = [output]
-    for t in range(prompt, x.shape[1]):
-        output, zoo_cache = layer.attend_cached(x[:, t : t + 1], zoo_cache)
-        actual.append(output)
-    torch.testing.assert_close(torch.cat(expected, 1), module(x), **TOLERANCE)
-    torch.testing.assert_close(torch.cat(actual, 1), torch.cat(expected, 1), **TOLERANCE)
-    torch.testing.assert_close(zoo_cache.state, cache.get_recurrent_state(0, state_idx=0))
+    cache, zoo_cache = assert_decoding_like_transformers(*hf_layer())
     keys, values = KEY_HEADS * HEAD, VALUE_HEADS * HEAD
     hf_windows = cache.get_conv_state(0, state_idx=0)[..., 1:].split([keys, keys, values], dim=1)
     for zoo_window, hf_window in zip(zoo_cache.extra, hf_windows):  # q, k, v

@@ -27,12 +27,10 @@ the layer's input ``x_i``:
   (causal: ``j <= i``, the last ``W`` positions, gpt-oss's and Mistral's sliding window) or
   ``j < S``, the first positions, which StreamingLLM (Xiao et al., 2023) keeps when decoding
   past the window because trained models park weight there. Decoding keeps exactly those in a
-  :class:`~zoo.attention.contract.cache.WindowCache` of ``S + W - 1`` positions at most, so the cache
-  stops growing, and the full forward masks the same pairs, so the two agree. StreamingLLM
-  applies the window to models trained with full attention and renumbers positions within its
-  cache; here the model is trained with the window it decodes with and a key keeps the position
-  it was rotated at, as gpt-oss and Mistral's rolling caches do. ``S = 0`` is a plain sliding
-  window (gpt-oss's, whose learned sinks take the first tokens' part).
+  :class:`~zoo.attention.contract.cache.WindowCache` of ``S + W - 1`` positions at most, and the
+  full forward masks the same pairs. Unlike StreamingLLM (full-attention models, positions
+  renumbered in its cache) the model trains with its window and a key keeps the position it was
+  rotated at, as gpt-oss's and Mistral's rolling caches. ``S = 0``: a plain sliding window.
 
 * ``conv_size`` ``K`` (So et al., 2021, Primer's "Multi-DConv-Head Attention"): a short causal
   depthwise convolution over the last ``K`` positions on each projected query, key and value
@@ -47,10 +45,8 @@ the layer's input ``x_i``:
   projections of each in a :class:`~zoo.attention.contract.cache.ConvolvedCache` beside the keys and
   values.
 
-* ``scale``: the factor on the dot products, ``z_ij = scale * q_i . k_j``; None (the default)
-  is ``d ** -0.5``. Gemma 3 scales by ``query_pre_attn_scalar ** -0.5``, which its 27B model sets
-  to ``hidden_size / num_heads`` (168) beside heads of 128. A scale runs the heads as sinks and
-  windows do (below), on the same fused kernel.
+* ``scale``: ``z_ij = scale * q_i . k_j``; None (default): ``d ** -0.5``. Gemma 3 27B scales by
+  ``query_pre_attn_scalar ** -0.5`` (168) beside heads of 128; it runs as sinks and windows do.
 
 * ``scores`` (x-transformers' way of giving every option to every attention): the registered
   scoring attention each head runs, ``dot_product`` (softmax) by default; ``sigmoid``,
@@ -58,18 +54,15 @@ the layer's input ``x_i``:
   as they are (``{name: softmax, scores: sigmoid, conv_size: 4}``). Sinks and windows are
   softmax's denominator and mask over dot products, so they take ``dot_product`` only.
 
-The registered names are this one layer with other defaults (:mod:`~zoo.attention.variants.softmax_recipes`),
-so every option combines with the others and with the stack's options (``--model.num_kv_heads``, ``--model.attention_dropout``,
-``--model.position rope``): ``softmax`` (none on), ``qk_norm``, ``gated_attention`` (elementwise
-gate), ``sink_attention`` (learned sinks, ``sink_tokens`` 0) and ``streaming`` (a window of 128
-with the first 4 positions). Qwen3-Next's attention is
-``{name: gated_attention, qk_norm: true}``; gpt-oss's sliding layers
-``{name: sink_attention, window: 128}`` and its full ones ``sink_attention``; Primer's attention
-is ``{name: softmax, conv_size: 3}``.
+The registered names are this layer with other defaults (:mod:`~zoo.attention.variants.softmax_recipes`;
+each option combines with the others and with the stack's): ``softmax`` (none on), ``qk_norm``,
+``gated_attention`` (elementwise gate), ``sink_attention`` (learned sinks) and ``streaming`` (a
+window of 128 with the first 4 positions). Qwen3-Next's attention is ``{name: gated_attention,
+qk_norm: true}``; gpt-oss's ``{name: sink_attention, window: 128}`` and ``sink_attention``;
+Primer's ``{name: softmax, conv_size: 3}``.
 
-Kernels: without ``sinks`` and ``window`` the heads run ``dot_product`` as ``self`` does (its
-fused kernel); sinks and windows run on it too (:mod:`zoo.attention.kernels.window`: a sink as one
-more key, a window blockwise in ``O(L (W + S))``). Weights (``need_weights``) take the explicit form.
+Kernels: the heads run ``dot_product``'s fused kernel, sinks and windows too (:mod:`zoo.attention.kernels.window`:
+a sink as one more key, a window blockwise in ``O(L (W + S))``); ``need_weights`` takes the explicit form.
 """
 
 from __future__ import annotations
