@@ -27,10 +27,10 @@ __all__ = ["l2_normalize"]
 
 class _L2Normalize(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: FunctionCtx, x: Tensor, scale: float, eps: float) -> Tensor:
+    def forward(ctx: FunctionCtx, x: Tensor, scale: float, eps: float, added: bool) -> Tensor:
         squares = x.pow(2).sum(-1, keepdim=True)
-        clamped = squares < eps * eps
-        inverse = squares.clamp_min_(eps * eps).rsqrt_()
+        clamped = torch.zeros_like(squares, dtype=torch.bool) if added else squares < eps * eps
+        inverse = (squares.add_(eps) if added else squares.clamp_min_(eps * eps)).rsqrt_()
         y = x * (inverse * scale)
         ctx.save_for_backward(y, inverse, clamped)
         ctx.scale = scale  # type: ignore[attr-defined]
@@ -38,14 +38,17 @@ class _L2Normalize(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         y, inverse, clamped = ctx.saved_tensors
         scale = ctx.scale
         along = (grad * y).sum(-1, keepdim=True).masked_fill_(clamped, 0.0)
-        return torch.addcmul(grad * scale, y, along, value=-1.0 / scale).mul_(inverse), None, None
+        return torch.addcmul(grad * scale, y, along, value=-1.0 / scale).mul_(inverse), None, None, None
 
 
-def l2_normalize(x: Tensor, scale: float = 1.0, eps: float = 1e-12) -> Tensor:
+def l2_normalize(x: Tensor, scale: float = 1.0, eps: float = 1e-12, *, added: bool = False) -> Tensor:
     """``scale * x / max(|x|, eps)`` over the last dimension: ``F.normalize(x, dim=-1) * scale``,
-    values and gradients, in one function (see the module docstring)."""
-    return _L2Normalize.apply(x, scale, eps)
+    values and gradients, in one function (see the module docstring). With ``added``, ``scale * x /
+    sqrt(|x|^2 + eps)``: flash-linear-attention's ``l2norm`` and transformers' (``eps`` 1e-6 there),
+    which shortens vectors near zero rather than clamping their norm; the gradient has the same form
+    with that inverse norm."""
+    return _L2Normalize.apply(x, scale, eps, added)

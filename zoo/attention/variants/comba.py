@@ -57,7 +57,6 @@ from torch import Tensor, nn
 from typing_extensions import Unpack
 
 from zoo.attention.build.factory import register_attention_layer
-from zoo.attention.kernels.l2_norm import l2_normalize
 from zoo.attention.modules.recurrence import LowRankRecurrence
 from zoo.attention.modules.recurrent import RecurrentOptions
 from zoo.attention.variants.deltanet import GatedDeltaNetAttention
@@ -103,8 +102,8 @@ class CombaAttention(GatedDeltaNetAttention):
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> LowRankRecurrence:
         dtype = queries.dtype
         feedback = (self.correction * self.inner_decay.sigmoid()).to(dtype)[:, None, None]  # d sigmoid(lambda)
-        q = l2_normalize(queries - feedback * keys, self.key_head_dim**-0.5)
-        k = l2_normalize(keys)  # the written key and, normalized, the read key p
+        q = self.l2_normalize(queries - feedback * keys, self.key_head_dim**-0.5)
+        k = self.l2_normalize(keys)  # the written key and, normalized, the read key p
         beta = self.beta.strengths(layer_input, dtype).transpose(-1, -2).unsqueeze(-1)  # (B, H, T, 1)
         log_decay = self.log_decay(layer_input, dtype).unsqueeze(-1).expand_as(k)
         return LowRankRecurrence(q, beta * k, values, -beta * k, k, log_decay)

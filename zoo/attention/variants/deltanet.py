@@ -73,6 +73,7 @@ class DeltaNetOptions(RecurrentOptions, total=False):
     expand_k: float
     negative_eigenvalues: bool
     num_key_heads: int | None
+    qk_norm_eps: float | None
 
 
 @register_attention_layer("deltanet", aliases=("delta_net",))
@@ -87,6 +88,10 @@ class DeltaNetAttention(RecurrentLayer):
         negative_eigenvalues: ``b_t`` in ``(0, 2)`` (Grazzi et al.) rather than ``(0, 1)``.
         num_key_heads: Query and key heads, each shared by ``num_heads / num_key_heads`` value heads
             (see the module docstring); None: ``num_heads``.
+        qk_norm_eps: None: queries and keys L2-normalized as ``F.normalize`` does (``x / max(|x|,
+            1e-12)``); a number: ``x / sqrt(|x|^2 + qk_norm_eps)``, as flash-linear-attention's and
+            transformers' ``l2norm`` (1e-6), which the weight maps of Qwen3-Next's, Qwen3.5's and
+            OLMo hybrid's layers set.
         options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4; the parallel
             form solves a ``(T, T)`` triangular system, so ``auto`` keeps it to ``chunk_size`` steps).
 
@@ -106,22 +111,33 @@ class DeltaNetAttention(RecurrentLayer):
         expand_k: float = 1.0,
         negative_eigenvalues: bool = False,
         num_key_heads: int | None = None,
+        qk_norm_eps: float | None = None,
         **options: Unpack[RecurrentOptions],
     ) -> None:
         super().__init__(
             embed_dim, num_heads, key_dim=int(embed_dim * expand_k), value_dim=int(embed_dim * expand_v),
             qk_heads=num_key_heads, **options,
         )  # fmt: skip
+        if qk_norm_eps is not None and not qk_norm_eps > 0:
+            raise ValueError(
+                f"{type(self).__name__}: qk_norm_eps must be a positive number or None, got {qk_norm_eps!r}."
+            )
+        self.qk_norm_eps = qk_norm_eps
         self.beta = WriteStrength(embed_dim, num_heads, negative_eigenvalues)
         self.norm = HeadNorm(self.head_dim)
+
+    def l2_normalize(self, x: Tensor, scale: float = 1.0) -> Tensor:
+        """``scale * x`` over its L2 norm, last dimension, as ``qk_norm_eps`` says."""
+        if self.qk_norm_eps is None:
+            return l2_normalize(x, scale)
+        return l2_normalize(x, scale, self.qk_norm_eps, added=True)
 
     def log_decay(self, layer_input: Tensor, dtype: torch.dtype) -> Tensor | None:
         """``log a_t`` ``(B, H, T)``; None: DeltaNet does not decay."""
         return None
 
     def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
-        q = l2_normalize(queries, self.key_head_dim**-0.5)
-        k = l2_normalize(keys)
+        q, k = self.l2_normalize(queries, self.key_head_dim**-0.5), self.l2_normalize(keys)
         if self.qk_heads != self.num_heads:  # grouped value heads: each key head repeated over its group
             groups = self.num_heads // self.qk_heads
             q, k = q.repeat_interleave(groups, dim=-3), k.repeat_interleave(groups, dim=-3)

@@ -15,8 +15,9 @@ the output projection. That is the zoo's ``gated_deltanet`` with ``num_key_heads
 Where the zoo differs: its per-head norm takes epsilon 1e-5 where the Qwen configs' ``rms_norm_eps``
 is 1e-6, so the builder sets the built layer's ``norm.eps`` to the family's (an attribute, not a
 constructor argument: a zoo checkpoint does not record it). transformers (as fla) L2-normalizes
-queries and keys by ``rsqrt(|x|^2 + 1e-6)``, the zoo by ``1 / max(|x|, 1e-12)``: a relative
-difference of ``5e-7 / |x|^2``, float32's rounding at the norms the convolved projections have.
+queries and keys by ``rsqrt(|x|^2 + 1e-6)``, where the zoo's default is ``1 / max(|x|, 1e-12)``
+(``F.normalize``'s): the built layer takes ``qk_norm_eps=1e-6``, transformers' form, so short
+queries (a model near its initialization) agree too.
 Refused in one line: a key or value width that ``expand_k`` or ``expand_v`` cannot state, value
 heads not a multiple of key heads, an activation other than SiLU.
 """
@@ -28,7 +29,10 @@ from typing import Any
 from zoo.attention.variants.deltanet import GatedDeltaNetAttention
 from zoo.integrations.hf_layers.state_maps import refuse
 
-__all__ = ["gated_deltanet_layer", "renamed"]
+__all__ = ["HF_L2_EPS", "gated_deltanet_layer", "renamed"]
+
+#: the epsilon under the root of transformers' ``l2norm`` (and flash-linear-attention's)
+HF_L2_EPS = 1e-6
 
 
 def renamed(norm: str = "norm", out: str = "out_proj") -> tuple[tuple[str, str], ...]:
@@ -72,7 +76,7 @@ def gated_deltanet_layer(name: str, config: Any, norm_eps: float, **options: Any
     layer = GatedDeltaNetAttention(
         config.hidden_size, config.linear_num_value_heads, expand_k=key_width / config.hidden_size,
         expand_v=value_width / config.hidden_size, num_key_heads=config.linear_num_key_heads,
-        conv_size=config.linear_conv_kernel_dim, bias=False, **options,
+        conv_size=config.linear_conv_kernel_dim, bias=False, qk_norm_eps=HF_L2_EPS, **options,
     )  # fmt: skip
     layer.norm.eps = norm_eps
     return layer
