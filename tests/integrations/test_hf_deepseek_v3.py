@@ -69,7 +69,17 @@ def inputs(settings: DeepseekV3Config) -> torch.Tensor:
     return torch.randn(2, LENGTH, settings.hidden_size)
 
 
-VARIANTS = {"interleaved": {}, "halves": {"rope_interleave": False}, "no_q_lora": {"q_lora_rank": None}}
+#: DeepSeek-V3's released YaRN (factor 40 over 4,096 positions) over 16, so the sequences run past it
+YARN = {
+    "rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 16,
+    "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0,
+}  # fmt: skip
+VARIANTS = {
+    "interleaved": {},
+    "halves": {"rope_interleave": False},
+    "no_q_lora": {"q_lora_rank": None},
+    "yarn": {"rope_parameters": YARN, "max_position_embeddings": 640},
+}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -109,7 +119,7 @@ def test_the_map_keeps_every_tensor_both_ways(variant: str) -> None:
     ("changes", "named"),
     [
         ({"attention_bias": True}, "attention_bias"),
-        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}}, "rope_type"),
+        ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0}}, "rope_type"),
     ],
 )
 def test_what_the_zoo_lacks_is_refused_in_one_line(changes: dict, named: str) -> None:

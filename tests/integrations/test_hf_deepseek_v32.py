@@ -112,7 +112,7 @@ def test_the_map_keeps_every_tensor_both_ways() -> None:
     ("changes", "named"),
     [
         ({"attention_bias": True}, "attention_bias"),
-        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}}, "rope_type"),
+        ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0}}, "rope_type"),
     ],
 )
 def test_what_the_zoo_lacks_is_refused_in_one_line(changes: dict, named: str) -> None:

@@ -6,8 +6,8 @@ ratios kept; the window, the rotary bases and the pattern of five sliding layers
 kept): Gemma 3 1B (hidden 1152, 4 heads of 256, 1 key/value head, ``query_pre_attn_scalar`` 256,
 window 512) as hidden 72, 4 heads of 16, 1 key/value head, scalar 16, window 512; and Gemma 3 27B
 (hidden 5376, 32 heads of 128, 16 key/value heads, scalar 168, window 1024) as hidden 168, 8 heads
-of 16, 4 key/value heads, scalar 21 (the zoo's ``scale``), window 1024, with the default rotation on
-its global layers (its linear scaling is refused, :func:`test_a_config_the_zoo_cannot_compute_is_refused_in_one_line`).
+of 16, 4 key/value heads, scalar 21 (the zoo's ``scale``), window 1024, its global layers' positions
+scaled linearly by 8 as the released model's.
 The sequences run past the window, in the prompt and while decoding. transformers runs its eager
 kernel and gets ``cos`` and ``sin`` for the layer's type from its model's rotary module; the zoo's
 layer computes its own. Norm weights sit on a grid of 2^-6 so that the ``1 + w`` shift is exact
@@ -28,6 +28,7 @@ from tests.helpers.hf_layers import assert_round_trip  # noqa: E402
 from zoo import AttentionContext  # noqa: E402
 from zoo.errors import ConfigurationError  # noqa: E402
 from zoo.integrations.hf_layers import from_hf_layer  # noqa: E402
+from zoo.positions.rope_scaling import LinearScaling  # noqa: E402
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 SLIDING, GLOBAL = 0, 5  # layer_types: five sliding layers, then a global one
@@ -45,6 +46,10 @@ def gemma3_27b(**changes: object) -> Gemma3TextConfig:
     sizes = dict(
         hidden_size=168, num_attention_heads=8, num_key_value_heads=4, head_dim=16, query_pre_attn_scalar=21,
         sliding_window=1024, num_hidden_layers=6, intermediate_size=64, vocab_size=32, attn_implementation="eager",
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+        },
     )  # fmt: skip
     return Gemma3TextConfig(**(sizes | changes))
 
@@ -134,6 +139,7 @@ def test_the_layer_takes_the_window_base_and_scale_of_its_type() -> None:
     module, _, config = hf_pair("27b_global")
     layer = from_hf_layer(module, config)
     assert layer.window is None and layer.scale == 21**-0.5 and layer.rotary.base == 1_000_000
+    assert layer.rotary.scaling == LinearScaling(8.0)
     sliding = from_hf_layer(Gemma3Attention(config, SLIDING), config)
     assert sliding.window == 1024 and sliding.sink_tokens == 0 and sliding.rotary.base == 10_000
     assert from_hf_layer(Gemma3Attention(gemma3_1b(), SLIDING), gemma3_1b()).scale is None
@@ -143,7 +149,6 @@ def test_the_layer_takes_the_window_base_and_scale_of_its_type() -> None:
 @pytest.mark.parametrize(
     ("config", "named"),
     [
-        (gemma3_27b(rope_parameters=None, rope_scaling={"rope_type": "linear", "factor": 8.0}), "rope_type 'linear'"),
         (gemma3_1b(attn_logit_softcapping=50.0), "attn_logit_softcapping"),
         (gemma3_1b(use_bidirectional_attention=True), "use_bidirectional_attention"),
     ],

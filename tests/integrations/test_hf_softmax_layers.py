@@ -44,12 +44,13 @@ def qwen3_next_config() -> Qwen3NextConfig:
 
 def gpt_oss_config() -> GptOssConfig:
     """gpt-oss's attention (hidden 2880, 64 heads of 64, 8 key/value heads, window 128 on alternate
-    layers) divided: hidden 45, 8 heads of 8, 1 key/value head, window 128; the default rotation
-    (its YaRN is refused, :func:`test_yarn_is_refused_in_one_line`)."""
+    layers, YaRN by 32 over an original 4,096 positions) divided: hidden 45, 8 heads of 8, 1 key/value
+    head, window 128, YaRN by 32 over an original 64 positions (the sequences run past them)."""
     return GptOssConfig(
         hidden_size=45, num_attention_heads=8, num_key_value_heads=1, head_dim=8, num_hidden_layers=2,
         num_local_experts=2, num_experts_per_tok=1, intermediate_size=32, vocab_size=32,
-        rope_parameters={"rope_type": "default", "rope_theta": 150000.0}, attn_implementation="eager",
+        rope_parameters=GptOssConfig().rope_parameters | {"original_max_position_embeddings": 64},
+        attn_implementation="eager",
     )  # fmt: skip
 
 
@@ -152,10 +153,10 @@ def test_qwen3_next_query_rows_split_per_head_and_norms_shift_by_one() -> None:
     assert layer.rotary.rotary_dim == 4 and layer.q_norm.eps == config.rms_norm_eps
 
 
-def test_yarn_is_refused_in_one_line() -> None:
+def test_a_rotation_that_changes_with_the_length_is_refused_in_one_line() -> None:
     config = gpt_oss_config()
-    config.rope_parameters = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0}
+    config.rope_parameters = {"rope_type": "dynamic", "rope_theta": 150000.0, "factor": 32.0}
     module = GptOssAttention(config, 0)
-    with pytest.raises(ConfigurationError, match="rope_type 'yarn'") as error:
+    with pytest.raises(ConfigurationError, match="rope_type 'dynamic'") as error:
         from_hf_layer(module, config)
     assert "\n" not in str(error.value)

@@ -42,7 +42,9 @@ DeepSeek-V2-Lite's 512 of 2048; ``qk_nope_head_dim = v_head_dim = embed_dim // n
 ``qk_rope_head_dim`` half of it, as DeepSeek's 128 and 64; no query compression by default, as
 DeepSeek-V2-Lite and Kimi Linear, DeepSeek-V3's ``q_lora_rank`` is 1536 of 7168); DeepSeek's RoPE
 rotates adjacent pairs where the zoo's rotates halves (a fixed permutation of the rotary
-features); YaRN's long-context scaling and ``mscale`` are left out.
+features). YaRN's long-context scaling comes with the rotary scheme (the stack's, or
+``rope_scaling`` for the layer's own); as in DeepSeek-V3's inference code, a YaRN rule with
+``mscale_all_dim`` also multiplies the softmax scale by ``(0.1 mscale_all_dim ln s + 1)^2``.
 
 ``conv_size`` ``K`` (0 by default: neither paper has one) puts a short causal depthwise
 convolution, as the ``softmax`` layer's, on what the layer projects down: the queries (their
@@ -56,7 +58,8 @@ the absorbed form is unchanged: the convolution comes before ``W^UKV``.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
 
 from torch import Tensor, nn
 
@@ -69,12 +72,20 @@ from zoo.attention.kernels.latent import latent_attention_absorbed, latent_atten
 from zoo.attention.modules.convolved import ShortConvolved
 from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions import PositionScheme
+from zoo.positions.rope_scaling import RopeScaling, YarnScaling, yarn_mscale
 from zoo.positions.rotary import RotaryEmbedding
 
 __all__ = ["LatentMode", "MultiHeadLatentAttention"]
 
 LatentMode = Literal["auto", "naive", "absorbed"]
 """Which form computes the attention (see :mod:`zoo.attention.variants.mla`)."""
+
+
+def softmax_temperature(scaling: RopeScaling | None) -> float:
+    """DeepSeek-V3's factor on the softmax scale's square root under YaRN with ``mscale_all_dim``; 1 otherwise."""
+    if isinstance(scaling, YarnScaling) and scaling.mscale_all_dim:
+        return yarn_mscale(scaling.factor, scaling.mscale_all_dim)
+    return 1.0
 
 
 @register_attention_layer("mla", aliases=("multi_head_latent", "latent_attention"))
@@ -94,6 +105,8 @@ class MultiHeadLatentAttention(ShortConvolved, AttentionLayer):
         rope: Rotate the rotary sub-heads (the stack's rotary scheme, or the layer's own); False:
             no positions in the layer (Kimi Linear's MLA).
         rope_base: The own RoPE's wavelength base, when the stack has no rotary scheme.
+        rope_scaling: The own RoPE's frequency scaling (:mod:`zoo.positions.rope_scaling`: a rule
+            or a mapping naming one), when the stack has no rotary scheme; None: none.
         mode: ``auto``, ``naive`` or ``absorbed`` (see the module docstring).
         conv_size: Kernel of a short causal convolution on the down-projections (see the module
             docstring); 0, the papers', for none.
@@ -123,6 +136,7 @@ class MultiHeadLatentAttention(ShortConvolved, AttentionLayer):
         v_head_dim: int | None = None,
         rope: bool = True,
         rope_base: float = 10000.0,
+        rope_scaling: RopeScaling | Mapping[str, Any] | None = None,
         mode: LatentMode = "auto",
         conv_size: int = 0,
         position: PositionScheme | None = None,
@@ -155,10 +169,14 @@ class MultiHeadLatentAttention(ShortConvolved, AttentionLayer):
         self.embed_dim, self.num_heads, self.mode = embed_dim, num_heads, mode
         self.kv_lora_rank, self.q_lora_rank = rank, q_lora_rank
         self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim = nope, rope_dim, value
-        self.scale = (nope + rope_dim) ** -0.5
         self.rotary: PositionScheme | None = None
         if rope and rope_dim:
-            self.rotary = RotaryEmbedding(rope_dim, rope_base) if position is None else position.for_head_dim(rope_dim)
+            self.rotary = (
+                RotaryEmbedding(rope_dim, rope_base, scaling=rope_scaling)
+                if position is None
+                else position.for_head_dim(rope_dim)
+            )
+        self.scale = (nope + rope_dim) ** -0.5 * softmax_temperature(getattr(self.rotary, "scaling", None)) ** 2
         query_width = num_heads * (nope + rope_dim)
         if q_lora_rank is None:
             self.q_proj = nn.Linear(embed_dim, query_width, bias=False)

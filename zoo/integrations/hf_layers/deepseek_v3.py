@@ -16,9 +16,12 @@ The rotation: with ``rope_interleave`` (the config's default), transformers rota
 first then odds, so the zoo's rotated features are transformers' and every score is equal;
 ``from_zoo`` undoes the order. Without ``rope_interleave`` the rows are taken as they are.
 
-Refused in one line: biases (``attention_bias``), a ``rope_type`` other than the default (YaRN's
-angles and its ``mscale`` on the softmax scale; DeepSeek-V3's released checkpoints use YaRN, the
-config class's default does not), and fewer key/value heads than query heads.
+DeepSeek-V3's released checkpoints rotate with YaRN (factor 40 over 4,096 positions, ``mscale`` and
+``mscale_all_dim`` 1): the zoo's MLA takes the same rule as ``rope_scaling``, which also multiplies
+its softmax scale by ``mscale_all_dim``'s temperature squared, as transformers' ``yarn_apply_mscale``.
+
+Refused in one line: biases (``attention_bias``), a ``rope_type`` whose frequencies change with the
+length read (``"dynamic"``, ``"longrope"``), and fewer key/value heads than query heads.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import torch
 from torch import Tensor
 
 from zoo.attention.variants.mla import MultiHeadLatentAttention
+from zoo.integrations.hf_layers.rope import hf_rope_parameters, hf_rope_scaling
 from zoo.integrations.hf_layers.state_maps import LayerPair, refuse
 
 __all__ = ["RotaryRowOrder", "deepseek_v3_layer", "deepseek_v3_pair", "latent_layer", "latent_pair"]
@@ -43,15 +47,14 @@ NAME = "DeepseekV3Config"
 def latent_layer(config: Any, name: str, variant: type[LayerT], **arguments: Any) -> LayerT:
     """``variant`` (the zoo's MLA or a layer built on it) at a DeepSeek config's sizes, rotation base
     and epsilon; ``arguments`` its own options. One line for what the zoo's MLA cannot compute."""
-    rope_type = dict(config.rope_parameters or {}).get("rope_type", "default")
     refuse(name, "attention_bias" if config.attention_bias else None)
-    refuse(name, None if rope_type == "default" else f"rope_type {rope_type!r} (the zoo's MLA rotates by the default)")
+    scaling = hf_rope_scaling(name, config, hf_rope_parameters(config))
     heads = config.num_attention_heads
     refuse(name, None if config.num_key_value_heads == heads else "num_key_value_heads below num_attention_heads")
     layer = variant(
         config.hidden_size, heads, kv_lora_rank=config.kv_lora_rank, q_lora_rank=config.q_lora_rank,
         qk_nope_head_dim=config.qk_nope_head_dim, qk_rope_head_dim=config.qk_rope_head_dim,
-        v_head_dim=config.v_head_dim, rope_base=config.rope_parameters["rope_theta"], **arguments,
+        v_head_dim=config.v_head_dim, rope_base=config.rope_parameters["rope_theta"], rope_scaling=scaling, **arguments,
     )  # fmt: skip
     layer.kv_norm.eps = config.rms_norm_eps
     if config.q_lora_rank is not None:

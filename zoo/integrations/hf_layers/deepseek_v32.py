@@ -21,8 +21,8 @@ Where the two may differ: transformers' ``topk`` leaves ties in the indexer's sc
 the zoo gives them to the earlier key; ReLU makes exact ties (zeros) possible, so a query whose
 ``index_topk``-th score is tied can attend to other, equally scored, keys.
 
-Refused in one line: what DeepSeek-V3's map refuses (biases, a ``rope_type`` other than the
-default, fewer key/value heads than query heads). ``DeepseekV32Config`` requires a ``q_lora_rank``
+Rotary scaling (YaRN) and refusals as DeepSeek-V3's map (biases, a ``rope_type`` whose frequencies
+change with the length read, fewer key/value heads than query heads). ``DeepseekV32Config`` requires a ``q_lora_rank``
 (its attention has no uncompressed query), so the index queries are read from the query latent,
 as the zoo's layer does with one.
 """

@@ -30,8 +30,8 @@ from torch import nn
 
 from zoo.attention.variants.parallel_hybrid import ParallelHybridAttention
 from zoo.integrations.hf_layers.mamba2 import MAMBA2_NORM_EPS
+from zoo.integrations.hf_layers.rope import hf_rotary
 from zoo.integrations.hf_layers.state_maps import Fused, LayerPair, fused_conv, refuse
-from zoo.positions.rotary import RotaryEmbedding
 
 __all__ = ["FalconH1Mixing", "falcon_h1_layer", "falcon_h1_pair"]
 
@@ -50,7 +50,6 @@ def _inner(config: Any) -> int:
 
 
 def _falcon_h1_problem(config: Any) -> str | None:
-    rope = dict(config.rope_parameters or {})
     head_dim = getattr(config, "head_dim", None)
     checks = (
         (config.key_multiplier != 1, f"key_multiplier {config.key_multiplier} scales the attention's keys"),
@@ -65,7 +64,6 @@ def _falcon_h1_problem(config: Any) -> str | None:
         (config.hidden_act != "silu", f"hidden_act {config.hidden_act!r} after the convolution"),
         (config.rms_norm_eps != MAMBA2_NORM_EPS, f"rms_norm_eps {config.rms_norm_eps} in the gated norm"),
         (tuple(config.time_step_limit) != (0.0, float("inf")), "time_step_limit clamps the step sizes"),
-        (rope.get("rope_type", "default") != "default", f"rope_type {rope.get('rope_type')!r}"),
         (
             head_dim not in (None, config.hidden_size // config.num_attention_heads),
             f"head_dim {head_dim} is not hidden_size / num_attention_heads",
@@ -87,7 +85,7 @@ def falcon_h1_layer(config: Any, **options: Any) -> ParallelHybridAttention:
         hidden, heads, branches=["softmax", mamba],
         input_multipliers=(config.attention_in_multiplier, config.ssm_in_multiplier),
         output_multipliers=(config.attention_out_multiplier, config.ssm_out_multiplier),
-        positioned=(True, False), position=RotaryEmbedding(hidden // heads, base=config.rope_parameters["rope_theta"]),
+        positioned=(True, False), position=hf_rotary("FalconH1Config", config, hidden // heads),
         bias=False, num_kv_heads=config.num_key_value_heads,
     )  # fmt: skip
 

@@ -18,9 +18,10 @@ bit-exact both ways where ``w + 1`` is exact). The norms' epsilon is set to ``rm
 transformers' norm multiplies in float32 and casts back; the zoo's ``nn.RMSNorm`` in the input's
 dtype: the same in float32.
 
-Refused in one line: the global layers' linear position scaling of the 4B, 12B and 27B models
-(``rope_type`` ``"linear"``, factor 8; the 1B model has none), which the zoo's ``rope`` has no
-option for; ``attn_logit_softcapping`` (Gemma 2's cap, which the zoo's softmax lacks;
+The global layers of the 4B, 12B and 27B models scale their positions linearly (``rope_type``
+``"linear"``, factor 8; the 1B model has none): the zoo's ``rope`` with linear scaling.
+
+Refused in one line: ``attn_logit_softcapping`` (Gemma 2's cap, which the zoo's softmax lacks;
 transformers' Gemma 3 layer stores it but does not apply it, so either reading would be a guess);
 ``use_bidirectional_attention`` (the zoo's layer is causal here, and transformers then halves the
 window).

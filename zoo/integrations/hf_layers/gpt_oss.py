@@ -8,10 +8,10 @@ projections, a learned sink logit per head in the softmax's denominator
 ``i - 127 .. i``: the zoo's ``window`` with ``sink_tokens`` 0, the same rule. The map renames every
 tensor. The layer's place in the model picks the window, so the builder takes ``layer_index``.
 
-Where the zoo differs: gpt-oss's checkpoints rotate with YaRN (``rope_type`` ``"yarn"``, factor 32),
-which the zoo's ``rope`` has no option for; such a config is refused in one line, and the zoo's layer
-equals transformers' under the default rotation (``rope_parameters`` ``{"rope_type": "default",
-"rope_theta": ...}``). Dropout, biases and the sinks' softmax are the same.
+gpt-oss's checkpoints rotate with YaRN (``rope_type`` ``"yarn"``, factor 32 over an original 4,096
+positions, ``beta_fast`` 32, ``beta_slow`` 1, ``truncate`` false): the zoo's ``rope`` with the same
+scaling rule (:func:`~zoo.integrations.hf_layers.rope.hf_rotary`). Dropout, biases and the sinks'
+softmax are the same.
 """
 
 from __future__ import annotations
