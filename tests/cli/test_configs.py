@@ -60,7 +60,10 @@ def test_there_is_a_default_config_per_model_and_overlays_exist() -> None:
         "gpt_shakespeare_cpu_tuned",
         *(
             f"gpt_shakespeare_cpu_{recipe}"
-            for recipe in ("gemma3", "gptoss", "jamba", "kimilinear", "qwen3next", "samba")
+            for recipe in (
+                *("deepseekv32", "falconh1", "gemma3", "gptoss", "jamba", "kimilinear", "minimax01"),
+                *("olmohybrid", "qwen35", "qwen3next", "samba"),
+            )
         ),
         "recall_mad",
         "recall_mqar",

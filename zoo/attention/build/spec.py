@@ -98,6 +98,8 @@ class AttentionSpec:
         layer_index: The layer's place in its stack, from 0 (:func:`layer_specs` sets it); a
             layer whose constructor takes ``layer_index`` gets it, for what depends on depth
             (differential attention's ``lambda_init``). ``None``: a spec of no stack.
+        positioned: False where the entry said ``position: none``: this layer goes without the
+            stack's rotary or bias scheme (a hybrid's linear layers beside rotated attention).
     """
 
     name: str = "dot_product"
@@ -106,6 +108,7 @@ class AttentionSpec:
     position: PositionScheme | None = None
     dropout: float = 0.0
     layer_index: int | None = None
+    positioned: bool = True
 
     def __post_init__(self) -> None:
         variant = require_attention(self.name, role="a stack's attention", layers=True)
@@ -186,7 +189,8 @@ class AttentionSpec:
 
     def describe(self) -> str:
         """``name`` or ``name(key=value, ...)``: how summaries show the choice."""
-        arguments = ", ".join(f"{key}={value!r}" for key, value in self.kwargs.items())
+        shown = {**self.kwargs, **({} if self.positioned else {"position": "none"})}
+        arguments = ", ".join(f"{key}={value!r}" for key, value in shown.items())
         return f"{self.name}({arguments})" if arguments else self.name
 
 
@@ -224,8 +228,11 @@ def layer_specs(
 
     ``attention`` is one entry for every layer (a name, or a mapping of a name and its
     arguments, which ``attention_kwargs`` add to), or a list: one entry per layer, or a pattern
-    whose length divides ``num_layers``, repeated. An error names the layer (``stack`` and its
-    number from 1, ``"encoder layer 2"``) and the fix.
+    whose length divides ``num_layers``, repeated. An entry's ``position: none`` leaves its layers
+    without the stack's ``position`` (Qwen3-Next's and MiniMax-01's linear layers are not rotated
+    beside their rotated softmax layers); the scheme itself is the stack's, shared, so ``none`` is
+    the one value an entry may give. An error names the layer (``stack`` and its number from 1,
+    ``"encoder layer 2"``) and the fix.
     """
     if isinstance(attention, str):
         entries: list[AttentionEntry] = [{"name": attention, **(attention_kwargs or {})}]
@@ -253,8 +260,11 @@ def layer_specs(
     for index, entry in enumerate(entries):
         where = _layers_of(index, period, num_layers, stack)
         name, arguments = split_entry(entry, where)
+        positioned = _positioned(arguments.pop("position", "stack"), where)
         try:
-            spec = AttentionSpec(name, arguments, num_kv_heads, position, dropout)
+            spec = AttentionSpec(
+                name, arguments, num_kv_heads, position if positioned else None, dropout, positioned=positioned
+            )
         except (IncompatibleAttentionError, KeyError, TypeError, ValueError) as error:
             raise type(error)(f"{where}: {error}") from None
         needs: AttentionNeeds = {
@@ -265,6 +275,19 @@ def layer_specs(
         }
         specs.append(spec.require(role=f"{role}, {where}", **needs))
     return [specs[layer % period].at_layer(layer) for layer in range(num_layers)]
+
+
+def _positioned(choice: object, where: str) -> bool:
+    """Whether an entry's layers take the stack's position scheme: its ``position`` may only be
+    ``none`` (or null); without one, they do."""
+    if choice == "stack":
+        return True
+    if choice is None or (isinstance(choice, str) and choice.lower() == "none"):
+        return False
+    raise ValueError(
+        f"{where}: an entry's position can only be none (the stack's scheme is shared by its layers); got "
+        f"{choice!r}. Set the scheme with the model's position, and position: none on the layers without it."
+    )
 
 
 def _layers_of(index: int, period: int, num_layers: int, stack: str) -> str:
