@@ -66,6 +66,10 @@ class HeadedAttention(AttentionLayer):
         head_dim: Features per head; None for ``embed_dim // num_heads``. Given, the queries and
             the heads' outputs are ``num_heads * head_dim`` wide whatever ``embed_dim`` is (the
             output projection maps them back to ``embed_dim``), as Qwen3's and gpt-oss's are.
+        v_head_dim: Features per value head, ``d_v``; None for ``head_dim``. Given, the values and
+            the heads' outputs are ``d_v`` wide per head (``o_i = sum_j a_ij v_j``, ``v_j`` of
+            ``d_v``) while queries and keys stay ``head_dim``; the output projection reads
+            ``num_heads * d_v`` features (MiMo-V2-Flash: query/key heads of 192, value heads of 128).
     """
 
     stack_layer = False
@@ -83,6 +87,7 @@ class HeadedAttention(AttentionLayer):
         vdim: int | None = None,
         bias: bool = True,
         head_dim: int | None = None,
+        v_head_dim: int | None = None,
     ) -> None:
         super().__init__()
         if isinstance(attention, str):  # a name is refused as the heads' attention, not a stack's
@@ -106,6 +111,10 @@ class HeadedAttention(AttentionLayer):
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}); "
                 f"head counts that divide it: {divisors}."
             )
+        if v_head_dim is not None and (not isinstance(v_head_dim, int) or v_head_dim <= 0):
+            raise ValueError(
+                f"v_head_dim must be a positive integer or None; got {v_head_dim!r}. Pass None for head_dim."
+            )
         num_kv_heads = num_heads if spec.num_kv_heads is None else spec.num_kv_heads
         if num_heads % num_kv_heads:
             divisors = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
@@ -116,19 +125,25 @@ class HeadedAttention(AttentionLayer):
         self.spec = spec
         self.embed_dim, self.num_heads = embed_dim, num_heads
         self.head_dim = embed_dim // num_heads if head_dim is None else head_dim
+        self.v_head_dim = self.head_dim if v_head_dim is None else v_head_dim
         self.num_kv_heads = num_kv_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.score_attention = spec.build(self.head_dim, num_heads)
         self.position = None if spec.position is None else spec.position.for_head_dim(self.head_dim)
         inner_dim, kv_dim = num_heads * self.head_dim, num_kv_heads * self.head_dim
+        if self.v_head_dim != self.head_dim and not self.score_attention.reads_keys:
+            raise ValueError(
+                f"v_head_dim ({self.v_head_dim}) differs from head_dim ({self.head_dim}), but {spec.name!r} reads no "
+                "keys and scores its values in their place; leave v_head_dim out."
+            )
         # No projection the per-head attention never reads: every parameter then gets a gradient,
         # so multi-process DDP needs no find_unused_parameters (Hugging Face's shared-QK Reformer
         # layer likewise has only a query-key and a value projection).
         reads = self.score_attention
         self.q_proj = nn.Linear(embed_dim, inner_dim, bias=bias) if reads.reads_queries else None
         self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias) if reads.reads_keys else None
-        self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
-        self.out_proj = nn.Linear(inner_dim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, num_kv_heads * self.v_head_dim, bias=bias)
+        self.out_proj = nn.Linear(num_heads * self.v_head_dim, embed_dim, bias=bias)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -154,6 +169,10 @@ class HeadedAttention(AttentionLayer):
     def _split_heads(self, x: Tensor) -> Tensor:
         # (B, L, heads * d) -> (B, heads, L, d)
         return x.unflatten(-1, (-1, self.head_dim)).transpose(1, 2)
+
+    def _split_values(self, x: Tensor) -> Tensor:
+        # (B, L, heads * d_v) -> (B, heads, L, d_v)
+        return x.unflatten(-1, (-1, self.v_head_dim)).transpose(1, 2)
 
     def _check(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
         name = type(self).__name__
@@ -188,7 +207,7 @@ class HeadedAttention(AttentionLayer):
         rotary scheme the keys are rotated at positions ``offset ..`` (``offset``: how many
         positions the cache already holds), with the tables of the forward's ``context``.
         """
-        v = self._split_heads(self.v_proj(values))
+        v = self._split_values(self.v_proj(values))
         if self.k_proj is None:  # an attention that reads no keys gets the values in their place: same shape
             return v, v
         return rotate_heads(self.rotary, self._split_heads(self.k_proj(keys)), offset, context), v
@@ -238,4 +257,6 @@ class HeadedAttention(AttentionLayer):
         grouped = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
         if self.head_dim * self.num_heads != self.embed_dim:
             grouped += f", head_dim={self.head_dim}"
+        if self.v_head_dim != self.head_dim:
+            grouped += f", v_head_dim={self.v_head_dim}"
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}{grouped}, attention={self.spec.describe()!r}"

@@ -134,8 +134,9 @@ class SelfAttention(HeadedAttention):
         *,
         bias: bool = True,
         head_dim: int | None = None,
+        v_head_dim: int | None = None,
     ) -> None:
-        super().__init__(embed_dim, num_heads, attention, bias=bias, head_dim=head_dim)
+        super().__init__(embed_dim, num_heads, attention, bias=bias, head_dim=head_dim, v_head_dim=v_head_dim)
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         """``x`` ``(B, L, embed_dim)`` over itself under the forward's ``context``."""

@@ -7,10 +7,8 @@ it common. Per head, with queries ``q_i``, keys ``k_j`` and values ``v_j`` of ``
 the layer's input ``x_i``:
 
 * ``qk_norm``: ``q_i <- RMSNorm(q_i)``, ``k_j <- RMSNorm(k_j)`` over each head's ``d`` features,
-  with a learned scale of ``d`` shared by the heads, before the rotary positions (Qwen3, Gemma 3;
-  Dehghani et al., 2023). It bounds the logits, which otherwise grow in training until the
-  softmax saturates. OLMo 2 normalizes all heads' features at once, before splitting them: not
-  this.
+  a learned scale of ``d`` shared by the heads, before the rotation (Qwen3, Gemma 3; Dehghani et
+  al., 2023): it bounds the logits. OLMo 2 normalizes all heads at once, before splitting: not this.
 * ``gate`` (Qiu et al., 2025, "Gated Attention for Large Language Models"): each head's output
   is multiplied by ``sigmoid(x_i W_g)`` before the output projection, the paper's best position
   (after the attention, "G1"): ``"elementwise"``, one gate per output feature (``W_g`` is
@@ -27,26 +25,26 @@ the layer's input ``x_i``:
   (causal: ``j <= i``, the last ``W`` positions, gpt-oss's and Mistral's sliding window) or
   ``j < S``, the first positions, which StreamingLLM (Xiao et al., 2023) keeps when decoding
   past the window because trained models park weight there. Decoding keeps exactly those in a
-  :class:`~zoo.attention.contract.cache.WindowCache` of ``S + W - 1`` positions at most, and the
-  full forward masks the same pairs. Unlike StreamingLLM (full-attention models, positions
-  renumbered in its cache) the model trains with its window and a key keeps the position it was
-  rotated at, as gpt-oss's and Mistral's rolling caches. ``S = 0``: a plain sliding window.
+  :class:`~zoo.attention.contract.cache.WindowCache` (``S + W - 1`` positions at most), the full
+  forward masks the same pairs, and a key keeps the position it was rotated at (gpt-oss's and
+  Mistral's rolling caches; StreamingLLM renumbers). ``S = 0``: a plain sliding window.
 
 * ``conv_size`` ``K`` (So et al., 2021, Primer's "Multi-DConv-Head Attention"): a short causal
   depthwise convolution over the last ``K`` positions on each projected query, key and value
   channel, ``q_i <- sum_{r<K} w_r * q_{i-r}`` (the same for ``k`` and ``v``, each with its own
   filters; no bias, no activation), after the projections and before QK-norm and the rotation.
-  It puts a token's neighbours into its query, key and value, which is what the recurrent
-  families' short convolutions give them (kernel 4, as flash-linear-attention's and Zoology's):
-  at a value's position the key then also carries the key before it, so one layer of attention
-  does associative recall that otherwise needs a previous-token head learned first
-  (``docs/results/recall.md``, the previous-token head). The convolution is causal in a
-  bidirectional stack too; padded positions enter it as zeros, and decoding keeps the last ``K - 1``
-  projections of each in a :class:`~zoo.attention.contract.cache.ConvolvedCache` beside the keys and
-  values.
+  It gives attention what the recurrent families' short convolutions give them (kernel 4, as fla's
+  and Zoology's): a value's key also carries the key before it, so one layer does associative
+  recall without first learning a previous-token head (``docs/results/recall.md``). Causal in a
+  bidirectional stack too; padded positions enter as zeros; decoding keeps the last ``K - 1``
+  projections in a :class:`~zoo.attention.contract.cache.ConvolvedCache`.
 
 * ``scale``: ``z_ij = scale * q_i . k_j``; None (default): ``d ** -0.5``. Gemma 3 27B scales by
   ``query_pre_attn_scalar ** -0.5`` (168) beside heads of 128; it runs as sinks and windows do.
+* ``v_head_dim`` ``d_v`` and ``value_scale`` ``c``: value heads of ``d_v`` features beside queries
+  and keys of ``d``, and ``v_j <- c * v_j`` after the projection (and convolution), so
+  ``o_i = c * sum_j a_ij v_j``; None (default): ``d_v = d``, no factor. MiMo-V2-Flash: ``d`` 192,
+  ``d_v`` 128, ``c`` 0.707 (``sqrt(embed_dim / (H d_v))``, its ``attention_value_scale``).
 
 * ``scores`` (x-transformers' way of giving every option to every attention): the registered
   scoring attention each head runs, ``dot_product`` (softmax) by default; ``sigmoid``,
@@ -54,12 +52,10 @@ the layer's input ``x_i``:
   as they are (``{name: softmax, scores: sigmoid, conv_size: 4}``). Sinks and windows are
   softmax's denominator and mask over dot products, so they take ``dot_product`` only.
 
-The registered names are this layer with other defaults (:mod:`~zoo.attention.variants.softmax_recipes`;
-each option combines with the others and with the stack's): ``softmax`` (none on), ``qk_norm``,
-``gated_attention`` (elementwise gate), ``sink_attention`` (learned sinks) and ``streaming`` (a
-window of 128 with the first 4 positions). Qwen3-Next's attention is ``{name: gated_attention,
-qk_norm: true}``; gpt-oss's ``{name: sink_attention, window: 128}`` and ``sink_attention``;
-Primer's ``{name: softmax, conv_size: 3}``.
+The registered names are this layer with other defaults (:mod:`~zoo.attention.variants.softmax_recipes`):
+``softmax`` (none on), ``qk_norm``, ``gated_attention`` (elementwise gate), ``sink_attention``
+(learned sinks) and ``streaming`` (a window of 128 with the first 4 positions). Qwen3-Next's attention
+is ``{name: gated_attention, qk_norm: true}``; gpt-oss's ``{name: sink_attention, window: 128}``.
 
 Kernels: the heads run ``dot_product``'s fused kernel, sinks and windows too (:mod:`zoo.attention.kernels.window`:
 a sink as one more key, a window blockwise in ``O(L (W + S))``); ``need_weights`` takes the explicit form.
@@ -132,14 +128,14 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         dropout: Dropout on the weights; the stack gives the model's attention dropout.
         position: The stack's rotary or bias scheme.
         bias: Whether the projections (and the gate's) have biases.
-        head_dim: Features per head; None for ``embed_dim // num_heads``. Qwen3-Next's attention has
-            16 heads of 256 beside a width of 2048, gpt-oss's 64 of 64 beside 2880: queries, gate
-            and heads' outputs are ``num_heads * head_dim`` wide.
+        head_dim: Features per head; None for ``embed_dim // num_heads`` (Qwen3-Next: 16 heads of
+            256 beside 2048; gpt-oss: 64 of 64 beside 2880).
         scale: The factor on the dot products; None for ``head_dim ** -0.5``. Dot-product scores only.
+        v_head_dim: Features per value head (and per head's output); None for ``head_dim``.
+        value_scale: A factor on the values before the heads read them; None for none.
 
-    Parameters besides ``self``'s projections: ``q_norm`` and ``k_norm`` (``head_dim`` scales
-    each), ``gate_proj``, ``sinks`` (``num_heads``), ``q_conv``, ``k_conv`` and ``v_conv``
-    (``nn.Conv1d`` depthwise filters of ``conv_size``).
+    Parameters besides ``self``'s projections: ``q_norm``, ``k_norm``, ``gate_proj``, ``sinks``,
+    ``q_conv``, ``k_conv``, ``v_conv`` (depthwise ``nn.Conv1d`` filters of ``conv_size``).
     """
 
     family = "softmax"
@@ -169,11 +165,13 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         bias: bool = True,
         head_dim: int | None = None,
         scale: float | None = None,
+        v_head_dim: int | None = None,
+        value_scale: float | None = None,
     ) -> None:
         name = type(self).__name__
         require_attention(scores, role=f"the heads of {name} (its scores)")
         spec = AttentionSpec(scores, {}, num_kv_heads, position, dropout)
-        super().__init__(embed_dim, num_heads, spec, bias=bias, head_dim=head_dim)
+        super().__init__(embed_dim, num_heads, spec, bias=bias, head_dim=head_dim, v_head_dim=v_head_dim)
         self.scores = scores
         if (sinks or window is not None) and type(self.score_attention) is not DotProductAttention:
             raise ValueError(
@@ -185,6 +183,8 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
                 f"{name}: scale scales dot products for softmax, a positive number; got {scale!r} with "
                 f"scores={scores!r}. Leave scores out (dot_product), or scale out (head_dim ** -0.5)."
             )
+        if value_scale is not None and not (isinstance(value_scale, (int, float)) and value_scale > 0):
+            raise ValueError(f"{name}: value_scale must be a positive number or None; got {value_scale!r}.")
         if gate not in (None, "elementwise", "headwise"):
             raise ValueError(f"{name}: gate must be 'elementwise', 'headwise' or None; got {gate!r}.")
         if window is not None and (not isinstance(window, int) or window < 1):
@@ -197,13 +197,14 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         self.gate_proj = (
             None
             if gate is None
-            else nn.Linear(embed_dim, num_heads * self.head_dim if gate == "elementwise" else num_heads, bias=bias)
+            else nn.Linear(embed_dim, num_heads * self.v_head_dim if gate == "elementwise" else num_heads, bias=bias)
         )
         self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
         self.add_convolutions(conv_size)
         self.window = window
         self.sink_tokens = sink_tokens if window is not None else 0
         self.scale = scale
+        self.value_scale = value_scale
 
     @property
     def capabilities(self) -> Capabilities:
@@ -230,9 +231,11 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
     def _kv_heads(
         self, keys: Tensor, values: Tensor, offset: int, context: AttentionContext | None
     ) -> tuple[Tensor, Tensor]:
-        """Projected keys (split into heads, normalized, rotated at ``offset ..``) and values."""
+        """Projected keys (split into heads, normalized, rotated at ``offset ..``) and values (split
+        into heads, times ``value_scale``)."""
         k = rotate_heads(self.rotary, self._normed(self.k_norm, self._split_heads(keys)), offset, context)
-        return k, self._split_heads(values)
+        v = self._split_values(values)
+        return k, v if self.value_scale is None else v * self.value_scale
 
     def _projected(
         self, x: Tensor, context: AttentionContext, windows: tuple[Tensor, ...] | None, offset: int
@@ -297,7 +300,9 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
             heads, weights = self.score_attention(q, k, v, context=context.with_position_bias(self.bias_scheme))
         if self.gate_proj is not None:
             gate = torch.sigmoid(self.gate_proj(x))
-            heads = heads * (self._split_heads(gate) if self.gate == "elementwise" else gate.transpose(1, 2)[..., None])
+            heads = heads * (
+                self._split_values(gate) if self.gate == "elementwise" else gate.transpose(1, 2)[..., None]
+            )
         return AttentionOutput(self._merge(heads), weights)
 
     def _attend_heads(
@@ -395,6 +400,8 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
             "sinks=True" if self.sinks is not None else "",
             f"window={self.window}, sink_tokens={self.sink_tokens}" if self.window is not None else "",
             f"scale={self.scale}" if self.scale is not None else "",
+            f"v_head_dim={self.v_head_dim}" if self.v_head_dim != self.head_dim else "",
+            f"value_scale={self.value_scale}" if self.value_scale is not None else "",
             "" if type(self.score_attention) is DotProductAttention else f"scores={self.scores!r}",
         ]
         return ", ".join(filter(None, options)) + self.conv_repr()

@@ -33,6 +33,7 @@ from zoo.integrations.hf_layers.gemma3 import gemma3_layer, gemma3_pair
 from zoo.integrations.hf_layers.gpt_oss import gpt_oss_layer, gpt_oss_pair
 from zoo.integrations.hf_layers.kimi_linear import kimi_linear_kda_layer, kimi_linear_kda_pair
 from zoo.integrations.hf_layers.mamba2 import mamba2_layer, mamba2_pair
+from zoo.integrations.hf_layers.mimo_v2_flash import mimo_v2_flash_layer, mimo_v2_flash_pair
 from zoo.integrations.hf_layers.minimax import minimax_layer, minimax_pair
 from zoo.integrations.hf_layers.olmo_hybrid import olmo_hybrid_gated_deltanet_layer, olmo_hybrid_gated_deltanet_pair
 from zoo.integrations.hf_layers.qwen3 import qwen3_layer, qwen3_pair
@@ -68,6 +69,7 @@ FAMILIES: dict[str, HFFamily] = {
     "GptOssAttention": HFFamily(gpt_oss_layer, gpt_oss_pair, by_layer=True),
     "KimiLinearDeltaAttention": HFFamily(kimi_linear_kda_layer, kimi_linear_kda_pair),
     "Mamba2Mixer": HFFamily(mamba2_layer, mamba2_pair),
+    "MiMoV2FlashAttention": HFFamily(mimo_v2_flash_layer, mimo_v2_flash_pair, by_layer=True),
     "MiniMaxLightningAttention": HFFamily(minimax_layer, minimax_pair, by_layer=True),
     "OlmoHybridGatedDeltaNet": HFFamily(olmo_hybrid_gated_deltanet_layer, olmo_hybrid_gated_deltanet_pair),
     "Qwen3Attention": HFFamily(qwen3_layer, qwen3_pair, by_layer=True),
