@@ -46,15 +46,17 @@ __all__ = ["Llama3Scaling", "LinearScaling", "RopeScaling", "YarnScaling", "rope
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """A rule changing RoPE's inverse frequencies; subclasses set :attr:`kind` and :meth:`scale`."""
+    """A rule changing RoPE's inverse frequencies by a context ``factor``; subclasses set
+    :attr:`kind` and :meth:`scale`."""
 
     #: the name a mapping gives in ``type``
     kind: ClassVar[str]
+    factor: float
 
     def __post_init__(self) -> None:
-        if not self.factor >= 1.0:  # type: ignore[attr-defined]
+        if not self.factor >= 1.0:
             raise ConfigurationError(
-                f"rope scaling {self.kind!r} needs a factor of 1 or more; got {self.factor!r}. "  # type: ignore[attr-defined]
+                f"rope scaling {self.kind!r} needs a factor of 1 or more; got {self.factor!r}. "
                 "Pass the ratio of the context to read to the context trained."
             )
 
@@ -73,7 +75,6 @@ class LinearScaling(RopeScaling):
     """Position interpolation: every pair's frequency divided by ``factor``."""
 
     kind: ClassVar[str] = "linear"
-    factor: float
 
     def scale(self, inverse_frequency: Tensor, base: float) -> Tensor:
         return inverse_frequency / self.factor
@@ -84,7 +85,6 @@ class Llama3Scaling(RopeScaling):
     """Llama 3.1's rule: long wavelengths divided by ``factor``, short ones kept, a blend between."""
 
     kind: ClassVar[str] = "llama3"
-    factor: float
     original_max_len: int
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
@@ -110,7 +110,6 @@ class YarnScaling(RopeScaling):
     """
 
     kind: ClassVar[str] = "yarn"
-    factor: float
     original_max_len: int
     beta_fast: float = 32.0
     beta_slow: float = 1.0
