@@ -45,6 +45,11 @@ the layer's input ``x_i``:
   and keys of ``d``, and ``v_j <- c * v_j`` after the projection (and convolution), so
   ``o_i = c * sum_j a_ij v_j``; None (default): ``d_v = d``, no factor. MiMo-V2-Flash: ``d`` 192,
   ``d_v`` 128, ``c`` 0.707 (``sqrt(embed_dim / (H d_v))``, its ``attention_value_scale``).
+* ``values`` and ``v_norm`` (Gemma 4): ``values="keys"`` drops the value projection and reads the
+  key projection's output as the values, ``v_j = W_k x_j``, taken before QK-norm and the rotation
+  (Gemma 4's global layers, its ``attention_k_eq_v``); ``v_norm`` normalizes each value head with
+  RMSNorm without a learned scale, ``v_j <- v_j / sqrt(mean(v_j^2) + eps)`` (before ``c``).
+  Defaults: ``"projected"`` (``v_j = W_v x_j``) and no norm.
 
 * ``scores`` (x-transformers' way of giving every option to every attention): the registered
   scoring attention each head runs, ``dot_product`` (softmax) by default; ``sigmoid``,
@@ -133,9 +138,13 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         scale: The factor on the dot products; None for ``head_dim ** -0.5``. Dot-product scores only.
         v_head_dim: Features per value head (and per head's output); None for ``head_dim``.
         value_scale: A factor on the values before the heads read them; None for none.
+        values: ``"projected"``: the values' own projection ``v_proj``; ``"keys"``: the key
+            projection's output (before QK-norm and the rotation), with no ``v_proj``.
+        v_norm: RMSNorm without a learned scale on each value head.
 
     Parameters besides ``self``'s projections: ``q_norm``, ``k_norm``, ``gate_proj``, ``sinks``,
-    ``q_conv``, ``k_conv``, ``v_conv`` (depthwise ``nn.Conv1d`` filters of ``conv_size``).
+    ``q_conv``, ``k_conv``, ``v_conv`` (depthwise ``nn.Conv1d`` filters of ``conv_size``); with
+    ``values="keys"``, no ``v_proj``.
     """
 
     family = "softmax"
@@ -167,6 +176,8 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         scale: float | None = None,
         v_head_dim: int | None = None,
         value_scale: float | None = None,
+        values: Literal["projected", "keys"] = "projected",
+        v_norm: bool = False,
     ) -> None:
         name = type(self).__name__
         require_attention(scores, role=f"the heads of {name} (its scores)")
@@ -185,6 +196,14 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
             )
         if value_scale is not None and not (isinstance(value_scale, (int, float)) and value_scale > 0):
             raise ValueError(f"{name}: value_scale must be a positive number or None; got {value_scale!r}.")
+        if values not in ("projected", "keys"):
+            raise ValueError(f"{name}: values must be 'projected' or 'keys'; got {values!r}.")
+        if values == "keys" and (conv_size or self.v_head_dim != self.head_dim or self.k_proj is None):
+            raise ValueError(
+                f"{name}: values='keys' reads the key projection as the values, so it needs scores that read keys "
+                f"and takes neither conv_size nor a v_head_dim other than head_dim; got scores={scores!r}, "
+                f"conv_size={conv_size}, v_head_dim={v_head_dim}."
+            )
         if gate not in (None, "elementwise", "headwise"):
             raise ValueError(f"{name}: gate must be 'elementwise', 'headwise' or None; got {gate!r}.")
         if window is not None and (not isinstance(window, int) or window < 1):
@@ -205,6 +224,10 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         self.sink_tokens = sink_tokens if window is not None else 0
         self.scale = scale
         self.value_scale = value_scale
+        self.values = values
+        if values == "keys":
+            self.v_proj = None  # the key projection gives the values
+        self.v_norm = nn.RMSNorm(self.v_head_dim, eps=NORM_EPS, elementwise_affine=False) if v_norm else None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -225,16 +248,18 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
     def project_kv(
         self, keys: Tensor, values: Tensor, *, offset: int = 0, context: AttentionContext | None = None
     ) -> tuple[Tensor, Tensor]:
-        """Keys (normalized, then rotated at ``offset ..``) and values, split into heads."""
-        return self._kv_heads(self.k_proj(keys), self.v_proj(values), offset, context)
+        """Keys (normalized, then rotated at ``offset ..``) and values, split into heads; with
+        ``values="keys"`` the values are the projected ``keys``."""
+        projected = self.k_proj(keys)
+        return self._kv_heads(projected, projected if self.v_proj is None else self.v_proj(values), offset, context)
 
     def _kv_heads(
         self, keys: Tensor, values: Tensor, offset: int, context: AttentionContext | None
     ) -> tuple[Tensor, Tensor]:
         """Projected keys (split into heads, normalized, rotated at ``offset ..``) and values (split
-        into heads, times ``value_scale``)."""
+        into heads, normalized with ``v_norm``, times ``value_scale``)."""
         k = rotate_heads(self.rotary, self._normed(self.k_norm, self._split_heads(keys)), offset, context)
-        v = self._split_values(values)
+        v = self._normed(self.v_norm, self._split_values(values))
         return k, v if self.value_scale is None else v * self.value_scale
 
     def _projected(
@@ -402,6 +427,8 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
             f"scale={self.scale}" if self.scale is not None else "",
             f"v_head_dim={self.v_head_dim}" if self.v_head_dim != self.head_dim else "",
             f"value_scale={self.value_scale}" if self.value_scale is not None else "",
+            "values='keys'" if self.values == "keys" else "",
+            "v_norm=True" if self.v_norm is not None else "",
             "" if type(self.score_attention) is DotProductAttention else f"scores={self.scores!r}",
         ]
         return ", ".join(filter(None, options)) + self.conv_repr()

@@ -30,6 +30,7 @@ from zoo.integrations.hf_layers.deepseek_v3 import deepseek_v3_layer, deepseek_v
 from zoo.integrations.hf_layers.deepseek_v32 import deepseek_v32_layer, deepseek_v32_pair
 from zoo.integrations.hf_layers.falcon_h1 import falcon_h1_layer, falcon_h1_pair
 from zoo.integrations.hf_layers.gemma3 import gemma3_layer, gemma3_pair
+from zoo.integrations.hf_layers.gemma4 import gemma4_layer, gemma4_pair
 from zoo.integrations.hf_layers.gpt_oss import gpt_oss_layer, gpt_oss_pair
 from zoo.integrations.hf_layers.kimi_linear import kimi_linear_kda_layer, kimi_linear_kda_pair
 from zoo.integrations.hf_layers.mamba2 import mamba2_layer, mamba2_pair
@@ -66,6 +67,7 @@ FAMILIES: dict[str, HFFamily] = {
     "DeepseekV32Attention": HFFamily(deepseek_v32_layer, deepseek_v32_pair),
     "FalconH1Mixing": HFFamily(falcon_h1_layer, falcon_h1_pair),  # a FalconH1DecoderLayer's two branches
     "Gemma3Attention": HFFamily(gemma3_layer, gemma3_pair, by_layer=True),
+    "Gemma4TextAttention": HFFamily(gemma4_layer, gemma4_pair, by_layer=True),
     "GptOssAttention": HFFamily(gpt_oss_layer, gpt_oss_pair, by_layer=True),
     "KimiLinearDeltaAttention": HFFamily(kimi_linear_kda_layer, kimi_linear_kda_pair),
     "Mamba2Mixer": HFFamily(mamba2_layer, mamba2_pair),
