@@ -51,7 +51,8 @@ from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.corrected_values import corrected_values, corrected_values_recurrent
-from zoo.attention.variants.softmax import SoftmaxAttention, SoftmaxOptions
+from zoo.attention.variants.softmax import SoftmaxAttention
+from zoo.attention.variants.softmax_options import SoftmaxOptions
 
 __all__ = ["DeltaFormer"]
 

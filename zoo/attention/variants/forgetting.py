@@ -57,7 +57,8 @@ from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.cache import ConvolvedCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import key_column
-from zoo.attention.variants.softmax import SoftmaxAttention, SoftmaxOptions
+from zoo.attention.variants.softmax import SoftmaxAttention
+from zoo.attention.variants.softmax_options import SoftmaxOptions
 
 __all__ = ["ForgetCache", "ForgettingAttention"]
 

@@ -56,7 +56,7 @@ from zoo.attention.kernels.householder import path_recurrent, path_scores
 from zoo.attention.kernels.short_conv import causal_conv1d, short_convolutions
 from zoo.attention.kernels.window import sink_weights
 from zoo.attention.variants.forgetting import ForgettingAttention
-from zoo.attention.variants.softmax import SoftmaxOptions
+from zoo.attention.variants.softmax_options import SoftmaxOptions
 
 __all__ = ["PathAttention", "PathCache"]
 

@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Literal, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -85,30 +84,10 @@ from zoo.attention.modules.convolved import ShortConvolved
 from zoo.attention.modules.multi_head import SelfAttention
 from zoo.attention.modules.rotation import rotate_heads
 from zoo.attention.variants.dot_product import DotProductAttention
+from zoo.attention.variants.softmax_options import NORM_EPS, Gate, ValueSource, check_options
 from zoo.positions import PositionScheme
 
-__all__ = ["Gate", "SoftmaxAttention", "SoftmaxOptions"]
-
-Gate = Literal["elementwise", "headwise"]
-
-
-class SoftmaxOptions(TypedDict, total=False):
-    """The ``softmax`` layer's arguments that a layer built on it takes as they are and hands on
-    (``**options: Unpack[SoftmaxOptions]``), as :class:`SoftmaxAttention` documents them; the window
-    and its sink tokens are left to layers that honour them, as is the scale."""
-
-    qk_norm: bool
-    gate: Gate | None
-    sinks: bool
-    conv_size: int
-    num_kv_heads: int | None
-    dropout: float
-    position: PositionScheme | None
-    bias: bool
-
-
-#: QK-norm's epsilon (Qwen3's, OLMo 2's and Gemma 3's)
-NORM_EPS = 1e-6
+__all__ = ["SoftmaxAttention"]
 
 
 @register_attention_layer("softmax", aliases=("softmax_attention",))
@@ -176,7 +155,7 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         scale: float | None = None,
         v_head_dim: int | None = None,
         value_scale: float | None = None,
-        values: Literal["projected", "keys"] = "projected",
+        values: ValueSource = "projected",
         v_norm: bool = False,
     ) -> None:
         name = type(self).__name__
@@ -184,32 +163,11 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         spec = AttentionSpec(scores, {}, num_kv_heads, position, dropout)
         super().__init__(embed_dim, num_heads, spec, bias=bias, head_dim=head_dim, v_head_dim=v_head_dim)
         self.scores = scores
-        if (sinks or window is not None) and type(self.score_attention) is not DotProductAttention:
-            raise ValueError(
-                f"{name}: sinks and windows act on softmax over dot products; scores={scores!r} takes neither. "
-                "Leave scores out (dot_product) or drop sinks and window."
-            )
-        if scale is not None and (type(self.score_attention) is not DotProductAttention or not scale > 0):
-            raise ValueError(
-                f"{name}: scale scales dot products for softmax, a positive number; got {scale!r} with "
-                f"scores={scores!r}. Leave scores out (dot_product), or scale out (head_dim ** -0.5)."
-            )
-        if value_scale is not None and not (isinstance(value_scale, (int, float)) and value_scale > 0):
-            raise ValueError(f"{name}: value_scale must be a positive number or None; got {value_scale!r}.")
-        if values not in ("projected", "keys"):
-            raise ValueError(f"{name}: values must be 'projected' or 'keys'; got {values!r}.")
-        if values == "keys" and (conv_size or self.v_head_dim != self.head_dim or self.k_proj is None):
-            raise ValueError(
-                f"{name}: values='keys' reads the key projection as the values, so it needs scores that read keys "
-                f"and takes neither conv_size nor a v_head_dim other than head_dim; got scores={scores!r}, "
-                f"conv_size={conv_size}, v_head_dim={v_head_dim}."
-            )
-        if gate not in (None, "elementwise", "headwise"):
-            raise ValueError(f"{name}: gate must be 'elementwise', 'headwise' or None; got {gate!r}.")
-        if window is not None and (not isinstance(window, int) or window < 1):
-            raise ValueError(f"{name}: window must be a positive integer or None; got {window!r}.")
-        if not isinstance(sink_tokens, int) or sink_tokens < 0:
-            raise ValueError(f"{name}: sink_tokens must be 0 or a positive integer; got {sink_tokens!r}.")
+        check_options(
+            name, dot_products=type(self.score_attention) is DotProductAttention, reads_keys=self.k_proj is not None,
+            scores=scores, gate=gate, sinks=sinks, window=window, sink_tokens=sink_tokens, conv_size=conv_size,
+            scale=scale, value_scale=value_scale, values=values, v_head_dim=self.v_head_dim, head_dim=self.head_dim,
+        )  # fmt: skip
         self.q_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
         self.k_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
         self.gate = gate
