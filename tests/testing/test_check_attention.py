@@ -29,7 +29,7 @@ CAUSAL_SPARSE = [
     "moba", "nsa", "path_attention", "deltaformer", "log_linear_mamba2", "log_linear_gated_deltanet", "parallel_hybrid",
 ]  # fmt: skip
 #: causal-only variants that decode from every key and value (a key/value cache): checked causally
-CAUSAL_ONLY = ["stick_breaking", "forgetting"]
+CAUSAL_ONLY = ["stick_breaking", "forgetting", "deepseek_v4"]
 #: what a causal-only layer declares it cannot do, and is verified to refuse
 RECURRENT_SKIPS = {
     "bidirectional": "declares supports_bidirectional=False (and refuses it): checked causally",

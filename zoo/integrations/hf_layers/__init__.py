@@ -28,6 +28,7 @@ from torch import nn
 from zoo.errors import ConfigurationError
 from zoo.integrations.hf_layers.deepseek_v3 import deepseek_v3_layer, deepseek_v3_pair
 from zoo.integrations.hf_layers.deepseek_v32 import deepseek_v32_layer, deepseek_v32_pair
+from zoo.integrations.hf_layers.deepseek_v4 import deepseek_v4_layer, deepseek_v4_pair
 from zoo.integrations.hf_layers.falcon_h1 import falcon_h1_layer, falcon_h1_pair
 from zoo.integrations.hf_layers.gemma3 import gemma3_layer, gemma3_pair
 from zoo.integrations.hf_layers.gemma4 import gemma4_layer, gemma4_pair
@@ -65,6 +66,7 @@ class HFFamily:
 FAMILIES: dict[str, HFFamily] = {
     "DeepseekV3Attention": HFFamily(deepseek_v3_layer, deepseek_v3_pair),
     "DeepseekV32Attention": HFFamily(deepseek_v32_layer, deepseek_v32_pair),
+    "DeepseekV4Attention": HFFamily(deepseek_v4_layer, deepseek_v4_pair, by_layer=True),
     "FalconH1Mixing": HFFamily(falcon_h1_layer, falcon_h1_pair),  # a FalconH1DecoderLayer's two branches
     "Gemma3Attention": HFFamily(gemma3_layer, gemma3_pair, by_layer=True),
     "Gemma4TextAttention": HFFamily(gemma4_layer, gemma4_pair, by_layer=True),
