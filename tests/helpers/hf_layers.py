@@ -56,3 +56,38 @@ def assert_decoding_like_transformers(
     torch.testing.assert_close(torch.cat(actual, 1), torch.cat(expected, 1), **TOLERANCE)
     torch.testing.assert_close(zoo_cache.state, cache.get_recurrent_state(0, state_idx=0))
     return cache, zoo_cache
+
+
+def windowed_hf_forward(
+    module: nn.Module, rotary: nn.Module, x: torch.Tensor, first: int, cache: Any, *arguments: Any
+) -> torch.Tensor:
+    """A transformers softmax layer's output for ``x`` at positions ``first ..`` (Gemma 3 and 4,
+    MiMo-V2-Flash): its model's ``rotary`` tables for the layer's type and an additive causal mask,
+    windowed on a sliding layer, written here; one new token sees every key the cache returns (a
+    sliding layer's cache holds its window). ``arguments`` follow the mask (Gemma 4's shared states)."""
+    length = x.shape[1]
+    positions = torch.arange(first, first + length)[None]
+    mask = None
+    if length > 1:
+        offsets = positions[0, :, None] - torch.arange(first + length)
+        window = module.sliding_window or first + length + 1
+        mask = torch.where((offsets >= 0) & (offsets < window), 0.0, float("-inf"))[None, None]
+    return module(x, rotary(x, positions, module.layer_type), mask, *arguments, cache=cache)[0]
+
+
+def assert_windowed_decoding_like_transformers(
+    module: nn.Module, rotary: nn.Module, config: Any, x: torch.Tensor, prompt: int, *arguments: Any
+) -> LayerCache:
+    """A ``prompt`` of ``x``, then one token at a time: the zoo layer's outputs equal transformers' with
+    its ``DynamicCache`` (:func:`windowed_hf_forward`). Returns the zoo's cache, for a family's checks."""
+    from transformers import DynamicCache
+
+    layer = from_hf_layer(module, config).eval()
+    cache, zoo_cache = DynamicCache(config=config), None
+    expected, outputs = [], []
+    for first, last in [(0, prompt)] + [(t, t + 1) for t in range(prompt, x.shape[1])]:
+        expected.append(windowed_hf_forward(module, rotary, x[:, first:last], first, cache, *arguments))
+        output, zoo_cache = layer.attend_cached(x[:, first:last], zoo_cache)
+        outputs.append(output)
+    torch.testing.assert_close(torch.cat(outputs, 1), torch.cat(expected, 1), **TOLERANCE)
+    return zoo_cache

@@ -23,13 +23,17 @@ import torch
 
 pytest.importorskip("transformers")
 
-from transformers import DynamicCache, Gemma4TextConfig  # noqa: E402
+from transformers import Gemma4TextConfig  # noqa: E402
 from transformers.models.gemma4.modeling_gemma4 import (  # noqa: E402
     Gemma4TextAttention,
     Gemma4TextRotaryEmbedding,
 )
 
-from tests.helpers.hf_layers import assert_round_trip  # noqa: E402
+from tests.helpers.hf_layers import (  # noqa: E402
+    assert_round_trip,
+    assert_windowed_decoding_like_transformers,
+    windowed_hf_forward,
+)
 from zoo import AttentionContext  # noqa: E402
 from zoo.attention.variants.softmax_recipes import QKNormAttention  # noqa: E402
 from zoo.errors import ConfigurationError  # noqa: E402
@@ -81,20 +85,6 @@ def hf_pair(name: str) -> tuple[Gemma4TextAttention, Gemma4TextRotaryEmbedding, 
     return module, Gemma4TextRotaryEmbedding(config), config
 
 
-def hf_forward(module: Gemma4TextAttention, rotary, x: torch.Tensor, first: int, cache: DynamicCache | None):
-    """transformers' output for ``x`` at positions ``first ..``: an additive causal mask, windowed on a
-    sliding layer, written here; one new token sees every key the cache returns (a sliding layer's
-    cache holds its window)."""
-    length = x.shape[1]
-    positions = torch.arange(first, first + length)[None]
-    mask = None
-    if length > 1:
-        offsets = positions[0, :, None] - torch.arange(first + length)
-        window = module.sliding_window or first + length + 1
-        mask = torch.where((offsets >= 0) & (offsets < window), 0.0, float("-inf"))[None, None]
-    return module(x, rotary(x, positions, module.layer_type), mask, {}, cache=cache)[0]
-
-
 def inputs(name: str, config: Gemma4TextConfig) -> torch.Tensor:
     torch.manual_seed(1)
     return torch.randn(1, CASES[name][2], config.hidden_size)
@@ -106,7 +96,7 @@ def test_the_full_forward_is_transformers(name: str) -> None:
     module, rotary, config = hf_pair(name)
     layer = from_hf_layer(module, config).eval()
     x = inputs(name, config)
-    expected = hf_forward(module, rotary, x, 0, None)
+    expected = windowed_hf_forward(module, rotary, x, 0, None, {})
     torch.testing.assert_close(layer(x, AttentionContext(is_causal=True)).output, expected, **TOLERANCE)
 
 
@@ -116,15 +106,8 @@ def test_decoding_token_by_token_is_transformers(name: str) -> None:
     """A prompt, then one token at a time past the window: transformers' DynamicCache and the zoo's
     cache (a WindowCache on a sliding layer) give the same outputs."""
     module, rotary, config = hf_pair(name)
-    layer = from_hf_layer(module, config).eval()
     x, prompt = inputs(name, config), CASES[name][3]
-    cache, zoo_cache = DynamicCache(config=config), None
-    expected, outputs = [], []
-    for first, last in [(0, prompt)] + [(t, t + 1) for t in range(prompt, x.shape[1])]:
-        expected.append(hf_forward(module, rotary, x[:, first:last], first, cache))
-        output, zoo_cache = layer.attend_cached(x[:, first:last], zoo_cache)
-        outputs.append(output)
-    torch.testing.assert_close(torch.cat(outputs, 1), torch.cat(expected, 1), **TOLERANCE)
+    zoo_cache = assert_windowed_decoding_like_transformers(module, rotary, config, x, prompt, {})
     if module.is_sliding:  # the zoo's cache stops growing at the window, as transformers' does
         assert zoo_cache.keys.shape[-2] == config.sliding_window - 1
 
