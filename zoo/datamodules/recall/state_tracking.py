@@ -221,6 +221,9 @@ class ModularArithmeticDataModule(_StateTracking):
             self.vocab_size = tasks.ARITHMETIC_VOCAB if vocab_size is None else vocab_size
             tasks.arithmetic_modulus(self.vocab_size)
         super().__init__(batch_size=batch_size, **kwargs)
+        # The vocabulary the default resolved to, not None, as the model's linked ``vocab_size`` has
+        # it: Lightning refuses a fit whose model and data hyperparameters disagree.
+        self.save_hyperparameters({**self.hparams, "vocab_size": self.vocab_size})
 
     def generator(self) -> Generate:
         return partial(_arithmetic_examples, self.brackets, self.vocab_size)
