@@ -24,6 +24,7 @@ that ``list``, ``--help`` and ``--version`` answer without importing Lightning.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import sys
@@ -50,6 +51,18 @@ COMMANDS: dict[str, str] = {
     "compare": "a grid of runs over seeds, with intervals, in one table",
     "matrix": "every family on every yardstick (configs/matrix), resumably: the zoo's verdict",
     "board": "the records and benchmarks as a static leaderboard site",
+}
+
+
+#: The commands that are one function of their own module, given the rest of the command line:
+#: ``module:function``, imported only when its command runs (plotting and data only when benchmarking).
+_OWN_MAIN: dict[str, str] = {
+    "bench": "zoo.bench.cli:main",
+    "compare": "zoo.compare.cli:main",
+    "matrix": "zoo.matrix.cli:main",
+    "board": "zoo.board.cli:main",
+    "generate": "zoo.generate:generate_from_checkpoint",
+    "export": "zoo.export:main",
 }
 
 
@@ -133,30 +146,9 @@ def _run(args: list[str]) -> None:
                 f"list takes one name pattern (python -m zoo list '*delta*') and --import; got {shlex.join(args[1:])}."
             )
         print_registries(args[1] if len(args) > 1 else None)
-    elif args[:1] == ["bench"]:
-        from zoo.bench.cli import main as bench_main  # plotting and data only when benchmarking
-
-        bench_main(args[1:])
-    elif args[:1] == ["compare"]:
-        from zoo.compare.cli import main as compare_main
-
-        compare_main(args[1:])
-    elif args[:1] == ["matrix"]:
-        from zoo.matrix.cli import main as matrix_main
-
-        matrix_main(args[1:])
-    elif args[:1] == ["board"]:
-        from zoo.board.cli import main as board_main
-
-        board_main(args[1:])
-    elif args[:1] == ["generate"]:
-        from zoo.generate import generate_from_checkpoint
-
-        generate_from_checkpoint(args[1:])
-    elif args[:1] == ["export"]:
-        from zoo.export import main as export_main
-
-        export_main(args[1:])
+    elif args[0] in _OWN_MAIN:
+        module, function = _OWN_MAIN[args[0]].split(":")
+        getattr(importlib.import_module(module), function)(args[1:])
     elif args[:1] == ["--version"]:
         print(__version__)
     else:

@@ -106,6 +106,25 @@ def _legend(figure: Any, panels: Sequence[Any]) -> None:
     figure.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=columns, fontsize="small")
 
 
+def _accuracy_figure(title: str, panels: dict[str, dict[str, dict[int, Summary]]], x_label: str) -> Any:
+    """Accuracy with its intervals against a log2 axis: a panel per entry of ``panels`` (its key the
+    panel's title, in the dict's order), a line per row of it (``{row: {x: summary}}``), one legend.
+    The width and the length figures differ only in what they group and what the axis counts."""
+    figure, axes_list = _figure(len(panels), title)
+    colours = _colours([row for lines in panels.values() for row in lines])
+    for axes, (panel, lines) in zip(axes_list, panels.items()):
+        for row, points in sorted(lines.items()):
+            xs = sorted(points)
+            _errorbar(axes, xs, [points[x] for x in xs], row, colours[row])
+        axes.set_xscale("log", base=2)
+        axes.set_title(panel)
+        axes.set_xlabel(x_label)
+        axes.set_ylabel("accuracy")
+        axes.set_ylim(-0.02, 1.02)
+    _legend(figure, axes_list)
+    return figure
+
+
 def mqar_width_figure(results: Sequence[Result]) -> Any | None:
     """Zoology's Figure 2 from the MQAR results whose settings vary ``d_model``; None without two widths."""
     best: dict[int, dict[str, dict[int, Summary]]] = defaultdict(lambda: defaultdict(dict))
@@ -121,19 +140,11 @@ def mqar_width_figure(results: Sequence[Result]) -> Any | None:
     lengths = sorted(n for n, lines in best.items() if len({w for line in lines.values() for w in line}) >= 2)
     if not lengths:
         return None
-    figure, panels = _figure(len(lengths), "MQAR accuracy against model width (95% intervals over seeds)")
-    colours = _colours([row for n in lengths for row in best[n]])
-    for axes, length in zip(panels, lengths):
-        for row, line in sorted(best[length].items()):
-            widths = sorted(line)
-            _errorbar(axes, widths, [line[w] for w in widths], row, colours[row])
-        axes.set_xscale("log", base=2)
-        axes.set_title(f"sequence length {length}")
-        axes.set_xlabel("model width")
-        axes.set_ylabel("accuracy")
-        axes.set_ylim(-0.02, 1.02)
-    _legend(figure, panels)
-    return figure
+    return _accuracy_figure(
+        "MQAR accuracy against model width (95% intervals over seeds)",
+        {f"sequence length {n}": best[n] for n in lengths},
+        "model width",
+    )
 
 
 def _by_length(result: Result) -> dict[int, Summary]:
@@ -162,19 +173,9 @@ def length_figure(results: Sequence[Result], rows: Sequence[str] | None = None) 
     titles = sorted(t for t, lines in panels.items() if lines)
     if not titles:
         return None
-    figure, axes_list = _figure(len(titles), "Accuracy against test length (95% intervals over seeds)")
-    colours = _colours([row for title in titles for row in panels[title]])
-    for axes, title in zip(axes_list, titles):
-        for row, points in sorted(panels[title].items()):
-            lengths = sorted(points)
-            _errorbar(axes, lengths, [points[n] for n in lengths], row, colours[row])
-        axes.set_xscale("log", base=2)
-        axes.set_title(title)
-        axes.set_xlabel("test length")
-        axes.set_ylabel("accuracy")
-        axes.set_ylim(-0.02, 1.02)
-    _legend(figure, axes_list)
-    return figure
+    return _accuracy_figure(
+        "Accuracy against test length (95% intervals over seeds)", {t: panels[t] for t in titles}, "test length"
+    )
 
 
 def _mean(points: dict[int, Summary]) -> float:

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from zoo.command_parser import command_parser
 from zoo.compare.against import against_section, check_against
 from zoo.compare.grid import combinations, parse_budget, parse_grid
 from zoo.compare.launch import Launcher
@@ -40,12 +41,7 @@ __all__ = ["main", "parser"]
 
 def parser() -> argparse.ArgumentParser:
     """compare's own options; everything else is a ``fit`` argument."""
-    root = argparse.ArgumentParser(
-        prog="python -m zoo compare",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
+    root = command_parser("compare", __doc__)
     root.add_argument(
         "--grid", action="append", default=[], metavar="KEY=V1,V2",
         help="an axis to vary (repeatable): a fit flag without dashes and its values",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from zoo.command_parser import command_parser
 from zoo.compare.grid import top_level_items
 from zoo.errors import ConfigurationError
 from zoo.matrix.plan import Group, plan
@@ -37,12 +38,7 @@ PROTOCOLS = Path(__file__).parents[1] / "configs" / "matrix"
 
 def parser() -> argparse.ArgumentParser:
     """The matrix's own options; the rest go to each ``zoo compare``."""
-    root = argparse.ArgumentParser(
-        prog="python -m zoo matrix",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
+    root = command_parser("matrix", __doc__)
     root.add_argument(
         "--names", default=None,
         help="rows, comma-separated: registered attentions or recipe labels (default: every causal name and recipe)",
