@@ -14,6 +14,13 @@ last 6 of 12 layers sharing. The global layers rotate a quarter of their frequen
 (``"proportional"``) at base 1,000,000. Sequences run past the window, in the prompt and while
 decoding. transformers runs its eager kernel and gets ``cos`` and ``sin`` for the layer's type from
 its model's rotary module; the zoo's layer computes its own. Outputs agree to float32 rounding (``1e-5``).
+
+KV sharing: E2B's twelve shrunk layers as a stack (each layer's output added to its input), its
+window cut to 16 so that 40 positions run past it; transformers passes ``shared_kv_states`` from its
+"store" layers (4, sliding; 5, global) to the last six, the zoo's layers a ``KeyValueStore``; the full
+forward and token-by-token decoding agree to ``1e-4``: the sums reach 10, and each layer adds its
+rounding (transformers' rotary tables are float32 in float64 too; the gap grows by 1e-6 to 3e-6 a
+layer, with no step where the reusing layers begin).
 """
 
 from __future__ import annotations
@@ -35,11 +42,13 @@ from tests.helpers.hf_layers import (  # noqa: E402
     windowed_hf_forward,
 )
 from zoo import AttentionContext  # noqa: E402
+from zoo.attention.contract.kv_sharing import KeyValueStore, SharedCache, read_sources  # noqa: E402
 from zoo.attention.variants.softmax_recipes import QKNormAttention  # noqa: E402
 from zoo.errors import ConfigurationError  # noqa: E402
 from zoo.integrations.hf_layers import from_hf_layer  # noqa: E402
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+STACK_TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}  # twelve layers' rounding, summed
 SLIDING, GLOBAL = 0, 5  # layer_types: five sliding layers, then a global one
 SMALL = dict(intermediate_size=64, vocab_size=32, vocab_size_per_layer_input=32, hidden_size_per_layer_input=8)
 
@@ -168,7 +177,7 @@ def test_the_value_norm_divides_each_value_head_by_its_root_mean_square() -> Non
 @pytest.mark.parametrize(
     ("config", "index", "named"),
     [
-        (gemma4_e2b(), 11, "KV sharing"),
+        (gemma4_e2b(num_kv_shared_layers=12), 11, "every layer reuses"),
         (gemma4_31b(use_bidirectional_attention="all"), GLOBAL, "use_bidirectional_attention"),
     ],
 )
@@ -184,3 +193,59 @@ def test_keys_as_values_refuses_what_it_cannot_read() -> None:
     with pytest.raises(ValueError, match="values='keys'") as caught:
         QKNormAttention(32, 4, head_dim=8, v_head_dim=4, values="keys")
     assert "\n" not in str(caught.value)
+
+
+def e2b_stack() -> tuple[list[Gemma4TextAttention], Gemma4TextRotaryEmbedding, Gemma4TextConfig]:
+    """E2B's twelve layers (the last six reuse), window 16, every parameter perturbed as :func:`hf_pair`'s."""
+    config = gemma4_e2b(sliding_window=16)
+    torch.manual_seed(4)
+    modules = [Gemma4TextAttention(config, index).eval() for index in range(config.num_hidden_layers)]
+    with torch.no_grad():
+        for parameter in (parameter for module in modules for parameter in module.parameters()):
+            noise = torch.randn_like(parameter)
+            parameter.copy_(noise * parameter.shape[1] ** -0.5 if parameter.ndim == 2 else 1 + 0.3 * noise)
+    return modules, Gemma4TextRotaryEmbedding(config), config
+
+
+@torch.no_grad()
+def test_a_stack_with_kv_sharing_is_transformers_in_the_full_forward_and_token_by_token() -> None:
+    """``h <- h + attention_i(h)`` over the twelve layers: transformers' with a DynamicCache and one
+    ``shared_kv_states`` a forward, the zoo's with a ``KeyValueStore`` a forward; a prompt of 20, then
+    one token at a time to 40, and the whole sequence at once."""
+    from transformers import DynamicCache
+
+    modules, rotary, config = e2b_stack()
+    layers = [from_hf_layer(module, config).eval() for module in modules]
+    assert [layer.kv_source for layer in layers] == [None] * 6 + [4, 4, 4, 4, 4, 5]
+    torch.manual_seed(5)
+    x = torch.randn(1, 40, config.hidden_size)
+    steps = [(0, 20)] + [(t, t + 1) for t in range(20, 40)]
+    hf_cache, zoo_caches, expected, actual = DynamicCache(config=config), [None] * len(layers), [], []
+    for first, last in [(0, 40)] + steps:
+        cache = None if last - first == 40 else hf_cache
+        hf, shared = x[:, first:last], {}
+        for module in modules:
+            hf = hf + windowed_hf_forward(module, rotary, hf, first, cache, shared)
+        context = AttentionContext(is_causal=True, offset=first, kv_store=KeyValueStore(read_sources(layers)))
+        zoo = x[:, first:last]
+        for index, layer in enumerate(layers):
+            if cache is None:
+                zoo = zoo + layer(zoo, context).output
+            else:
+                output, zoo_caches[index] = layer.attend_cached(zoo, zoo_caches[index], context)
+                zoo = zoo + output
+        expected.append(hf)
+        actual.append(zoo)
+    torch.testing.assert_close(actual[0], expected[0], **STACK_TOLERANCE)
+    torch.testing.assert_close(torch.cat(actual[1:], 1), torch.cat(expected[1:], 1), **STACK_TOLERANCE)
+    torch.testing.assert_close(torch.cat(actual[1:], 1), actual[0], **STACK_TOLERANCE)
+    assert all(isinstance(cache, SharedCache) and cache.nbytes == 0 for cache in zoo_caches[6:])
+
+
+def test_a_reusing_layer_keeps_its_queries_and_output_only_both_ways() -> None:
+    modules, _, config = e2b_stack()
+    layer = from_hf_layer(modules[11], config)
+    assert set(layer.state_dict()) == {"q_proj.weight", "q_norm.weight", "out_proj.weight"}
+    assert layer.kv_source == 5 and layer.k_norm is None and layer.q_norm.eps == config.rms_norm_eps
+    assert_round_trip(modules[11], config)
+    assert_round_trip(modules[10], config)

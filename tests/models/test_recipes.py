@@ -16,11 +16,21 @@ from zoo.models import GPT
 from zoo.summary import attention_by_layer
 from zoo.tasks import RecallModel
 
+#: the rotation of Gemma 4's global layers beside the stack's (a quarter of the pairs at base 1,000,000)
+GEMMA4_GLOBAL_ROTATION = {"fraction": 0.25, "partial": "proportional", "base": 1000000}
+
 #: recipe -> the layers its stack holds, in order (as the run's summary names them)
 PATTERNS = {
     "qwen3next": "gated_deltanet, gated_deltanet, gated_deltanet, gated_attention(qk_norm=True)",
     "kimilinear": "kda, kda, kda, mla(rope=False)",
     "gemma3": ", ".join(["qk_norm(window=16)"] * 5 + ["qk_norm"]),
+    "gemma4": ", ".join(
+        ["qk_norm(window=16, sink_tokens=0, scale=1.0, v_norm=True)"] * 5
+        + [f"qk_norm(scale=1.0, v_norm=True, values='keys', head_dim=64, position={GEMMA4_GLOBAL_ROTATION})"]
+        + ["qk_norm(window=16, sink_tokens=0, scale=1.0, v_norm=True)"]
+        + ["qk_norm(window=16, sink_tokens=0, scale=1.0, kv_source=6)"] * 4
+        + [f"qk_norm(scale=1.0, head_dim=64, kv_source=5, position={GEMMA4_GLOBAL_ROTATION})"]
+    ),
     "gptoss": "sink_attention(window=16), sink_attention, sink_attention(window=16), sink_attention",
     "jamba": "mamba2, mamba2, mamba2, mamba2, dot_product, mamba2, mamba2, mamba2",
     "samba": "mamba2, local(window=32), mamba2, local(window=32)",

@@ -26,7 +26,8 @@ RECURRENT = [
 #: and take key masks only
 #: (and the default parallel hybrid: its softmax branch's cache beside Mamba-2's state)
 CAUSAL_SPARSE = [
-    "moba", "nsa", "path_attention", "deltaformer", "log_linear_mamba2", "log_linear_gated_deltanet", "parallel_hybrid",
+    "moba", "nsa", "msa", "path_attention", "deltaformer", "log_linear_mamba2", "log_linear_gated_deltanet",
+    "parallel_hybrid",
 ]  # fmt: skip
 #: causal-only variants that decode from every key and value (a key/value cache): checked causally
 CAUSAL_ONLY = ["stick_breaking", "forgetting", "deepseek_v4"]

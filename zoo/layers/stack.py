@@ -74,6 +74,7 @@ class StackConfig:
             decoding=plan.decoding,
             role=plan.role,
             stack=plan.layer_name,
+            kv_sharing=plan.kv_sharing,
         )
 
 
@@ -91,6 +92,9 @@ class StackPlan:
         decoding: The stack runs its positions through its layers' caches (a decoder's), so its
             attention must decode.
         layer_name: How errors name one of its layers: ``"layer"``, ``"encoder layer"``.
+        kv_sharing: The model hands one forward's keys and values from layer to layer (a
+            :class:`~zoo.attention.contract.kv_sharing.KeyValueStore` on its context, as the GPT's),
+            so an entry may take ``kv_source``.
     """
 
     num_layers: int
@@ -100,6 +104,7 @@ class StackPlan:
     padding: bool = False
     decoding: bool = False
     layer_name: str = "layer"
+    kv_sharing: bool = False
 
 
 class Stack(NamedTuple):

@@ -23,6 +23,7 @@ from zoo.attention.build.spec import AttentionChoice
 from zoo.attention.contract.base import IncompatibleAttentionError, capabilities
 from zoo.attention.contract.cache import LayerCache
 from zoo.attention.contract.context import AttentionContext
+from zoo.attention.contract.kv_sharing import KeyValueStore, read_sources
 from zoo.attention.modules.recurrent import RecurrentLayer
 from zoo.errors import DataError
 from zoo.layers import BlockConfig, CausalBlock, GatedFFN, StackConfig, StackPlan, build_stacks
@@ -73,7 +74,8 @@ class GPT(nn.Module):
     absolute one is added to the embeddings and covers ``block_size`` positions; a rotary or bias
     one acts in the layers; ``auto`` picks by family as Zoology does (:func:`family_position`).
     Every layer's attention must be causal; ``attention`` may be a list for a hybrid stack
-    (:func:`zoo.attention.build.spec.layer_specs`).
+    (:func:`zoo.attention.build.spec.layer_specs`), whose entries' ``kv_source`` make layers read an
+    earlier layer's keys and values (Gemma 4's KV sharing, :mod:`zoo.attention.build.kv_sources`).
 
     Without MLPs (``ffn_hidden=0``) each block is ``x + dropout(attention(norm(x)))``, the
     sequence-mixer-only model of Zoology's MQAR experiments (its ``state_mixer`` the identity).
@@ -177,8 +179,10 @@ class GPT(nn.Module):
         )  # fmt: skip
         [(self.position, self.blocks)] = build_stacks(
             stack_config,
-            StackPlan(num_layers, CausalBlock, role="the GPT (causal self-attention)", causal=True),
+            StackPlan(num_layers, CausalBlock, role="the GPT (causal self-attention)", causal=True, kv_sharing=True),
         )
+        #: the layers whose keys and values later layers read (entries' ``kv_source``)
+        self.kv_sources = read_sources(block.attention for block in self.blocks)
         self.dropout = nn.Dropout(dropout if embedding_dropout is None else embedding_dropout)
         self.final_norm = build_norm(norm, d_model, norm_eps, bias)
         self.lm_head = None if tie_embeddings else nn.Linear(d_model, vocab_size, bias=False)
@@ -260,7 +264,8 @@ class GPT(nn.Module):
                 "generate() slides the window, a forward pass does not."
             )
         x = self.dropout(self.position.embed(self.embedding(tokens), offset))
-        context = AttentionContext(is_causal=True, offset=offset)  # what every layer reads, built once
+        store = KeyValueStore(self.kv_sources) if self.kv_sources else None  # keys and values layers pass on
+        context = AttentionContext(is_causal=True, offset=offset, kv_store=store)  # what every layer reads, built once
         new_caches = []
         if self.depth_attention is not None:
             x, new_caches = self._depth_mixed(x, caches, use_cache, context)

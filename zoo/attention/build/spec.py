@@ -20,6 +20,10 @@ entries may mix scoring attentions and layers (``[gated_deltanet, gated_deltanet
 gated_deltanet, dot_product]``, Gated DeltaNet's hybrid). An entry
 is a name or a mapping ``{"name": NAME, **arguments}``; ``attention_kwargs`` go with a single
 name only, since the arguments of one variant rarely fit another.
+
+**Shared keys and values.** An entry's ``kv_source`` (a layer index from 0, or ``previous``) makes
+its layers attend over an earlier layer's keys and values instead of their own, as Gemma 4's last
+layers do (:mod:`zoo.attention.build.kv_sources` resolves and checks it; GPT stacks only).
 """
 
 from __future__ import annotations
@@ -35,9 +39,11 @@ from typing_extensions import Unpack
 
 from zoo.arguments import check_kwargs
 from zoo.attention.build.factory import ATTENTION_REGISTRY, AttentionNeeds, require_attention, scoring_arguments
+from zoo.attention.build.kv_sources import resolve_kv_sources
 from zoo.attention.contract.base import Attention, IncompatibleAttentionError
 from zoo.attention.contract.layer import AttentionLayer
 from zoo.positions import POSITION_REGISTRY, PositionScheme
+from zoo.positions.rotary import RotaryEmbedding
 
 __all__ = [
     "POSITION_CAPABILITY",
@@ -60,6 +66,10 @@ arguments: ``{name: softmax, conv_size: 4}``), or a list of entries (hybrid stac
 POSITION_CAPABILITY: Mapping[str, str] = MappingProxyType(
     {"rotary": "supports_rotary", "bias": "supports_position_bias"}
 )
+
+
+#: what an entry's ``position`` may change of its stack's rotary scheme
+ROTATION_OPTIONS = ("base", "fraction", "partial")
 
 
 def takes_position(variant: type[nn.Module], kind: str) -> bool:
@@ -100,6 +110,9 @@ class AttentionSpec:
             (differential attention's ``lambda_init``). ``None``: a spec of no stack.
         positioned: False where the entry said ``position: none``: this layer goes without the
             stack's rotary or bias scheme (a hybrid's linear layers beside rotated attention).
+        rotation: The entry's own rotary options (``base``, ``fraction``, ``partial``) over the
+            stack's rotary scheme, which ``position`` then holds (Gemma 4's global layers rotate a
+            quarter of their features at another base); None: the stack's as it is.
     """
 
     name: str = "dot_product"
@@ -109,6 +122,7 @@ class AttentionSpec:
     dropout: float = 0.0
     layer_index: int | None = None
     positioned: bool = True
+    rotation: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         variant = require_attention(self.name, role="a stack's attention", layers=True)
@@ -190,6 +204,8 @@ class AttentionSpec:
     def describe(self) -> str:
         """``name`` or ``name(key=value, ...)``: how summaries show the choice."""
         shown = {**self.kwargs, **({} if self.positioned else {"position": "none"})}
+        if self.rotation:
+            shown["position"] = dict(self.rotation)
         arguments = ", ".join(f"{key}={value!r}" for key, value in shown.items())
         return f"{self.name}({arguments})" if arguments else self.name
 
@@ -221,6 +237,7 @@ def layer_specs(
     decoding: bool = False,
     role: str = "this architecture",
     stack: str = "layer",
+    kv_sharing: bool = False,
 ) -> list[AttentionSpec]:
     """One spec per layer of a stack of ``num_layers``, from a model's arguments, each checked
     once against what the stack needs: ``causal`` masking, or else attending both ways (an
@@ -230,9 +247,13 @@ def layer_specs(
     arguments, which ``attention_kwargs`` add to), or a list: one entry per layer, or a pattern
     whose length divides ``num_layers``, repeated. An entry's ``position: none`` leaves its layers
     without the stack's ``position`` (Qwen3-Next's and MiniMax-01's linear layers are not rotated
-    beside their rotated softmax layers); the scheme itself is the stack's, shared, so ``none`` is
-    the one value an entry may give. An error names the layer (``stack`` and its number from 1,
-    ``"encoder layer 2"``) and the fix.
+    beside their rotated softmax layers); the scheme itself is the stack's, shared, so an entry may
+    only drop it or, for a rotary scheme, change its ``base``, ``fraction`` or ``partial``
+    (``position: {fraction: 0.25, partial: proportional, base: 1000000}``: Gemma 4's global layers
+    beside its sliding ones). An entry's ``kv_source`` makes its layers read an earlier
+    layer's keys and values (:func:`~zoo.attention.build.kv_sources.resolve_kv_sources`), in a
+    stack that passes them on (``kv_sharing``: the GPT's). An error names the layer (``stack`` and
+    its number from 1, ``"encoder layer 2"``) and the fix.
     """
     if isinstance(attention, str):
         entries: list[AttentionEntry] = [{"name": attention, **(attention_kwargs or {})}]
@@ -256,14 +277,16 @@ def layer_specs(
             f"a list of {period} attention entries neither gives one per {stack} nor repeats evenly over "
             f"{num_layers}; give {num_layers} entries or a pattern whose length divides {num_layers}."
         )
-    specs = []  # a pattern's entries are built and checked once, then placed at each of their layers
+    specs, sources = [], []  # a pattern's entries are built and checked once, then placed at each of their layers
     for index, entry in enumerate(entries):
         where = _layers_of(index, period, num_layers, stack)
         name, arguments = split_entry(entry, where)
-        positioned = _positioned(arguments.pop("position", "stack"), where)
+        choice = arguments.pop("position", "stack")
+        sources.append(arguments.pop("kv_source", None))
         try:
+            positioned, layer_position, rotation = _entry_position(choice, position, where)
             spec = AttentionSpec(
-                name, arguments, num_kv_heads, position if positioned else None, dropout, positioned=positioned
+                name, arguments, num_kv_heads, layer_position, dropout, positioned=positioned, rotation=rotation
             )
         except (IncompatibleAttentionError, KeyError, TypeError, ValueError) as error:
             raise type(error)(f"{where}: {error}") from None
@@ -274,19 +297,36 @@ def layer_specs(
             "decoding": decoding,
         }
         specs.append(spec.require(role=f"{role}, {where}", **needs))
-    return [specs[layer % period].at_layer(layer) for layer in range(num_layers)]
+    placed = [specs[layer % period].at_layer(layer) for layer in range(num_layers)]
+    if all(source is None for source in sources):
+        return placed
+    requested = [sources[layer % period] for layer in range(num_layers)]
+    read = resolve_kv_sources(placed, requested, allowed=kv_sharing, role=role, stack=stack)
+    return [
+        spec if source is None else replace(spec, kwargs={**spec.kwargs, "kv_source": source}).at_layer(layer)
+        for layer, (spec, source) in enumerate(zip(placed, read))
+    ]
 
 
-def _positioned(choice: object, where: str) -> bool:
-    """Whether an entry's layers take the stack's position scheme: its ``position`` may only be
-    ``none`` (or null); without one, they do."""
+def _entry_position(
+    choice: object, position: PositionScheme | None, where: str
+) -> tuple[bool, PositionScheme | None, Mapping[str, Any] | None]:
+    """An entry's ``position``: absent, the stack's scheme; ``none`` (or null), no scheme; a mapping
+    of :data:`ROTATION_OPTIONS`, the stack's rotary scheme with those options. Returns whether the
+    layers are positioned, their scheme, and the options."""
     if choice == "stack":
-        return True
+        return True, position, None
     if choice is None or (isinstance(choice, str) and choice.lower() == "none"):
-        return False
+        return False, None, None
+    if isinstance(choice, Mapping) and isinstance(position, RotaryEmbedding) and set(choice) <= set(ROTATION_OPTIONS):
+        options = {"base": position.base, "fraction": position.fraction, "partial": position.partial}
+        rotary = RotaryEmbedding(position.head_dim, **(options | dict(choice)), scaling=position.scaling)
+        return True, rotary, MappingProxyType(dict(choice))
     raise ValueError(
-        f"{where}: an entry's position can only be none (the stack's scheme is shared by its layers); got "
-        f"{choice!r}. Set the scheme with the model's position, and position: none on the layers without it."
+        f"{where}: an entry's position can only be none or, with a rotary stack, a mapping of "
+        f"{', '.join(ROTATION_OPTIONS)} (the stack's scheme is shared by its layers); got {choice!r}. Set the "
+        "scheme with the model's position, "
+        "position: none on the layers without it, and e.g. position: {base: 1000000} on those rotated otherwise."
     )
 
 

@@ -14,7 +14,9 @@ the scoring attention in its heads:
 * ``offset``: positions before the first query (a decoding cache's length), where rotary angles
   and bias positions start;
 * ``position_bias``: the bias scheme (``alibi``, ``t5``) a scoring attention adds to its scores;
-  a multi-head layer whose stack has one hands its heads :meth:`with_position_bias`.
+  a multi-head layer whose stack has one hands its heads :meth:`with_position_bias`;
+* ``kv_store``: where layers whose keys and values later layers read hand them on, for this
+  forward (:mod:`zoo.attention.contract.kv_sharing`); None in a model without such layers.
 
 What layers compute from it and would otherwise recompute in every layer is kept on the
 context for the rest of the forward (:meth:`memoized`: a rotary scheme's tables, :meth:`bias_grid`):
@@ -31,8 +33,10 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from zoo.attention.contract.kv_sharing import KeyValueStore, SharedKeyValues
 from zoo.attention.contract.masking import check_attn_mask, key_column, merge_masks, validate_valid_lens
 from zoo.attention.kernels.position_bias import PositionBias, position_bias_grid
+from zoo.errors import ConfigurationError
 
 __all__ = ["AttentionContext", "refuse_hooks_without_context"]
 
@@ -52,6 +56,7 @@ class AttentionContext:
     need_weights: bool = False
     offset: int = 0
     position_bias: PositionBias | None = None
+    kv_store: KeyValueStore | None = None
     #: what layers computed from this context, kept for the rest of the forward
     memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
@@ -135,6 +140,16 @@ class AttentionContext:
     def with_position_bias(self, position_bias: PositionBias | None) -> AttentionContext:
         """This context with the bias scheme a multi-head layer's heads add to their scores."""
         return self if position_bias is self.position_bias else replace(self, position_bias=position_bias)
+
+    def shared_kv(self, source: int, reader: str) -> SharedKeyValues:
+        """The keys and values layer ``source`` attended over in this forward, for ``reader`` (what
+        errors name): a ``ConfigurationError`` without a store or before the source has run."""
+        if self.kv_store is None:
+            raise ConfigurationError(
+                f"{reader} reads the keys and values of layer index {source}, but this forward's context carries no "
+                f"KeyValueStore; run it in a GPT, or build the context with kv_store=KeyValueStore(frozenset({{{source}}}))."
+            )
+        return self.kv_store.get(source, reader)
 
     def bias_grid(self, num_queries: int, num_keys: int, device: torch.device) -> Tensor | None:
         """:attr:`position_bias` on the full ``(heads, Lq, Lk)`` grid (bottom-right aligned),

@@ -50,6 +50,9 @@ the layer's input ``x_i``:
   (Gemma 4's global layers, its ``attention_k_eq_v``); ``v_norm`` normalizes each value head with
   RMSNorm without a learned scale, ``v_j <- v_j / sqrt(mean(v_j^2) + eps)`` (before ``c``).
   Defaults: ``"projected"`` (``v_j = W_v x_j``) and no norm.
+* ``kv_source`` ``s`` (Gemma 4's KV sharing, :mod:`~zoo.attention.variants.softmax_sharing`): no key or
+  value projection; the layer's own queries attend over the keys and values layer ``s`` attended
+  over, ``o_i = softmax(q_i K_s^T) V_s``; when decoding it reads layer ``s``'s cache, keeping none.
 
 * ``scores`` (x-transformers' way of giving every option to every attention): the registered
   scoring attention each head runs, ``dot_product`` (softmax) by default; ``sigmoid``,
@@ -84,14 +87,15 @@ from zoo.attention.modules.convolved import ShortConvolved
 from zoo.attention.modules.multi_head import SelfAttention
 from zoo.attention.modules.rotation import rotate_heads
 from zoo.attention.variants.dot_product import DotProductAttention
-from zoo.attention.variants.softmax_options import NORM_EPS, Gate, ValueSource, check_options
+from zoo.attention.variants.softmax_options import NORM_EPS, Gate, ValueSource, check_options, describe_options
+from zoo.attention.variants.softmax_sharing import SharesKeyValues
 from zoo.positions import PositionScheme
 
 __all__ = ["SoftmaxAttention"]
 
 
 @register_attention_layer("softmax", aliases=("softmax_attention",))
-class SoftmaxAttention(ShortConvolved, SelfAttention):
+class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
     """Multi-head softmax self-attention with QK-norm, an output gate, learned sinks and a sliding
     window (see the module docstring).
 
@@ -120,10 +124,13 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         values: ``"projected"``: the values' own projection ``v_proj``; ``"keys"``: the key
             projection's output (before QK-norm and the rotation), with no ``v_proj``.
         v_norm: RMSNorm without a learned scale on each value head.
+        kv_source: The ``layer_index`` of an earlier layer whose keys and values this one reads; None: its own.
+        layer_index: The layer's place in its stack (the stack fills it), under which it hands on
+            its keys and values to layers that read them.
 
     Parameters besides ``self``'s projections: ``q_norm``, ``k_norm``, ``gate_proj``, ``sinks``,
     ``q_conv``, ``k_conv``, ``v_conv`` (depthwise ``nn.Conv1d`` filters of ``conv_size``); with
-    ``values="keys"``, no ``v_proj``.
+    ``values="keys"``, no ``v_proj``; with ``kv_source``, no ``k_proj``, ``v_proj`` or ``k_norm``.
     """
 
     family = "softmax"
@@ -134,6 +141,8 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
     supports_position_bias = True
     #: a self-attention layer: a decoder's cross-attention takes a scoring attention (``dot_product``)
     supports_cross_attention = False
+    #: reads and hands on keys and values across layers (``kv_source``; subclasses: :class:`SharesKeyValues`)
+    supports_kv_sharing = True
 
     def __init__(
         self,
@@ -157,6 +166,8 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         value_scale: float | None = None,
         values: ValueSource = "projected",
         v_norm: bool = False,
+        kv_source: int | None = None,
+        layer_index: int | None = None,
     ) -> None:
         name = type(self).__name__
         require_attention(scores, role=f"the heads of {name} (its scores)")
@@ -167,9 +178,11 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
             name, dot_products=type(self.score_attention) is DotProductAttention, reads_keys=self.k_proj is not None,
             scores=scores, gate=gate, sinks=sinks, window=window, sink_tokens=sink_tokens, conv_size=conv_size,
             scale=scale, value_scale=value_scale, values=values, v_head_dim=self.v_head_dim, head_dim=self.head_dim,
+            v_norm=v_norm, kv_source=kv_source,
         )  # fmt: skip
+        self.kv_source, self.layer_index = kv_source, layer_index
         self.q_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
-        self.k_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm else None
+        self.k_norm = nn.RMSNorm(self.head_dim, eps=NORM_EPS) if qk_norm and kv_source is None else None
         self.gate = gate
         self.gate_proj = (
             None
@@ -183,8 +196,10 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         self.scale = scale
         self.value_scale = value_scale
         self.values = values
-        if values == "keys":
-            self.v_proj = None  # the key projection gives the values
+        if values == "keys" or kv_source is not None:
+            self.v_proj = None  # the key projection gives the values, or layer ``kv_source``'s are read
+        if kv_source is not None:
+            self.k_proj = None
         self.v_norm = nn.RMSNorm(self.v_head_dim, eps=NORM_EPS, elementwise_affine=False) if v_norm else None
 
     @property
@@ -235,6 +250,8 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         """``x`` ``(B, L, embed_dim)`` over itself under the forward's ``context`` (a sequence's
         start when the layer convolves)."""
+        if self.kv_source is not None:
+            return self.attend_shared(x, context)
         if not self.convolves:
             return super().attend(x, context)
         q, k, v, _ = self._projected(x, context, None, context.offset)
@@ -269,6 +286,8 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         position up to the last key (a window cache's context), of which those held are read.
         ``projected_queries`` ``(B, Lq, H * d)``: the queries already projected (and convolved);
         None projects ``x``."""
+        if context.kv_store is not None:  # later layers may read these keys and values
+            context.kv_store.put(self.layer_index, k, v, key_positions, first + x.shape[1])
         if projected_queries is None:
             q = self._queries(x, first, context)
         else:
@@ -354,39 +373,26 @@ class SoftmaxAttention(ShortConvolved, SelfAttention):
         window, a :class:`~zoo.attention.contract.cache.WindowCache` with one (which keeps the first
         ``sink_tokens`` positions and the last ``window - 1``); held in a
         :class:`~zoo.attention.contract.cache.ConvolvedCache`
-        with the convolutions' windows when the layer convolves."""
+        with the convolutions' windows when the layer convolves; a layer that reads another's keys
+        and values reads that layer's cache and keeps a :class:`~zoo.attention.contract.kv_sharing.SharedCache`."""
+        if self.kv_source is not None:
+            return self.attend_shared_cached(x, cache, context)
         expected = WindowCache if self.window is not None else KeyValueCache
         inner, windows = self.unwrap_cache(cache, expected)
         context = AttentionContext(is_causal=True) if context is None else context
         seen = 0 if inner is None else inner.length
         q, k, v, windows = self._projected(x, context, windows, seen)
-        if self.window is None:
-            held: KeyValueCache | WindowCache = KeyValueCache(k, v) if inner is None else inner.extend(k, v)
-            output, _ = self.attend_positions(x, held.keys, held.values, context, first=seen, projected_queries=q)
+        if self.window is None:  # what the new positions see (``reach``) and what the cache keeps
+            reach: KeyValueCache | WindowCache = KeyValueCache(k, v) if inner is None else inner.extend(k, v)
+            held, positions = reach, None
         else:
             empty = WindowCache(k[..., :0, :], v[..., :0, :], 0, self.sink_tokens, self.window)
-            window_cache = (inner or empty).extend(k, v)
-            output, _ = self.attend_positions(
-                x, window_cache.keys, window_cache.values, context, first=seen,
-                key_positions=window_cache.positions, projected_queries=q,
-            )  # fmt: skip
-            held = window_cache.trimmed()
+            reach = (inner or empty).extend(k, v)
+            held, positions = reach.trimmed(), reach.positions
+        output, _ = self.attend_positions(
+            x, reach.keys, reach.values, context, first=seen, key_positions=positions, projected_queries=q
+        )
         return output, ConvolvedCache.wrap(held, windows)
 
     def extra_repr(self) -> str:
-        options = [
-            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}",
-            f"num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else "",
-            f"head_dim={self.head_dim}" if self.head_dim * self.num_heads != self.embed_dim else "",
-            "qk_norm=True" if self.q_norm is not None else "",
-            f"gate={self.gate!r}" if self.gate is not None else "",
-            "sinks=True" if self.sinks is not None else "",
-            f"window={self.window}, sink_tokens={self.sink_tokens}" if self.window is not None else "",
-            f"scale={self.scale}" if self.scale is not None else "",
-            f"v_head_dim={self.v_head_dim}" if self.v_head_dim != self.head_dim else "",
-            f"value_scale={self.value_scale}" if self.value_scale is not None else "",
-            "values='keys'" if self.values == "keys" else "",
-            "v_norm=True" if self.v_norm is not None else "",
-            "" if type(self.score_attention) is DotProductAttention else f"scores={self.scores!r}",
-        ]
-        return ", ".join(filter(None, options)) + self.conv_repr()
+        return describe_options(self) + self.conv_repr()

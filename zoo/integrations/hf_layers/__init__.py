@@ -37,6 +37,7 @@ from zoo.integrations.hf_layers.kimi_linear import kimi_linear_kda_layer, kimi_l
 from zoo.integrations.hf_layers.mamba2 import mamba2_layer, mamba2_pair
 from zoo.integrations.hf_layers.mimo_v2_flash import mimo_v2_flash_layer, mimo_v2_flash_pair
 from zoo.integrations.hf_layers.minimax import minimax_layer, minimax_pair
+from zoo.integrations.hf_layers.minimax_m3 import minimax_m3_layer, minimax_m3_pair
 from zoo.integrations.hf_layers.olmo_hybrid import olmo_hybrid_gated_deltanet_layer, olmo_hybrid_gated_deltanet_pair
 from zoo.integrations.hf_layers.qwen3 import qwen3_layer, qwen3_pair
 from zoo.integrations.hf_layers.qwen3_5 import qwen3_5_gated_deltanet_layer, qwen3_5_gated_deltanet_pair
@@ -75,6 +76,7 @@ FAMILIES: dict[str, HFFamily] = {
     "Mamba2Mixer": HFFamily(mamba2_layer, mamba2_pair),
     "MiMoV2FlashAttention": HFFamily(mimo_v2_flash_layer, mimo_v2_flash_pair, by_layer=True),
     "MiniMaxLightningAttention": HFFamily(minimax_layer, minimax_pair, by_layer=True),
+    "MiniMaxM3VLAttention": HFFamily(minimax_m3_layer, minimax_m3_pair, by_layer=True),
     "OlmoHybridGatedDeltaNet": HFFamily(olmo_hybrid_gated_deltanet_layer, olmo_hybrid_gated_deltanet_pair),
     "Qwen3Attention": HFFamily(qwen3_layer, qwen3_pair, by_layer=True),
     "Qwen3_5GatedDeltaNet": HFFamily(qwen3_5_gated_deltanet_layer, qwen3_5_gated_deltanet_pair),

@@ -23,12 +23,18 @@ no ``v_proj``: its values are the key projection's output before the keys' norm 
 ``v_j = RMSNorm(W_k x_j)`` (the zoo's ``values="keys"`` with ``v_norm``). The layer's place in the
 model picks all of this, so the builder takes ``layer_index``.
 
+KV sharing (``num_kv_shared_layers``: the last 20 of E2B's 35 layers): a ``"reuse"`` layer has only
+``q_proj``, ``q_norm`` and ``o_proj`` and attends over the keys and values (after their norms and
+rotation) that the last earlier layer of its type, its ``"store"`` layer, attended over
+(``shared_kv_states``). It maps onto the zoo's layer with ``kv_source`` that layer's index, which
+maps as any other and, given its ``layer_index``, hands its keys and values on through the forward's
+:class:`~zoo.attention.contract.kv_sharing.KeyValueStore` (:mod:`~zoo.attention.variants.softmax_sharing`).
+Every layer is built with its ``layer_index``, so a stack of the zoo's layers shares as transformers' does.
+
 ``use_bidirectional_attention="vision"`` lets image tokens see each other, a mask the model builds;
-on text the layer is causal, as the zoo's. Refused in one line: a layer that reads another layer's
-keys and values (``kv_sharing_modes`` ``"reuse"``, the last ``num_kv_shared_layers`` layers of
-the E2B and E4B models: it has no key or value weights and the zoo's layer computes its own; a
-"store" layer, which hands its keys on, maps as any other); ``use_bidirectional_attention="all"``
-(the zoo's layer is built causal here, and transformers then halves the window).
+on text the layer is causal, as the zoo's. Refused in one line: ``use_bidirectional_attention="all"``
+(the zoo's layer is built causal here, and transformers then halves the window), and a config whose
+every layer reuses (``num_kv_shared_layers == num_hidden_layers``: no layer computes keys and values).
 """
 
 from __future__ import annotations
@@ -45,10 +51,10 @@ NAME = "Gemma4TextConfig"
 
 
 def _gemma4_problem(config: Any, layer_index: int) -> str | None:
-    if config.kv_sharing_modes[layer_index] == "reuse":
+    if config.num_kv_shared_layers >= config.num_hidden_layers:
         return (
-            f"layer {layer_index} reuses an earlier layer's keys and values (KV sharing, num_kv_shared_layers "
-            f"{config.num_kv_shared_layers})"
+            f"num_kv_shared_layers {config.num_kv_shared_layers} of {config.num_hidden_layers} layers: every layer "
+            "reuses keys and values no layer computes"
         )
     if config.use_bidirectional_attention == "all":
         return "use_bidirectional_attention 'all' (the layer is built causal)"
@@ -61,32 +67,47 @@ def _keys_are_values(config: Any, layer_index: int) -> bool:
     return bool(config.attention_k_eq_v) and config.layer_types[layer_index] != "sliding_attention"
 
 
+def _kv_source(config: Any, layer_index: int) -> int | None:
+    """The layer whose keys and values layer ``layer_index`` reuses (the last layer of its type
+    before the shared ones, transformers' ``"store"`` layer); None for a layer that computes its own."""
+    if config.kv_sharing_modes[layer_index] != "reuse":
+        return None
+    first_shared = config.num_hidden_layers - config.num_kv_shared_layers
+    layer_type = config.layer_types[layer_index]
+    return max(index for index in range(first_shared) if config.layer_types[index] == layer_type)
+
+
 def gemma4_layer(config: Any, *, layer_index: int, **options: Any) -> QKNormAttention:
     """The zoo's QK-norm attention at the sizes of layer ``layer_index`` of a ``Gemma4TextConfig``,
-    with its window, rotation and values, unscaled scores and the config's epsilon."""
+    with its window, rotation and values (or its ``kv_source``), unscaled scores and the config's epsilon."""
     refuse(NAME, _gemma4_problem(config, layer_index))
     layer_type = config.layer_types[layer_index]
     shape = config.per_layer_config[layer_index]
+    source = _kv_source(config, layer_index)
+    values = {"v_norm": True, "values": "keys" if _keys_are_values(config, layer_index) else "projected"}
     layer = QKNormAttention(
         config.hidden_size, config.num_attention_heads, num_kv_heads=shape.num_key_value_heads,
-        head_dim=shape.head_dim, bias=config.attention_bias, scale=1.0, v_norm=True,
-        values="keys" if _keys_are_values(config, layer_index) else "projected",
+        head_dim=shape.head_dim, bias=config.attention_bias, scale=1.0, **(values if source is None else {}),
         window=config.sliding_window if layer_type == "sliding_attention" else None, sink_tokens=0,
-        position=hf_rotary(NAME, config, shape.head_dim, layer_type), **options,
+        position=hf_rotary(NAME, config, shape.head_dim, layer_type), kv_source=source, layer_index=layer_index,
+        **options,
     )  # fmt: skip
-    layer.q_norm.eps = layer.k_norm.eps = layer.v_norm.eps = config.rms_norm_eps
+    for norm in (layer.q_norm, layer.k_norm, layer.v_norm):
+        if norm is not None:  # a reusing layer has the queries' norm only
+            norm.eps = config.rms_norm_eps
     return layer
 
 
 def gemma4_pair(config: Any, *, layer_index: int) -> LayerPair:
     """``Gemma4TextAttention``'s state dict and the zoo's QK-norm attention's at layer ``layer_index``
-    (no value projection where the keys are the values)."""
+    (no value projection where the keys are the values; queries and output only on a reusing layer)."""
     refuse(NAME, _gemma4_problem(config, layer_index))
     suffixes = ("weight", "bias") if config.attention_bias else ("weight",)
-    names = [("q_proj", "q_proj"), ("k_proj", "k_proj"), ("o_proj", "out_proj")]
-    if not _keys_are_values(config, layer_index):
+    reuses = _kv_source(config, layer_index) is not None
+    names = [("q_proj", "q_proj"), ("o_proj", "out_proj")] + ([] if reuses else [("k_proj", "k_proj")])
+    if not reuses and not _keys_are_values(config, layer_index):
         names.append(("v_proj", "v_proj"))
-    norms = (("q_norm.weight", "q_norm.weight"), ("k_norm.weight", "k_norm.weight"))
+    norms = (("q_norm.weight", "q_norm.weight"),) + (() if reuses else (("k_norm.weight", "k_norm.weight"),))
     return LayerPair(
         "Gemma4TextAttention", (), tuple((f"{hf}.{s}", f"{zoo}.{s}") for hf, zoo in names for s in suffixes) + norms
     )
