@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
+from tests.helpers.gpt import learn_repeating_sequence
 from zoo.attention import layer_specs
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.kv_sharing import SharedCache
@@ -116,17 +116,7 @@ def test_readers_have_no_key_or_value_parameters_and_the_default_keeps_its_keys(
 
 
 def test_a_gpt_that_shares_keys_and_values_trains() -> None:
-    model = gpt(gemma_like(window=8)).train()
-    tokens = (torch.arange(33) % 5).repeat(4, 1)  # a period of 5: learnable
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(30):
-        logits, _ = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = learn_repeating_sequence(gpt(gemma_like(window=8)).train(), steps=30)
     assert losses[-1] < 0.5 * losses[0], losses[::5]
 
 
