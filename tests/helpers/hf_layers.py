@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -56,6 +57,26 @@ def assert_decoding_like_transformers(
     torch.testing.assert_close(torch.cat(actual, 1), torch.cat(expected, 1), **TOLERANCE)
     torch.testing.assert_close(zoo_cache.state, cache.get_recurrent_state(0, state_idx=0))
     return cache, zoo_cache
+
+
+def assert_steps_like_transformers(
+    layer: nn.Module,
+    hf_step: Callable[[torch.Tensor, int, Any], torch.Tensor],
+    x: torch.Tensor,
+    prompt: int,
+    cache: Any,
+) -> LayerCache:
+    """``x``'s first ``prompt`` positions, then one position at a time: the zoo ``layer``'s cached
+    outputs equal ``hf_step(x[:, first:last], first, cache)``'s, transformers' layer driven through
+    its own ``cache``. Returns the zoo's cache, for a family's own checks of it."""
+    expected, actual, zoo_cache = [], [], None
+    with torch.no_grad():
+        for first, last in [(0, prompt)] + [(t, t + 1) for t in range(prompt, x.shape[1])]:
+            expected.append(hf_step(x[:, first:last], first, cache))
+            output, zoo_cache = layer.attend_cached(x[:, first:last], zoo_cache)
+            actual.append(output)
+    torch.testing.assert_close(torch.cat(actual, 1), torch.cat(expected, 1), **TOLERANCE)
+    return zoo_cache
 
 
 def windowed_hf_forward(

@@ -12,6 +12,8 @@ the indexer's keys beside the latents); the seeded scores have no tie at any que
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
@@ -23,7 +25,7 @@ from transformers.models.deepseek_v32.modeling_deepseek_v32 import (  # noqa: E4
     DeepseekV32RotaryEmbedding,
 )
 
-from tests.helpers.hf_layers import assert_round_trip
+from tests.helpers.hf_layers import assert_round_trip, assert_steps_like_transformers
 from zoo import AttentionContext  # noqa: E402
 from zoo.attention.variants.dsa import DeepSeekSparseAttention  # noqa: E402
 from zoo.errors import ConfigurationError  # noqa: E402
@@ -93,14 +95,9 @@ def test_decoding_token_by_token_is_transformers() -> None:
     module, rotary, settings = hf_pair()
     layer = from_hf_layer(module, settings).eval()
     x = inputs(settings)
-    cache, zoo_cache = DynamicCache(config=settings), None
-    expected, outputs = [], []
-    with torch.no_grad():
-        for first, last in [(0, PROMPT)] + [(t, t + 1) for t in range(PROMPT, LENGTH)]:
-            expected.append(hf_forward(module, rotary, x[:, first:last], first, cache))
-            output, zoo_cache = layer.attend_cached(x[:, first:last], zoo_cache)
-            outputs.append(output)
-    torch.testing.assert_close(torch.cat(outputs, 1), torch.cat(expected, 1), **TOLERANCE)
+    assert_steps_like_transformers(
+        layer, partial(hf_forward, module, rotary), x[:, :LENGTH], PROMPT, DynamicCache(config=settings)
+    )
 
 
 def test_the_map_keeps_every_tensor_both_ways() -> None:

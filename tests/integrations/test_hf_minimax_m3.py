@@ -17,6 +17,8 @@ it holds the index keys beside the keys and values).
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
@@ -29,7 +31,7 @@ from transformers.models.minimax_m3_vl.modeling_minimax_m3_vl import (  # noqa: 
     MiniMaxM3VLRotaryEmbedding,
 )
 
-from tests.helpers.hf_layers import assert_round_trip  # noqa: E402
+from tests.helpers.hf_layers import assert_round_trip, assert_steps_like_transformers  # noqa: E402
 from zoo import AttentionContext  # noqa: E402
 from zoo.attention.variants.msa import MiniMaxSparseAttention  # noqa: E402
 from zoo.attention.variants.softmax_recipes import QKNormAttention  # noqa: E402
@@ -115,14 +117,8 @@ def test_decoding_token_by_token_is_transformers(kind: int) -> None:
     module, rotary, settings = hf_pair(kind)
     layer = from_hf_layer(module, settings).eval()
     x = inputs(settings)
-    cache, zoo_cache = DynamicCache(config=settings), None
-    expected, outputs = [], []
-    with torch.no_grad():
-        for first, last in [(0, PROMPT)] + [(t, t + 1) for t in range(PROMPT, LENGTH)]:
-            expected.append(hf_forward(module, rotary, x[:, first:last], first, cache))
-            output, zoo_cache = layer.attend_cached(x[:, first:last], zoo_cache)
-            outputs.append(output)
-    torch.testing.assert_close(torch.cat(outputs, 1), torch.cat(expected, 1), **TOLERANCE)
+    cache = DynamicCache(config=settings)
+    zoo_cache = assert_steps_like_transformers(layer, partial(hf_forward, module, rotary), x[:, :LENGTH], PROMPT, cache)
     if kind == SPARSE:
         torch.testing.assert_close(zoo_cache.index_keys, cache.layers[SPARSE].idx_keys.squeeze(1), **TOLERANCE)
 

@@ -11,6 +11,8 @@ positions. Outputs agree to float32 rounding (``1e-5``).
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
@@ -24,7 +26,7 @@ from transformers.models.qwen3_next.modeling_qwen3_next import (  # noqa: E402
     Qwen3NextRotaryEmbedding,
 )
 
-from tests.helpers.hf_layers import assert_round_trip
+from tests.helpers.hf_layers import assert_round_trip, assert_steps_like_transformers
 from zoo import AttentionContext  # noqa: E402
 from zoo.errors import ConfigurationError  # noqa: E402
 from zoo.integrations.hf_layers import from_hf_layer  # noqa: E402
@@ -124,14 +126,9 @@ def test_decoding_token_by_token_is_transformers(name: str) -> None:
     module, rotary, config = hf_pair(name)
     layer = from_hf_layer(module, config).eval()
     x = seeded_inputs(config)
-    cache, zoo_cache = DynamicCache(config=config), None
-    expected, outputs = [], []
-    with torch.no_grad():
-        for first, last in [(0, PROMPT)] + [(t, t + 1) for t in range(PROMPT, LENGTH)]:
-            expected.append(hf_forward(module, rotary, x[:, first:last], first, cache))
-            output, zoo_cache = layer.attend_cached(x[:, first:last], zoo_cache)
-            outputs.append(output)
-    torch.testing.assert_close(torch.cat(outputs, 1), torch.cat(expected, 1), **TOLERANCE)
+    assert_steps_like_transformers(
+        layer, partial(hf_forward, module, rotary), x[:, :LENGTH], PROMPT, DynamicCache(config=config)
+    )
 
 
 @pytest.mark.parametrize("name", list(PAIRS))
