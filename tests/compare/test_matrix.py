@@ -138,3 +138,29 @@ def test_sigterm_stops_the_matrix_and_its_fits_and_the_same_command_continues(tm
     assert processes_mentioning(str(out)) == []
     assert not (out / "quick" / "state").exists()  # no later column started
     assert list(out.rglob("last.ckpt"))  # the fit saved, for the same command to continue from
+
+
+def test_the_dry_run_costs_recorded_runs_as_measured_and_each_rows_rest_at_its_own_median(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    protocols, out = _fixture_protocols(tmp_path, "3steps"), tmp_path / "matrix"
+    records = out / "quick" / "kernel" / "first" / "records.jsonl"
+    records.parent.mkdir(parents=True)
+    written = [  # gaussian_kernel (first priority: 2 rates, then a second seed = 3 runs): two recorded
+        {"run": "a/seed0", "overrides": {"model.attention": "gaussian_kernel"}, "fit_seconds": 90.0, "threads": 1},
+        {"run": "b/seed0", "overrides": {"model.attention": "gaussian_kernel"}, "fit_seconds": 100.0,
+         "eval_seconds": 20.0, "threads": 2},
+        {"run": "b/seed0", "overrides": {"model.attention": "gaussian_kernel"}, "fit_seconds": 100.0,
+         "eval_seconds": 20.0, "threads": 2},  # the same run recorded twice counts once
+    ]  # fmt: skip
+    records.write_text("".join(json.dumps(record) + "\n" for record in written))
+    main(["matrix", "--protocols", str(protocols), "--out", str(out), "--names", "gaussian_kernel", "--dry_run"])
+    lines = capsys.readouterr().out.splitlines()
+    kernel = next(line for line in lines if line.startswith("# kernel / first"))
+    # recorded: 1.5 + 4 core-minutes; the third run at the median of the two (2.75 min)
+    assert kernel == "# kernel / first: 3 run(s), 2 recorded (6 CPU minutes), 1 to run (about 3 CPU minutes)"
+    state = next(line for line in lines if line.startswith("# state / first"))
+    assert state == "# state / first: 1 run(s), 0 recorded (0 CPU minutes), 1 to run (about 0 CPU minutes)"
+    hours = (1.5 + 4.0 + 2.75 + 0.1) / 60
+    assert lines[-1].endswith(f"in all {hours:.1f} (0.1 recorded; one fit per core)")
+    assert "kernel 0.1 (0.1 recorded)" in lines[-1]

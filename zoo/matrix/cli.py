@@ -26,6 +26,7 @@ import yaml
 from zoo.command_parser import command_parser
 from zoo.compare.grid import top_level_items
 from zoo.errors import ConfigurationError
+from zoo.matrix.cost import GroupCost, group_cost
 from zoo.matrix.plan import Group, plan
 from zoo.matrix.protocol import SIZES, load_yardsticks
 from zoo.matrix.rows import select_rows
@@ -85,31 +86,41 @@ def groups(args: list[str]) -> tuple[list[Group], list[str], argparse.Namespace]
     return plan(list(sticks.values()), rows, options.size, options.out), passthrough, options
 
 
-def _describe(group: Group, passthrough: list[str]) -> str:
-    minutes = group.yardstick.sizes[group.size].minutes
-    cost = f", about {group.runs * minutes:.0f} CPU minutes" if minutes else ""
-    state = " (done)" if group.done else ""
-    return f"# {group.yardstick.name} / {group.label}: {group.runs} run(s){cost}{state}\n" + shlex.join(
+def _describe(group: Group, cost: GroupCost, passthrough: list[str]) -> str:
+    """The group's header line (its runs and CPU minutes, recorded and to run) and its command."""
+    state = f"{cost.recorded_runs} recorded ({cost.recorded_minutes:.0f} CPU minutes)"
+    if cost.remaining_runs:
+        state += f", {cost.remaining_runs} to run (about {cost.remaining_minutes:.0f} CPU minutes)"
+    else:
+        state += ", done"
+    return f"# {group.yardstick.name} / {group.label}: {group.runs} run(s), {state}\n" + shlex.join(
         ["python", "-m", "zoo", *group.command(passthrough)]
     )
 
 
-def _cost(plan_groups: list[Group]) -> str:
-    """The CPU time each yardstick's groups need at their protocols' ``minutes``, and in all."""
-    hours: dict[str, float] = {}
-    for group in plan_groups:
-        minutes = group.yardstick.sizes[group.size].minutes or 0.0
-        hours[group.yardstick.name] = hours.get(group.yardstick.name, 0.0) + group.runs * minutes / 60
-    parts = ", ".join(f"{name} {value:.1f}" for name, value in hours.items())
-    return f"# CPU hours by yardstick: {parts}; in all {sum(hours.values()):.1f} (one fit per core)"
+def _summary(costs: list[tuple[Group, GroupCost]]) -> str:
+    """CPU hours per yardstick and in all: recorded (measured) plus the estimate of the rest."""
+    hours: dict[str, list[float]] = {}
+    for group, cost in costs:
+        spent = hours.setdefault(group.yardstick.name, [0.0, 0.0])
+        spent[0] += cost.recorded_minutes / 60
+        spent[1] += cost.remaining_minutes / 60
+    parts = ", ".join(f"{name} {done + left:.1f} ({done:.1f} recorded)" for name, (done, left) in hours.items())
+    done = sum(value[0] for value in hours.values())
+    total = done + sum(value[1] for value in hours.values())
+    return (
+        f"# CPU hours by yardstick, recorded runs as measured and the rest estimated (cost.py): {parts}; "
+        f"in all {total:.1f} ({done:.1f} recorded; one fit per core)"
+    )
 
 
 def main(args: list[str]) -> None:
     """Run (or, with ``--dry_run``, print) every group not yet done, in order."""
     plan_groups, passthrough, options = groups(args)
     if options.dry_run:
-        print("\n".join(_describe(group, passthrough) for group in plan_groups))
-        print(_cost(plan_groups))
+        costs = [(group, group_cost(group)) for group in plan_groups]
+        print("\n".join(_describe(group, cost, passthrough) for group, cost in costs))
+        print(_summary(costs))
         return
     from zoo.bench.cli import main as bench_main
     from zoo.compare.cli import main as compare_main
