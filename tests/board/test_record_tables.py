@@ -5,6 +5,7 @@ block names what the records do not hold."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from zoo.board.cli import main
 from zoo.board.record_tables import BEGIN, END, rewrite_record_tables
-from zoo.errors import ConfigurationError
+from zoo.errors import ConfigurationError, DataError
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(page for page in (ROOT / "docs" / "results").glob("*.md") if BEGIN in page.read_text(encoding="utf-8"))
@@ -142,3 +143,139 @@ def test_zoo_board_markdown_rewrites_the_records_tables_of_each_page(
     assert "records tables: " in capsys.readouterr().out
     with pytest.raises(ConfigurationError, match="no such page"):
         main(["--records", "bench", "--markdown", str(tmp_path / "missing.md")])
+
+
+def _swept(attention: str, lr: str, seed: int, accuracy: float, steps: int) -> dict:
+    """A run of a grid over ``model.attention`` and ``model.lr``, named as ``zoo compare`` names it."""
+    return {
+        "combination": f"attention={attention},lr={lr}",
+        "overrides": {"model.attention": attention, "model.lr": lr},
+        "seed": seed,
+        "steps": steps,
+        "fit_seconds": 10.0,
+        "metrics": {"val/accuracy": accuracy},
+    }
+
+
+def _table(page: Path) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in page.read_text().splitlines()
+        if line.startswith("| ")
+    ]
+
+
+def test_a_pivot_spreads_a_swept_setting_over_the_columns(tmp_path: Path) -> None:
+    accuracies = {("a", "1e-3"): [0.5, 0.7], ("a", "1e-2"): [0.9], ("b", "1e-3"): [0.25], ("b", "1e-2"): [0.125]}
+    records = [
+        _swept(attention, lr, seed, accuracy, 100 * (seed + 1))
+        for (attention, lr), values in accuracies.items()
+        for seed, accuracy in enumerate(values)
+    ]
+    spec = (
+        "records: bench\nlabels: [attention]\nrows: {attention=b: ['`b`'], attention=a: ['`a`']}\n"
+        "pivot: {key: lr, values: [1e-3, 1e-2], headers: [slow, fast], cell: val/accuracy (steps)}\n"
+        "bold_at_least: 0.8\n"
+    )
+    page = _page(tmp_path, spec, records)
+    assert rewrite_record_tables(page, tmp_path) == (1, True)
+    a_slow = f"{statistics.fmean([0.5, 0.7]):.3f} ± {statistics.stdev([0.5, 0.7]):.3f} (150)"  # steps: mean of 100, 200
+    assert _table(page) == [
+        ["attention", "slow", "fast"],
+        ["`b`", "0.250 (100)", "0.125 (100)"],
+        ["`a`", a_slow, "**0.900** (100)"],
+    ]
+    page = _page(tmp_path, spec, [r for r in records if r["combination"] != "attention=b,lr=1e-2"])
+    rewrite_record_tables(page, tmp_path)
+    assert [row[2] for row in _table(page)[1:]] == ["-", "**0.900** (100)"]  # a row without the value
+
+
+def test_a_pivot_keeps_the_best_value_on_the_first_seeds_and_reads_its_seeds(tmp_path: Path) -> None:
+    # As zoo compare --sweep: seed 0 at each rate chooses, then seeds 0-2 run at the kept rate.
+    a = {"1e-3": [0.60], "1e-2": [0.80, 0.70, 0.90]}
+    b = {"1e-3": [0.50, 0.40, 0.45], "1e-2": [0.30]}
+    records = [
+        _swept(name, lr, seed, value, 100)
+        for name, runs in (("a", a), ("b", b))
+        for lr, values in runs.items()
+        for seed, value in enumerate(values)
+    ]
+    spec = (
+        "records: bench\nlabels: [attention]\nrows: {attention=a: ['`a`'], attention=b: ['`b`']}\n"
+        "pivot: {key: model.lr, values: [1e-3, 1e-2], cell: val/accuracy, seeds: 1, best: kept}\n"
+        "columns: {seeds: seeds, interval val/accuracy: at the kept rate, paired val/accuracy: against a}\n"
+        "baseline: attention=b\n"
+    )
+    page = _page(tmp_path, spec, records)
+    rewrite_record_tables(page, tmp_path)
+    rows = _table(page)
+    assert rows[0] == ["attention", "1e-3", "1e-2", "kept", "seeds", "at the kept rate", "against a"]
+    assert rows[1][:5] == ["`a`", "0.600", "**0.800**", "1e-2", "3"]  # seed 0 alone in the sweep's cells
+    assert rows[2][:5] == ["`b`", "**0.500**", "0.300", "1e-3", "3"]
+    t_2 = 4.302652729911275  # Student's t, 0.975 quantile, 2 degrees of freedom (printed tables)
+    for row, values in ((rows[1], a["1e-2"]), (rows[2], b["1e-3"])):
+        mean, sd = sum(values) / 3, (sum((v - sum(values) / 3) ** 2 for v in values) / 2) ** 0.5
+        half = t_2 * sd / 3**0.5
+        assert row[5] == f"{mean:.3f} ± {sd:.3f} [{mean - half:.3f}, {mean + half:.3f}]"
+    differences = [x - y for x, y in zip(a["1e-2"], b["1e-3"])]
+    mean, sd = sum(differences) / 3, (sum((d - sum(differences) / 3) ** 2 for d in differences) / 2) ** 0.5
+    half = t_2 * sd / 3**0.5
+    assert rows[1][6] == f"{mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]"
+    assert rows[2][6] == ""  # the baseline itself
+
+
+def test_the_interval_is_students_t_over_the_seeds(tmp_path: Path) -> None:
+    values = [0.8234, 0.8131, 0.8188, 0.8028, 0.8245]  # five seeds: 4 degrees of freedom
+    records = [_record("attention=a", seed, value, 1.0) for seed, value in enumerate(values)]
+    page = _page(tmp_path, "records: bench\ncolumns: {interval test/accuracy: accuracy}\ndecimals: 4\n", records)
+    rewrite_record_tables(page, tmp_path)
+    mean = sum(values) / 5
+    sd = (sum((v - mean) ** 2 for v in values) / 4) ** 0.5
+    half = 2.7764451051977987 * sd / 5**0.5  # t(0.975, 4)
+    assert _table(page)[1] == ["`attention=a`", f"{mean:.4f} ± {sd:.4f} [{mean - half:.4f}, {mean + half:.4f}]"]
+
+
+def test_a_pivot_value_can_name_its_source_and_an_ambiguous_cell_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "records.jsonl").write_text(json.dumps(_swept("a", "1e-3", 0, 0.375, 100)) + "\n")
+    spec = (
+        "records: [bench, other]\nlabels: [attention]\nrows: {attention=a: ['`a`']}\n"
+        "pivot: {key: lr, values: [bench:1e-3, other:1e-3], headers: [here, there], cell: val/accuracy}\n"
+    )
+    page = _page(tmp_path, spec, [_swept("a", "1e-3", 0, 0.625, 100)])
+    rewrite_record_tables(page, tmp_path)
+    assert _table(page)[1] == ["`a`", "0.625", "0.375"]
+    page.write_text(page.read_text().replace("[bench:1e-3, other:1e-3]", "[1e-3, other:1e-3]"))
+    before = page.read_text()
+    with pytest.raises(DataError, match=r"2 runs of 'attention=a,lr=1e-3' with seed 0 in the column lr=1e-3") as error:
+        rewrite_record_tables(page, tmp_path)
+    assert "\n" not in str(error.value)
+    assert page.read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("records: bench\npivot: {key: lr, cell: val/accuracy}\n", "a pivot needs `key:`, `values:` and `cell:`"),
+        ("records: bench\npivot: {key: lr, values: [1e-3], cell: val/accuracy, sort: up}\n", "unknown pivot field 'sort'"),
+        ("records: bench\npivot: {key: lr, values: [1e-3], headers: [a, b], cell: val/accuracy}\n", "1 values and 2 headers"),
+        ("records: bench\npivot: {key: lr, values: [1e-3], cell: val/accuracy}\ncolumns: {seeds: seeds}\n", "give the pivot `best:`"),
+        ("records: bench\ncolumns: {paired val/accuracy: d}\n", "a `paired` column needs `baseline:`"),
+        ("records: bench\npivot: {key: width, values: [1], cell: val/accuracy}\n", "has no setting 'width' to pivot on"),
+        ("records: bench\npivot: {key: lr, values: [1e-3], cell: val/acuracy}\n", "no record has 'val/acuracy'"),
+        ("records: bench\npivot: {key: lr, values: [1e-3, 0.01], cell: val/accuracy}\n", "no run has lr=0.01; the runs have ['1e-3']"),
+    ],
+)  # fmt: skip
+def test_a_bad_pivot_is_one_line(tmp_path: Path, spec: str, message: str) -> None:
+    page = _page(tmp_path, spec, [_swept("a", "1e-3", 0, 0.5, 100)])
+    with pytest.raises((ConfigurationError, DataError), match=re.escape(message)) as error:
+        rewrite_record_tables(page, tmp_path)
+    assert "\n" not in str(error.value)
+
+
+def test_a_rerun_appended_to_the_records_is_refused_not_averaged(tmp_path: Path) -> None:
+    records = [_record("attention=a", 0, 0.9, 1.0), _record("attention=a", 0, 0.7, 1.0)]
+    page = _page(tmp_path, "records: bench\ncolumns: {test/accuracy: a}\n", records)
+    with pytest.raises(DataError, match="2 runs of 'attention=a' with seed 0 in the row 'attention=a'") as error:
+        rewrite_record_tables(page, tmp_path)
+    assert "\n" not in str(error.value)

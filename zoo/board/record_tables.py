@@ -21,20 +21,24 @@ from the committed records (the prose around a block is the page's own)::
 to its label cells, one per ``labels`` header (a combination in two sources is written
 ``SOURCE:combination``, SOURCE the folder's name or the file's stem, and ``COMBINATION@seed=N``
 keeps that seed's records alone; without ``rows``: every combination, labelled by its name);
-``columns`` maps a test metric, a record's cost field (``fit_seconds``, ``seconds_per_step``,
-``steps``...), ``seeds`` (how many), or metrics joined by `` / `` (one cell), to its header. A
-cell is the mean over the combination's seeds (metrics to ``decimals`` places, 3 by default; costs
-to three significant digits, whole numbers from 100), with the sample sd where there are several
-seeds; ``bold_at_least`` bolds the metrics at or above it. ``tests/board/test_record_tables.py``
-rebuilds every page's blocks from the committed records and fails when one differs: a
-measurement changes the records, and the page follows.
+``columns`` maps a column's spelling to its header: a test metric, a record's cost field
+(``fit_seconds``, ``seconds_per_step``, ``steps``...), ``seeds`` (how many), ``METRIC (FIELD,
+...)`` (the others in parentheses), ``interval METRIC`` (mean ± sd [95% interval, Student's t]),
+``paired METRIC`` (the difference from the ``baseline`` row, seed by seed, with its interval), or
+several joined by `` / `` (one cell); :mod:`zoo.board.record_cells` writes them. A cell is the mean
+over the combination's seeds (metrics to ``decimals`` places, 3 by default; costs to three
+significant digits, whole numbers from 100), with the sample sd where there are several seeds;
+``bold_at_least`` bolds the metrics at or above it. ``pivot`` spreads one swept setting over the
+columns (a column per width, rate or task, one row per combination of the other settings, and
+the best value as ``zoo compare --sweep`` keeps it): :mod:`zoo.board.record_pivots`.
+``tests/board/test_record_tables.py`` rebuilds every page's blocks from the committed records and
+fails when one differs: a measurement changes the records, and the page follows.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +48,8 @@ import yaml
 
 from zoo.arguments import suggest
 from zoo.bench.report import markdown_table
+from zoo.board.record_cells import CellStyle, cell_text, field_names, one_run_a_seed
+from zoo.board.record_pivots import SOURCE, Pivot, check_values, pivot_cells, row_name
 from zoo.errors import ConfigurationError
 from zoo.text.files import atomic_write_text
 
@@ -52,20 +58,22 @@ __all__ = ["BEGIN", "END", "TableSpec", "record_tables", "render_table", "rewrit
 BEGIN = "<!-- records:begin"
 END = "<!-- records:end -->"
 _BLOCK = re.compile(re.escape(BEGIN) + r"\n(?P<spec>.*?)-->\n(?P<table>.*?)" + re.escape(END), re.DOTALL)
-_FIELDS = {"records", "labels", "rows", "columns", "bold_at_least", "decimals"}
+_FIELDS = {"records", "labels", "rows", "columns", "bold_at_least", "decimals", "pivot", "baseline"}
 
 
 @dataclass(frozen=True)
 class TableSpec:
     """What one block shows: its sources, rows (combination -> label cells), columns (field ->
-    header) and the threshold above which metrics are bold."""
+    header), the pivot that spreads a setting over columns, the baseline row of ``paired``
+    columns, and how numbers are written."""
 
     records: tuple[str, ...]
     labels: tuple[str, ...]
     rows: Mapping[str, tuple[str, ...]] | None
     columns: Mapping[str, str]
-    bold_at_least: float | None = None
-    decimals: int = 3
+    style: CellStyle = CellStyle()
+    pivot: Pivot | None = None
+    baseline: str | None = None
 
     @classmethod
     def parse(cls, text: str, where: str) -> TableSpec:
@@ -74,8 +82,10 @@ class TableSpec:
             spec = yaml.safe_load(text)
         except yaml.YAMLError as error:
             raise ConfigurationError(f"{where}: the records block is not YAML ({error.problem}).") from None
-        if not isinstance(spec, dict) or not spec.get("records") or not spec.get("columns"):
-            raise ConfigurationError(f"{where}: a records block needs `records:` (folders or files) and `columns:`.")
+        if not isinstance(spec, dict) or not spec.get("records") or not (spec.get("columns") or spec.get("pivot")):
+            raise ConfigurationError(
+                f"{where}: a records block needs `records:` (folders or files) and `columns:` (or `pivot:`)."
+            )
         if unknown := sorted(set(spec) - _FIELDS):
             raise ConfigurationError(
                 f"{where}: unknown field {unknown[0]!r} in a records block; fields: {sorted(_FIELDS)}."
@@ -89,10 +99,22 @@ class TableSpec:
                 raise ConfigurationError(
                     f"{where}: row {wrong[0]!r} has {len(rows[wrong[0]])} label cells for {len(labels)} labels {list(labels)}."
                 )
-        columns = {str(field): str(header) for field, header in spec["columns"].items()}
-        return cls(
-            tuple(map(str, records)), labels, rows, columns, spec.get("bold_at_least"), int(spec.get("decimals", 3))
-        )
+        columns = {str(field): str(header) for field, header in (spec.get("columns") or {}).items()}
+        pivot = None if spec.get("pivot") is None else Pivot.parse(spec["pivot"], where)
+        if pivot is not None and columns and not pivot.best:
+            raise ConfigurationError(
+                f"{where}: columns beside a pivot read the runs at the row's best value; give the pivot `best:`."
+            )
+        baseline = None if spec.get("baseline") is None else str(spec["baseline"])
+        if any(part.startswith("paired ") for field in columns for part in field.split(" / ")) and baseline is None:
+            raise ConfigurationError(f"{where}: a `paired` column needs `baseline:` (the row it is paired with).")
+        style = CellStyle(int(spec.get("decimals", 3)), spec.get("bold_at_least"))
+        return cls(tuple(map(str, records)), labels, rows, columns, style, pivot, baseline)
+
+    def fields(self) -> list[str]:
+        """Every record field the block's cells read."""
+        spellings = [*self.columns, *([self.pivot.cell] if self.pivot else [])]
+        return [name for spelling in spellings for name in field_names(spelling)]
 
 
 def _read_source(source: str, root: Path, where: str) -> tuple[str, list[dict[str, Any]]]:
@@ -105,43 +127,55 @@ def _read_source(source: str, root: Path, where: str) -> tuple[str, list[dict[st
 
 
 def _groups(spec: TableSpec, root: Path, where: str) -> dict[str, list[dict[str, Any]]]:
-    """Each combination's records, keyed by ``SOURCE:combination`` and, where only one source has
-    it, by the bare combination too."""
+    """Each row's records, keyed by ``SOURCE:name`` and, where only one source has it, by the bare
+    name too. With a pivot a row is the combination without the pivot's setting, its records
+    carry their source (a pivot value may name one), and the bare name holds every source's."""
     groups: dict[str, list[dict[str, Any]]] = {}
     owners: dict[str, list[str]] = {}
     for source in spec.records:
         name, records = _read_source(source, root, where)
         for record in records:
-            groups.setdefault(f"{name}:{record['combination']}", []).append(record)
-            if name not in owners.setdefault(record["combination"], []):
-                owners[record["combination"]].append(name)
-    for combination, sources in owners.items():
-        if len(sources) == 1:
-            groups[combination] = groups[f"{sources[0]}:{combination}"]
+            if spec.pivot:
+                record, row = {**record, SOURCE: name}, row_name(record, spec.pivot.key)
+            else:
+                row = record["combination"]
+            groups.setdefault(f"{name}:{row}", []).append(record)
+            if name not in owners.setdefault(row, []):
+                owners[row].append(name)
+    for row, sources in owners.items():
+        if len(sources) == 1 or spec.pivot:
+            groups[row] = [r for source in sources for r in groups[f"{source}:{row}"]]
     return groups
-
-
-def _cell(group: Sequence[dict[str, Any]], field: str, spec: TableSpec) -> str:
-    if field == "seeds":
-        return str(len({r["seed"] for r in group}))
-    if " / " in field:  # several metrics in one cell: the needle's depths at one length
-        return " / ".join(_cell(group, part, spec) for part in field.split(" / "))
-    values = [float(v) for r in group if (v := r["metrics"].get(field, r.get(field))) is not None]
-    if not values:
-        return "-"
-    metric = field in group[0]["metrics"]
-    mean = statistics.fmean(values)
-    text = f"{mean:.{spec.decimals}f}" if metric else f"{mean:,.0f}" if abs(mean) >= 100 else f"{mean:.3g}"
-    if metric and len(values) > 1:
-        text += f" ± {statistics.stdev(values):.{spec.decimals}f}"
-    bold = metric and spec.bold_at_least is not None and mean >= spec.bold_at_least
-    return f"**{text}**" if bold else text
 
 
 def _row_records(groups: Mapping[str, list[dict[str, Any]]], name: str) -> list[dict[str, Any]]:
     """A row's records: ``COMBINATION``'s, or with ``@seed=N`` that seed's alone."""
     combination, _, seed = name.partition("@seed=")
     return [r for r in groups.get(combination, []) if not seed or str(r["seed"]) == seed]
+
+
+def _body(
+    spec: TableSpec, groups: Mapping[str, list[dict[str, Any]]], rows: Mapping[str, Sequence[str]], where: str
+) -> list[list[str]]:
+    """Each row's cells: its labels, the pivot's cells, then the columns (with a pivot, over the
+    runs at the row's best value)."""
+    runs = {name: _row_records(groups, name) for name in rows}
+    if not spec.pivot:
+        for name in rows:
+            one_run_a_seed(runs[name], f"the row {name!r}", where)
+    pivoted = {name: pivot_cells(runs[name], spec.pivot, spec.style, where) for name in rows} if spec.pivot else {}
+    read = {name: pivoted[name][1] if spec.pivot else runs[name] for name in rows}
+    if spec.baseline is not None and spec.baseline not in rows:
+        raise ConfigurationError(f"{where}: the baseline {spec.baseline!r} is not one of the rows {list(rows)}.")
+    baseline = read[spec.baseline] if spec.baseline is not None else None
+    return [
+        [
+            *labels,
+            *(pivoted[name][0] if spec.pivot else []),
+            *(cell_text(read[name], field, spec.style, baseline) if read[name] else "-" for field in spec.columns),
+        ]
+        for name, labels in rows.items()
+    ]
 
 
 def render_table(spec: TableSpec, root: Path, where: str = "records block") -> str:
@@ -158,16 +192,15 @@ def render_table(spec: TableSpec, root: Path, where: str = "records block") -> s
         hint = f"; did you mean {near[0]!r}?" if near else f"; the records hold {sorted(groups)}"
         raise ConfigurationError(f"{where}: no records of {missing[0]!r}{hint}")
     known = {"seeds", *(f for group in groups.values() for r in group for f in (*r["metrics"], *r))}
-    if unknown := [part for field in spec.columns for part in field.split(" / ") if part not in known]:
+    if unknown := [name for name in spec.fields() if name not in known]:
         near = suggest(unknown[0], sorted(known))
         raise ConfigurationError(
             f"{where}: no record has {unknown[0]!r}" + (f"; did you mean {near[0]!r}?" if near else ".")
         )
-    body = [
-        [*labels, *(_cell(_row_records(groups, name), field, spec) for field in spec.columns)]
-        for name, labels in rows.items()
-    ]
-    return markdown_table([*spec.labels, *spec.columns.values()], body)
+    if spec.pivot:
+        check_values(spec.pivot, [r for group in groups.values() for r in group], where)
+    headers = [*spec.labels, *(spec.pivot.all_headers() if spec.pivot else []), *spec.columns.values()]
+    return markdown_table(headers, _body(spec, groups, rows, where))
 
 
 def record_tables(text: str) -> Iterator[re.Match[str]]:
