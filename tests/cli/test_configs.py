@@ -61,8 +61,8 @@ def test_there_is_a_default_config_per_model_and_overlays_exist() -> None:
         *(
             f"gpt_shakespeare_cpu_{recipe}"
             for recipe in (
-                *("deepseekv32", "falconh1", "gemma3", "gemma4", "gptoss", "jamba", "kimilinear", "minimax01"),
-                *("olmohybrid", "qwen35", "qwen3next", "samba"),
+                *("deepseekv32", "deepseekv4", "falconh1", "gemma3", "gemma4", "gptoss", "jamba", "kimilinear"),
+                *("mimov2flash", "minimax01", "olmohybrid", "qwen35", "qwen3next", "samba"),
             )
         ),
         "recall_mad",

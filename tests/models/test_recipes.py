@@ -18,6 +18,10 @@ from zoo.tasks import RecallModel
 
 #: the rotation of Gemma 4's global layers beside the stack's (a quarter of the pairs at base 1,000,000)
 GEMMA4_GLOBAL_ROTATION = {"fraction": 0.25, "partial": "proportional", "base": 1000000}
+#: the options every layer of the DeepSeek-V4 recipe has (as summaries show them)
+DEEPSEEKV4_LAYER = "head_dim=256, rope_head_dim=32, q_lora_rank=32, o_groups=2, o_lora_rank=32, window=16"
+#: MiMo-V2-Flash's query/key and value head sizes and value scale, on every layer
+MIMO_HEADS = "head_dim=96, v_head_dim=64, value_scale=0.707"
 
 #: recipe -> the layers its stack holds, in order (as the run's summary names them)
 PATTERNS = {
@@ -43,6 +47,19 @@ PATTERNS = {
     "minimax01": ", ".join(["lightning_attention(num_layers=8, position='none')"] * 7) + ", softmax",
     "falconh1": "parallel_hybrid(branches=['softmax', 'mamba2'], positioned=[True, False]) (all 4)",
     "deepseekv32": "dsa(index_topk=16) (all 4)",
+    "deepseekv4": ", ".join(
+        [f"deepseek_v4({DEEPSEEKV4_LAYER})"] * 2
+        + [
+            f"deepseek_v4({DEEPSEEKV4_LAYER}, rope_base=160000, compression='csa', compress_rate=4, index_topk=4, "
+            "index_head_dim=64)"
+        ]
+        + [f"deepseek_v4({DEEPSEEKV4_LAYER}, rope_base=160000, compression='hca', compress_rate=16)"]
+    ),
+    "mimov2flash": ", ".join(
+        [f"softmax({MIMO_HEADS})"]
+        + [f"softmax({MIMO_HEADS}, sinks=True, window=17, sink_tokens=0, position={{'base': 10000}})"] * 4
+        + [f"softmax({MIMO_HEADS})"]
+    ),
 }
 
 
