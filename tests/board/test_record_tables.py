@@ -264,6 +264,8 @@ def test_a_pivot_value_can_name_its_source_and_an_ambiguous_cell_is_refused(tmp_
         ("records: bench\npivot: {key: width, values: [1], cell: val/accuracy}\n", "has no setting 'width' to pivot on"),
         ("records: bench\npivot: {key: lr, values: [1e-3], cell: val/acuracy}\n", "no record has 'val/acuracy'"),
         ("records: bench\npivot: {key: lr, values: [1e-3, 0.01], cell: val/accuracy}\n", "no run has lr=0.01; the runs have ['1e-3']"),
+        ("records: bench\npivot: {key: lr, values: [1e-3], cell: val/accuracy, select: val/loss}\n", "pivot `select:` chooses the `best:` value"),
+        ("records: bench\npivot: {key: lr, values: [1e-3], cell: val/accuracy, best: kept, select: val/los}\n", "no record has 'val/los'"),
     ],
 )  # fmt: skip
 def test_a_bad_pivot_is_one_line(tmp_path: Path, spec: str, message: str) -> None:
@@ -279,3 +281,86 @@ def test_a_rerun_appended_to_the_records_is_refused_not_averaged(tmp_path: Path)
     with pytest.raises(DataError, match="2 runs of 'attention=a' with seed 0 in the row 'attention=a'") as error:
         rewrite_record_tables(page, tmp_path)
     assert "\n" not in str(error.value)
+
+
+def _scored(attention: str, lr: str, seed: int, val: float, test: float) -> dict:
+    """A swept run with a validation and a test accuracy, as ``zoo matrix``'s MQAR runs report."""
+    return {**_swept(attention, lr, seed, val, 100), "metrics": {"val/accuracy": val, "test/accuracy": test}}
+
+
+_SELECT = (
+    "records: bench\nlabels: [attention]\nrows: {attention=a: ['`a`'], attention=b: ['`b`']}\n"
+    "pivot: {key: lr, values: [1e-3, 1e-2], cell: test/accuracy, seeds: 1, best: kept, select: val/accuracy}\n"
+    "columns: {each test/accuracy: at the kept rate}\n"
+)
+
+
+def test_select_keeps_the_value_chosen_on_another_metric_than_the_cells_show(tmp_path: Path) -> None:
+    # Seed 0 at each rate as (validation, test); `a`'s two metrics disagree on the better rate, and
+    # `b` ties on validation (the first value is kept). Seeds 1 and 2 ran at the kept rate only.
+    sweep = {
+        "a": {"1e-3": (0.40, 0.90), "1e-2": (0.60, 0.50)},
+        "b": {"1e-3": (0.25, 0.20), "1e-2": (0.25, 0.30)},
+    }
+    later = {"a": [0.55, 0.65], "b": [0.10, 0.15]}
+    kept = {name: max(rates, key=lambda rate: rates[rate][0]) for name, rates in sweep.items()}  # first on a tie
+    assert kept == {"a": "1e-2", "b": "1e-3"}
+    assert {name: max(rates, key=lambda rate: rates[rate][1]) for name, rates in sweep.items()} != kept
+    records = [_scored(name, lr, 0, *scores) for name, rates in sweep.items() for lr, scores in rates.items()]
+    records += [
+        _scored(name, kept[name], seed, value, value)
+        for name, values in later.items()
+        for seed, value in enumerate(values, 1)
+    ]
+    page = _page(tmp_path, _SELECT, records)
+    rewrite_record_tables(page, tmp_path)
+    rows = _table(page)
+    for row, name in zip(rows[1:], ("a", "b")):
+        tests = [sweep[name][kept[name]][1], *later[name]]
+        each = ", ".join(f"{value:.3f}" for value in tests)
+        cells = [f"**{test:.3f}**" if lr == kept[name] else f"{test:.3f}" for lr, (_, test) in sweep[name].items()]
+        assert row == [f"`{name}`", *cells, kept[name], f"{statistics.fmean(tests):.3f} ({each})"]
+    page.write_text(page.read_text().replace(", select: val/accuracy", ""))
+    rewrite_record_tables(page, tmp_path)
+    assert [row[3] for row in _table(page)[1:]] == ["1e-3", "1e-2"]  # without select: the best test cell
+    page = _page(tmp_path, _SELECT, [_scored("a", "1e-3", 0, 0.4, 0.9), _scored("b", "1e-2", 0, 0.2, 0.3)])
+    rewrite_record_tables(page, tmp_path)
+    assert [row[3:] for row in _table(page)[1:]] == [["1e-3", "0.900 (1 seed)"], ["1e-2", "0.300 (1 seed)"]]
+
+
+def test_select_keeps_the_rate_the_matrix_keeps(tmp_path: Path) -> None:
+    from tests.board.matrix_records import MQAR, SCORES, write_matrix_records
+    from zoo.board.inputs import read_inputs
+    from zoo.board.matrix_cells import matrix_cells
+    from zoo.matrix.cli import PROTOCOLS
+
+    matrix = matrix_cells(read_inputs([write_matrix_records(tmp_path)]), PROTOCOLS)
+    (stick,) = [stick for stick in matrix.yardsticks if stick.name == MQAR]
+    ((key, rates),) = stick.sweep.items()
+    cells = {row.row.label: row.cells[MQAR] for row in matrix.rows if row.cells[MQAR].summary is not None}
+    assert set(cells) == set(SCORES) and cells["gla"].rate == "3e-3"  # chosen on validation, not on test
+    folders = [f"matrix/quick/{MQAR}/first", f"matrix/quick/{MQAR}/rest"]
+    spec = (
+        f"records: {folders}\nlabels: [attention]\nrows: {{{', '.join(f'attention={n}: [{n}]' for n in SCORES)}}}\n"
+        f"pivot: {{key: {key}, values: {list(rates)}, cell: test/accuracy, seeds: 1, best: kept, select: val/accuracy}}\n"
+        "columns: {each test/accuracy: at the kept rate}\n"
+    )
+    page = tmp_path / "page.md"
+    page.write_text(f"{BEGIN}\n{spec}-->\n{END}\n")
+    rewrite_record_tables(page, tmp_path)
+    kept = {row[0]: (row[-2], row[-1].split(" ")[0]) for row in _table(page)[1:]}
+    assert kept == {name: (cell.rate, f"{cell.value:.3f}") for name, cell in cells.items()}
+
+
+def test_the_issue_68_table_keeps_the_rates_of_the_matrix() -> None:
+    from zoo.board.inputs import read_inputs
+    from zoo.board.matrix_cells import matrix_cells
+    from zoo.matrix.cli import PROTOCOLS
+
+    text = (ROOT / "docs" / "results" / "recall.md").read_text(encoding="utf-8")
+    table = text[text.index("### MQAR (256, 16) at width 64: the layers of issue 68") :]
+    table = table[table.index(BEGIN) : table.index(END)]
+    lines = [line.split("|")[1:5] for line in table.splitlines() if line.startswith("| `")]
+    kept = {cells[0].strip().strip("`"): cells[3].strip() for cells in lines}
+    matrix = matrix_cells(read_inputs([ROOT / "benchmarks" / "results" / "matrix"]), PROTOCOLS, list(kept))
+    assert kept == {row.row.label: row.cells["mqar"].rate for row in matrix.rows}

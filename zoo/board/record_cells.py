@@ -6,6 +6,8 @@ A column (or a pivot's ``cell``) is spelt as one of::
     FIELD                      a test metric, or a record's cost field (fit_seconds, steps, ...)
     FIELD (FIELD, ...)         the first, then the others in parentheses: "0.992 (1,500)"
     interval METRIC            mean ± sample sd [95% interval, Student's t] over the seeds
+    each METRIC                the mean, then every seed's value in seed order: "0.372 (0.009,
+                               0.242, 0.864)" (seeds that split, some at chance and some not)
     paired METRIC              the mean of METRIC minus the baseline row's, seed by seed on the
                                seeds both have, with its 95% interval: "-0.031 [-0.060, -0.002]"
     A / B                      several of the above in one cell, joined by " / "
@@ -32,7 +34,7 @@ from zoo.errors import DataError
 __all__ = ["CellStyle", "cell_text", "field_names", "main_metric", "one_run_a_seed"]
 
 _ANNOTATED = re.compile(r"^(?P<main>\S+) \((?P<notes>[^()]+)\)$")
-_PREFIXES = ("interval ", "paired ")
+_PREFIXES = ("interval ", "paired ", "each ")
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,9 @@ def cell_text(
     mean = statistics.fmean(values.values())
     if kind == "interval":
         return _bold(format_summary(summarize(list(values.values())), style.decimals), mean, style)
+    if kind == "each":
+        each = ", ".join(f"{values[seed]:.{style.decimals}f}" for seed in sorted(values))
+        return _bold(f"{mean:.{style.decimals}f} ({each if len(values) > 1 else '1 seed'})", mean, style)
     if not any(name in r["metrics"] for r in group):  # a cost: three significant digits
         return f"{mean:,.0f}" if abs(mean) >= 100 else f"{mean:.3g}"
     text = f"{mean:.{style.decimals}f}"

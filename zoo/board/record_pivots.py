@@ -11,6 +11,7 @@ A records block's ``pivot`` names the setting and how its columns read::
       cell: test/accuracy (steps)   # a column spelling of zoo.board.record_cells
       seeds: 1                      # optional: the cells read seeds 0 .. seeds-1 alone
       best: kept                    # optional: a column naming the value whose cell is best
+      select: val/accuracy          # optional: the metric ``best`` chooses by, when not ``cell``'s
       mode: max                     # optional: max (default) or min, for ``best``
 
 A record's row is its combination without ``key``: the name ``zoo compare`` gives the remaining
@@ -24,6 +25,12 @@ refused in one line, since nothing says which of them the page shows. ``best`` i
 (with ``seeds: 1``, seed 0's) is highest (``mode: min``: lowest); its cell is bold, and the
 block's ``columns`` then read every seed of the row at that value (the sweep's seeds at its kept
 value).
+
+``select`` chooses by another metric than the one the cells show, as ``zoo matrix`` keeps a
+rate chosen on ``val/accuracy`` and reports ``test/accuracy`` there: the value is the one
+:func:`zoo.compare.sweep.choose` keeps with one sweep seed (the best ``select`` of seed 0, the
+first in ``values``' order on a tie), the function :mod:`zoo.board.matrix_cells` calls, so a page
+and the matrix keep the same rate when ``values`` are listed in the yardstick's sweep order.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from typing import Any
 
 from zoo.board.record_cells import CellStyle, cell_text, main_metric, one_run_a_seed
 from zoo.compare.grid import axis_label, combinations
+from zoo.compare.sweep import Sweep, choose, grouped
 from zoo.errors import ConfigurationError, DataError
 
 __all__ = ["SOURCE", "Pivot", "check_values", "pivot_cells", "pivot_value", "row_name"]
@@ -42,7 +50,7 @@ __all__ = ["SOURCE", "Pivot", "check_values", "pivot_cells", "pivot_value", "row
 #: The key under which a pivoted table's records carry the name of their source.
 SOURCE = "_source"
 
-_FIELDS = {"key", "values", "headers", "cell", "seeds", "best", "mode"}
+_FIELDS = {"key", "values", "headers", "cell", "seeds", "best", "select", "mode"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,7 @@ class Pivot:
     seeds: int | None = None
     best: str | None = None
     mode: str = "max"
+    select: str | None = None
 
     @classmethod
     def parse(cls, spec: object, where: str) -> Pivot:
@@ -70,6 +79,8 @@ class Pivot:
             raise ConfigurationError(f"{where}: the pivot has {len(values)} values and {len(headers)} headers.")
         if spec.get("mode", "max") not in ("max", "min"):
             raise ConfigurationError(f"{where}: pivot `mode:` is max or min, not {spec['mode']!r}.")
+        if spec.get("select") is not None and spec.get("best") is None:
+            raise ConfigurationError(f"{where}: pivot `select:` chooses the `best:` value; give the pivot `best:`.")
         seeds = spec.get("seeds")
         return cls(
             str(spec["key"]),
@@ -79,6 +90,7 @@ class Pivot:
             None if seeds is None else int(seeds),
             None if spec.get("best") is None else str(spec["best"]),
             str(spec.get("mode", "max")),
+            None if spec.get("select") is None else str(spec["select"]),
         )
 
     def all_headers(self) -> list[str]:
@@ -139,6 +151,23 @@ def _score(runs: Sequence[dict[str, Any]], metric: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _best(cells: Mapping[str, Sequence[dict[str, Any]]], pivot: Pivot) -> str | None:
+    """The value ``best`` keeps (None when no run has the metric): by the mean of ``cell``'s main
+    metric over each cell's runs, or with ``select`` as the matrix keeps a rate."""
+    if pivot.select is None:
+        metric = main_metric(pivot.cell)
+        scored = [(score, value) for value, group in cells.items() if (score := _score(group, metric)) is not None]
+        return (max if pivot.mode == "max" else min)(scored, key=lambda pair: pair[0])[1] if scored else None
+    if not any(r["seed"] == 0 and pivot.select in r["metrics"] for group in cells.values() for r in group):
+        return None
+    # choose() matches runs to candidates by combination name; each value is renamed by its index
+    # (one axis, values "0", "1", ...) so that values no name can spell, such as SOURCE:VALUE, stay apart.
+    sweep = Sweep({pivot.key: [str(i) for i in range(len(cells))]}, pivot.select, pivot.mode)
+    runs = [{**r, "combination": c.name} for c, group in zip(sweep.values, cells.values()) for r in group]
+    (choice,) = choose(runs, sweep, grouped(sweep, {}))
+    return list(cells)[int(choice.value)]
+
+
 def pivot_cells(
     runs: Sequence[dict[str, Any]], pivot: Pivot, style: CellStyle, where: str
 ) -> tuple[list[str], list[dict[str, Any]]]:
@@ -148,11 +177,9 @@ def pivot_cells(
     texts = {value: cell_text(group, pivot.cell, style) if group else "-" for value, group in cells.items()}
     if not pivot.best:
         return list(texts.values()), []
-    metric = main_metric(pivot.cell)
-    scored = [(score, value) for value, group in cells.items() if (score := _score(group, metric)) is not None]
-    if not scored:
+    best = _best(cells, pivot)
+    if best is None:
         return [*texts.values(), "-"], []
-    best = (max if pivot.mode == "max" else min)(scored, key=lambda pair: pair[0])[1]
     if not texts[best].startswith("**"):
         texts[best] = f"**{texts[best]}**"
     kept = [r for r in runs if _matches(r, best, pivot, where)]

@@ -24,13 +24,15 @@ keeps that seed's records alone; without ``rows``: every combination, labelled b
 ``columns`` maps a column's spelling to its header: a test metric, a record's cost field
 (``fit_seconds``, ``seconds_per_step``, ``steps``...), ``seeds`` (how many), ``METRIC (FIELD,
 ...)`` (the others in parentheses), ``interval METRIC`` (mean ± sd [95% interval, Student's t]),
-``paired METRIC`` (the difference from the ``baseline`` row, seed by seed, with its interval), or
-several joined by `` / `` (one cell); :mod:`zoo.board.record_cells` writes them. A cell is the mean
+``each METRIC`` (the mean, then each seed's value), ``paired METRIC`` (the difference from the
+``baseline`` row, seed by seed, with its interval), or several joined by `` / `` (one cell);
+:mod:`zoo.board.record_cells` writes them. A cell is the mean
 over the combination's seeds (metrics to ``decimals`` places, 3 by default; costs to three
 significant digits, whole numbers from 100), with the sample sd where there are several seeds;
 ``bold_at_least`` bolds the metrics at or above it. ``pivot`` spreads one swept setting over the
 columns (a column per width, rate or task, one row per combination of the other settings, and
-the best value as ``zoo compare --sweep`` keeps it): :mod:`zoo.board.record_pivots`.
+the best value as ``zoo compare --sweep`` keeps it, or by a ``select`` metric as the matrix
+keeps a rate): :mod:`zoo.board.record_pivots`.
 ``tests/board/test_record_tables.py`` rebuilds every page's blocks from the committed records and
 fails when one differs: a measurement changes the records, and the page follows.
 """
@@ -114,7 +116,8 @@ class TableSpec:
     def fields(self) -> list[str]:
         """Every record field the block's cells read."""
         spellings = [*self.columns, *([self.pivot.cell] if self.pivot else [])]
-        return [name for spelling in spellings for name in field_names(spelling)]
+        select = [self.pivot.select] if self.pivot and self.pivot.select else []
+        return [name for spelling in spellings for name in field_names(spelling)] + select
 
 
 def _read_source(source: str, root: Path, where: str) -> tuple[str, list[dict[str, Any]]]:
