@@ -266,6 +266,7 @@ def test_a_pivot_value_can_name_its_source_and_an_ambiguous_cell_is_refused(tmp_
         ("records: bench\npivot: {key: lr, values: [1e-3, 0.01], cell: val/accuracy}\n", "no run has lr=0.01; the runs have ['1e-3']"),
         ("records: bench\npivot: {key: lr, values: [1e-3], cell: val/accuracy, select: val/loss}\n", "pivot `select:` chooses the `best:` value"),
         ("records: bench\npivot: {key: lr, values: [1e-3], cell: val/accuracy, best: kept, select: val/los}\n", "no record has 'val/los'"),
+        ("records: bench\npivot: {key: lr, values: [1e-3], cell: val/accuracy, best: kept}\ncolumns: {'x:seeds': s}\n", "not beside a pivot"),
     ],
 )  # fmt: skip
 def test_a_bad_pivot_is_one_line(tmp_path: Path, spec: str, message: str) -> None:
@@ -364,3 +365,120 @@ def test_the_issue_68_table_keeps_the_rates_of_the_matrix() -> None:
     kept = {cells[0].strip().strip("`"): cells[3].strip() for cells in lines}
     matrix = matrix_cells(read_inputs([ROOT / "benchmarks" / "results" / "matrix"]), PROTOCOLS, list(kept))
     assert kept == {row.row.label: row.cells["mqar"].rate for row in matrix.rows}
+
+
+def test_columns_can_have_their_own_decimals_and_bold(tmp_path: Path) -> None:
+    records = [_record("attention=a", seed, value, 1.0) for seed, value in enumerate([31.8, 32.4, 32.0])]
+    records += [_record("attention=b", seed, value, 1.0) for seed, value in enumerate([29.4, 30.1, 30.5])]
+    spec = (
+        "records: bench\nlabels: [attention]\nrows: {attention=b: ['`b`'], attention=a: ['`a`']}\n"
+        "columns: {test/accuracy: accuracy, test/loss: loss, paired test/accuracy: against b}\n"
+        "baseline: attention=b\ndecimals: {test/accuracy: 2, paired test/accuracy: 1}\nbold_at_least: {test/accuracy: 31}\n"
+    )
+    page = _page(tmp_path, spec, records)
+    rewrite_record_tables(page, tmp_path)
+    a, b = [31.8, 32.4, 32.0], [29.4, 30.1, 30.5]
+    differences = [x - y for x, y in zip(a, b)]
+    mean, sd = statistics.fmean(differences), statistics.stdev(differences)
+    half = 4.302652729911275 * sd / 3**0.5  # t(0.975, 2)
+    loss = [1 - value for value in a]  # no decimals named: three, and never bold
+    assert _table(page)[2] == [
+        "`a`",
+        f"**{statistics.fmean(a):.2f} ± {statistics.stdev(a):.2f}**",
+        f"{statistics.fmean(loss):.3f} ± {statistics.stdev(loss):.3f}",
+        f"{mean:+.1f} [{mean - half:+.1f}, {mean + half:+.1f}]",
+    ]
+    assert _table(page)[1][1] == f"{statistics.fmean(b):.2f} ± {statistics.stdev(b):.2f}"  # under 31: plain
+    page.write_text(page.read_text().replace("{test/accuracy: 2,", "{test/acc: 2,"))
+    with pytest.raises(ConfigurationError, match=r"`decimals:` names 'test/acc', not one of the columns"):
+        rewrite_record_tables(page, tmp_path)
+
+
+def test_by_seed_lists_each_seeds_value_and_a_suffix_keeps_some_seeds(tmp_path: Path) -> None:
+    a, b = {0: 0.1795, 1: 0.3585, 2: 0.163}, {0: 0.25, 1: 0.125, 2: 0.5}
+    times = {0: 7.0, 1: 4.5, 2: 5.25}
+    records = [_record("attention=a", seed, value, times[seed]) for seed, value in a.items()]
+    records += [_record("attention=b", seed, value, 2 * times[seed]) for seed, value in b.items()]
+    spec = (
+        "records: bench\nlabels: [attention]\nrows: {attention=b: ['`b`'], attention=a: ['`a`']}\n"
+        "columns: {by-seed test/accuracy: seeds 0 / 1 / 2, 'paired test/accuracy @seeds=0': seed 0,"
+        " 'fit_seconds @seeds=1,2': fit s, 'seeds @seeds=1,2': timed seeds, 'test/accuracy @seeds=7': none}\n"
+        "baseline: attention=b\ndecimals: {by-seed test/accuracy: 4}\n"
+    )
+    page = _page(tmp_path, spec, records)
+    rewrite_record_tables(page, tmp_path)
+    assert _table(page)[1:] == [
+        ["`b`", "0.2500 / 0.1250 / 0.5000", "", f"{(times[1] + times[2]):.3g}", "2", "-"],
+        [
+            "`a`",
+            "0.1795 / 0.3585 / 0.1630",
+            f"{a[0] - b[0]:+.3f} (1 seed)",
+            f"{(times[1] + times[2]) / 2:.3g}",
+            "2",
+            "-",
+        ],
+    ]
+
+
+def test_notes_are_label_columns_after_the_records_columns(tmp_path: Path) -> None:
+    spec = (
+        "records: bench\nlabels: [attention]\nnotes: [paper, 'paper, Table 1']\n"
+        "rows: {attention=a: ['`a`', Transformer, '0.3637']}\ncolumns: {test/accuracy: accuracy}\n"
+    )
+    page = _page(tmp_path, spec, [_record("attention=a", 0, 0.25, 1.0)])
+    rewrite_record_tables(page, tmp_path)
+    assert _table(page) == [
+        ["attention", "accuracy", "paper", "paper, Table 1"],
+        ["`a`", "0.250", "Transformer", "0.3637"],
+    ]
+    page = _page(tmp_path, spec.replace(", '0.3637']", "]"), [])
+    with pytest.raises(ConfigurationError, match=r"2 label cells for 3 labels and notes \['attention', 'paper'"):
+        rewrite_record_tables(page, tmp_path)
+    page = _page(tmp_path, "records: bench\nnotes: [paper]\ncolumns: {test/accuracy: a}\n", [])
+    with pytest.raises(ConfigurationError, match="`notes:` columns need `rows:`"):
+        rewrite_record_tables(page, tmp_path)
+
+
+def test_a_column_can_read_another_source_and_pair_the_row_with_it(tmp_path: Path) -> None:
+    before = {"a": [1.785, 1.786, 1.786], "b": [1.905, 1.909, 1.907]}
+    after = {"a": [1.614, 1.607, 1.612], "b": before["b"]}
+    for folder, values in (("first", before), ("bench", after)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "records.jsonl").write_text(
+            "".join(
+                json.dumps(_record(f"attention={name}", seed, value, 1.0)) + "\n"
+                for name, seeds in values.items()
+                for seed, value in enumerate(seeds)
+            )
+        )
+    spec = (
+        "records: [bench, first]\nlabels: [attention]\nrows: {bench:attention=b: [b], bench:attention=a: [a]}\n"
+        "columns: {'first:test/accuracy': first, 'first:paired test/accuracy': first against b,"
+        " test/accuracy: now, paired test/accuracy from first: change}\nbaseline: bench:attention=b\n"
+    )
+    page = tmp_path / "page.md"
+    page.write_text(f"{BEGIN}\n{spec}-->\n{END}\n")
+    rewrite_record_tables(page, tmp_path)
+    t_2 = 4.302652729911275  # t(0.975, 2)
+
+    def paired(x: list[float], y: list[float]) -> str:
+        differences = [p - q for p, q in zip(x, y)]
+        mean, half = statistics.fmean(differences), t_2 * statistics.stdev(differences) / 3**0.5
+        return f"{mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]"
+
+    def spread(values: list[float]) -> str:
+        return f"{statistics.fmean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+    assert _table(page)[1:] == [
+        ["b", spread(before["b"]), "", spread(after["b"]), paired(after["b"], before["b"])],
+        [
+            "a",
+            spread(before["a"]),
+            paired(before["a"], before["b"]),
+            spread(after["a"]),
+            paired(after["a"], before["a"]),
+        ],
+    ]
+    page.write_text(page.read_text().replace("from first", "from firts"))
+    with pytest.raises(ConfigurationError, match=r"reads 'firts', not one of the sources \['bench', 'first'\]"):
+        rewrite_record_tables(page, tmp_path)

@@ -8,9 +8,13 @@ A column (or a pivot's ``cell``) is spelt as one of::
     interval METRIC            mean ± sample sd [95% interval, Student's t] over the seeds
     each METRIC                the mean, then every seed's value in seed order: "0.372 (0.009,
                                0.242, 0.864)" (seeds that split, some at chance and some not)
+    by-seed METRIC             every seed's value in seed order, without the mean: "0.1795 /
+                               0.1795 / 0.1630" (beside an ``interval`` column of the same metric)
     paired METRIC              the mean of METRIC minus the baseline row's, seed by seed on the
                                seeds both have, with its 95% interval: "-0.031 [-0.060, -0.002]"
     A / B                      several of the above in one cell, joined by " / "
+    SPELLING @seeds=0,2        any of the above over the named seeds alone (the baseline's too):
+                               a one-seed paired difference, a time measured on some seeds only
 
 A metric is the mean over the seeds to ``decimals`` places, with the sample sd after ``±`` where
 there are several seeds; a cost is the mean to three significant digits (whole numbers from 100).
@@ -34,7 +38,8 @@ from zoo.errors import DataError
 __all__ = ["CellStyle", "cell_text", "field_names", "main_metric", "one_run_a_seed"]
 
 _ANNOTATED = re.compile(r"^(?P<main>\S+) \((?P<notes>[^()]+)\)$")
-_PREFIXES = ("interval ", "paired ", "each ")
+_PREFIXES = ("interval ", "paired ", "each ", "by-seed ")
+_SEEDS = re.compile(r"^(?P<spelling>.+) @seeds=(?P<seeds>\d+(?:,\d+)*)$")
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,8 @@ def one_run_a_seed(runs: Sequence[dict[str, Any]], cell: str, where: str) -> Non
 def field_names(field: str) -> list[str]:
     """The record fields a column's spelling reads, in order (``seeds`` included)."""
     names = []
+    if match := _SEEDS.match(field):
+        field = match["spelling"]
     for part in field.split(" / "):
         if match := _ANNOTATED.match(part):
             names += [match["main"], *(note.strip() for note in match["notes"].split(","))]
@@ -99,6 +106,13 @@ def cell_text(
     """The cell of ``field`` (a spelling above) over one combination's runs; ``-`` where none has it.
     ``baseline`` holds the baseline row's runs (``paired`` needs them; the baseline's own cell is
     empty)."""
+    if match := _SEEDS.match(field):
+        seeds = {int(seed) for seed in match["seeds"].split(",")}
+        chosen = [r for r in group if r["seed"] in seeds]
+        if group is baseline:  # the baseline row stays itself, its paired cell empty
+            return cell_text(chosen, match["spelling"], style, chosen) if chosen else "-"
+        base = None if baseline is None else [r for r in baseline if r["seed"] in seeds]
+        return cell_text(chosen, match["spelling"], style, base) if chosen else "-"
     if field == "seeds":
         return str(len({r["seed"] for r in group}))
     if " / " in field:
@@ -123,6 +137,8 @@ def cell_text(
     mean = statistics.fmean(values.values())
     if kind == "interval":
         return _bold(format_summary(summarize(list(values.values())), style.decimals), mean, style)
+    if kind == "by-seed":
+        return " / ".join(f"{values[seed]:.{style.decimals}f}" for seed in sorted(values))
     if kind == "each":
         each = ", ".join(f"{values[seed]:.{style.decimals}f}" for seed in sorted(values))
         return _bold(f"{mean:.{style.decimals}f} ({each if len(values) > 1 else '1 seed'})", mean, style)

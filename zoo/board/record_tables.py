@@ -24,12 +24,18 @@ keeps that seed's records alone; without ``rows``: every combination, labelled b
 ``columns`` maps a column's spelling to its header: a test metric, a record's cost field
 (``fit_seconds``, ``seconds_per_step``, ``steps``...), ``seeds`` (how many), ``METRIC (FIELD,
 ...)`` (the others in parentheses), ``interval METRIC`` (mean ± sd [95% interval, Student's t]),
-``each METRIC`` (the mean, then each seed's value), ``paired METRIC`` (the difference from the
-``baseline`` row, seed by seed, with its interval), or several joined by `` / `` (one cell);
-:mod:`zoo.board.record_cells` writes them. A cell is the mean
+``each METRIC`` (the mean, then each seed's value), ``by-seed METRIC`` (each seed's value alone),
+``paired METRIC`` (the difference from the ``baseline`` row, seed by seed, with its interval), or
+several joined by `` / `` (one cell), any of them over some seeds alone with `` @seeds=0,2``:
+:mod:`zoo.board.record_cells` writes them. ``SOURCE:SPELLING`` reads the row's combination in
+another source, and ``paired METRIC from SOURCE`` is the change from it, seed by seed
+(:mod:`zoo.board.record_columns`). A cell is the mean
 over the combination's seeds (metrics to ``decimals`` places, 3 by default; costs to three
 significant digits, whole numbers from 100), with the sample sd where there are several seeds;
-``bold_at_least`` bolds the metrics at or above it. ``pivot`` spreads one swept setting over the
+``bold_at_least`` bolds the metrics at or above it (each of the two is one value, or a mapping
+from column spellings to values). ``notes`` heads label columns written after the records'
+columns (a cell that is no record's, such as a paper's number): each row's cells list its
+``labels`` cells, then its ``notes`` cells. ``pivot`` spreads one swept setting over the
 columns (a column per width, rate or task, one row per combination of the other settings, and
 the best value as ``zoo compare --sweep`` keeps it, or by a ``select`` metric as the matrix
 keeps a rate): :mod:`zoo.board.record_pivots`.
@@ -51,6 +57,7 @@ import yaml
 from zoo.arguments import suggest
 from zoo.bench.report import markdown_table
 from zoo.board.record_cells import CellStyle, cell_text, field_names, one_run_a_seed
+from zoo.board.record_columns import column_runs, column_spelling, column_styles, needs_baseline, sourced_columns
 from zoo.board.record_pivots import SOURCE, Pivot, check_values, pivot_cells, row_name
 from zoo.errors import ConfigurationError
 from zoo.text.files import atomic_write_text
@@ -60,14 +67,15 @@ __all__ = ["BEGIN", "END", "TableSpec", "record_tables", "render_table", "rewrit
 BEGIN = "<!-- records:begin"
 END = "<!-- records:end -->"
 _BLOCK = re.compile(re.escape(BEGIN) + r"\n(?P<spec>.*?)-->\n(?P<table>.*?)" + re.escape(END), re.DOTALL)
-_FIELDS = {"records", "labels", "rows", "columns", "bold_at_least", "decimals", "pivot", "baseline"}
+_FIELDS = {"records", "labels", "notes", "rows", "columns", "bold_at_least", "decimals", "pivot", "baseline"}
 
 
 @dataclass(frozen=True)
 class TableSpec:
     """What one block shows: its sources, rows (combination -> label cells), columns (field ->
     header), the pivot that spreads a setting over columns, the baseline row of ``paired``
-    columns, and how numbers are written."""
+    columns, and how numbers are written (``style``, and ``styles`` for the columns that differ);
+    ``notes`` are label columns written after the records' columns."""
 
     records: tuple[str, ...]
     labels: tuple[str, ...]
@@ -76,6 +84,8 @@ class TableSpec:
     style: CellStyle = CellStyle()
     pivot: Pivot | None = None
     baseline: str | None = None
+    styles: Mapping[str, CellStyle] | None = None
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, text: str, where: str) -> TableSpec:
@@ -94,30 +104,40 @@ class TableSpec:
             )
         records = spec["records"] if isinstance(spec["records"], list) else [spec["records"]]
         labels = tuple(spec.get("labels", ["combination"]))
+        notes = tuple(map(str, spec.get("notes", [])))
         rows = spec.get("rows")
         if rows is not None:
             rows = {str(name): tuple(str(cell) for cell in cells) for name, cells in rows.items()}
-            if wrong := [name for name, cells in rows.items() if len(cells) != len(labels)]:
+            if wrong := [name for name, cells in rows.items() if len(cells) != len(labels) + len(notes)]:
                 raise ConfigurationError(
-                    f"{where}: row {wrong[0]!r} has {len(rows[wrong[0]])} label cells for {len(labels)} labels {list(labels)}."
+                    f"{where}: row {wrong[0]!r} has {len(rows[wrong[0]])} label cells for "
+                    f"{len(labels) + len(notes)} labels and notes {[*labels, *notes]}."
                 )
+        elif notes:
+            raise ConfigurationError(f"{where}: `notes:` columns need `rows:` (each row's cells, the notes last).")
         columns = {str(field): str(header) for field, header in (spec.get("columns") or {}).items()}
         pivot = None if spec.get("pivot") is None else Pivot.parse(spec["pivot"], where)
         if pivot is not None and columns and not pivot.best:
             raise ConfigurationError(
                 f"{where}: columns beside a pivot read the runs at the row's best value; give the pivot `best:`."
             )
+        if pivot is not None and (sourced := list(sourced_columns(columns))):
+            raise ConfigurationError(f"{where}: the column {sourced[0]!r} reads another source; not beside a pivot.")
         baseline = None if spec.get("baseline") is None else str(spec["baseline"])
-        if any(part.startswith("paired ") for field in columns for part in field.split(" / ")) and baseline is None:
+        if any(map(needs_baseline, columns)) and baseline is None:
             raise ConfigurationError(f"{where}: a `paired` column needs `baseline:` (the row it is paired with).")
-        style = CellStyle(int(spec.get("decimals", 3)), spec.get("bold_at_least"))
-        return cls(tuple(map(str, records)), labels, rows, columns, style, pivot, baseline)
+        style, styles = column_styles(spec.get("decimals", 3), spec.get("bold_at_least"), columns, where)
+        return cls(tuple(map(str, records)), labels, rows, columns, style, pivot, baseline, styles, notes)
+
+    def style_of(self, column: str) -> CellStyle:
+        """How ``column``'s numbers are written."""
+        return (self.styles or {}).get(column, self.style)
 
     def fields(self) -> list[str]:
         """Every record field the block's cells read."""
         spellings = [*self.columns, *([self.pivot.cell] if self.pivot else [])]
         select = [self.pivot.select] if self.pivot and self.pivot.select else []
-        return [name for spelling in spellings for name in field_names(spelling)] + select
+        return [name for spelling in spellings for name in field_names(column_spelling(spelling))] + select
 
 
 def _read_source(source: str, root: Path, where: str) -> tuple[str, list[dict[str, Any]]]:
@@ -170,12 +190,24 @@ def _body(
     read = {name: pivoted[name][1] if spec.pivot else runs[name] for name in rows}
     if spec.baseline is not None and spec.baseline not in rows:
         raise ConfigurationError(f"{where}: the baseline {spec.baseline!r} is not one of the rows {list(rows)}.")
-    baseline = read[spec.baseline] if spec.baseline is not None else None
+    seen = dict(read)  # one list a name: the baseline row knows itself
+
+    def runs_of(name: str) -> list[dict[str, Any]]:
+        if name not in seen:
+            seen[name] = _row_records(groups, name)
+            one_run_a_seed(seen[name], f"the row {name!r}", where)
+        return seen[name]
+
+    def cell(name: str, field: str) -> str:
+        group, paired = column_runs(field, name, read[name], spec.baseline, runs_of)
+        return cell_text(group, column_spelling(field), spec.style_of(field), paired) if group else "-"
+
     return [
         [
-            *labels,
+            *labels[: len(labels) - len(spec.notes)],
             *(pivoted[name][0] if spec.pivot else []),
-            *(cell_text(read[name], field, spec.style, baseline) if read[name] else "-" for field in spec.columns),
+            *(cell(name, field) for field in spec.columns),
+            *labels[len(labels) - len(spec.notes) :],
         ]
         for name, labels in rows.items()
     ]
@@ -189,6 +221,12 @@ def render_table(spec: TableSpec, root: Path, where: str = "records block") -> s
         rows = {name: (f"`{name}`",) for name in names}
     else:
         rows = dict(spec.rows)
+    sources = sorted({key.split(":", 1)[0] for key in groups if ":" in key})
+    if strange := {field: source for field, source in sourced_columns(spec.columns).items() if source not in sources}:
+        field = next(iter(strange))
+        raise ConfigurationError(
+            f"{where}: the column {field!r} reads {strange[field]!r}, not one of the sources {sources}."
+        )
     missing = [name for name in rows if not _row_records(groups, name)]
     if missing:
         near = suggest(missing[0], list(groups))
@@ -202,7 +240,7 @@ def render_table(spec: TableSpec, root: Path, where: str = "records block") -> s
         )
     if spec.pivot:
         check_values(spec.pivot, [r for group in groups.values() for r in group], where)
-    headers = [*spec.labels, *(spec.pivot.all_headers() if spec.pivot else []), *spec.columns.values()]
+    headers = [*spec.labels, *(spec.pivot.all_headers() if spec.pivot else []), *spec.columns.values(), *spec.notes]
     return markdown_table(headers, _body(spec, groups, rows, where))
 
 
