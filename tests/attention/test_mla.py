@@ -211,19 +211,17 @@ def test_a_gpt_learns_a_repeating_sequence_and_a_kimi_linear_stack_decodes_from_
 @pytest.mark.parametrize("mode", ["naive", "absorbed"])
 def test_a_prompt_reaches_the_fused_kernel_with_one_width_and_no_mask(mode: str, monkeypatch) -> None:
     """PyTorch's flash kernels take queries, keys and values of one width, else the math kernel
-    holds every score: MLA's values are padded to its keys' width, and an unpadded causal prompt
-    keeps causality in the kernel (no ``(Lq, Lk)`` mask formed)."""
-    import zoo.attention.kernels.latent as latent
-
+    holds every score: MLA's values reach the kernel padded to its keys' width
+    (:func:`~zoo.attention.kernels.sdpa.masked_sdpa`), and an unpadded causal prompt keeps
+    causality in the kernel (no ``(Lq, Lk)`` mask formed)."""
+    kernel = F.scaled_dot_product_attention
     calls = []
 
-    def recording(queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, **options) -> Tensor:
-        calls.append((queries.shape[-1], keys.shape[-1], values.shape[-1], mask, options["is_causal"]))
-        return F.scaled_dot_product_attention(
-            queries, keys, values, is_causal=options["is_causal"], scale=options["scale"]
-        )
+    def recording(queries: Tensor, keys: Tensor, values: Tensor, attn_mask: Tensor | None = None, **options) -> Tensor:
+        calls.append((queries.shape[-1], keys.shape[-1], values.shape[-1], attn_mask, options["is_causal"]))
+        return kernel(queries, keys, values, attn_mask=attn_mask, **options)
 
-    monkeypatch.setattr(latent, "fused_attention", recording)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
     module = layer(mode=mode)
     with torch.no_grad():
         run_layer(module, torch.randn(2, LENGTH, EMBED, dtype=torch.float64), is_causal=True)

@@ -20,7 +20,8 @@ rotary key. Two forms compute it, equal up to rounding:
   up-projecting all of them (DeepSeek-V3's ``inference/model.py``, its ``absorb`` path).
 
 Both run in PyTorch's fused :func:`~torch.nn.functional.scaled_dot_product_attention` (the values
-zero-padded to the keys' width, which its flash kernels need) under the zoo's masking rules
+zero-padded to the keys' width by :func:`~zoo.attention.kernels.sdpa.masked_sdpa`, as its flash
+kernels need) under the zoo's masking rules
 (:func:`~zoo.attention.kernels.sdpa.fused_attention`: bottom-right causality, a zero output for a
 query that sees no key); :func:`latent_attention_weights` gives the
 ``(B, H, Lq, Lk)`` weights, the same for both.
@@ -52,7 +53,9 @@ def latent_attention_naive(
         [torch.einsum("blr,hdr->bhld", latent, key_up), rope_key.unsqueeze(1).expand(-1, heads, -1, -1)], dim=-1
     )
     values = torch.einsum("blr,hdr->bhld", latent, value_up)
-    return _fused(torch.cat([qn, qr], dim=-1), keys, values, mask, is_causal=is_causal, scale=scale)
+    return fused_attention(
+        torch.cat([qn, qr], dim=-1), keys, values, mask, is_causal=is_causal, bias=None, dropout_p=0.0, scale=scale
+    )
 
 
 def latent_attention_absorbed(
@@ -75,9 +78,10 @@ def latent_attention_absorbed(
     keys = torch.cat([latent, rope_key], dim=-1).unsqueeze(1)  # (B, 1, Lk, r + dr)
     if num_queries > 1:  # the shared head repeated as a view: PyTorch's CPU kernels take no grouped heads
         shared = (batch, heads, num_keys, -1)
-        mixed = _fused(
-            queries, keys.expand(shared), latent.unsqueeze(1).expand(shared), mask, is_causal=is_causal, scale=scale
-        )
+        mixed = fused_attention(
+            queries, keys.expand(shared), latent.unsqueeze(1).expand(shared), mask, is_causal=is_causal, bias=None,
+            dropout_p=0.0, scale=scale,
+        )  # fmt: skip
     else:  # one query: the heads folded into the query axis, the mask with them
         if mask is not None:
             mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
@@ -87,20 +91,6 @@ def latent_attention_absorbed(
             dropout_p=0.0, scale=scale,
         ).view(batch, heads, 1, -1)  # fmt: skip
     return torch.einsum("bhlr,hdr->bhld", mixed, value_up)
-
-
-def _fused(
-    queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, *, is_causal: bool, scale: float
-) -> Tensor:
-    """:func:`fused_attention` with the values zero-padded to the keys' width and the output cut
-    back: MLA's keys are wider than its values (``dn + dr`` against ``dv``; ``r + dr`` against ``r``
-    absorbed), and PyTorch's flash kernels take one width, so unpadded they fall back to the math
-    kernel, which holds every ``(Lq, Lk)`` score (20 GiB at 16k tokens and 8 heads here)."""
-    width = values.shape[-1]
-    if keys.shape[-1] > width:
-        values = torch.nn.functional.pad(values, (0, keys.shape[-1] - width))
-    output = fused_attention(queries, keys, values, mask, is_causal=is_causal, bias=None, dropout_p=0.0, scale=scale)
-    return output[..., :width]
 
 
 def latent_attention_weights(

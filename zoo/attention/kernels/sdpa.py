@@ -65,15 +65,31 @@ def masked_sdpa(queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | No
     passes over a ``(B, 1, L, L)`` mask cost 3-4% of a padded causal layer at 2k tokens there.
     ``mask``: boolean (True = attend) or float (``-inf`` hides).
     """
+    width = values.shape[-1]
+    if width != keys.shape[-1]:  # one width for the flash kernels (else the math kernel holds every score)
+        if options.get("scale") is None:  # the unpadded width's
+            options["scale"] = queries.shape[-1] ** -0.5
+        queries, keys, values = _one_width(queries, keys, values)
     if mask is None or queries.device.type in ZERO_ROW_DEVICES:
-        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, **options)
+        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, **options)[..., :width]
     if mask.dtype == torch.bool:
         seen = mask.any(-1, keepdim=True)  # (..., Lq, 1)
         mask = mask | ~seen
     else:
         seen = mask.isfinite().any(-1, keepdim=True)
         mask = mask.masked_fill(~seen, 0.0)
-    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, **options).masked_fill(~seen, 0.0)
+    output = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, **options)
+    return output[..., :width].masked_fill(~seen, 0.0)
+
+
+def _one_width(queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries, keys and values zero-padded to one feature width, the widest: PyTorch's flash
+    kernels take one, and fall back to the math kernel, which holds every ``(Lq, Lk)`` score,
+    where values are narrower or wider than keys (MLA's, a ``v_head_dim``: 17 GiB at 16k tokens
+    and 16 heads). Zero features change no score (the scale is the unpadded width's)
+    and no output feature before the values' width, where the caller cuts it back."""
+    width = max(keys.shape[-1], values.shape[-1])
+    return tuple(F.pad(x, (0, width - x.shape[-1])) if x.shape[-1] < width else x for x in (queries, keys, values))
 
 
 def repeat_kv_heads(queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:

@@ -29,7 +29,7 @@ from zoo.attention.contract.masking import mask_at, masked_softmax
 from zoo.attention.kernels.blocks import block_attention, rows_from
 from zoo.attention.kernels.sdpa import masked_sdpa
 
-__all__ = ["sink_attention", "sink_weights", "softmax_heads", "window_blocks", "with_sink_key"]
+__all__ = ["grouped_softmax", "sink_attention", "sink_weights", "softmax_heads", "window_blocks", "with_sink_key"]
 
 #: a bias scheme read at (query position, key position) pairs: ``(heads, *pairs)``
 PairBias = Callable[[Tensor, Tensor], Tensor]
@@ -85,9 +85,50 @@ def sink_weights(scores: Tensor, mask: Tensor | None, sinks: Tensor) -> Tensor:
     """The explicit form's weights ``(B, H, Lq, Lk)`` from ``scores`` with a sink logit per head
     ``sinks`` ``(H,)`` in each row's denominator (the sink as a first column, always visible,
     dropped after): rows sum to less than one. ``mask``: boolean, True = attend."""
-    sink = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)
+    return _softmax_beside_sink(scores, mask, sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1))
+
+
+def _softmax_beside_sink(scores: Tensor, mask: Tensor | None, sink: Tensor) -> Tensor:
+    """Softmax over ``scores`` ``(..., Lq, Lk)`` with the logit column ``sink`` ``(..., Lq, 1)`` in
+    each row's denominator (always visible, dropped after)."""
     with_sink = mask if mask is None else torch.cat([mask.new_ones(()).expand(*mask.shape[:-1], 1), mask], -1)
     return masked_softmax(torch.cat([sink, scores], -1), mask=with_sink)[..., 1:]
+
+
+def grouped_softmax(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    *,
+    scale: float,
+    logits: Tensor | None = None,
+    sinks: Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """The explicit form for a few queries ``q`` ``(B, H, Lq, d)`` over grouped key/value heads
+    ``k``, ``v`` ``(B, H_kv, Lk, d)`` (head ``h`` reads group ``h // (H / H_kv)``), with no copy of
+    the keys or values: each group's heads' queries become rows of one product with its keys.
+    Decoding's form: a token's scores are one row a head, where repeating a long cache's heads, or
+    appending a sink key to it (:func:`sink_attention`), would copy the whole cache every token.
+    ``mask``, ``logits`` broadcastable to ``(B, H, Lq, Lk)``, ``sinks`` ``(H,)`` as
+    :func:`softmax_heads` takes them."""
+    batch, heads, num_queries, _ = q.shape
+    kv_heads, num_keys = k.shape[1], k.shape[-2]
+
+    def grouped(x: Tensor) -> Tensor:  # (B, H, Lq, X) -> (B, H_kv, H / H_kv * Lq, X)
+        return x.expand(batch, heads, num_queries, x.shape[-1]).reshape(batch, kv_heads, -1, x.shape[-1])
+
+    scores = torch.matmul(grouped(q), k.transpose(-2, -1)) * scale
+    if logits is not None:
+        scores = scores + grouped(logits.to(scores.dtype).expand(*logits.shape[:-1], num_keys))
+    mask = None if mask is None else grouped(mask.expand(*mask.shape[:-1], num_keys))
+    if sinks is None:
+        weights = masked_softmax(scores, mask=mask)
+    else:
+        weights = _softmax_beside_sink(scores, mask, grouped(sinks.to(scores.dtype)[:, None, None]))
+    output = torch.matmul(F.dropout(weights, dropout_p).to(v.dtype), v)
+    return output.reshape(batch, heads, num_queries, v.shape[-1])
 
 
 def window_blocks(
@@ -191,6 +232,8 @@ def softmax_heads(
         mask = logits if mask is None else logits.masked_fill(~mask, float("-inf"))
     if sinks is not None:
         return sink_attention(q, k, v, mask, sinks, scale=scale, dropout_p=dropout_p, is_causal=is_causal), None
+    if is_causal and logits is None:  # the kernel forms the causal mask (and skips what it hides)
+        return masked_sdpa(q, k, v, None, dropout_p=dropout_p, is_causal=True, scale=scale), None
     if mask is not None and mask.dim() < q.dim():
         mask = mask[(None,) * (q.dim() - mask.dim())]
     return masked_sdpa(q, k, v, mask, dropout_p=dropout_p, scale=scale), None

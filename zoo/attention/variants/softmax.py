@@ -82,7 +82,8 @@ from zoo.attention.build.spec import AttentionSpec
 from zoo.attention.contract.base import AttentionOutput, Capabilities
 from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
 from zoo.attention.contract.context import AttentionContext
-from zoo.attention.kernels.window import softmax_heads, window_blocks
+from zoo.attention.kernels.sdpa import repeat_kv_heads
+from zoo.attention.kernels.window import grouped_softmax, softmax_heads, window_blocks
 from zoo.attention.modules.convolved import ShortConvolved
 from zoo.attention.modules.multi_head import SelfAttention
 from zoo.attention.modules.rotation import rotate_heads
@@ -91,7 +92,13 @@ from zoo.attention.variants.softmax_options import NORM_EPS, Gate, ValueSource, 
 from zoo.attention.variants.softmax_sharing import SharesKeyValues
 from zoo.positions import PositionScheme
 
-__all__ = ["SoftmaxAttention"]
+__all__ = ["DECODING_QUERIES", "SoftmaxAttention"]
+
+#: At most this many queries (a decoded token, a few drafted ones) run the explicit form on grouped
+#: key/value heads (:func:`~zoo.attention.kernels.window.grouped_softmax`), which copies no cached
+#: key or value; more run the fused kernel. One decoded token after 16k cached tokens of gpt-oss's
+#: full layer took 77 ms through the fused kernel's copies, where transformers' eager layer took 5.6.
+DECODING_QUERIES = 8
 
 
 @register_attention_layer("softmax", aliases=("softmax_attention",))
@@ -321,12 +328,10 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         mask), plus the sinks: the explicit form when weights are asked for, else the fused kernel
         (blockwise over a window that is short beside the sequence)."""
         device, (num_queries, num_keys) = q.device, (q.shape[-2], k.shape[-2])
-        if k.shape[1] != q.shape[1]:  # grouped key/value heads, repeated per query head
-            groups = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         scale = 1.0 / math.sqrt(q.shape[-1]) if self.scale is None else self.scale
         dropout = self.score_attention
         if self.window is not None and key_positions is None and logits is None and not context.need_weights:
+            k, v = repeat_kv_heads(q, k, v)
             blocks = window_blocks(
                 q, k, v, window=self.window, sink_tokens=self.sink_tokens, is_causal=context.is_causal, first=first,
                 mask=context.mask, scale=scale, dropout_p=dropout.active_dropout, bias=self.bias_scheme,
@@ -344,6 +349,12 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         if self.bias_scheme is not None:
             scheme_bias = self.bias_scheme(query_positions[:, None], key_positions).to(q.dtype)
             logits = scheme_bias if logits is None else logits + scheme_bias
+        if num_queries <= DECODING_QUERIES and not context.need_weights:
+            output = grouped_softmax(
+                q, k, v, mask, scale=scale, logits=logits, sinks=self.sinks, dropout_p=dropout.active_dropout
+            )
+            return output, None
+        k, v = repeat_kv_heads(q, k, v)
         return softmax_heads(
             q, k, v, mask, scale=scale, logits=logits, sinks=self.sinks, dropout_p=dropout.active_dropout,
             need_weights=context.need_weights, is_causal=plain_causal,

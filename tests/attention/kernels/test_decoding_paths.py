@@ -1,0 +1,96 @@
+"""The softmax paths that decoding and the production layers' shapes take: the explicit form over
+grouped key/value heads for a few queries (no cached key or value copied), values of another
+width than the keys in the flash kernel, and a causal layer with its own scale keeping causality
+in the kernel. Each against the attention written out here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from zoo import AttentionContext
+from zoo.attention.kernels.sdpa import masked_sdpa
+from zoo.attention.kernels.window import grouped_softmax
+from zoo.attention.variants.softmax import SoftmaxAttention
+
+torch.manual_seed(0)
+
+
+def _written_out(q, k, v, mask, scale, logits=None, sinks=None):
+    """Softmax attention with each query head reading key/value head ``h // groups``, a sink logit
+    per head in the denominator, float64."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if logits is not None:
+        scores = scores + logits
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    top = scores.amax(-1, keepdim=True).clamp_min(-1e30)
+    if sinks is not None:
+        top = torch.maximum(top, sinks[:, None, None])
+    exp = (scores - top).exp()
+    denominator = exp.sum(-1, keepdim=True)
+    if sinks is not None:
+        denominator = denominator + (sinks[:, None, None] - top).exp()
+    return (exp / denominator.clamp_min(1e-300)) @ v
+
+
+@pytest.mark.parametrize("num_queries", [1, 3])
+@pytest.mark.parametrize("with_sinks", [False, True], ids=["no sinks", "sinks"])
+def test_grouped_softmax_equals_attention_over_repeated_heads(num_queries: int, with_sinks: bool) -> None:
+    batch, heads, kv_heads, keys, width, value_width = 2, 6, 2, 11, 8, 5
+    q = torch.randn(batch, heads, num_queries, width, dtype=torch.float64)
+    k = torch.randn(batch, kv_heads, keys, width, dtype=torch.float64)
+    v = torch.randn(batch, kv_heads, keys, value_width, dtype=torch.float64)
+    mask = torch.rand(batch, 1, num_queries, keys) > 0.3
+    mask[0, 0, 0] = False  # a query that sees no key: zero output (or the sink's share: still zero)
+    logits = torch.randn(heads, num_queries, keys, dtype=torch.float64)
+    sinks = torch.randn(heads, dtype=torch.float64) if with_sinks else None
+    got = grouped_softmax(q, k, v, mask, scale=0.3, logits=logits, sinks=sinks)
+    torch.testing.assert_close(got, _written_out(q, k, v, mask, 0.3, logits, sinks))
+    assert got[0, :, 0].abs().max() == 0
+
+
+@pytest.mark.parametrize("value_width", [5, 12])
+def test_values_of_another_width_run_in_the_flash_kernel(value_width: int) -> None:
+    """Padded to one width, with the unpadded width's scale: under the flash kernel alone an
+    unpadded call has no kernel to run in."""
+    q, k = torch.randn(2, 3, 9, 8), torch.randn(2, 3, 9, 8)
+    v = torch.randn(2, 3, 9, value_width)
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        got = masked_sdpa(q, k, v, None, is_causal=True)
+        with pytest.raises(RuntimeError), pytest.warns(UserWarning, match="same last dimension"):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    want = _written_out(q.double(), k.double(), v.double(), causal, 1 / math.sqrt(8)).float()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_scaled_causal_softmax_layer_keeps_causality_in_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemma 3's layers have their own scale; their causal forward reaches the kernel with
+    ``is_causal`` and no ``(L, L)`` mask (a mask costs twice the work: the kernel cannot skip)."""
+    kernel, calls = F.scaled_dot_product_attention, []
+
+    def recording(*args, attn_mask=None, **options):
+        calls.append((attn_mask, options.get("is_causal")))
+        return kernel(*args, attn_mask=attn_mask, **options)
+
+    layer = SoftmaxAttention(32, 4, num_kv_heads=2, qk_norm=True, scale=0.2)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    layer(torch.randn(2, 16, 32), AttentionContext(is_causal=True))
+    assert calls == [(None, True)]
+
+
+def test_a_decoded_token_of_a_grouped_layer_with_sinks_equals_its_forwards_last_row() -> None:
+    layer = SoftmaxAttention(32, 4, num_kv_heads=1, sinks=True, scale=0.3).eval()
+    x = torch.randn(1, 20, 32)
+    with torch.no_grad():
+        whole = layer(x, AttentionContext(is_causal=True)).output
+        _, cache = layer.attend_cached(x[:, :19], None)
+        token, _ = layer.attend_cached(x[:, 19:], cache)
+    torch.testing.assert_close(token, whole[:, 19:], rtol=1e-5, atol=1e-5)
