@@ -27,9 +27,23 @@ from torch import Tensor
 
 from zoo.attention.contract.masking import mask_at, masked_softmax
 from zoo.attention.kernels.blocks import block_attention, rows_from
-from zoo.attention.kernels.sdpa import masked_sdpa
+from zoo.attention.kernels.sdpa import masked_sdpa, repeat_kv_heads
 
-__all__ = ["grouped_softmax", "sink_attention", "sink_weights", "softmax_heads", "window_blocks", "with_sink_key"]
+__all__ = [
+    "DECODING_QUERIES",
+    "grouped_softmax",
+    "sink_attention",
+    "sink_weights",
+    "softmax_heads",
+    "window_blocks",
+    "with_sink_key",
+]
+
+#: At most this many queries (a decoded token, a few drafted ones) suit :func:`grouped_softmax`, which
+#: copies no cached key or value; more suit the fused kernel. One decoded token after 16k cached tokens
+#: of gpt-oss's full layer took 77 ms through the fused kernel's copies, where transformers' eager
+#: layer took 5.6 (docs/results/speed.md).
+DECODING_QUERIES = 8
 
 #: a bias scheme read at (query position, key position) pairs: ``(heads, *pairs)``
 PairBias = Callable[[Tensor, Tensor], Tensor]
@@ -216,12 +230,16 @@ def softmax_heads(
     need_weights: bool = False,
     is_causal: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Softmax attention of heads ``q`` ``(B, H, Lq, d)`` over ``k``, ``v`` (as many heads) where
-    the boolean ``mask`` (broadcastable to ``(B, H, Lq, Lk)``; None: every key) lets a query see a
-    key, with ``logits`` added to the scores and learned ``sinks`` ``(H,)`` in the denominator:
-    the explicit form and its weights when ``need_weights``, else the fused kernel (a sink as one
-    more key; ``is_causal`` says the mask is the plain causal one, which that kernel then forms
-    itself). Dropout of ``dropout_p`` on the weights."""
+    """Softmax attention of heads ``q`` ``(B, H, Lq, d)`` over ``k``, ``v`` (``H`` heads, or
+    ``H_kv`` grouped ones: head ``h`` reads ``h // (H / H_kv)``) where the boolean ``mask``
+    (broadcastable to ``(B, H, Lq, Lk)``; None: every key) lets a query see a key, with ``logits``
+    added to the scores and learned ``sinks`` ``(H,)`` in the denominator: the explicit form and its
+    weights when ``need_weights``, :func:`grouped_softmax` for at most :data:`DECODING_QUERIES`
+    queries, else the fused kernel (a sink as one more key; ``is_causal`` says the mask is the plain
+    causal one, which that kernel then forms itself). Dropout of ``dropout_p`` on the weights."""
+    if not need_weights and q.shape[-2] <= DECODING_QUERIES:
+        return grouped_softmax(q, k, v, mask, scale=scale, logits=logits, sinks=sinks, dropout_p=dropout_p), None
+    k, v = repeat_kv_heads(q, k, v)
     if need_weights:
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale
         scores = scores if logits is None else scores + logits.to(scores.dtype)

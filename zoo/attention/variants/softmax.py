@@ -83,7 +83,7 @@ from zoo.attention.contract.base import AttentionOutput, Capabilities
 from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.sdpa import repeat_kv_heads
-from zoo.attention.kernels.window import grouped_softmax, softmax_heads, window_blocks
+from zoo.attention.kernels.window import softmax_heads, window_blocks
 from zoo.attention.modules.convolved import ShortConvolved
 from zoo.attention.modules.multi_head import SelfAttention
 from zoo.attention.modules.rotation import rotate_heads
@@ -92,13 +92,7 @@ from zoo.attention.variants.softmax_options import NORM_EPS, Gate, ValueSource, 
 from zoo.attention.variants.softmax_sharing import SharesKeyValues
 from zoo.positions import PositionScheme
 
-__all__ = ["DECODING_QUERIES", "SoftmaxAttention"]
-
-#: At most this many queries (a decoded token, a few drafted ones) run the explicit form on grouped
-#: key/value heads (:func:`~zoo.attention.kernels.window.grouped_softmax`), which copies no cached
-#: key or value; more run the fused kernel. One decoded token after 16k cached tokens of gpt-oss's
-#: full layer took 77 ms through the fused kernel's copies, where transformers' eager layer took 5.6.
-DECODING_QUERIES = 8
+__all__ = ["SoftmaxAttention"]
 
 
 @register_attention_layer("softmax", aliases=("softmax_attention",))
@@ -349,12 +343,6 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         if self.bias_scheme is not None:
             scheme_bias = self.bias_scheme(query_positions[:, None], key_positions).to(q.dtype)
             logits = scheme_bias if logits is None else logits + scheme_bias
-        if num_queries <= DECODING_QUERIES and not context.need_weights:
-            output = grouped_softmax(
-                q, k, v, mask, scale=scale, logits=logits, sinks=self.sinks, dropout_p=dropout.active_dropout
-            )
-            return output, None
-        k, v = repeat_kv_heads(q, k, v)
         return softmax_heads(
             q, k, v, mask, scale=scale, logits=logits, sinks=self.sinks, dropout_p=dropout.active_dropout,
             need_weights=context.need_weights, is_causal=plain_causal,
