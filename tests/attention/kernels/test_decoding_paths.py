@@ -94,3 +94,19 @@ def test_a_decoded_token_of_a_grouped_layer_with_sinks_equals_its_forwards_last_
         _, cache = layer.attend_cached(x[:, :19], None)
         token, _ = layer.attend_cached(x[:, 19:], cache)
     torch.testing.assert_close(token, whole[:, 19:], rtol=1e-5, atol=1e-5)
+
+
+def test_decoding_a_grouped_layer_with_sinks_copies_no_cached_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One token reads the cache as it is: no grouped head repeated, no sink key appended."""
+    import zoo.attention.kernels.window as window
+
+    layer = SoftmaxAttention(32, 4, num_kv_heads=1, sinks=True).eval()
+    with torch.no_grad():
+        _, cache = layer.attend_cached(torch.randn(1, 12, 32), None)
+
+        def refused(*args, **kwargs):
+            raise AssertionError("the cache was copied")
+
+        monkeypatch.setattr(window, "repeat_kv_heads", refused)
+        monkeypatch.setattr(window, "with_sink_key", refused)
+        layer.attend_cached(torch.randn(1, 1, 32), cache)
