@@ -31,8 +31,12 @@ printed: the ratio holds under a shared machine's load better than either time. 
 reads the prompt into its cache (transformers' ``DynamicCache``, which holds a sliding layer's
 window as its model's does; the zoo's layer cache) without gradients, a softmax layer's in
 :data:`PROMPT_CHUNK`-token pieces on transformers' side (its eager softmax would hold the prompt's
-whole score matrix), then ``--repeats`` single tokens are timed in alternation from that cache
-(each from the prompt's state, so the length does not grow), the first a warm-up.
+whole score matrix), decodes the prompt's last position untimed (the generation's first token),
+then ``--repeats`` single tokens are timed in alternation from that cache (each from the same
+state, so the length does not grow), the first a warm-up. The zoo's layer
+decodes under one :class:`~zoo.AttentionContext`, which keeps the token's rotary tables as a zoo
+model's context does for all its layers (:meth:`~zoo.AttentionContext.memoized`), as
+transformers' tables are kept.
 
 Memory: transformers' eager softmax (gpt-oss, MiMo-V2-Flash) keeps several ``heads x L x L``
 float tensors for the backward pass, 8 GiB each for gpt-oss's 8 heads at 16k tokens and 16 GiB for
@@ -274,17 +278,22 @@ def decode_steps(
     hf: TransformersCall, layer: nn.Module, x: Tensor, repeats: int
 ) -> tuple[dict[str, float], dict[str, Tensor]]:
     """Median seconds of one decoded token after the prompt ``x`` for transformers' layer and the
-    zoo's, and the token's outputs."""
+    zoo's, and the token's outputs. Both read all of ``x`` but its last position as the prompt and
+    decode that one untimed (a generation's first token, after which the zoo's growing caches have
+    room: :func:`zoo.attention.contract.cache.append_rows`); the tokens after it are timed."""
     from transformers import DynamicCache
 
     token = torch.randn(1, 1, x.shape[-1])
+    prompt, first = x[:, :-1], x[:, -1:]
     with torch.no_grad():
         caches = {"transformers": DynamicCache(config=hf.config)}
-        hf.prefill(x, caches["transformers"])
-        caches["zoo"] = layer.attend_cached(x, None)[1]
+        hf.prefill(prompt, caches["transformers"])
+        hf(first, caches["transformers"])
+        caches["zoo"] = layer.attend_cached(first, layer.attend_cached(prompt, None)[1])[1]
+        context = AttentionContext(is_causal=True)  # its rotary tables kept, as transformers' are
         runs = {
             "transformers": lambda cache: hf(token, cache),
-            "zoo": lambda cache: layer.attend_cached(token, cache)[0],
+            "zoo": lambda cache: layer.attend_cached(token, cache, context)[0],
         }
         times: dict[str, list[float]] = {name: [] for name in runs}
         outputs: dict[str, Tensor] = {}

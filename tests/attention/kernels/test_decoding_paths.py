@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from zoo import AttentionContext
+from zoo.attention.kernels.explicit_softmax import grouped_softmax
 from zoo.attention.kernels.sdpa import masked_sdpa
-from zoo.attention.kernels.window import grouped_softmax
 from zoo.attention.variants.softmax import SoftmaxAttention
 
 torch.manual_seed(0)
@@ -110,3 +110,97 @@ def test_decoding_a_grouped_layer_with_sinks_copies_no_cached_key(monkeypatch: p
         monkeypatch.setattr(window, "repeat_kv_heads", refused)
         monkeypatch.setattr(window, "with_sink_key", refused)
         layer.attend_cached(torch.randn(1, 1, 32), cache)
+
+
+@pytest.mark.parametrize("new_tokens", [1, 3], ids=["a token", "three drafted"])
+def test_a_grouped_qk_norm_layer_decodes_without_the_fused_kernel(
+    monkeypatch: pytest.MonkeyPatch, new_tokens: int
+) -> None:
+    """Qwen3's layer (QK-norm, grouped heads, the default scale: dot_product's fused path) reads a
+    grouped cache once for a few new tokens: the fused kernel is never called (it reads each
+    key/value head once per query head), and the tokens equal the forward's last rows, causal
+    among themselves."""
+    layer = SoftmaxAttention(32, 4, num_kv_heads=1, qk_norm=True).eval()
+    x = torch.randn(2, 20, 32)
+    with torch.no_grad():
+        whole = layer(x, AttentionContext(is_causal=True)).output
+        _, cache = layer.attend_cached(x[:, : 20 - new_tokens], None)
+
+        def refused(*args, **kwargs):
+            raise AssertionError("the fused kernel read the grouped cache")
+
+        monkeypatch.setattr(F, "scaled_dot_product_attention", refused)
+        tokens, _ = layer.attend_cached(x[:, 20 - new_tokens :], cache)
+    torch.testing.assert_close(tokens, whole[:, 20 - new_tokens :], rtol=1e-5, atol=1e-5)
+
+
+def test_a_short_causal_grouped_forward_runs_written_out_and_causal() -> None:
+    """A forward of at most DECODING_QUERIES tokens over grouped heads takes the written-out form
+    too, with the causal mask the fused kernel would have formed."""
+    from zoo.attention.kernels.explicit_softmax import DECODING_QUERIES
+    from zoo.attention.kernels.sdpa import fused_attention
+
+    q = torch.randn(2, 8, DECODING_QUERIES, 8, dtype=torch.float64)
+    k, v = (
+        torch.randn(2, 2, DECODING_QUERIES, 8, dtype=torch.float64),
+        torch.randn(2, 2, DECODING_QUERIES, 8, dtype=torch.float64),
+    )
+    got = fused_attention(q, k, v, None, is_causal=True, bias=None, dropout_p=0.0, scale=0.4, enable_gqa=True)
+    causal = torch.ones(DECODING_QUERIES, DECODING_QUERIES, dtype=torch.bool).tril()
+    torch.testing.assert_close(got, _written_out(q, k, v, causal, 0.4))
+
+
+def test_a_window_cache_without_first_positions_keeps_a_view() -> None:
+    """Trimming a sliding window's cache with no first positions after a decoded token copies
+    nothing (transformers' sliding cache likewise keeps a slice): each token copies the window
+    once, in extend. After a long prompt the window is copied out, so the prompt's keys are freed."""
+    from zoo.attention.contract.cache import WindowCache
+
+    keys, values = torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4)
+    prompt = WindowCache(keys[..., :0, :], values[..., :0, :], 0, 0, 4).extend(keys, values).trimmed()
+    assert prompt.keys.untyped_storage().nbytes() == prompt.keys.nbytes
+    token = torch.randn(1, 2, 1, 4)
+    extended = prompt.extend(token, token)
+    trimmed = extended.trimmed()
+    assert trimmed.keys.untyped_storage().data_ptr() == extended.keys.untyped_storage().data_ptr()
+    torch.testing.assert_close(trimmed.keys, torch.cat([keys[..., -2:, :], token], -2))
+    torch.testing.assert_close(trimmed.positions, torch.arange(8, 11))
+
+
+def test_a_scaled_causal_forward_builds_no_query_key_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemma 3's full layer (its own scale, plain causality) builds no ``(L, L)`` table of offsets
+    (at 4k tokens their subtraction alone cost 8% of the layer's step): causality is the kernel's
+    flag, and the written-out form with weights (which forms it itself) agrees and is causal."""
+    layer = SoftmaxAttention(32, 4, num_kv_heads=2, qk_norm=True, scale=0.2).eval()
+    x = torch.randn(2, 16, 32)
+    with torch.no_grad():
+        monkeypatch.setattr(SoftmaxAttention, "_visible", lambda *args: pytest.fail("offsets were built"))
+        fused = layer(x, AttentionContext(is_causal=True)).output
+        explicit = layer(x, AttentionContext(is_causal=True, need_weights=True))
+    torch.testing.assert_close(fused, explicit.output, rtol=1e-5, atol=1e-5)
+    assert explicit.weights.triu(1).abs().max() == 0
+    torch.testing.assert_close(explicit.weights.sum(-1), torch.ones(2, 4, 16))
+
+
+def test_two_query_heads_a_group_decode_in_the_fused_kernel_without_repeating(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemma 3's layers (two query heads a key/value head, their own scale): below
+    GROUPED_QUERY_HEADS the fused kernel is the faster, and reads the grouped cache as it is
+    (``enable_gqa``), never a copy with the heads repeated."""
+    import zoo.attention.kernels.window as window
+
+    layer = SoftmaxAttention(32, 4, num_kv_heads=2, qk_norm=True, scale=0.2).eval()
+    x = torch.randn(2, 20, 32)
+    kernel, grouped = F.scaled_dot_product_attention, []
+
+    def recording(*args, **options):
+        grouped.append(options.get("enable_gqa"))
+        return kernel(*args, **options)
+
+    with torch.no_grad():
+        whole = layer(x, AttentionContext(is_causal=True)).output
+        _, cache = layer.attend_cached(x[:, :19], None)
+        monkeypatch.setattr(window, "repeat_kv_heads", lambda *args: pytest.fail("the cache was copied"))
+        monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+        token, _ = layer.attend_cached(x[:, 19:], cache)
+    assert grouped == [True]
+    torch.testing.assert_close(token, whole[:, 19:], rtol=1e-5, atol=1e-5)

@@ -6,6 +6,8 @@ Softmax attention:
 * :mod:`~zoo.attention.kernels.blocks`: rows by position and blocks laid out for the fused kernel;
 * :mod:`~zoo.attention.kernels.window`: a sliding window with the first positions kept, and
   learned sink logits, on the fused kernel (the ``softmax`` layer's);
+* :mod:`~zoo.attention.kernels.explicit_softmax`: softmax written out where the fused kernel
+  serves badly: a few queries over grouped heads (decoding), a sink in the denominator;
 * :mod:`~zoo.attention.kernels.prefix`: exclusive prefix sums along a sequence;
 * :mod:`~zoo.attention.kernels.householder`: PaTH's scores, queries read keys carried through
   data-dependent Householder maps (naive, blockwise and decoding forms);

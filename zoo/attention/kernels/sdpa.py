@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.contract.masking import with_causal
+from zoo.attention.kernels.explicit_softmax import grouped_softmax, prefers_grouped_softmax
 
 __all__ = ["ZERO_ROW_DEVICES", "fused_attention", "masked_sdpa", "repeat_kv_heads"]
 
@@ -37,11 +38,17 @@ def fused_attention(
     mask and the math fallback would hold the scores.
 
     A query with no visible key gets a zero output, as in the explicit path (:func:`masked_sdpa`).
+    A few queries over grouped heads (a decoded token) run written out instead, where that reads
+    the cache once (:func:`~zoo.attention.kernels.explicit_softmax.prefers_grouped_softmax`).
     """
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
     fused_causal = is_causal and mask is None and bias is None and num_queries == num_keys
     if is_causal and not fused_causal and num_queries > 1:
         mask = with_causal(mask, num_queries, num_keys, queries.device)
+    if enable_gqa and prefers_grouped_softmax(queries, keys):
+        if fused_causal:
+            mask = with_causal(None, num_queries, num_keys, queries.device)
+        return grouped_softmax(queries, keys, values, mask, scale=scale, logits=bias, dropout_p=dropout_p)
     if bias is not None:
         bias = bias.to(queries.dtype)
         mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))

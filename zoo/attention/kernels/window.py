@@ -25,25 +25,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from zoo.attention.contract.masking import mask_at, masked_softmax
+from zoo.attention.contract.masking import mask_at, masked_softmax, with_causal
 from zoo.attention.kernels.blocks import block_attention, rows_from
+from zoo.attention.kernels.explicit_softmax import grouped_softmax, prefers_grouped_softmax, sink_weights
 from zoo.attention.kernels.sdpa import masked_sdpa, repeat_kv_heads
 
 __all__ = [
-    "DECODING_QUERIES",
-    "grouped_softmax",
     "sink_attention",
-    "sink_weights",
     "softmax_heads",
     "window_blocks",
     "with_sink_key",
 ]
-
-#: At most this many queries (a decoded token, a few drafted ones) suit :func:`grouped_softmax`, which
-#: copies no cached key or value; more suit the fused kernel. One decoded token after 16k cached tokens
-#: of gpt-oss's full layer took 77 ms through the fused kernel's copies, where transformers' eager
-#: layer took 5.6 (docs/results/speed.md).
-DECODING_QUERIES = 8
 
 #: a bias scheme read at (query position, key position) pairs: ``(heads, *pairs)``
 PairBias = Callable[[Tensor, Tensor], Tensor]
@@ -93,56 +85,6 @@ def sink_attention(
     if mask is not None and mask.dim() < q.dim():
         mask = mask[(None,) * (q.dim() - mask.dim())]
     return masked_sdpa(q, k, v, mask, dropout_p=dropout_p, scale=1.0)[..., :width]
-
-
-def sink_weights(scores: Tensor, mask: Tensor | None, sinks: Tensor) -> Tensor:
-    """The explicit form's weights ``(B, H, Lq, Lk)`` from ``scores`` with a sink logit per head
-    ``sinks`` ``(H,)`` in each row's denominator (the sink as a first column, always visible,
-    dropped after): rows sum to less than one. ``mask``: boolean, True = attend."""
-    return _softmax_beside_sink(scores, mask, sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1))
-
-
-def _softmax_beside_sink(scores: Tensor, mask: Tensor | None, sink: Tensor) -> Tensor:
-    """Softmax over ``scores`` ``(..., Lq, Lk)`` with the logit column ``sink`` ``(..., Lq, 1)`` in
-    each row's denominator (always visible, dropped after)."""
-    with_sink = mask if mask is None else torch.cat([mask.new_ones(()).expand(*mask.shape[:-1], 1), mask], -1)
-    return masked_softmax(torch.cat([sink, scores], -1), mask=with_sink)[..., 1:]
-
-
-def grouped_softmax(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None,
-    *,
-    scale: float,
-    logits: Tensor | None = None,
-    sinks: Tensor | None = None,
-    dropout_p: float = 0.0,
-) -> Tensor:
-    """The explicit form for a few queries ``q`` ``(B, H, Lq, d)`` over grouped key/value heads
-    ``k``, ``v`` ``(B, H_kv, Lk, d)`` (head ``h`` reads group ``h // (H / H_kv)``), with no copy of
-    the keys or values: each group's heads' queries become rows of one product with its keys.
-    Decoding's form: a token's scores are one row a head, where repeating a long cache's heads, or
-    appending a sink key to it (:func:`sink_attention`), would copy the whole cache every token.
-    ``mask``, ``logits`` broadcastable to ``(B, H, Lq, Lk)``, ``sinks`` ``(H,)`` as
-    :func:`softmax_heads` takes them."""
-    batch, heads, num_queries, _ = q.shape
-    kv_heads, num_keys = k.shape[1], k.shape[-2]
-
-    def grouped(x: Tensor) -> Tensor:  # (B, H, Lq, X) -> (B, H_kv, H / H_kv * Lq, X)
-        return x.expand(batch, heads, num_queries, x.shape[-1]).reshape(batch, kv_heads, -1, x.shape[-1])
-
-    scores = torch.matmul(grouped(q), k.transpose(-2, -1)) * scale
-    if logits is not None:
-        scores = scores + grouped(logits.to(scores.dtype).expand(*logits.shape[:-1], num_keys))
-    mask = None if mask is None else grouped(mask.expand(*mask.shape[:-1], num_keys))
-    if sinks is None:
-        weights = masked_softmax(scores, mask=mask)
-    else:
-        weights = _softmax_beside_sink(scores, mask, grouped(sinks.to(scores.dtype)[:, None, None]))
-    output = torch.matmul(F.dropout(weights, dropout_p).to(v.dtype), v)
-    return output.reshape(batch, heads, num_queries, v.shape[-1])
 
 
 def window_blocks(
@@ -232,14 +174,23 @@ def softmax_heads(
 ) -> tuple[Tensor, Tensor | None]:
     """Softmax attention of heads ``q`` ``(B, H, Lq, d)`` over ``k``, ``v`` (``H`` heads, or
     ``H_kv`` grouped ones: head ``h`` reads ``h // (H / H_kv)``) where the boolean ``mask``
-    (broadcastable to ``(B, H, Lq, Lk)``; None: every key) lets a query see a key, with ``logits``
-    added to the scores and learned ``sinks`` ``(H,)`` in the denominator: the explicit form and its
-    weights when ``need_weights``, :func:`grouped_softmax` for at most :data:`DECODING_QUERIES`
-    queries, else the fused kernel (a sink as one more key; ``is_causal`` says the mask is the plain
-    causal one, which that kernel then forms itself). Dropout of ``dropout_p`` on the weights."""
-    if not need_weights and q.shape[-2] <= DECODING_QUERIES:
+    (broadcastable to ``(B, H, Lq, Lk)``; None: every key) and, with ``is_causal``, causality
+    (bottom-right aligned) let a query see a key, with ``logits`` added to the scores and learned
+    ``sinks`` ``(H,)`` in the denominator: the explicit form and its weights when ``need_weights``,
+    :func:`~zoo.attention.kernels.explicit_softmax.grouped_softmax` where
+    :func:`~zoo.attention.kernels.explicit_softmax.prefers_grouped_softmax` (a few queries over
+    grouped heads or with sinks), else the fused kernel (a sink as one more key). Causality alone
+    reaches the fused kernel as its flag, which forms it and skips the hidden blocks; no
+    ``(Lq, Lk)`` mask is built for it. Dropout of ``dropout_p`` on the weights."""
+    num_queries, num_keys = q.shape[-2], k.shape[-2]
+    grouped = not need_weights and prefers_grouped_softmax(q, k, sinks)
+    kernel_causal = is_causal and mask is None and logits is None and num_queries == num_keys
+    if is_causal and (need_weights or grouped or not kernel_causal):
+        mask, is_causal = with_causal(mask, num_queries, num_keys, q.device), False
+    if grouped:
         return grouped_softmax(q, k, v, mask, scale=scale, logits=logits, sinks=sinks, dropout_p=dropout_p), None
-    k, v = repeat_kv_heads(q, k, v)
+    if need_weights or sinks is not None:  # one key/value head a query head (no copy for the kernel alone)
+        k, v = repeat_kv_heads(q, k, v)
     if need_weights:
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale
         scores = scores if logits is None else scores + logits.to(scores.dtype)
@@ -250,8 +201,9 @@ def softmax_heads(
         mask = logits if mask is None else logits.masked_fill(~mask, float("-inf"))
     if sinks is not None:
         return sink_attention(q, k, v, mask, sinks, scale=scale, dropout_p=dropout_p, is_causal=is_causal), None
-    if is_causal and logits is None:  # the kernel forms the causal mask (and skips what it hides)
-        return masked_sdpa(q, k, v, None, dropout_p=dropout_p, is_causal=True, scale=scale), None
+    options = {"dropout_p": dropout_p, "scale": scale, "enable_gqa": k.shape[-3] != q.shape[-3]}
+    if is_causal:  # causality alone: the kernel forms it (and skips what it hides)
+        return masked_sdpa(q, k, v, None, is_causal=True, **options), None
     if mask is not None and mask.dim() < q.dim():
         mask = mask[(None,) * (q.dim() - mask.dim())]
-    return masked_sdpa(q, k, v, mask, dropout_p=dropout_p, scale=scale), None
+    return masked_sdpa(q, k, v, mask, **options), None

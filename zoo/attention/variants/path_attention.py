@@ -52,9 +52,9 @@ from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.cache import ConvolvedCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import masked_softmax
+from zoo.attention.kernels.explicit_softmax import sink_weights
 from zoo.attention.kernels.householder import path_recurrent, path_scores
 from zoo.attention.kernels.short_conv import causal_conv1d, short_convolutions
-from zoo.attention.kernels.window import sink_weights
 from zoo.attention.variants.forgetting import ForgettingAttention
 from zoo.attention.variants.softmax_options import SoftmaxOptions
 

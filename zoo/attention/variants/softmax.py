@@ -337,12 +337,15 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
             context.is_causal and context.mask is None and self.window is None and logits is None
             and key_positions is None and num_queries == num_keys and self.bias_scheme is None
         )  # fmt: skip
-        query_positions = torch.arange(first, first + num_queries, device=device)
-        key_positions = torch.arange(num_keys, device=device) if key_positions is None else key_positions
-        mask = self._visible(context, query_positions, key_positions)
-        if self.bias_scheme is not None:
-            scheme_bias = self.bias_scheme(query_positions[:, None], key_positions).to(q.dtype)
-            logits = scheme_bias if logits is None else logits + scheme_bias
+        if plain_causal:  # causality alone, formed where it is needed (no ``(L, L)`` offsets here)
+            mask = None
+        else:
+            query_positions = torch.arange(first, first + num_queries, device=device)
+            key_positions = torch.arange(num_keys, device=device) if key_positions is None else key_positions
+            mask = self._visible(context, query_positions, key_positions)
+            if self.bias_scheme is not None:
+                scheme_bias = self.bias_scheme(query_positions[:, None], key_positions).to(q.dtype)
+                logits = scheme_bias if logits is None else logits + scheme_bias
         return softmax_heads(
             q, k, v, mask, scale=scale, logits=logits, sinks=self.sinks, dropout_p=dropout.active_dropout,
             need_weights=context.need_weights, is_causal=plain_causal,
