@@ -2,7 +2,7 @@
 parameters, in float64: the index scores, their maximum over each block, the local blocks, the
 top blocks per key-value head and the softmax over their keys, with and without left padding;
 decoding from its cache equal to one pass; the indexer's gradient that of its KL loss and nothing
-else's; refusals; the kit; a GPT learns with it and decodes from its caches."""
+else's; a long prompt scored a chunk of queries at a time; refusals; the kit; a GPT learns with it and decodes from its caches."""
 
 from __future__ import annotations
 
@@ -119,6 +119,23 @@ def test_decoding_from_its_cache_equals_one_pass() -> None:
     torch.testing.assert_close(outputs, expected, rtol=1e-10, atol=1e-12)
     assert isinstance(cache, IndexedKeyValueCache) and cache.length == LENGTH
     assert cache.index_keys.shape == (2, LENGTH, 6) and cache.select(torch.tensor([1])).keys.shape[0] == 1
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_long_prompt_is_scored_a_chunk_of_queries_at_a_time(monkeypatch: pytest.MonkeyPatch, padded: bool) -> None:
+    """Without the indexer's loss or the weights, the index scores are computed five queries at a
+    time (the whole ``(Lq, Lk)`` would be 8 GiB at 16k tokens): the output is the equations'."""
+    import zoo.attention.variants.msa as msa
+
+    m, x, keep = layer(), inputs(), real_keys(padded)
+    monkeypatch.setattr(msa, "QUERY_CHUNK", 5)
+    scored, scores = [], m.indexer.scores
+    monkeypatch.setattr(m.indexer, "scores", lambda x, *args: scored.append(x.shape[1]) or scores(x, *args))
+    with torch.no_grad():
+        output = m(x, AttentionContext.for_keys(keep, is_causal=True)).output
+        expected = reference(m, x, keep)[0]
+    assert max(scored) == 5 and sum(scored) == LENGTH
+    torch.testing.assert_close(output, expected, rtol=1e-10, atol=1e-12)
 
 
 def test_the_indexer_learns_its_kl_loss_and_changes_no_other_gradient() -> None:

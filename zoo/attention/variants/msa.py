@@ -37,7 +37,8 @@ blocks of 128, 16 of them. Ties between equal block scores are left to ``topk``.
 every position's keys, values and index key (:class:`IndexedKeyValueCache`): a new token scores
 every cached index key and attends to the blocks it picks, as transformers' sparse cache layer
 holds the index keys beside the keys and values. The index scores are a dense ``(B, G, Lq, Lk)``
-product and the attention runs over the selection with
+product, over :data:`QUERY_CHUNK` queries at a time where neither the indexer's loss nor the
+weights are asked for (a long prompt's inference: 8 GiB at once at 16k tokens and 8 groups), and the attention runs over the selection with
 :func:`~zoo.attention.kernels.selection.selected_block_attention` (a mask over the fused kernel up
 to 4096 keys, gathered blocks beyond): it shows what the selection computes, not MiniMax's kernel.
 """
@@ -62,6 +63,9 @@ from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
 __all__ = ["BlockIndexer", "IndexedKeyValueCache", "MiniMaxSparseAttention", "select_blocks", "visible_keys"]
+
+#: Queries whose index scores are computed at a time when no gradient or weights are asked for.
+QUERY_CHUNK = 1024
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,8 @@ class MiniMaxSparseAttention(AttentionLayer):
         the blocks of every key and value seen that the indexer picks; the indexer's loss attached
         when gradients are computed."""
         learning = self.index_loss_weight > 0 and torch.is_grad_enabled()
+        if not learning and not context.need_weights and x.shape[1] > QUERY_CHUNK:
+            return self._select_attend_chunks(x, q, k, v, index_keys, first, context)
         with torch.set_grad_enabled(learning):
             scores = self.indexer.scores(x.detach(), index_keys, self.rotary, first, context)
         padding = context.key_padding
@@ -260,6 +266,24 @@ class MiniMaxSparseAttention(AttentionLayer):
             loss = indexer_kl(*groups, (read & visible).expand_as(scores).flatten(0, 1))
             output = attach_auxiliary_loss(output, self.index_loss_weight * loss)
         return AttentionOutput(output, weights if context.need_weights else None)
+
+    def _select_attend_chunks(
+        self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, index_keys: Tensor, first: int, context: AttentionContext
+    ) -> AttentionOutput:
+        """:meth:`_select_attend`, :data:`QUERY_CHUNK` queries at a time, each over the keys up to
+        its last query (and the key padding there): the same output, index scores of one chunk held."""
+        num_queries, num_keys, outputs = x.shape[1], k.shape[-2], []
+        for start in range(0, num_queries, QUERY_CHUNK):
+            end = min(start + QUERY_CHUNK, num_queries)
+            reach = num_keys - num_queries + end
+            part = context if context.mask is None else context.replace(mask=context.mask[..., :reach])
+            outputs.append(
+                self._select_attend(
+                    x[:, start:end], q[..., start:end, :], k[..., :reach, :], v[..., :reach, :],
+                    index_keys[:, :reach], first + start, part,
+                ).output
+            )  # fmt: skip
+        return AttentionOutput(torch.cat(outputs, 1), None)
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         q, k, v = self._heads(x, context.offset, context)
