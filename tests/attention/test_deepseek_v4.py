@@ -11,6 +11,7 @@ from torch import Tensor
 import zoo
 from tests.helpers.gpt import learn_repeating_sequence
 from tests.helpers.layers import decode_after_prompt, run_layer
+from zoo import AttentionContext
 from zoo.attention.contract.cache import KeyValueCache
 from zoo.attention.modules.token_compression import CompressedCache
 from zoo.models import GPT
@@ -243,3 +244,22 @@ def test_a_gpt_learns_a_repeating_sequence_and_decodes_from_its_cache() -> None:
     prompt = torch.randint(8, (2, 6), generator=torch.Generator().manual_seed(7))
     cached = torch.stack(list(model.generate(prompt, 10, temperature=0)), 1)
     assert torch.equal(cached, torch.stack(list(model.generate(prompt, 10, temperature=0, use_cache=False)), 1))
+
+
+@pytest.mark.parametrize("compression", [None, "hca", "csa"])
+def test_a_long_inputs_inference_scores_a_chunk_of_queries_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, compression: str | None
+) -> None:
+    """Without gradients or weights, the scores are held four queries at a time (all at once, 8 GiB
+    at 16k tokens and 8 heads ran a 24 GiB machine out of memory): the output is the one pass's."""
+    import zoo.attention.variants.deepseek_v4 as deepseek_v4
+
+    torch.manual_seed(0)
+    options = {} if compression is None else {"compression": compression, "compress_rate": 2}
+    layer = zoo.create_attention("deepseek_v4", embed_dim=32, num_heads=4, window=5, **options).eval()
+    x = torch.randn(2, 13, 32)
+    with torch.no_grad():
+        whole = layer(x, AttentionContext(is_causal=True)).output
+        monkeypatch.setattr(deepseek_v4, "QUERY_CHUNK", 4)
+        chunked = layer(x, AttentionContext(is_causal=True)).output
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-6)

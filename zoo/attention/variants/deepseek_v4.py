@@ -102,6 +102,8 @@ Compression = Literal["hca", "csa"]
 COMPRESS_RATES: dict[str, int] = {"hca": 128, "csa": 4}
 #: compressed entries a CSA query reads by default (DeepSeek-V4's index_topk)
 INDEX_TOPK = 512
+#: queries whose scores are held at a time when no gradient or weights are asked for
+QUERY_CHUNK = 1024
 
 
 def visible(num_queries: int, num_keys: int, window: int, device: torch.device) -> Tensor:
@@ -257,11 +259,12 @@ class DeepseekV4Attention(AttentionLayer):
     def _attend(
         self, queries: Tensor, shared: Tensor, offset: int, context: AttentionContext,
         compressed: tuple[Tensor, Tensor] | None = None,
-    ) -> tuple[Tensor, Tensor]:  # fmt: skip
+    ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
         """``queries`` ``(B, H, Lq, d)`` at positions ``offset ..`` over every position's ``shared``
         ``(B, 1, Lk, d)`` within the window and, if given, the ``compressed`` entries ``(B, 1, E, d)``
         each query may read ``(B, 1, Lq, E)``: the output ``(B, Lq, embed_dim)`` and the weights
-        ``(B, H, Lq, Lk + E)``."""
+        ``(B, H, Lq, Lk + E)``; None for a long input's inference, whose scores are computed
+        :data:`QUERY_CHUNK` queries at a time (all at once: 8 GiB at 16k tokens and 8 heads)."""
         num_queries, num_keys = queries.shape[-2], shared.shape[-2]
         allowed = visible(num_queries, num_keys, self.window, queries.device)
         if context.mask is not None:
@@ -270,11 +273,14 @@ class DeepseekV4Attention(AttentionLayer):
             entries, readable = compressed
             shared = torch.cat([shared, entries], dim=-2)
             allowed = torch.cat([allowed.expand(*readable.shape[:-1], num_keys), readable], dim=-1)
-        scores = queries @ shared.transpose(-1, -2) * self.head_dim**-0.5
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        sinks = self.sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-        weights = torch.cat([scores, sinks], dim=-1).softmax(dim=-1)[..., :-1]
-        heads = weights @ shared
+        if context.need_weights or torch.is_grad_enabled() or num_queries <= QUERY_CHUNK:
+            weights: Tensor | None = self._weights(queries, shared, allowed)
+            heads = weights @ shared
+        else:  # inference: QUERY_CHUNK queries' scores at a time
+            weights, rows = None, [slice(start, start + QUERY_CHUNK) for start in range(0, num_queries, QUERY_CHUNK)]
+            heads = torch.cat(
+                [self._weights(queries[..., part, :], shared, allowed[..., part, :]) @ shared for part in rows], dim=-2
+            )
         cos, sin = self.rotary.angles(torch.arange(offset, offset + num_queries, device=queries.device))
         heads = self.rotary.rotate(heads, cos, -sin)
         grouped = heads.transpose(1, 2).reshape(*heads.shape[:1], num_queries, self.o_groups, -1)
@@ -282,10 +288,18 @@ class DeepseekV4Attention(AttentionLayer):
         projected = torch.einsum("blgi,gri->blgr", grouped, blocks).flatten(-2)
         return self.o_b_proj(projected), weights
 
+    def _weights(self, queries: Tensor, shared: Tensor, allowed: Tensor) -> Tensor:
+        """Softmax weights ``(B, H, Lq, Lk + E)`` of ``queries`` over the ``allowed`` keys and
+        entries ``shared``, each head's sink in the denominator."""
+        scores = queries @ shared.transpose(-1, -2) * self.head_dim**-0.5
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        sinks = self.sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        return torch.cat([scores, sinks], dim=-1).softmax(dim=-1)[..., :-1]
+
     def _compressed(
         self, x: Tensor, latent: Tensor, queries: Tensor, shared: Tensor, states: tuple[CompressorState, ...],
         first: int, offset: int, context: AttentionContext,
-    ) -> tuple[Tensor, Tensor]:  # fmt: skip
+    ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
         """:meth:`_attend` with the compressor's entries (``states``: the compressor's, and the
         indexer's for CSA) that each query, at stream index ``first ..``, may read: those complete at
         it and, for CSA, among the indexer's top ``index_topk``; the indexer's loss attached when
