@@ -134,7 +134,7 @@ def test_a_grouped_qk_norm_layer_decodes_without_the_fused_kernel(
     torch.testing.assert_close(tokens, whole[:, 20 - new_tokens :], rtol=1e-5, atol=1e-5)
 
 
-def test_a_short_causal_grouped_forward_runs_written_out_and_causal() -> None:
+def test_a_short_causal_grouped_forward_runs_written_out_and_causal(monkeypatch: pytest.MonkeyPatch) -> None:
     """A forward of at most DECODING_QUERIES tokens over grouped heads takes the written-out form
     too, with the causal mask the fused kernel would have formed."""
     from zoo.attention.kernels.explicit_softmax import DECODING_QUERIES
@@ -145,6 +145,7 @@ def test_a_short_causal_grouped_forward_runs_written_out_and_causal() -> None:
         torch.randn(2, 2, DECODING_QUERIES, 8, dtype=torch.float64),
         torch.randn(2, 2, DECODING_QUERIES, 8, dtype=torch.float64),
     )
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *args, **kwargs: pytest.fail("the fused kernel ran"))
     got = fused_attention(q, k, v, None, is_causal=True, bias=None, dropout_p=0.0, scale=0.4, enable_gqa=True)
     causal = torch.ones(DECODING_QUERIES, DECODING_QUERIES, dtype=torch.bool).tril()
     torch.testing.assert_close(got, _written_out(q, k, v, causal, 0.4))

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
+    "QUERY_CHUNK",
     "causal_decay",
     "chunk_length",
     "from_chunks",
@@ -21,6 +22,11 @@ __all__ = [
     "to_chunks",
     "zero_padding",
 ]
+
+#: Queries whose ``(Lq, Lk)`` scores a layer holds at a time in inference (no gradient, no weights
+#: asked for), where all at once a 16k prompt's would not fit: MSA's index scores and DeepSeek-V4's
+#: attention scores, 8 GiB each at 16k tokens and 8 heads.
+QUERY_CHUNK = 1024
 
 
 def zero_padding(mask: Tensor | None, q: Tensor, *others: Tensor) -> tuple[Tensor, ...]:

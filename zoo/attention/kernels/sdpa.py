@@ -42,12 +42,11 @@ def fused_attention(
     the cache once (:func:`~zoo.attention.kernels.explicit_softmax.prefers_grouped_softmax`).
     """
     num_queries, num_keys = queries.shape[-2], keys.shape[-2]
-    fused_causal = is_causal and mask is None and bias is None and num_queries == num_keys
+    written_out = enable_gqa and prefers_grouped_softmax(queries, keys)
+    fused_causal = is_causal and mask is None and bias is None and num_queries == num_keys and not written_out
     if is_causal and not fused_causal and num_queries > 1:
         mask = with_causal(mask, num_queries, num_keys, queries.device)
-    if enable_gqa and prefers_grouped_softmax(queries, keys):
-        if fused_causal:
-            mask = with_causal(None, num_queries, num_keys, queries.device)
+    if written_out:
         return grouped_softmax(queries, keys, values, mask, scale=scale, logits=bias, dropout_p=dropout_p)
     if bias is not None:
         bias = bias.to(queries.dtype)

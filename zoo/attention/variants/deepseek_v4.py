@@ -82,6 +82,7 @@ from zoo.attention.contract.base import AttentionOutput, Capabilities
 from zoo.attention.contract.cache import KeyValueCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.layer import AttentionLayer
+from zoo.attention.kernels.chunking import QUERY_CHUNK
 from zoo.attention.modules.auxiliary_loss import attach_auxiliary_loss
 from zoo.attention.modules.lightning_indexer import indexer_kl, top_k_selection
 from zoo.attention.modules.rotation import rotate_heads
@@ -102,8 +103,6 @@ Compression = Literal["hca", "csa"]
 COMPRESS_RATES: dict[str, int] = {"hca": 128, "csa": 4}
 #: compressed entries a CSA query reads by default (DeepSeek-V4's index_topk)
 INDEX_TOPK = 512
-#: queries whose scores are held at a time when no gradient or weights are asked for
-QUERY_CHUNK = 1024
 
 
 def visible(num_queries: int, num_keys: int, window: int, device: torch.device) -> Tensor:

@@ -56,6 +56,7 @@ from zoo.attention.contract.base import AttentionOutput, IncompatibleAttentionEr
 from zoo.attention.contract.cache import ConvolvedCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.layer import AttentionLayer
+from zoo.attention.kernels.chunking import QUERY_CHUNK
 from zoo.attention.kernels.selection import selected_block_attention, top_blocks
 from zoo.attention.modules.auxiliary_loss import attach_auxiliary_loss
 from zoo.attention.modules.lightning_indexer import indexer_kl
@@ -63,9 +64,6 @@ from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
 __all__ = ["BlockIndexer", "IndexedKeyValueCache", "MiniMaxSparseAttention", "select_blocks", "visible_keys"]
-
-#: Queries whose index scores are computed at a time when no gradient or weights are asked for.
-QUERY_CHUNK = 1024
 
 
 @dataclass(frozen=True)
