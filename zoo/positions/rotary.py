@@ -124,11 +124,13 @@ class RotaryEmbedding(PositionScheme):
     def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """``x`` ``(..., L, head_dim)`` rotated by the angles whose ``cos`` and ``sin`` are given
         (:meth:`angles`), in ``x``'s dtype: its first ``2 * cos.shape[-1]`` features, the rest as they are."""
-        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        if cos.dtype != x.dtype:
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         rotary_dim = 2 * cos.shape[-1]
-        rotated, passed = x[..., :rotary_dim], x[..., rotary_dim:]
-        first, second = rotated.chunk(2, dim=-1)
-        return torch.cat([first * cos - second * sin, first * sin + second * cos, passed], dim=-1)
+        whole = rotary_dim == x.shape[-1]  # a decoded token's rotation is a few microseconds an op
+        first, second = (x if whole else x[..., :rotary_dim]).chunk(2, dim=-1)
+        rotated = [first * cos - second * sin, first * sin + second * cos]
+        return torch.cat(rotated if whole else [*rotated, x[..., rotary_dim:]], dim=-1)
 
     def for_head_dim(self, head_dim: int) -> RotaryEmbedding:
         """This scheme for heads of ``head_dim`` features (the same base): a layer whose query and

@@ -205,3 +205,36 @@ def test_two_query_heads_a_group_decode_in_the_fused_kernel_without_repeating(mo
         token, _ = layer.attend_cached(x[:, 19:], cache)
     assert grouped == [True]
     torch.testing.assert_close(token, whole[:, 19:], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"window": 5, "sinks": True}, {"window": 5, "sink_tokens": 2, "scale": 0.3}, {"scale": 0.3}],
+    ids=["window with sinks (gpt-oss)", "window with first positions", "scaled, no window"],
+)
+def test_a_decoded_token_forms_no_mask_and_equals_the_forwards_rows(
+    monkeypatch: pytest.MonkeyPatch, options: dict
+) -> None:
+    """One new token sees every key its own cache holds (a window cache keeps only what the next
+    token reaches), so decoding forms no mask and reads no key positions (a third of gpt-oss's
+    sliding layer's step went to them); each token still equals the forward's row. A padded
+    prompt's mask (the context's) is still applied, through the positions."""
+    layer = SoftmaxAttention(32, 4, num_kv_heads=1, **options).eval()
+    x = torch.randn(2, 14, 32)
+    with torch.no_grad():
+        whole = layer(x, AttentionContext(is_causal=True)).output
+        _, cache = layer.attend_cached(x[:, :8], None)
+        with monkeypatch.context() as patched:
+            patched.setattr(SoftmaxAttention, "_visible", lambda *args: pytest.fail("a mask was formed"))
+            tokens = []
+            for position in range(8, 14):
+                token, cache = layer.attend_cached(x[:, position : position + 1], cache)
+                tokens.append(token)
+        torch.testing.assert_close(torch.cat(tokens, 1), whole[:, 8:], rtol=1e-5, atol=1e-5)
+        padded = torch.ones(2, 15, dtype=torch.bool)
+        padded[1, 0] = False  # row 1's first position is padding: hidden from its later tokens
+        _, cache = layer.attend_cached(x[:, :8], None, AttentionContext(is_causal=True, mask=padded[:, None, None, :8]))
+        step = AttentionContext(is_causal=True, mask=padded[:, None, None, :9])
+        token, _ = layer.attend_cached(x[:, 8:9], cache, step)
+        masked = layer(x[:, :9], AttentionContext(is_causal=True, mask=padded[:, None, None, :9])).output
+    torch.testing.assert_close(token, masked[:, 8:], rtol=1e-5, atol=1e-5)

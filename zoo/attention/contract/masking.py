@@ -167,6 +167,8 @@ def masked_softmax(scores: Tensor, valid_lens: Tensor | None = None, *, mask: Te
     """
     if scores.dim() < 2:
         raise ValueError(f"scores must have shape (*batch, Lq, Lk); got {tuple(scores.shape)}.")
+    if mask is None and valid_lens is None and scores.dtype in (torch.float32, torch.float64):
+        return torch.softmax(scores, dim=-1)  # nothing hidden, no cast: a decoded token's common case
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"mask must be boolean (True = attend), got dtype {mask.dtype}.")
     batch_shape, (num_queries, num_keys) = scores.shape[:-2], scores.shape[-2:]

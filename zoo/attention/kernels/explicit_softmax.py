@@ -89,5 +89,7 @@ def grouped_softmax(
         weights = masked_softmax(scores, mask=mask)
     else:
         weights = _softmax_beside_sink(scores, mask, grouped(sinks.to(scores.dtype)[:, None, None]))
-    output = torch.matmul(F.dropout(weights, dropout_p).to(v.dtype), v)
+    if dropout_p:  # skipped, not called at zero: a decoded token's step is a few microseconds a call
+        weights = F.dropout(weights, dropout_p)
+    output = torch.matmul(weights if weights.dtype == v.dtype else weights.to(v.dtype), v)
     return output.reshape(batch, heads, num_queries, v.shape[-1])

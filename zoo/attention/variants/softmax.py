@@ -279,6 +279,7 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         key_positions: Tensor | None = None,
         logits: Tensor | None = None,
         projected_queries: Tensor | None = None,
+        sees_every_key: bool = False,
     ) -> AttentionOutput:
         """The layer's input ``x`` ``(B, Lq, embed_dim)`` at positions ``first ..`` over projected
         ``k``, ``v`` ``(B, num_kv_heads, Lk, d)`` at ``key_positions`` (None: ``0 .. Lk - 1``).
@@ -286,7 +287,9 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         the Forgetting Transformer's decay). The context's mask spans the keys given, or every
         position up to the last key (a window cache's context), of which those held are read.
         ``projected_queries`` ``(B, Lq, H * d)``: the queries already projected (and convolved);
-        None projects ``x``."""
+        None projects ``x``. ``sees_every_key``: the caller knows that every query sees every key
+        given and that the context has no mask (a decoded token over its own cache), so no mask
+        is formed and ``key_positions`` is not read."""
         if context.kv_store is not None:  # later layers may read these keys and values
             context.kv_store.put(self.layer_index, k, v, key_positions, first + x.shape[1])
         if projected_queries is None:
@@ -298,7 +301,7 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
             or key_positions is not None
         )  # fmt: skip
         if custom:
-            heads, weights = self._attend_heads(q, k, v, context, first, key_positions, logits)
+            heads, weights = self._attend_heads(q, k, v, context, first, key_positions, logits, sees_every_key)
         else:  # ``self``'s path: dot_product's fused kernel, its bias scheme and weights
             heads, weights = self.score_attention(q, k, v, context=context.with_position_bias(self.bias_scheme))
         if self.gate_proj is not None:
@@ -317,6 +320,7 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         first: int,
         key_positions: Tensor | None,
         logits: Tensor | None,
+        sees_every_key: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Softmax over the keys a query sees (causality, window, first positions, the context's
         mask), plus the sinks: the explicit form when weights are asked for, else the fused kernel
@@ -324,7 +328,8 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         device, (num_queries, num_keys) = q.device, (q.shape[-2], k.shape[-2])
         scale = 1.0 / math.sqrt(q.shape[-1]) if self.scale is None else self.scale
         dropout = self.score_attention
-        if self.window is not None and key_positions is None and logits is None and not context.need_weights:
+        windowed = self.window is not None and not sees_every_key
+        if windowed and key_positions is None and logits is None and not context.need_weights:
             k, v = repeat_kv_heads(q, k, v)
             blocks = window_blocks(
                 q, k, v, window=self.window, sink_tokens=self.sink_tokens, is_causal=context.is_causal, first=first,
@@ -337,7 +342,7 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
             context.is_causal and context.mask is None and self.window is None and logits is None
             and key_positions is None and num_queries == num_keys and self.bias_scheme is None
         )  # fmt: skip
-        if plain_causal:  # causality alone, formed where it is needed (no ``(L, L)`` offsets here)
+        if plain_causal or sees_every_key:  # causality alone is formed where it is needed: no offsets here
             mask = None
         else:
             query_positions = torch.arange(first, first + num_queries, device=device)
@@ -384,16 +389,22 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         context = AttentionContext(is_causal=True) if context is None else context
         seen = 0 if inner is None else inner.length
         q, k, v, windows = self._projected(x, context, windows, seen)
+        # one new token sees all that the cache holds (a window cache keeps only what it reaches)
+        sees_every_key = x.shape[1] == 1 and context.mask is None and self.bias_scheme is None
         if self.window is None:  # what the new positions see (``reach``) and what the cache keeps
             reach: KeyValueCache | WindowCache = KeyValueCache(k, v) if inner is None else inner.extend(k, v)
             held, positions = reach, None
         else:
-            empty = WindowCache(k[..., :0, :], v[..., :0, :], 0, self.sink_tokens, self.window)
-            reach = (inner or empty).extend(k, v)
-            held, positions = reach.trimmed(), reach.positions
+            if inner is None:
+                inner = WindowCache(k[..., :0, :], v[..., :0, :], 0, self.sink_tokens, self.window)
+            reach = inner.extend(k, v)
+            # the positions are read by a mask and by the layers reading these keys (``kv_source``)
+            unread = sees_every_key and context.kv_store is None
+            held, positions = reach.trimmed(), None if unread else reach.positions
         output, _ = self.attend_positions(
-            x, reach.keys, reach.values, context, first=seen, key_positions=positions, projected_queries=q
-        )
+            x, reach.keys, reach.values, context, first=seen, key_positions=positions, projected_queries=q,
+            sees_every_key=sees_every_key,
+        )  # fmt: skip
         return output, ConvolvedCache.wrap(held, windows)
 
     def extra_repr(self) -> str:
