@@ -51,6 +51,23 @@ def test_bench_state_runs_from_the_command_line(tmp_path, capsys) -> None:
     assert "Unknown attention 'retnt'. Did you mean 'retnet', 'retention'" in capsys.readouterr().err
 
 
+def test_a_length_a_layer_refuses_is_recorded_and_the_others_go_on(tmp_path, capsys) -> None:
+    """A log-linear layer with 4 levels reaches 8 positions: after a context of 8 it cannot decode
+    a ninth, and that length is recorded with the layer's reason while its shorter length and the
+    other layers are measured (a matrix column of 49 rows once died with its 14th)."""
+    out = tmp_path / "state.json"
+    tiny = ["--d-model", "16", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory"]
+    rows = ["{name: log_linear_mamba2, num_levels: 4}", "dot_product"]
+    main(["state", "--lengths", "4", "8", "--attentions", *rows, *tiny, "--out", str(out)])
+    cases = {c["attention"]: c["results"] for c in json.loads(out.read_text())["cases"]}
+    log_linear = cases["{name: log_linear_mamba2, num_levels: 4}"]
+    assert log_linear[0]["status"] == "ok" and log_linear[0]["cache_bytes"] > 0
+    assert log_linear[1]["status"].startswith("failed: ") and "Fenwick levels" in log_linear[1]["status"]
+    assert [r["status"] for r in cases["dot_product"]] == ["ok", "ok"]
+    printed = capsys.readouterr()
+    assert "| failed " in printed.out and "L=8: failed: " in printed.err  # the table's cell; the reason once
+
+
 def test_an_entry_with_arguments_builds_that_layer_and_a_bad_one_is_one_line(capsys) -> None:
     """MLA decoding in its naive and absorbed forms: the same weights (same seed) give the same
     next output; the cache is the latent either way."""

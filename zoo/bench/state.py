@@ -10,7 +10,10 @@ same context. Reported per length: the time of that step (median and quartiles),
 cache holds after it, and the step's peak memory above what it started with. A recurrent
 variant's state has the same size whatever ``L``, so its step should cost the same at 16k tokens
 as at 1k; a key/value cache grows with ``L``, and so does the step (it reads, and here copies,
-every key). The table gives each quantity at the longest length over the shortest.
+every key). The table gives each quantity at the longest length over the shortest. A layer that
+fails at a length (out of memory, or refusing it: a log-linear layer past its levels' reach) is
+recorded there with its status, as ``bench attention`` records one, and the others go on: one row
+of a matrix's column does not cost the rest.
 
 An entry of ``--attentions`` is a registered name or, as in a model's ``attention`` list, a
 mapping of a name and its arguments (``'{name: mla, mode: naive}'``: MLA decoding without the
@@ -37,6 +40,7 @@ from zoo.attention.contract.cache import LayerCache
 from zoo.attention.contract.layer import AttentionLayer
 from zoo.bench.measure import peak_memory, time_call
 from zoo.bench.report import markdown_table
+from zoo.bench.sweep import failure_status, time_cell
 from zoo.errors import ConfigurationError, ZooError
 
 __all__ = ["StateBenchConfig", "recurrent_names", "run_state_bench", "state_layer", "state_table"]
@@ -101,20 +105,25 @@ def _measure(name: str, config: StateBenchConfig, length: int, device: torch.dev
     _, cache = layer.attend_cached(context[:, :length], None)
     step = _step(layer, context[:, length:], cache)
     timing = time_call(step, warmup=config.warmup, repeats=config.repeats)
-    result = {"length": length, "time_ms": timing.scaled(1e3), "cache_bytes": step().nbytes}
+    result = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3), "cache_bytes": step().nbytes}
     if config.memory:
         result["step_peak_bytes"] = peak_memory(step, device=device)
     return result
 
 
 def run_state_bench(config: StateBenchConfig, device: torch.device) -> list[dict[str, Any]]:
-    """Every attention of ``config`` at every length: one record per attention, its results by length."""
+    """Every attention of ``config`` at every length: one record per attention, its results by
+    length, each ``{"length", "status": "ok", ...}`` or the status it failed with."""
     records = []
     for name in config.attentions:
         results = []
         for length in config.lengths:
-            results.append(_measure(name, config, length, device))
-            print(f"  {name} L={length}: {results[-1]['time_ms']['median']:.3g} ms", file=sys.stderr, flush=True)
+            try:
+                results.append(_measure(name, config, length, device))
+            except Exception as error:  # this length's: recorded, and the next one tried
+                results.append({"length": length, "status": failure_status(error)})
+            shown = time_cell(results[-1]) if results[-1]["status"] == "ok" else results[-1]["status"]
+            print(f"  {name} L={length}: {shown}", file=sys.stderr, flush=True)
         records.append({"attention": name, "results": results})
     return records
 
@@ -126,15 +135,18 @@ def state_table(records: list[dict[str, Any]], lengths: list[int]) -> str:
     for record in records:
         results = record["results"]
         first, last = results[0], results[-1]
-        times = [f"{r['time_ms']['median']:.3g} [{r['time_ms']['q1']:.3g}-{r['time_ms']['q3']:.3g}]" for r in results]
-        caches = [f"{r['cache_bytes'] / 1024:.1f}" for r in results]
-        ratios = [
-            last["time_ms"]["median"] / first["time_ms"]["median"],
-            last["cache_bytes"] / first["cache_bytes"],
-        ]
-        if "step_peak_bytes" in first and first["step_peak_bytes"] > 0:
-            ratios.append(last["step_peak_bytes"] / first["step_peak_bytes"])
-        rows.append([record["attention"], *times, *caches, " / ".join(f"{r:.2f}x" for r in ratios)])
+        times = [time_cell(r).replace(" ms ", " ") for r in results]
+        caches = [f"{r['cache_bytes'] / 1024:.1f}" if r["status"] == "ok" else "-" for r in results]
+        ratios = []
+        if first["status"] == last["status"] == "ok":
+            ratios = [
+                last["time_ms"]["median"] / first["time_ms"]["median"],
+                last["cache_bytes"] / first["cache_bytes"],
+            ]
+            if "step_peak_bytes" in first and first["step_peak_bytes"] > 0:
+                ratios.append(last["step_peak_bytes"] / first["step_peak_bytes"])
+        growth = " / ".join(f"{r:.2f}x" for r in ratios) or "-"
+        rows.append([record["attention"], *times, *caches, growth])
     headers = [
         "attention",
         *(f"ms/token L={n}" for n in lengths),

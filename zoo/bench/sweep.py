@@ -29,7 +29,7 @@ from zoo.bench.flops import count_flops
 from zoo.bench.measure import TooSlow, peak_memory, time_round_robin
 from zoo.bench.report import growth_exponent
 
-__all__ = ["OnLength", "SweepSettings", "Workload", "growth", "sweep_lengths", "time_cell"]
+__all__ = ["OnLength", "SweepSettings", "Workload", "failure_status", "growth", "sweep_lengths", "time_cell"]
 
 MIB = 2**20
 #: Receives the results so far after each length (``{name: [result per length]}``).
@@ -68,8 +68,8 @@ def _is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
 
 
-def _failure_status(error: BaseException) -> str:
-    """The status of a case that failed or was too slow at one length."""
+def failure_status(error: BaseException) -> str:
+    """The status of a case that failed or was too slow at one length (``bench state``'s too)."""
     if isinstance(error, TooSlow):
         return f"too slow: {error}"
     return "out of memory" if _is_out_of_memory(error) else f"failed: {type(error).__name__}: {error}"
@@ -87,7 +87,7 @@ def _measure(
         try:
             workloads[key] = build()
         except Exception as error:
-            results[key] = {"length": lengths[key], "status": _failure_status(error)}
+            results[key] = {"length": lengths[key], "status": failure_status(error)}
     timings = time_round_robin(
         {key: (w.step, w.reset) for key, w in workloads.items()},
         warmup=settings.warmup,
@@ -98,7 +98,7 @@ def _measure(
     for key, timing in timings.items():
         length = lengths[key]
         if isinstance(timing, Exception):
-            results[key] = {"length": length, "status": _failure_status(timing)}
+            results[key] = {"length": length, "status": failure_status(timing)}
             continue
         results[key] = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3)}
         if settings.memory:
@@ -106,7 +106,7 @@ def _measure(
             try:
                 results[key]["peak_memory_mib"] = peak_memory(workload.step, device=device, reset=workload.reset) / MIB
             except Exception as error:
-                results[key] = {"length": length, "status": _failure_status(error)}
+                results[key] = {"length": length, "status": failure_status(error)}
         if settings.flops and results[key]["status"] == "ok":
             results[key]["gflop"] = count_flops(workloads[key].step, workloads[key].reset) / 1e9
     del workloads
