@@ -99,3 +99,16 @@ def test_bench_attention_runs_the_recurrent_families_in_a_layer_when_causal(caps
     left_out = run_attention_bench(config.__class__(lengths=[16], **TINY), torch.device("cpu"), ["gla", "linear"])
     assert [r["name"] for r in left_out] == ["linear"]
     assert "gla: left out (declares supports_bidirectional=False: a causal recurrence" in capsys.readouterr().err
+
+
+def test_the_cpu_allocators_refusal_is_out_of_memory() -> None:
+    """Under ``ulimit -v`` the CPU allocator refuses with this message where the kernel would kill
+    the whole run: recorded as out of memory, as CUDA's error is."""
+    from zoo.bench.sweep import failure_status
+
+    refusal = (
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+        "allocate 8589934592 bytes. Error code 12 (Cannot allocate memory)"
+    )
+    assert failure_status(RuntimeError(refusal)) == "out of memory"
+    assert failure_status(ValueError("num_levels is 15")).startswith("failed: ValueError")

@@ -65,7 +65,14 @@ class SweepSettings:
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(error).lower()
+    """CUDA's error, Python's, or the CPU allocator's refusal (under ``ulimit -v``, which turns the
+    kernel's out-of-memory kill of the whole run into this exception)."""
+    message = str(error).lower()
+    return (
+        isinstance(error, (torch.OutOfMemoryError, MemoryError))
+        or "out of memory" in message
+        or "can't allocate memory" in message
+    )
 
 
 def failure_status(error: BaseException) -> str:
