@@ -270,3 +270,30 @@ def test_every_attention_the_zoo_registers_has_a_family_and_a_cost() -> None:
     declared = {name: family_and_cost(name) for name in names}
     assert [name for name, value in declared.items() if value is None] == []
     assert {cost for _, cost in declared.values()} <= set(COSTS)
+
+
+def test_a_state_result_with_a_length_a_layer_failed_at_is_read(tmp_path: Path) -> None:
+    """``bench state`` records a length a layer failed at with its status and no time or cache
+    (the matrix's decoding column: a log-linear layer past its levels): the board reads the file,
+    and a measured length without its cache bytes is still refused as an older zoo's."""
+    from zoo.board.inputs import BoardInputError
+    from zoo.board.measurements import measurements
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    state = {
+        "benchmark": "state",
+        "environment": {"command": "python -m zoo bench state", "device": "cpu"},
+        "config": {"batch": 1, "d_model": 256, "heads": 8, "lengths": [1024, 16384]},
+        "cases": [{"attention": "log_linear_mamba2", "results": [
+            {"length": 1024, "status": "ok", "time_ms": {"median": 4.5, "q1": 4.4, "q3": 4.6}, "cache_bytes": 1000},
+            {"length": 16384, "status": "failed: ValueError: needs 16 Fenwick levels"},
+        ]}],
+    }  # fmt: skip
+    (folder / "state.json").write_text(json.dumps(state), encoding="utf-8")
+    (bench,) = read_inputs([folder]).benches
+    assert [m.cache_bytes for m in measurements(bench)] == [1000, None]
+    del state["cases"][0]["results"][0]["cache_bytes"]
+    (folder / "state.json").write_text(json.dumps(state), encoding="utf-8")
+    with pytest.raises(BoardInputError, match="cache_bytes"):
+        read_inputs([folder])

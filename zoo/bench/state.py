@@ -24,6 +24,7 @@ The prompt is encoded without gradients, as decoding runs, in the layer's float3
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -122,6 +123,7 @@ def run_state_bench(config: StateBenchConfig, device: torch.device) -> list[dict
                 results.append(_measure(name, config, length, device))
             except Exception as error:  # this length's: recorded, and the next one tried
                 results.append({"length": length, "status": failure_status(error)})
+            gc.collect()  # a failure's traceback holds its frames' tensors in a cycle until collected
             shown = time_cell(results[-1]) if results[-1]["status"] == "ok" else results[-1]["status"]
             print(f"  {name} L={length}: {shown}", file=sys.stderr, flush=True)
         records.append({"attention": name, "results": results})

@@ -36,8 +36,11 @@ RECORD_FIELDS = ("run", "combination", "seed", "command", "metrics")
 BENCH_FIELDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "attention": ("cases", "name", ("length", "status")),
     "classify": ("cases", "name", ("length", "status")),
-    "state": ("cases", "attention", ("length", "time_ms", "cache_bytes")),
+    "state": ("cases", "attention", ("length",)),
 }
+#: What a benchmark's measured length adds (one it failed at holds its ``status`` instead; a state
+#: result of a zoo before statuses holds no ``status`` and is measured).
+MEASURED_FIELDS: dict[str, tuple[str, ...]] = {"state": ("time_ms", "cache_bytes")}
 #: Benchmarks the board lists on their own page without reading their measurements.
 LISTED_BENCHMARKS = ("decode", "train")
 
@@ -216,8 +219,10 @@ def _bench_problem(data: dict[str, Any], kind: str) -> str | None:
         if key not in case or not isinstance(case.get("results"), list):
             return f"{listed}[].{key} and {listed}[].results"
         for result in case["results"]:
-            if missing := [field for field in fields if field not in result]:
+            measured = result.get("status", "ok") == "ok"
+            required = (*fields, *MEASURED_FIELDS.get(kind, ())) if measured else fields
+            if missing := [field for field in required if field not in result]:
                 return f"{listed}[].results[].{missing[0]}"
-            if result.get("status", "ok") == "ok" and "median" not in (result.get("time_ms") or {}):
+            if measured and "median" not in (result.get("time_ms") or {}):
                 return f"{listed}[].results[].time_ms.median"
     return None
