@@ -33,6 +33,7 @@ from zoo.attention.kernels.sdpa import masked_sdpa, repeat_kv_heads
 __all__ = [
     "sink_attention",
     "softmax_heads",
+    "visible_keys",
     "window_blocks",
     "with_sink_key",
 ]
@@ -85,6 +86,31 @@ def sink_attention(
     if mask is not None and mask.dim() < q.dim():
         mask = mask[(None,) * (q.dim() - mask.dim())]
     return masked_sdpa(q, k, v, mask, dropout_p=dropout_p, scale=1.0)[..., :width]
+
+
+def visible_keys(
+    mask: Tensor | None,
+    query_positions: Tensor,
+    key_positions: Tensor,
+    *,
+    is_causal: bool,
+    window: int | None,
+    sink_tokens: int = 0,
+) -> Tensor | None:
+    """Which keys each query sees, broadcastable to ``(B, H, Lq, Lk)``: ``mask`` (boolean, over the
+    keys given or over every position up to the last key, then read at ``key_positions``), with
+    causality and a sliding ``window`` whose first ``sink_tokens`` positions stay visible; None
+    when that is every key."""
+    if mask is not None and mask.shape[-1] not in (1, len(key_positions)):  # over every position seen
+        mask = mask.index_select(-1, key_positions)
+    offsets = query_positions[:, None] - key_positions  # query position - key position
+    rule = offsets >= 0 if is_causal else None
+    if window is not None:
+        near = (offsets.abs() < window) | (key_positions < sink_tokens)
+        rule = near if rule is None else rule & near
+    if rule is None or bool(rule.all()):
+        return mask
+    return rule if mask is None else mask & rule
 
 
 def window_blocks(

@@ -83,7 +83,7 @@ from zoo.attention.contract.base import AttentionOutput, Capabilities
 from zoo.attention.contract.cache import ConvolvedCache, KeyValueCache, LayerCache, WindowCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels.sdpa import repeat_kv_heads
-from zoo.attention.kernels.window import softmax_heads, window_blocks
+from zoo.attention.kernels.window import softmax_heads, visible_keys, window_blocks
 from zoo.attention.modules.convolved import ShortConvolved
 from zoo.attention.modules.multi_head import SelfAttention
 from zoo.attention.modules.rotation import rotate_heads
@@ -287,9 +287,8 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         the Forgetting Transformer's decay). The context's mask spans the keys given, or every
         position up to the last key (a window cache's context), of which those held are read.
         ``projected_queries`` ``(B, Lq, H * d)``: the queries already projected (and convolved);
-        None projects ``x``. ``sees_every_key``: the caller knows that every query sees every key
-        given and that the context has no mask (a decoded token over its own cache), so no mask
-        is formed and ``key_positions`` is not read."""
+        None projects ``x``. ``sees_every_key``: every query sees every key given and the context has
+        no mask (a decoded token over its own cache), so no mask is formed."""
         if context.kv_store is not None:  # later layers may read these keys and values
             context.kv_store.put(self.layer_index, k, v, key_positions, first + x.shape[1])
         if projected_queries is None:
@@ -357,31 +356,21 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         )  # fmt: skip
 
     def _visible(self, context: AttentionContext, query_positions: Tensor, key_positions: Tensor) -> Tensor | None:
-        """Which keys each query sees, broadcastable to ``(B, H, Lq, Lk)``: the context's mask
-        (read at the keys held), causality and the window; None when it is every key."""
-        mask = context.mask
-        if mask is not None and mask.shape[-1] not in (1, len(key_positions)):  # over every position seen
-            mask = mask.index_select(-1, key_positions)
-        offsets = query_positions[:, None] - key_positions  # query position - key position
-        rule = offsets >= 0 if context.is_causal else None
-        if self.window is not None:
-            near = (offsets.abs() < self.window) | (key_positions < self.sink_tokens)
-            rule = near if rule is None else rule & near
-        if rule is None or bool(rule.all()):
-            return mask
-        return rule if mask is None else mask & rule
+        """Which keys each query sees under the context and this layer's window (:func:`visible_keys`)."""
+        return visible_keys(
+            context.mask, query_positions, key_positions, is_causal=context.is_causal, window=self.window,
+            sink_tokens=self.sink_tokens,
+        )  # fmt: skip
 
     # -- decoding ---------------------------------------------------------------------------------------
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
-        """New positions after ``cache``: a :class:`~zoo.attention.contract.cache.KeyValueCache` without a
-        window, a :class:`~zoo.attention.contract.cache.WindowCache` with one (which keeps the first
-        ``sink_tokens`` positions and the last ``window - 1``); held in a
-        :class:`~zoo.attention.contract.cache.ConvolvedCache`
-        with the convolutions' windows when the layer convolves; a layer that reads another's keys
-        and values reads that layer's cache and keeps a :class:`~zoo.attention.contract.kv_sharing.SharedCache`."""
+        """New positions after ``cache`` (:mod:`zoo.attention.contract.cache`): a ``KeyValueCache``, or
+        with a window a ``WindowCache`` (the first ``sink_tokens`` positions and the last ``window -
+        1``), in a ``ConvolvedCache`` with the convolutions' windows when the layer convolves; a layer
+        reading another's keys and values reads its cache and keeps a ``SharedCache``."""
         if self.kv_source is not None:
             return self.attend_shared_cached(x, cache, context)
         expected = WindowCache if self.window is not None else KeyValueCache
@@ -389,17 +378,16 @@ class SoftmaxAttention(SharesKeyValues, ShortConvolved, SelfAttention):
         context = AttentionContext(is_causal=True) if context is None else context
         seen = 0 if inner is None else inner.length
         q, k, v, windows = self._projected(x, context, windows, seen)
-        # one new token sees all that the cache holds (a window cache keeps only what it reaches)
         sees_every_key = x.shape[1] == 1 and context.mask is None and self.bias_scheme is None
-        if self.window is None:  # what the new positions see (``reach``) and what the cache keeps
+        # what the new positions see (``reach``: one token sees all a cache holds) and what is kept
+        if self.window is None:
             reach: KeyValueCache | WindowCache = KeyValueCache(k, v) if inner is None else inner.extend(k, v)
             held, positions = reach, None
         else:
             if inner is None:
                 inner = WindowCache(k[..., :0, :], v[..., :0, :], 0, self.sink_tokens, self.window)
             reach = inner.extend(k, v)
-            # the positions are read by a mask and by the layers reading these keys (``kv_source``)
-            unread = sees_every_key and context.kv_store is None
+            unread = sees_every_key and context.kv_store is None  # ``kv_source`` readers need positions
             held, positions = reach.trimmed(), None if unread else reach.positions
         output, _ = self.attend_positions(
             x, reach.keys, reach.values, context, first=seen, key_positions=positions, projected_queries=q,
