@@ -210,6 +210,16 @@ def test_validates_at_every_training_length_and_tests_at_each_test_length(module
     assert all(int(examples.inputs.max()) < vocab_size for examples in data.split("test"))
 
 
+def test_validation_lengths_move_the_validation_sets_to_the_extrapolation_lengths() -> None:
+    """Grazzi et al. validate at their test lengths (40-256), so the checkpoint kept is chosen on
+    extrapolation; the sets reach the model's positions (``block_size``) even past the test's."""
+    data = ParityDataModule(train_lengths=(3, 12), test_lengths=[12, 64], validation_lengths=[12, 96], num_validation=4)
+    assert data.block_size == 96
+    data.setup()
+    assert [(examples.length, len(examples)) for examples in data.split("validation")] == [(12, 4), (96, 4)]
+    assert [examples.length for examples in data.split("test")] == [12, 64]
+
+
 def _training_lengths(module, **arguments) -> np.ndarray:
     data = module(train_batches=600, batch_size=1, test_lengths=[40], **arguments)
     data.setup("fit")
@@ -255,6 +265,8 @@ def test_the_data_is_fixed_by_the_seeds() -> None:
         (ParityDataModule, {"train_lengths": (3,)}, "train_lengths is \\(shortest, longest\\)"),
         (ParityDataModule, {"test_lengths": []}, "test_lengths is empty"),
         (ModularArithmeticDataModule, {"test_lengths": [41]}, "takes even lengths of at least 2.*got 41"),
+        (ParityDataModule, {"validation_lengths": []}, "validation_lengths is empty"),
+        (ModularArithmeticDataModule, {"validation_lengths": [40, 63]}, "takes even lengths of at least 2.*got 63"),
     ],
 )
 def test_bad_input_is_refused_in_one_line(module, arguments: dict, message: str) -> None:

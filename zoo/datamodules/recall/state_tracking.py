@@ -12,12 +12,16 @@ the classes are equal (Merrill, Petty and Sabharwal, 2024).
 batch ``i`` of epoch ``e`` drawn from ``(generator_seed, seed, e, i)``), each batch at one length
 drawn uniformly from the lengths of ``train_lengths = (shortest, longest)`` that the task takes
 (modular arithmetic without brackets takes even ones). It validates on a set at each of those
-lengths (``num_validation`` examples each) and tests on a set at each of ``test_lengths``
-(``num_test`` each), which gives ``test/accuracy/length_<L>`` per length. The references:
+lengths, or at each of ``validation_lengths`` where given (``num_validation`` examples each), and
+tests on a set at each of ``test_lengths`` (``num_test`` each), which gives
+``val/accuracy/length_<L>`` and ``test/accuracy/length_<L>`` per length. The references:
 
 * Grazzi et al. (parity, modular arithmetic) train on sequence lengths 3-40 and validate and test
   on 40-256, each example of its own length, padded to 256 in a batch, the test a single mixed
   set; the zoo draws one length per batch (a batch holds one length) and tests length by length.
+  Their validation set lies at the test lengths, so the checkpoint they keep is chosen on
+  extrapolation; ``validation_lengths`` (for instance ``[40, 64, 128, 256]``) does the same here,
+  where the default validates at the training lengths and keeps the test lengths unseen.
   Their defaults here: ``train_lengths`` (3, 40), ``test_lengths`` 40 ... 256, batches of 256.
 * The Chomsky suite (cycle navigation, even pairs) draws one length per batch uniformly from 1-40
   (``UniformCurriculum``) as here, and evaluates every length up to 500 (the example script: 100),
@@ -72,7 +76,8 @@ class _StateTracking(RecallDataModule):
     Args:
         train_lengths: ``(shortest, longest)`` training length, both included.
         test_lengths: A test set per length, none shorter than the longest training length.
-        num_validation: Examples per validation set (one set per training length).
+        validation_lengths: A validation set per length (None: one per training length).
+        num_validation: Examples per validation set.
         num_test: Examples per test set.
         train_batches: Fresh training batches per epoch.
         kwargs: ``batch_size``, ``generator_seed``, ``seed`` (the training stream; the validation
@@ -88,6 +93,7 @@ class _StateTracking(RecallDataModule):
         self,
         train_lengths: Sequence[int] = TRAIN_LENGTHS,
         test_lengths: Sequence[int] = TEST_LENGTHS,
+        validation_lengths: Sequence[int] | None = None,
         num_validation: int = 64,
         num_test: int = 512,
         train_batches: int = 1_000,
@@ -98,8 +104,9 @@ class _StateTracking(RecallDataModule):
         self.training_lengths = self._training_lengths(train_lengths)
         self.test_lengths = tuple(test_lengths)
         self._check_test_lengths(max(self.training_lengths))
+        self.validation_lengths = self._validation_lengths(validation_lengths)
         self.num_validation, self.num_test, self.train_batches = num_validation, num_test, train_batches
-        self.block_size = max(self.test_lengths)
+        self.block_size = max(*self.test_lengths, *self.validation_lengths)
 
     def _training_lengths(self, train_lengths: Sequence[int]) -> tuple[int, ...]:
         if len(train_lengths) != 2:
@@ -127,16 +134,28 @@ class _StateTracking(RecallDataModule):
                 )
             self.lengths.check(length, self.task)
 
+    def _validation_lengths(self, validation_lengths: Sequence[int] | None) -> tuple[int, ...]:
+        if validation_lengths is None:
+            return self.training_lengths
+        if not validation_lengths:
+            raise DataError(
+                "validation_lengths is empty: give at least one length, or leave it out to validate at the "
+                "training lengths."
+            )
+        for length in validation_lengths:
+            self.lengths.check(length, self.task)
+        return tuple(validation_lengths)
+
     def generator(self) -> Generate:
         """``generate(rng, count, seq_len)`` for this task (picklable, for worker processes)."""
         raise NotImplementedError
 
     def build_split(self, split: str) -> list[Examples]:
         """Nothing for training (its batches are generated as they are read); a validation set per
-        training length; a test set per test length."""
+        validation length; a test set per test length."""
         lengths, count = {
             "train": ((), 0),
-            "validation": (self.training_lengths, self.num_validation),
+            "validation": (self.validation_lengths, self.num_validation),
             "test": (self.test_lengths, self.num_test),
         }[split]
         generate = self.generator()
