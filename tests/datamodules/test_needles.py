@@ -141,7 +141,7 @@ def test_sets_per_length_and_depth_named_by_the_recall_task_and_fixed_by_the_see
     data = _module()
     assert (data.vocab_size, data.block_size) == (3 + 21 + 8 + 8, 96)
     data.setup()
-    names = [_set_name(batch) for batch in data.test_dataloader()]
+    names = list(dict.fromkeys(_set_name(batch) for batch in data.test_dataloader()))  # a set in one or more batches
     assert names == [f"length_{n}_depth_{d}" for n in (48, 96) for d in (0, 50, 100)]
     assert [_set_name(batch) for batch in data.val_dataloader()] == [f"length_48_depth_{d}" for d in (0, 50, 100)]
     assert _set_name({"inputs": torch.zeros(2, 8), "num_kv_pairs": torch.tensor([4, 4])}) == "num_kv_pairs_4"
@@ -155,6 +155,18 @@ def test_sets_per_length_and_depth_named_by_the_recall_task_and_fixed_by_the_see
     batch = next(iter(data.train_dataloader()))
     assert batch["inputs"].shape == (4, 48) and "depth" not in batch
     assert torch.equal(batch["inputs"], next(iter(again.train_dataloader()))["inputs"])
+
+
+def test_evaluation_batches_hold_a_training_batch_of_tokens_at_the_most() -> None:
+    """Sixteen 16k-token examples at once are more than a layer that scores every pair can hold;
+    by default a test batch holds no more tokens than a training one (4 x 48 here)."""
+    data = _module(num_test=6)
+    data.setup()
+    assert [batch["inputs"].shape[0] for batch in data.test_dataloader()] == [4, 2] * 3 + [2, 2, 2] * 3
+    assert [batch["inputs"].shape[0] for batch in data.val_dataloader()] == [4, 2] * 3
+    unbounded = _module(num_test=6, eval_batch_tokens=10_000)
+    unbounded.setup()
+    assert [batch["inputs"].shape[0] for batch in unbounded.test_dataloader()] == [4, 2] * 6
 
 
 @pytest.mark.parametrize(

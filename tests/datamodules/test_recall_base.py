@@ -115,6 +115,17 @@ def test_evaluation_covers_every_example_once_in_order_and_shares_whole_batches(
     assert all(many) and sorted(i for share in many for b in share for i in b) == sorted(i for b in single for i in b)
 
 
+def test_a_token_budget_shrinks_the_batches_of_long_sets_alone() -> None:
+    sets = _sets()  # lengths 4, 6 and 3
+    batches = [_ids(batch) for batch in evaluation_batches(sets, 4, None, max_tokens=12)]
+    assert batches == [
+        [0, 1, 2], [3, 4, 5], [6], [100, 101], [102, 103], [104], [200, 201, 202, 203], [204, 205, 206, 207],
+        [208, 209, 210, 211],
+    ]  # fmt: skip
+    one = [_ids(batch) for batch in evaluation_batches(sets, 4, None, max_tokens=1)]
+    assert [len(batch) for batch in one] == [1] * 24  # one example at least, however long
+
+
 class _Tiny(RecallDataModule):
     name = "tiny"
     vocab_size, block_size = 1_000, 6

@@ -269,12 +269,19 @@ class EpochBatches(DistributedSampler):
 
 
 def evaluation_batches(
-    sets: Sequence[Examples], batch_size: int, trainer: L.Trainer | None, **kwargs: Any
+    sets: Sequence[Examples],
+    batch_size: int,
+    trainer: L.Trainer | None,
+    *,
+    max_tokens: int | None = None,
+    **kwargs: Any,
 ) -> DataLoader:
     """A validation or test loader: every example of every set once, each set in order in batches
-    of ``batch_size``; under several processes, process ``r`` of ``W`` takes batches ``r, r + W,
-    ...`` (none repeated). Batches are made smaller when there are fewer than processes, as each
-    needs one; ``kwargs`` go to the DataLoader.
+    of ``batch_size`` (with ``max_tokens``, of at most that many tokens, one example at least, so
+    that a set far longer than training is not evaluated sixteen 16k-token examples at once);
+    under several processes, process ``r`` of ``W`` takes batches ``r, r + W, ...`` (none
+    repeated). Batches are made smaller when there are fewer than processes, as each needs one;
+    ``kwargs`` go to the DataLoader.
 
     Raises:
         DataError: the sets hold fewer examples than there are processes.
@@ -283,12 +290,13 @@ def evaluation_batches(
     total = sum(len(examples) for examples in sets)
     if total < processes:
         raise DataError(f"An evaluation split of {total} examples cannot give each of {processes} processes one.")
-    while sum(math.ceil(len(examples) / batch_size) for examples in sets) < processes:
-        batch_size = math.ceil(batch_size / 2)
+    sizes = [batch_size if max_tokens is None else max(1, min(batch_size, max_tokens // e.length)) for e in sets]
+    while sum(math.ceil(len(examples) / size) for examples, size in zip(sets, sizes)) < processes:
+        sizes = [math.ceil(size / 2) for size in sizes]
     keys = [
-        (which, slice(start, start + batch_size))
-        for which, examples in enumerate(sets)
-        for start in range(0, len(examples), batch_size)
+        (which, slice(start, start + size))
+        for which, (examples, size) in enumerate(zip(sets, sizes))
+        for start in range(0, len(examples), size)
     ]
     dataset = _Keyed(SetBatches(sets), keys)
     sampler = WholeBatchSampler(dataset, [[k] for k in range(len(keys))], num_replicas=processes, rank=rank)
@@ -339,6 +347,10 @@ class RecallDataModule(L.LightningDataModule):
     """The longest sequence any split holds: what a model's learned positions must cover."""
     backbone: str = LANGUAGE_MODEL
     """The model the task trains (one of :data:`BACKBONES`, linked into the recall model)."""
+    eval_batch_tokens: int | None = None
+    """Tokens per validation and test batch at the most (one example at least); None:
+    ``batch_size`` examples whatever their length. A module whose test sets run far past its
+    training length sets it (the needles: a training batch's tokens)."""
 
     def __init__(self, batch_size: int = 64, generator_seed: int = 0, seed: int = 0, num_workers: int | None = None):
         super().__init__()
@@ -378,11 +390,20 @@ class RecallDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         """Every validation example once, a set at a time."""
-        return evaluation_batches(self.split("validation"), self.batch_size, self.trainer, **self._loader_kwargs())
+        return self._evaluation_batches("validation")
 
     def test_dataloader(self) -> DataLoader:
         """Every test example once, a set at a time."""
-        return evaluation_batches(self.split("test"), self.batch_size, self.trainer, **self._loader_kwargs())
+        return self._evaluation_batches("test")
+
+    def _evaluation_batches(self, split: str) -> DataLoader:
+        return evaluation_batches(
+            self.split(split),
+            self.batch_size,
+            self.trainer,
+            max_tokens=self.eval_batch_tokens,
+            **self._loader_kwargs(),
+        )
 
     def generated_train_dataloader(
         self, generate: Callable[[np.random.Generator, int], Examples], batches: int

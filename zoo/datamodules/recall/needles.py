@@ -54,6 +54,10 @@ class NeedleDataModule(RecallDataModule):
         num_test: Examples per validation and test set.
         train_batches: Fresh training batches per epoch.
         batch_size: Examples per batch.
+        eval_batch_tokens: Tokens per validation and test batch at the most (one example at
+            least); None: a training batch's, ``batch_size * seq_len``, so that the test at 16k
+            holds a layer's memory near what training at ``seq_len`` took (sixteen 16k-token
+            examples at once are more than 24 GiB for a layer that scores every pair).
         kwargs: ``generator_seed``, ``seed``, ``num_workers``
             (:class:`~zoo.datamodules.recall.base.RecallDataModule`).
     """
@@ -75,10 +79,14 @@ class NeedleDataModule(RecallDataModule):
         num_test: int = 64,
         train_batches: int = 1_000,
         batch_size: int = 16,
+        eval_batch_tokens: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
-        check_minimums(num_test=(num_test, 1), train_batches=(train_batches, 1))
+        check_minimums(
+            num_test=(num_test, 1), train_batches=(train_batches, 1), eval_batch_tokens=(eval_batch_tokens, 1)
+        )
+        self.eval_batch_tokens = max(1, batch_size * seq_len) if eval_batch_tokens is None else eval_batch_tokens
         haystack = noise_haystack() if text_path is None else text_haystack(text_path, text_unit)
         self.task = NeedleTask(kind, haystack, num_key_ids, num_value_ids, num_chains, num_hops)
         self.task.check(seq_len)
