@@ -188,7 +188,7 @@ class ParityDataModule(_StateTracking):
     Args:
         vocab_size: Ids, Grazzi's padding id 0 included (never drawn): 3 in the paper.
         batch_size: Examples per batch (Grazzi: 256).
-        kwargs: ``train_lengths``, ``test_lengths``, ``num_validation``, ``num_test``,
+        kwargs: ``train_lengths``, ``test_lengths``, ``validation_lengths``, ``num_validation``, ``num_test``,
             ``train_batches``, ``generator_seed``, ``seed``, ``num_workers``.
     """
 
@@ -256,7 +256,7 @@ class _ChomskyTask(_StateTracking):
 
     Args:
         batch_size: Examples per batch (the suite's: 128).
-        kwargs: ``train_lengths``, ``test_lengths``, ``num_validation``, ``num_test``,
+        kwargs: ``train_lengths``, ``test_lengths``, ``validation_lengths``, ``num_validation``, ``num_test``,
             ``train_batches``, ``generator_seed``, ``seed``, ``num_workers``.
     """
 
@@ -303,7 +303,7 @@ class WordProblemDataModule(_StateTracking):
     Args:
         group: ``Z<n>`` (``n >= 2``), ``S3``, ``S4``, ``S5``, ``A4`` or ``A5``.
         batch_size: Examples per batch (word-problem's: 32).
-        kwargs: ``train_lengths``, ``test_lengths``, ``num_validation``, ``num_test``,
+        kwargs: ``train_lengths``, ``test_lengths``, ``validation_lengths``, ``num_validation``, ``num_test``,
             ``train_batches``, ``generator_seed``, ``seed``, ``num_workers``.
     """
 
