@@ -14,13 +14,9 @@ from jsonargparse import ArgumentParser
 from tests.helpers.statistics import chi_square_p, two_sample_chi_square_p
 from zoo.datamodules import DATAMODULE_REGISTRY
 from zoo.datamodules.loaders import ResumableDataLoader
-from zoo.datamodules.recall.base import (
-    Examples,
-    RecallDataModule,
-    SetBatches,
-    ShuffledSetBatches,
+from zoo.datamodules.recall.base import Examples, RecallDataModule, SetBatches, ShuffledSetBatches, evaluation_batches
+from zoo.datamodules.recall.draws import (
     distinct_integers,
-    evaluation_batches,
     shared_generator,
     split_generator,
     weighted_draws_without_replacement,

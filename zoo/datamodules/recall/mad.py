@@ -21,14 +21,8 @@ from types import MappingProxyType
 from typing import Any
 
 from zoo.datamodules.base import check_minimums
-from zoo.datamodules.recall.base import (
-    AUTOENCODER,
-    LANGUAGE_MODEL,
-    Examples,
-    RecallDataModule,
-    shared_generator,
-    split_generator,
-)
+from zoo.datamodules.recall.base import AUTOENCODER, LANGUAGE_MODEL, Examples, RecallDataModule
+from zoo.datamodules.recall.draws import shared_generator, split_generator
 from zoo.datamodules.recall.mad_tasks import (
     compression,
     fuzzy_in_context_recall,

@@ -39,7 +39,8 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from zoo.datamodules.base import check_minimums
-from zoo.datamodules.recall.base import IGNORE_INDEX, Examples, RecallDataModule, distinct_integers, split_generator
+from zoo.datamodules.recall.base import IGNORE_INDEX, Examples, RecallDataModule
+from zoo.datamodules.recall.draws import distinct_integers, split_generator
 from zoo.datamodules.registry import register_datamodule
 from zoo.errors import DataError
 

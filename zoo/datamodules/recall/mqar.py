@@ -29,7 +29,7 @@ refuses the same inputs, each in one line.
 
 Where the zoo departs from Zoology's code, and why: the draws come from a seeded NumPy
 ``Generator`` instead of the global ``np.random`` state and ``torch.randint``, and are made for
-all examples at once (:func:`~zoo.datamodules.recall.base.distinct_integers` for keys and values,
+all examples at once (:func:`~zoo.datamodules.recall.draws.distinct_integers` for keys and values,
 the Gumbel top-k trick for the slots): the same distributions, a different stream, 8 to 15
 times faster. Training batches are shuffled across a mixture's sets each epoch, where Zoology's
 loader serves each set's batches in turn; validation is a second draw of the test sets, where
@@ -44,14 +44,8 @@ from typing import Any
 import numpy as np
 
 from zoo.datamodules.base import check_minimums
-from zoo.datamodules.recall.base import (
-    IGNORE_INDEX,
-    Examples,
-    RecallDataModule,
-    distinct_integers,
-    split_generator,
-    weighted_draws_without_replacement,
-)
+from zoo.datamodules.recall.base import IGNORE_INDEX, Examples, RecallDataModule
+from zoo.datamodules.recall.draws import distinct_integers, split_generator, weighted_draws_without_replacement
 from zoo.datamodules.registry import register_datamodule
 from zoo.errors import DataError
 

@@ -74,7 +74,8 @@ from types import MappingProxyType
 import numpy as np
 
 from zoo.datamodules.base import check_minimums
-from zoo.datamodules.recall.base import IGNORE_INDEX, Examples, distinct_integers
+from zoo.datamodules.recall.base import IGNORE_INDEX, Examples
+from zoo.datamodules.recall.draws import distinct_integers
 from zoo.datamodules.recall.haystacks import BIND, QUERY, SEPARATOR, SPECIAL_IDS, Haystack
 from zoo.errors import DataError
 

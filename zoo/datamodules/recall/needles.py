@@ -13,7 +13,8 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from zoo.datamodules.base import check_minimums
-from zoo.datamodules.recall.base import Examples, RecallDataModule, split_generator
+from zoo.datamodules.recall.base import Examples, RecallDataModule
+from zoo.datamodules.recall.draws import split_generator
 from zoo.datamodules.recall.haystacks import noise_haystack, text_haystack
 from zoo.datamodules.recall.needle_tasks import (
     DEPTHS,

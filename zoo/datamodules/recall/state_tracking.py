@@ -45,7 +45,8 @@ from torch.utils.data import DataLoader
 
 from zoo.datamodules.base import check_minimums
 from zoo.datamodules.recall import state_tracking_tasks as tasks
-from zoo.datamodules.recall.base import Examples, RecallDataModule, split_generator
+from zoo.datamodules.recall.base import Examples, RecallDataModule
+from zoo.datamodules.recall.draws import split_generator
 from zoo.datamodules.recall.groups import FiniteGroup, finite_group
 from zoo.datamodules.registry import register_datamodule
 from zoo.errors import DataError
