@@ -169,6 +169,20 @@ def test_evaluation_batches_hold_a_training_batch_of_tokens_at_the_most() -> Non
     assert [batch["inputs"].shape[0] for batch in unbounded.test_dataloader()] == [4, 2] * 6
 
 
+def test_hyperparameters_saved_before_the_token_budget_rebuild_the_same_module() -> None:
+    """A checkpoint written before ``eval_batch_tokens`` holds hyperparameters without it: the module
+    they rebuild batches its evaluation as a training batch's tokens, and draws the same examples."""
+    data = _module(num_test=6)
+    earlier = {name: value for name, value in data.hparams.items() if name != "eval_batch_tokens"}
+    rebuilt = NeedleDataModule(**earlier)
+    assert rebuilt.eval_batch_tokens == data.eval_batch_tokens == 4 * 48
+    data.setup()
+    rebuilt.setup()
+    ours, theirs = list(data.test_dataloader()), list(rebuilt.test_dataloader())
+    assert [b["inputs"].shape for b in ours] == [b["inputs"].shape for b in theirs]
+    assert all(torch.equal(a["inputs"], b["inputs"]) for a, b in zip(ours, theirs))
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -24,8 +24,9 @@ training data every step (Mamba's tasks) draws batch ``i`` of epoch ``e`` from
 and processes share whole batches (:class:`~zoo.datamodules.loaders.WholeBatchSampler`).
 
 **Determinism**: every draw comes from a NumPy ``Generator`` spawned from the data module's
-``generator_seed`` with the split and the set as its key (:func:`~zoo.datamodules.recall.draws.split_generator`), never from a
-global random state, so every process, platform and run builds the same data.
+``generator_seed`` with the split and the set as its key
+(:func:`~zoo.datamodules.recall.draws.split_generator`), never from a global random state, so
+every process, platform and run builds the same data.
 """
 
 from __future__ import annotations
