@@ -50,6 +50,14 @@ al.'s extension (2025, "Unlocking State-Tracking in Linear RNNs Through Negative
 eigenvalues in ``[0, 1]`` cannot (:class:`~zoo.attention.modules.gating.WriteStrength`;
 flash-linear-attention's ``allow_neg_eigval``). The kernels take any ``b_t``, and the state still
 never grows (``|1 - b_t| < 1``); fla's kernels run it too.
+
+Where the zoo's parity cells differ from the paper's (``docs/results/state_tracking.md``): a
+2-layer stack of width 64 trained at lengths 3-40 is exact to 64, and at 256 one seed of three
+reads 0.996 and the others 0.76-0.78, where Grazzi et al. report near 1. The counting heads of the
+seeds that fail learn ``b_t`` of 1.95-1.99 for the flipping symbol, not 2, so the count fades as
+``(b_t - 1)^n`` over ``n`` flips, and the training lengths never penalise that. Computing ``b_t``
+in bfloat16, as fla does under autocast (it rounds to exactly 2 past a logit of about 6.2),
+changes nothing measurable: again one seed of three.
 """
 
 from __future__ import annotations
