@@ -21,7 +21,7 @@ from zoo.datamodules.recall.haystacks import BIND, NOISE, QUERY, SEPARATOR, nois
 from zoo.datamodules.recall.needle_tasks import NEEDLE_KINDS, NeedleTask
 from zoo.errors import DataError
 from zoo.tasks import RecallModel
-from zoo.tasks.needle_heatmap import depth_accuracies, save_needle_heatmap
+from zoo.tasks.needle_heatmap import depth_accuracies, needle_heatmap, save_needle_heatmap
 from zoo.tasks.recall import _set_name
 
 NOISE_TASK = {"haystack": noise_haystack(), "num_key_ids": 16, "num_value_ids": 24}
@@ -244,6 +244,17 @@ def test_the_heatmap_reads_the_metrics_and_averages_runs(tmp_path: Path) -> None
     assert path.stat().st_size > 1000 and path.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(DataError, match="No metric test/accuracy/length_<L>_depth_<D>"):
         depth_accuracies({"test/accuracy/length_1024": 1.0})
+
+
+@pytest.mark.parametrize("lengths", [(512, 16384), (512, 2048, 8192, 16384)])
+def test_a_long_title_wraps_inside_the_heatmap(lengths: tuple[int, ...]) -> None:
+    """A row's whole setting as the title stays within the figure's edges, however few columns."""
+    title = "softmax, conv_size 4, position=none: single needle, trained at 512, tested to 16k"
+    figure = needle_heatmap({(n, d): 0.5 for n in lengths for d in (0, 50, 100)}, title=title)
+    figure.draw_without_rendering()  # lays the figure out as saving it does
+    box, edges = figure.axes[0].title.get_window_extent(), figure.bbox
+    assert edges.x0 <= box.x0 and box.x1 <= edges.x1 and box.y1 <= edges.y1
+    assert figure.axes[0].get_title().replace("\n", " ") == title
 
 
 def test_a_fit_from_the_command_line_tests_every_length_and_depth(in_tmp: Path) -> None:

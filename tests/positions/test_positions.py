@@ -12,6 +12,7 @@ import torch
 import zoo
 from tests.helpers import write_distribution
 from zoo.attention import IncompatibleAttentionError
+from zoo.attention.kernels.position_bias import position_bias_grid
 from zoo.models import SentimentClassifier
 from zoo.positions import (
     ALiBi,
@@ -218,6 +219,48 @@ def test_t5_bias_reads_each_heads_learned_value_at_the_bucket() -> None:
         for j in range(6):
             bucket = _t5_bucket_reference(j - i, bidirectional=True)
             assert torch.equal(bias[:, i, j], t5.bias[:, bucket])
+
+
+class _CountingScheme(torch.nn.Module):
+    """Wraps a relative scheme and records how many pairs each call evaluates."""
+
+    relative = True
+
+    def __init__(self, scheme: torch.nn.Module) -> None:
+        super().__init__()
+        self.scheme, self.pairs = scheme, []
+
+    def forward(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        self.pairs.append(torch.broadcast_shapes(query_positions.shape, key_positions.shape).numel())
+        return self.scheme(query_positions, key_positions)
+
+
+@pytest.mark.parametrize(
+    "scheme", [T5RelativeBias(3, causal=True), T5RelativeBias(3), ALiBi(3, causal=True), ALiBi(5)], ids=repr
+)
+@pytest.mark.parametrize(("num_queries", "num_keys"), [(7, 7), (1, 9), (4, 300), (300, 300)])
+def test_a_relative_schemes_grid_is_read_off_one_row_of_distances(scheme, num_queries: int, num_keys: int) -> None:
+    """The Toeplitz grid equals the scheme at every (query, key) pair, bottom-right aligned, and
+    evaluates the scheme at ``Lq + Lk - 1`` distances rather than ``Lq Lk`` pairs."""
+    counting = _CountingScheme(scheme)
+    grid = position_bias_grid(counting, num_queries, num_keys, torch.device("cpu"))
+    queries = torch.arange(num_queries) + num_keys - num_queries
+    direct = torch.stack(
+        [torch.stack([scheme(queries[i], torch.tensor(j)) for j in range(num_keys)], -1) for i in range(num_queries)],
+        -2,
+    )
+    assert torch.equal(grid, direct)
+    assert counting.pairs == [num_queries + num_keys - 1]
+
+
+def test_a_scheme_not_declared_relative_is_evaluated_on_the_full_grid() -> None:
+    """A plugin bias that reads absolute positions keeps its meaning: no Toeplitz shortcut."""
+
+    def absolute(query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        return (query_positions * 10 + key_positions).float().unsqueeze(0)
+
+    grid = position_bias_grid(absolute, 2, 3, torch.device("cpu"))
+    assert grid.tolist() == [[[10.0, 11.0, 12.0], [20.0, 21.0, 22.0]]]
 
 
 # -- absolute ---------------------------------------------------------------------------------

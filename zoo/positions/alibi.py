@@ -43,6 +43,7 @@ class ALiBi(PositionScheme):
     """
 
     kind = "bias"
+    relative = True
 
     def __init__(self, num_heads: int, causal: bool = False) -> None:
         super().__init__()

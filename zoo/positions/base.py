@@ -14,7 +14,8 @@ says where it acts, and so what it needs from the rest of the model:
   positions that broadcast (``(Lq, 1)`` and ``(1, Lk)`` for a full grid) returns a float bias
   with a leading head axis, ``(H, Lq, Lk)``, added to the scores. A variant that scores only
   some pairs (``local``'s blocks) evaluates it at those pairs only. The variant must add it
-  (:attr:`zoo.Attention.supports_position_bias`).
+  (:attr:`zoo.Attention.supports_position_bias`). A scheme that depends on ``key - query``
+  alone says so (:attr:`PositionScheme.relative`), and its full grid costs one row of distances.
 
 A scheme is built per stack (encoder, decoder) and shared by its self-attention layers;
 cross-attention never gets positions. :func:`create_position` fills in the sizes a scheme's
@@ -50,6 +51,9 @@ class PositionScheme(nn.Module):
 
     #: where the scheme acts: on embeddings, on per-head queries and keys, or on the scores
     kind: ClassVar[PositionKind] = "absolute"
+    #: a bias scheme whose bias depends on ``key - query`` alone (``alibi``, ``t5``): its full grid
+    #: is then read off one row of ``Lq + Lk - 1`` distances (:func:`~zoo.attention.kernels.position_bias.position_bias_grid`)
+    relative: ClassVar[bool] = False
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         """Embeddings ``(B, L, D)`` at positions ``offset ..``: an absolute scheme adds its

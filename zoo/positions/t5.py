@@ -49,6 +49,7 @@ class T5RelativeBias(PositionScheme):
     """
 
     kind = "bias"
+    relative = True
 
     def __init__(
         self,

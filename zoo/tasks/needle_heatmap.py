@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -31,6 +32,10 @@ from zoo.errors import DataError
 __all__ = ["depth_accuracies", "needle_heatmap", "save_needle_heatmap"]
 
 _SET = re.compile(r"/length_(\d+)_depth_(\d+)$")
+_TITLE_CHARACTERS_PER_INCH = 14
+"""Characters of a 10-point title per inch of the heatmap's width: a longer title wraps onto more
+lines (and the figure grows to hold them), so that a title naming a row's whole setting never runs
+past the figure's edges."""
 
 
 def depth_accuracies(
@@ -68,7 +73,9 @@ def needle_heatmap(accuracies: Mapping[tuple[int, int], float], *, title: str = 
     grid = np.full((len(depths), len(lengths)), np.nan)
     for (length, depth), value in accuracies.items():
         grid[depths.index(depth), lengths.index(length)] = value
-    figure = Figure(figsize=(1.2 + 0.9 * len(lengths), 1.4 + 0.5 * len(depths)), layout="constrained")
+    width = max(4.0, 1.2 + 0.9 * len(lengths))
+    title = textwrap.fill(title, int(_TITLE_CHARACTERS_PER_INCH * (width - 1.0)))  # the colour bar's inch aside
+    figure = Figure(figsize=(width, 1.4 + 0.5 * len(depths) + 0.2 * title.count("\n")), layout="constrained")
     axes = figure.subplots()
     image = axes.imshow(grid, cmap="RdYlGn", vmin=0.0, vmax=1.0, aspect="auto")
     for row, column in np.ndindex(grid.shape):
@@ -79,7 +86,7 @@ def needle_heatmap(accuracies: Mapping[tuple[int, int], float], *, title: str = 
     axes.set_yticks(range(len(depths)), [f"{depth}%" for depth in depths])
     axes.set_xlabel("Context length (tokens)")
     axes.set_ylabel("Needle depth")
-    axes.set_title(title)
+    axes.set_title(title, fontsize=10)
     figure.colorbar(image, ax=axes, label="Accuracy")
     return figure
 

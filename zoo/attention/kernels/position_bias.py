@@ -16,12 +16,24 @@ __all__ = ["PositionBias", "position_bias_grid"]
 
 PositionBias = Callable[[Tensor, Tensor], Tensor]
 """A bias positional scheme: integer query and key positions that broadcast together to ``S``
--> a float bias ``(heads, *S)`` added to the scores (see :mod:`zoo.positions`)."""
+-> a float bias ``(heads, *S)`` added to the scores (see :mod:`zoo.positions`). One whose bias
+depends on ``key - query`` alone sets a true ``relative`` attribute
+(:attr:`zoo.positions.PositionScheme.relative`)."""
 
 
 def position_bias_grid(position_bias: PositionBias, num_queries: int, num_keys: int, device: torch.device) -> Tensor:
     """``position_bias`` on the full grid ``(heads, Lq, Lk)``: query ``i`` at ``Lk - Lq + i``
-    (bottom-right, as causal masks align), key ``j`` at ``j``."""
+    (bottom-right, as causal masks align), key ``j`` at ``j``.
+
+    A ``relative`` scheme is evaluated once per distance ``key - query``, from ``-(Lk - 1)`` to
+    ``Lq - 1``, and the grid is that row laid out as a Toeplitz matrix (row ``i`` is the window
+    starting at ``Lq - 1 - i``): the scheme's own intermediates then cost ``Lq + Lk - 1`` entries
+    instead of ``Lq Lk`` each (at 16k tokens, T5's buckets over the full grid held about 18 GB).
+    """
+    if getattr(position_bias, "relative", False):
+        distances = torch.arange(-(num_keys - 1), num_queries, device=device)
+        row = position_bias(distances.new_zeros(()), distances)  # (heads, Lq + Lk - 1), d = key - query
+        return row.unfold(-1, num_keys, 1).flip(-2)
     keys = torch.arange(num_keys, device=device)
     queries = torch.arange(num_queries, device=device) + (num_keys - num_queries)
     return position_bias(queries.unsqueeze(-1), keys)
