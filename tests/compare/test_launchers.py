@@ -339,6 +339,27 @@ def test_wandb_offline_run_has_the_group_and_the_grid(in_tmp: Path, monkeypatch:
     assert kept == {stage: ("sweep", "attention=average/seed0", grid) for stage in ("fit", "validate")}
 
 
+def test_a_stopped_comparison_reports_the_runs_that_finished(tmp_path: Path) -> None:
+    """Stopped while its second run trains, a comparison still writes ``report.md`` for the first,
+    saying it was interrupted and how many of the planned runs are recorded; the report of a
+    finished comparison replaces it when the same command ends."""
+    out = tmp_path / "cmp"
+    command = [sys.executable, "-m", "zoo", "compare", "--model", "nadaraya_watson", "--grid", "trainer.max_steps=2,100000",
+               "--out", str(out), "--parallel", "1", "--cpus_per_run", "1"]  # fmt: skip
+    comparison = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = out / "runs" / "max_steps=100000" / "seed0"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not list(second.rglob("metrics.csv")):  # the first is recorded
+        time.sleep(0.2)
+    comparison.send_signal(signal.SIGTERM)
+    _, stderr = comparison.communicate(timeout=60)
+    assert comparison.returncode == 143, stderr
+    assert [record["combination"] for record in load_records(out / "records.jsonl")] == ["max_steps=2"]
+    report = (out / "report.md").read_text()
+    assert "**Interrupted**: 1 run(s) recorded of the 2 planned" in report
+    assert "| `max_steps=2` " in report and "`max_steps=100000`" not in report.split("Interrupted")[1]
+
+
 def test_sigterm_stops_the_comparison_and_its_fits_and_records_nothing_of_them(tmp_path: Path) -> None:
     """SIGTERM, as a scheduler or ``kill`` sends it, reaches the comparison alone (not its process
     group, as Ctrl-C does): the running fit is sent it too, saves ``last.ckpt`` and stops; it is

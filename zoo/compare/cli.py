@@ -30,6 +30,7 @@ from zoo.compare.grid import combinations, parse_budget, parse_grid
 from zoo.compare.launch import Launcher
 from zoo.compare.local import LocalLauncher
 from zoo.compare.process import Terminated, stop_children_on_sigterm
+from zoo.compare.records import load_records
 from zoo.compare.report import summary_tables, write_report
 from zoo.compare.run import STAGE_PREFIX
 from zoo.compare.runner import CompareConfig, Comparison
@@ -226,15 +227,17 @@ def main(args: list[str]) -> None:
     """Parse, run every unfinished run, write the report, print its tables and where it is.
 
     SIGTERM stops the comparison as Ctrl-C does, its running fits too (nothing of them recorded),
-    with one line and status 143; the same command then continues what is unfinished (each stopped
-    fit from the ``last.ckpt`` it saved)."""
+    with one line and status 143; either way the report is written for the runs that finished, and
+    the same command then continues what is unfinished (each stopped fit from the ``last.ckpt`` it
+    saved)."""
     try:
         with stop_children_on_sigterm():
             _compare(args)
     except Terminated:
         print(
             "compare: stopped by SIGTERM with its running fits, which are not recorded; "
-            "the same command continues them from their last.ckpt and keeps the finished ones.",
+            "the same command continues them from their last.ckpt and keeps the finished ones "
+            "(report.md covers those).",
             file=sys.stderr,
         )
         raise SystemExit(128 + signal.SIGTERM) from None
@@ -278,25 +281,72 @@ def _compare(args: list[str]) -> None:
         _dry_run(comparison, options, axes)
         return
     sweep_lines = ""
-    if options.sweep:
-        selected, mode = parse_select(options.select, comparison.monitor, STAGE_PREFIX[config.evaluate])
-        sweep = parse_sweep(options.sweep, selected, mode, options.sweep_seeds)
-        groups = grouped(sweep, axes)
-        choices = choose(comparison.run([(c, range(sweep.seeds)) for _, runs in groups for c in runs]), sweep, groups)
-        records = comparison.run([(choice.kept, range(config.seeds)) for choice in choices])
-        baseline = choices[names.index(baseline)].kept.name
-        names = [choice.kept.name for choice in choices]
-        sweep_lines = "\n\n" + sweep_table(sweep, choices)
-    else:
-        records = comparison.run()
-    stopped = [record for record in records if record.get("stopped")]
-    records = [record for record in records if not record.get("stopped")]
-    header = (
-        f"`python -m zoo fit {shlex.join(base)}` with {', '.join(f'`{k}` in {v}' for k, v in axes.items()) or 'no grid'}; "
+    try:
+        if options.sweep:
+            selected, mode = parse_select(options.select, comparison.monitor, STAGE_PREFIX[config.evaluate])
+            sweep = parse_sweep(options.sweep, selected, mode, options.sweep_seeds)
+            groups = grouped(sweep, axes)
+            choices = choose(
+                comparison.run([(c, range(sweep.seeds)) for _, runs in groups for c in runs]), sweep, groups
+            )
+            records = comparison.run([(choice.kept, range(config.seeds)) for choice in choices])
+            baseline = choices[names.index(baseline)].kept.name
+            names = [choice.kept.name for choice in choices]
+            sweep_lines = "\n\n" + sweep_table(sweep, choices)
+        else:
+            records = comparison.run()
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (Terminated): report what finished, then stop
+        _report_recorded(comparison, options, axes, metric)
+        raise
+    _report(comparison, options, axes=axes, against=against, records=records, names=names, baseline=baseline,
+            metric=metric, sweep_lines=sweep_lines)  # fmt: skip
+
+
+def _header(comparison: Comparison, options: argparse.Namespace, axes: dict[str, list[str]]) -> str:
+    """The report's opening: the fit command, the grid, seeds, budget, launcher and records file."""
+    config, launcher = comparison.config, comparison.launcher
+    return (
+        f"`python -m zoo fit {shlex.join(config.base)}` with {', '.join(f'`{k}` in {v}' for k, v in axes.items()) or 'no grid'}; "
         f"{config.seeds} seed(s); budget {options.budget or 'from the configuration'}; {config.evaluate} of each run's last checkpoint; "
         f"{launcher.parallel or 'as many as fit'} run(s) at once, {launcher.threads} thread(s) each. Records: `{comparison.records_file}`.\n\n"
-        f"Data (before the grid and seeds): `{comparison.data_description}`." + sweep_lines
+        f"Data (before the grid and seeds): `{comparison.data_description}`."
     )
+
+
+def _report_recorded(
+    comparison: Comparison, options: argparse.Namespace, axes: dict[str, list[str]], metric: str | None
+) -> None:
+    """On a stop: the report of every run recorded so far (nothing when none is), saying that the
+    comparison stopped; a sweep's are its runs at every value, before any choice."""
+    records = [record for record in load_records(comparison.records_file) if not record.get("stopped")]
+    if not records:
+        return
+    names = [combination.name for combination in comparison.combinations]
+    planned = "" if options.sweep else f" of the {len(names) * comparison.config.seeds} planned"
+    header = _header(comparison, options, axes) + (
+        f"\n\n**Interrupted**: {len(records)} run(s) recorded{planned}; the same command continues the rest."
+    )
+    baseline = options.baseline if options.baseline in names else names[0]
+    write_report(records, comparison.config.out, names, baseline, header, metric)
+
+
+def _report(
+    comparison: Comparison,
+    options: argparse.Namespace,
+    *,
+    axes: dict[str, list[str]],
+    against: str | None,
+    records: list[dict[str, Any]],
+    names: list[str],
+    baseline: str,
+    metric: str | None,
+    sweep_lines: str,
+) -> None:
+    """Write the report of a finished comparison, print its tables and where it is; refuse, after
+    that, a comparison some of whose runs failed."""
+    stopped = [record for record in records if record.get("stopped")]
+    records = [record for record in records if not record.get("stopped")]
+    header = _header(comparison, options, axes) + sweep_lines
     if stopped:
         header += "\n\nStopped by ASHA (recorded; not in the tables):\n\n"
         header += "\n".join(
@@ -310,8 +360,8 @@ def _compare(args: list[str]) -> None:
         header += "\n".join(f"- {line}" for line in failed)
     sections: list[str] = []
     if against is not None and metric is not None:
-        sections = against_section(records, against, axes, metric, config.out)
-    report = write_report(records, config.out, names, baseline, header, metric, sections)
+        sections = against_section(records, against, axes, metric, comparison.config.out)
+    report = write_report(records, comparison.config.out, names, baseline, header, metric, sections)
     print("\n".join([*summary_tables(records, names, baseline, metric), *sections]))
     print(f"{len(records) + len(stopped)} runs recorded in {comparison.records_file}; report: {report}")
     if failed:
