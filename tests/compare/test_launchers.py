@@ -16,9 +16,6 @@ import io
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,8 +25,7 @@ import pytest
 import yaml
 
 import zoo.compare.run as runs
-from tests.helpers import PROJECT_ROOT
-from tests.helpers.processes import processes_mentioning
+from tests.helpers.processes import processes_mentioning, sigterm_once_training
 from tests.helpers.wandb_offline import wandb_records
 from zoo.commands import main
 from zoo.compare.records import load_records
@@ -339,21 +335,31 @@ def test_wandb_offline_run_has_the_group_and_the_grid(in_tmp: Path, monkeypatch:
     assert kept == {stage: ("sweep", "attention=average/seed0", grid) for stage in ("fit", "validate")}
 
 
+def _compare_stopped_while_training(out: Path, run: Path, *options: str) -> tuple[int, str]:
+    """``zoo compare`` of the Nadaraya-Watson model into ``out`` with ``options``, sent SIGTERM once
+    ``run`` trains: its status and standard error."""
+    args = [
+        "compare",
+        "--model",
+        "nadaraya_watson",
+        *options,
+        "--out",
+        str(out),
+        "--parallel",
+        "1",
+        "--cpus_per_run",
+        "1",
+    ]
+    return sigterm_once_training(args, run)
+
+
 def test_a_stopped_comparison_reports_the_runs_that_finished(tmp_path: Path) -> None:
     """Stopped while its second run trains, a comparison still writes ``report.md`` for the first,
-    saying it was interrupted and how many of the planned runs are recorded; the report of a
-    finished comparison replaces it when the same command ends."""
+    saying it was interrupted and how many of the planned runs are recorded."""
     out = tmp_path / "cmp"
-    command = [sys.executable, "-m", "zoo", "compare", "--model", "nadaraya_watson", "--grid", "trainer.max_steps=2,100000",
-               "--out", str(out), "--parallel", "1", "--cpus_per_run", "1"]  # fmt: skip
-    comparison = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     second = out / "runs" / "max_steps=100000" / "seed0"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not list(second.rglob("metrics.csv")):  # the first is recorded
-        time.sleep(0.2)
-    comparison.send_signal(signal.SIGTERM)
-    _, stderr = comparison.communicate(timeout=60)
-    assert comparison.returncode == 143, stderr
+    status, stderr = _compare_stopped_while_training(out, second, "--grid", "trainer.max_steps=2,100000")
+    assert status == 143, stderr
     assert [record["combination"] for record in load_records(out / "records.jsonl")] == ["max_steps=2"]
     report = (out / "report.md").read_text()
     assert "**Interrupted**: 1 run(s) recorded of the 2 planned" in report
@@ -366,17 +372,14 @@ def test_sigterm_stops_the_comparison_and_its_fits_and_records_nothing_of_them(t
     neither tested nor recorded (the fit ends with status 0 once saved); the comparison says so in
     one line with status 143, and nothing is left running."""
     out = tmp_path / "cmp"
-    command = [sys.executable, "-m", "zoo", "compare", "--model", "nadaraya_watson", "--budget", "100000steps",
-               "--out", str(out), "--parallel", "1", "--cpus_per_run", "1"]  # fmt: skip
-    comparison = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run = out / "runs" / "base" / "seed0"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(run.rglob("metrics.csv")):  # the fit is training
-        time.sleep(0.2)
-    comparison.send_signal(signal.SIGTERM)
-    _, stderr = comparison.communicate(timeout=60)
-    assert comparison.returncode == 143
+    status, stderr = _compare_stopped_while_training(out, run, "--budget", "100000steps")
+    assert status == 143
     assert stderr.strip().splitlines()[-1].startswith("compare: stopped by SIGTERM with its running fits,")
     assert processes_mentioning(str(out)) == []
     assert list(run.rglob("last.ckpt"))  # the fit stopped as on its own SIGTERM
-    assert load_records(out / "records.jsonl") == [] and not (run / "test.log").exists()
+    assert (
+        load_records(out / "records.jsonl") == []
+        and not (run / "test.log").exists()
+        and not (out / "report.md").exists()
+    )

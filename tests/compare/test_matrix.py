@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ import yaml
 
 from tests.helpers import PROJECT_ROOT
 from tests.helpers.compare import FakeChild
-from tests.helpers.processes import processes_mentioning
+from tests.helpers.processes import processes_mentioning, sigterm_once_training
 from zoo.attention import ATTENTION_REGISTRY
 from zoo.commands import main
 from zoo.compare.records import load_records
@@ -126,15 +124,9 @@ def test_the_matrix_runs_each_group_once_and_the_same_command_starts_nothing_aga
 
 def test_sigterm_stops_the_matrix_and_its_fits_and_the_same_command_continues(tmp_path: Path) -> None:
     protocols, out = _fixture_protocols(tmp_path, "100000steps"), tmp_path / "matrix"
-    command = [sys.executable, "-m", "zoo", "matrix", "--protocols", str(protocols), "--out", str(out),
-               "--names", "gaussian_kernel"]  # fmt: skip
-    matrix = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(out.rglob("metrics.csv")):  # a fit is training
-        time.sleep(0.2)
-    matrix.send_signal(signal.SIGTERM)
-    _, stderr = matrix.communicate(timeout=60)
-    assert matrix.returncode == 143, stderr[-2000:]
+    args = ["matrix", "--protocols", str(protocols), "--out", str(out), "--names", "gaussian_kernel"]
+    status, stderr = sigterm_once_training(args, out, timeout=120)
+    assert status == 143, stderr[-2000:]
     assert processes_mentioning(str(out)) == []
     assert not (out / "quick" / "state").exists()  # no later column started
     assert list(out.rglob("last.ckpt"))  # the fit saved, for the same command to continue from
