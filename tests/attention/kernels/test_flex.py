@@ -223,6 +223,31 @@ def test_a_scheme_of_the_distance_alone_goes_as_its_table_over_distances(scheme_
     torch.testing.assert_close(output, expected, atol=TOLERANCE, rtol=TOLERANCE)
 
 
+class _ScaledDistance(torch.nn.Module):
+    """A plugin's bias scheme: ``-0.1 (query - key)`` per head, with ``relative`` as it declares it."""
+
+    def __init__(self, relative: bool) -> None:
+        super().__init__()
+        self.relative = relative
+
+    def forward(self, query_positions: Tensor, key_positions: Tensor) -> Tensor:
+        return -0.1 * (query_positions - key_positions).float().expand(HEADS, *torch.broadcast_shapes(
+            query_positions.shape, key_positions.shape))  # fmt: skip
+
+
+def test_flex_takes_any_scheme_that_declares_itself_relative_and_no_other() -> None:
+    """Whether a bias goes to FlexAttention as a table over distances is the scheme's own
+    ``relative`` (:func:`~zoo.attention.kernels.position_bias.is_relative`), a plugin's too."""
+    variant = zoo.create_attention("dot_product")
+
+    def refusal(scheme: torch.nn.Module) -> str | None:
+        context = zoo.AttentionContext(is_causal=True).with_position_bias(scheme)
+        return variant._refusal(torch.device("cpu"), torch.float32, requires_grad=False, head_dim=DIM, context=context)
+
+    assert refusal(_ScaledDistance(relative=True)) is None
+    assert refusal(_ScaledDistance(relative=False)) == "the bias scheme _ScaledDistance is no table over distances"
+
+
 def test_local_relative_bias_and_alibi_together() -> None:
     """``local``'s learned bias per distance (a bucket table whose bucket is the distance's
     column) chained with ALiBi, over fewer queries than keys."""

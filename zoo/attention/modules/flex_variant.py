@@ -18,7 +18,8 @@ no tensor's values are copied to the host to name it.
 
 Exactness: the patterns are the variants' own (``tests/attention/kernels/test_flex.py``), and the
 bias scheme's table, ``scheme(0, j - p)``, is its bias wherever it depends on the distance alone,
-as ``alibi`` and ``t5`` do (:data:`TABLE_SCHEMES`); another scheme keeps the variant's form.
+as ``alibi`` and ``t5`` do and say (:func:`~zoo.attention.kernels.position_bias.is_relative`, a
+scheme's ``relative``); another scheme keeps the variant's form.
 """
 
 from __future__ import annotations
@@ -32,13 +33,9 @@ from zoo.attention.build.backends import choose
 from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.kernels import flex
-from zoo.positions.alibi import ALiBi
-from zoo.positions.t5 import T5RelativeBias
+from zoo.attention.kernels.position_bias import is_relative
 
-__all__ = ["TABLE_SCHEMES", "FlexVariant"]
-
-#: bias schemes whose bias depends on the distance ``key - query`` alone: a table over it is exact
-TABLE_SCHEMES = (ALiBi, T5RelativeBias)
+__all__ = ["FlexVariant"]
 
 
 class FlexVariant:
@@ -106,7 +103,7 @@ class FlexVariant:
         ):
             return "it takes key padding here, the same for every query and head"
         scheme = context.position_bias
-        if scheme is not None and not isinstance(scheme, TABLE_SCHEMES):
+        if scheme is not None and not is_relative(scheme):
             return f"the bias scheme {type(scheme).__name__} is no table over distances"
         if self.flex_needs_bias and scheme is None:
             return "without a bias its own form is SDPA's fused kernel already"
