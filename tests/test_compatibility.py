@@ -98,3 +98,23 @@ def test_a_kda_checkpoint_written_before_the_bounded_gate_gives_the_same_logits(
     with torch.no_grad():
         logits = model(torch.tensor(expected["tokens"]))[:, -8:]
     torch.testing.assert_close(logits, torch.tensor(expected["logits_last_8"]), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", ["t5", "alibi"])
+def test_a_relative_bias_checkpoint_written_before_the_distance_grid_gives_the_same_logits(scheme: str) -> None:
+    """8359a34's recall checkpoints (two softmax layers under T5's bucketed bias or ALiBi), written
+    before a relative bias was evaluated once per distance and laid out as a Toeplitz grid, give
+    that commit's logits, in one forward and decoded token by token from a cache (the grid's
+    decoding shape: one query against every key so far)."""
+    model = zoo.load_checkpoint(FIXTURES / f"recall_{scheme}_8359a34.ckpt").eval()
+    expected = json.loads((FIXTURES / f"recall_{scheme}_8359a34.json").read_text())
+    tokens, wanted = torch.tensor(expected["tokens"]), torch.tensor(expected["logits_last_8"])
+    with torch.no_grad():
+        full = model(tokens)[:, -8:]
+        _, caches = model.model(tokens[:, :-8], use_cache=True)
+        steps = []
+        for position in range(tokens.shape[1] - 8, tokens.shape[1]):
+            logits, caches = model.model(tokens[:, position : position + 1], caches, use_cache=True)
+            steps.append(logits[:, 0])
+    torch.testing.assert_close(full, wanted, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.stack(steps, 1), wanted, atol=1e-5, rtol=1e-5)
