@@ -482,3 +482,59 @@ def test_a_column_can_read_another_source_and_pair_the_row_with_it(tmp_path: Pat
     page.write_text(page.read_text().replace("from first", "from firts"))
     with pytest.raises(ConfigurationError, match=r"reads 'firts', not one of the sources \['bench', 'first'\]"):
         rewrite_record_tables(page, tmp_path)
+
+
+def _attention_bench(path: Path) -> None:
+    """A ``zoo bench attention`` result: ``floor`` and ``slow`` at two lengths, ``slow`` out of
+    memory at the second."""
+
+    def result(length: int, time: float | None, memory: float) -> dict:
+        if time is None:
+            return {"length": length, "status": "out of memory"}
+        return {"length": length, "status": "ok", "time_ms": {"median": time}, "peak_memory_mib": memory}
+
+    path.write_text(
+        json.dumps(
+            {
+                "benchmark": "attention",
+                "environment": {"command": "python -m zoo bench attention --cases floor slow"},
+                "config": {"lengths": [1024, 4096], "seed": 0, "batch": 1, "d_model": 8, "heads": 2},
+                "cases": [
+                    {"name": "floor", "baseline": None, "growth_exponent": 1.5,
+                     "results": [result(1024, 10.0, 4.0), result(4096, 80.0, 16.0)]},
+                    {"name": "slow", "baseline": "floor", "growth_exponent": None,
+                     "results": [result(1024, 25.0, 12.5), result(4096, None, 0.0)]},
+                ],
+            }
+        )
+    )  # fmt: skip
+
+
+def test_a_block_reads_a_bench_result_a_case_a_row(tmp_path: Path) -> None:
+    """Times to three significant digits, the time over another case's at one length, the growth
+    exponent, and ``-`` where the case did not finish."""
+    _attention_bench(tmp_path / "speed.json")
+    page = tmp_path / "page.md"
+    spec = (
+        "records: speed.json\nlabels: [case]\n"
+        "columns: {time_ms/1024: 1k ms, time_ms/4096: 4k ms, over_floor/1024: against the floor, "
+        "growth_exponent: exponent, peak_memory_mib/1024: MiB}\ndecimals: 2\n"
+    )
+    page.write_text(f"{BEGIN}\n{spec}-->\n{END}\n")
+    assert rewrite_record_tables(page, tmp_path) == (1, True)
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")] for line in page.read_text().splitlines() if line[:2] == "| "
+    ]
+    assert rows == [
+        ["case", "1k ms", "4k ms", "against the floor", "exponent", "MiB"],
+        ["`floor`", "10.0", "80.0", "1.00", "1.50", "4.00"],
+        ["`slow`", "25.0", "-", "2.50", "-", "12.5"],
+    ]
+
+
+def test_a_json_that_is_no_bench_result_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "other.json").write_text(json.dumps({"not": "a benchmark"}))
+    page = tmp_path / "page.md"
+    page.write_text(f"{BEGIN}\nrecords: other.json\ncolumns: {{time_ms/1024: ms}}\n-->\n{END}\n")
+    with pytest.raises(ConfigurationError, match="other.json is not a `zoo bench attention` or `zoo bench state`"):
+        rewrite_record_tables(page, tmp_path)

@@ -28,7 +28,16 @@ from zoo.compare.records import load_records
 from zoo.compare.run import RECORD_FILE
 from zoo.errors import ZooError
 
-__all__ = ["BENCH_FIELDS", "RECORD_FIELDS", "BenchResult", "BoardInputError", "Comparison", "Inputs", "read_inputs"]
+__all__ = [
+    "BENCH_FIELDS",
+    "RECORD_FIELDS",
+    "BenchResult",
+    "BoardInputError",
+    "Comparison",
+    "Inputs",
+    "read_bench",
+    "read_inputs",
+]
 
 #: What every record must hold for the page: written by every zoo that wrote ``records.jsonl``.
 RECORD_FIELDS = ("run", "combination", "seed", "command", "metrics")
@@ -107,7 +116,7 @@ def read_inputs(folders: Sequence[Path]) -> Inputs:
             comparisons.setdefault(name, _read_comparison(directory, name))
             found += 1
         for path in _bench_files(folder):
-            result = _read_bench(path, _name(path, folder))
+            result = read_bench(path, _name(path, folder))
             if result is not None:
                 benches.setdefault(result.name, result)
                 found += 1
@@ -183,7 +192,7 @@ def _read_comparison(directory: Path, name: str) -> Comparison:
     return Comparison(directory, name, tuple(ordered), tuple(failures), report if report.is_file() else None)
 
 
-def _read_bench(path: Path, name: str) -> BenchResult | None:
+def read_bench(path: Path, name: str) -> BenchResult | None:
     """The benchmark result in ``path``; None for a JSON file that is not one, or is the partial
     file a benchmark cut at its time limit leaves (``"partial": true``, its lengths so far and no
     case descriptions): the board shows finished measurements."""

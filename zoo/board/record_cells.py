@@ -143,7 +143,7 @@ def cell_text(
         each = ", ".join(f"{values[seed]:.{style.decimals}f}" for seed in sorted(values))
         return _bold(f"{mean:.{style.decimals}f} ({each if len(values) > 1 else '1 seed'})", mean, style)
     if not any(name in r["metrics"] for r in group):  # a cost: three significant digits
-        return f"{mean:,.0f}" if abs(mean) >= 100 else f"{mean:.3g}"
+        return f"{mean:,.0f}" if abs(mean) >= 100 else f"{mean:#.3g}"
     text = f"{mean:.{style.decimals}f}"
     if len(values) > 1:
         text += f" ± {statistics.stdev(values.values()):.{style.decimals}f}"

@@ -17,7 +17,9 @@ from the committed records (the prose around a block is the page's own)::
     ...
     <!-- records:end -->
 
-``records`` lists folders (their ``records.jsonl``) or JSONL files; ``rows`` maps a combination
+``records`` lists folders (their ``records.jsonl``), JSONL files, or ``zoo bench`` JSON files (a
+record a case: its time, memory and cache at each length, its time over another case's,
+:mod:`zoo.board.bench_records`); ``rows`` maps a combination
 to its label cells, one per ``labels`` header (a combination in two sources is written
 ``SOURCE:combination``, SOURCE the folder's name or the file's stem, and ``COMBINATION@seed=N``
 keeps that seed's records alone; without ``rows``: every combination, labelled by its name);
@@ -56,6 +58,7 @@ import yaml
 
 from zoo.arguments import suggest
 from zoo.bench.report import markdown_table
+from zoo.board.bench_records import bench_records
 from zoo.board.record_cells import CellStyle, cell_text, field_names, one_run_a_seed
 from zoo.board.record_columns import column_runs, column_spelling, column_styles, needs_baseline, sourced_columns
 from zoo.board.record_pivots import SOURCE, Pivot, check_values, pivot_cells, row_name
@@ -141,11 +144,19 @@ class TableSpec:
 
 
 def _read_source(source: str, root: Path, where: str) -> tuple[str, list[dict[str, Any]]]:
+    """A source's name and records: a comparison's folder or JSONL file, or a benchmark's JSON
+    (:mod:`zoo.board.bench_records`)."""
     path = root / source
     file = path / "records.jsonl" if path.is_dir() else path
     if not file.is_file():
-        raise ConfigurationError(f"{where}: no records at {source} (a folder holding records.jsonl, or a JSONL file).")
+        raise ConfigurationError(
+            f"{where}: no records at {source} (a folder holding records.jsonl, a JSONL file, or a zoo bench JSON)."
+        )
     name = path.name if path.is_dir() else path.stem
+    if file.suffix == ".json":
+        if (records := bench_records(file)) is None:
+            raise ConfigurationError(f"{where}: {source} is not a `zoo bench attention` or `zoo bench state` result.")
+        return name, records
     return name, [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

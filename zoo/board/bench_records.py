@@ -1,0 +1,53 @@
+"""A ``zoo bench attention`` or ``zoo bench state`` result read as records, so that a results
+page's records block (:mod:`zoo.board.record_tables`) writes a benchmark's table from its
+committed JSON as it writes a comparison's from ``records.jsonl``.
+
+One record a case, ``combination`` its name and ``seed`` the benchmark's. For each length ``N``
+it measured: the costs ``time_ms/N`` (the median), ``peak_memory_mib/N`` and ``cache_bytes/N``,
+written to three significant digits; against every case ``CASE`` of the same file at the same
+length, the metrics ``over_CASE/N`` (the time over ``CASE``'s: ``over_floor/8192`` against
+causal SDPA's floor, measured beside it), ``speedup_over_CASE/N`` (its inverse) and
+``memory_over_CASE/N`` (the peak memory over ``CASE``'s); and the case's ``growth_exponent``
+(the slope of log time against log length). A length the case did not
+finish (out of memory, over the time limit) has no value, so its cell reads ``-``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from zoo.board.inputs import read_bench
+from zoo.board.measurements import measurements
+
+__all__ = ["bench_records"]
+
+
+def bench_records(path: Path) -> list[dict[str, Any]] | None:
+    """The records of the benchmark result at ``path``; None where it holds no ``attention`` or
+    ``state`` result."""
+    result = read_bench(path, path.stem)
+    if result is None or result.kind not in ("attention", "state"):
+        return None
+    seed = int(result.data["config"].get("seed") or 0)
+    measured = measurements(result)
+    records: dict[str, dict[str, Any]] = {}
+    for case in result.data["cases"]:
+        name = str(case.get("name") or case.get("attention"))
+        exponent = case.get("growth_exponent")
+        records[name] = {
+            "combination": name,
+            "seed": seed,
+            "metrics": {} if exponent is None else {"growth_exponent": float(exponent)},
+        }
+    for m in measured:
+        record = records[m.case]
+        costs = {"time_ms": m.time_ms, "peak_memory_mib": m.memory_mib, "cache_bytes": m.cache_bytes}
+        record.update({f"{field}/{m.length}": value for field, value in costs.items() if value is not None})
+        for other in (o for o in measured if o.length == m.length):
+            if m.time_ms and other.time_ms:
+                record["metrics"][f"over_{other.case}/{m.length}"] = m.time_ms / other.time_ms
+                record["metrics"][f"speedup_over_{other.case}/{m.length}"] = other.time_ms / m.time_ms
+            if m.memory_mib and other.memory_mib:
+                record["metrics"][f"memory_over_{other.case}/{m.length}"] = m.memory_mib / other.memory_mib
+    return list(records.values())
