@@ -538,3 +538,37 @@ def test_a_json_that_is_no_bench_result_is_refused_in_one_line(tmp_path: Path) -
     page.write_text(f"{BEGIN}\nrecords: other.json\ncolumns: {{time_ms/1024: ms}}\n-->\n{END}\n")
     with pytest.raises(ConfigurationError, match="other.json is not a `zoo bench attention` or `zoo bench state`"):
         rewrite_record_tables(page, tmp_path)
+
+
+def test_a_block_reads_a_state_result_its_cache_and_growth(tmp_path: Path) -> None:
+    """A ``zoo bench state`` result: the cache in KiB, and the time and the cache at a length over
+    the case's at its first (a growing cache and a fixed state)."""
+
+    def step(length: int, time: float, cache: int) -> dict:
+        return {"length": length, "time_ms": {"median": time}, "cache_bytes": cache}
+
+    (tmp_path / "state.json").write_text(
+        json.dumps(
+            {
+                "benchmark": "state",
+                "environment": {"command": "python -m zoo bench state --attentions softmax gla"},
+                "config": {"lengths": [1024, 4096], "batch": 1, "d_model": 8, "heads": 2},
+                "cases": [
+                    {"attention": "softmax", "results": [step(1024, 0.5, 2048), step(4096, 2.0, 8192)]},
+                    {"attention": "gla", "results": [step(1024, 0.4, 512), step(4096, 0.5, 512)]},
+                ],
+            }
+        )
+    )
+    page = tmp_path / "page.md"
+    spec = (
+        "records: state.json\nlabels: [layer]\n"
+        "columns: {time_ms/4096: ms, cache_kib/4096: KiB, time_growth/4096: time, cache_growth/4096: cache}\n"
+        "decimals: 2\n"
+    )
+    page.write_text(f"{BEGIN}\n{spec}-->\n{END}\n")
+    rewrite_record_tables(page, tmp_path)
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")] for line in page.read_text().splitlines() if line[:2] == "| "
+    ]
+    assert rows[1:] == [["`softmax`", "2.00", "8.00", "4.00", "4.00"], ["`gla`", "0.500", "0.500", "1.25", "1.00"]]

@@ -8,7 +8,10 @@ written to three significant digits; against every case ``CASE`` of the same fil
 length, the metrics ``over_CASE/N`` (the time over ``CASE``'s: ``over_floor/8192`` against
 causal SDPA's floor, measured beside it), ``speedup_over_CASE/N`` (its inverse) and
 ``memory_over_CASE/N`` (the peak memory over ``CASE``'s); and the case's ``growth_exponent``
-(the slope of log time against log length). A length the case did not
+(the slope of log time against log length). A state result adds ``cache_kib/N`` (the cache in
+KiB) and the metrics ``time_growth/N`` and ``cache_growth/N``, the time and the cache at ``N``
+over the case's at its first length (a fixed state reads about 1, a softmax cache ``N`` over the
+first length). A length the case did not
 finish (out of memory, over the time limit) has no value, so its cell reads ``-``.
 """
 
@@ -40,10 +43,17 @@ def bench_records(path: Path) -> list[dict[str, Any]] | None:
             "seed": seed,
             "metrics": {} if exponent is None else {"growth_exponent": float(exponent)},
         }
+    first = {m.case: m for m in sorted(measured, key=lambda m: m.length, reverse=True)}  # the shortest wins
     for m in measured:
         record = records[m.case]
-        costs = {"time_ms": m.time_ms, "peak_memory_mib": m.memory_mib, "cache_bytes": m.cache_bytes}
+        kib = None if m.cache_bytes is None else m.cache_bytes / 1024
+        costs = {"time_ms": m.time_ms, "peak_memory_mib": m.memory_mib, "cache_bytes": m.cache_bytes, "cache_kib": kib}
         record.update({f"{field}/{m.length}": value for field, value in costs.items() if value is not None})
+        start = first[m.case]
+        if m.time_ms and start.time_ms:
+            record["metrics"][f"time_growth/{m.length}"] = m.time_ms / start.time_ms
+        if m.cache_bytes and start.cache_bytes:
+            record["metrics"][f"cache_growth/{m.length}"] = m.cache_bytes / start.cache_bytes
         for other in (o for o in measured if o.length == m.length):
             if m.time_ms and other.time_ms:
                 record["metrics"][f"over_{other.case}/{m.length}"] = m.time_ms / other.time_ms
