@@ -5,8 +5,9 @@ The page shows the first paragraph of the variant's module docstring as its summ
 docstring (the paper, its equations, where the zoo departs from the reference code) below; the
 constructor's signature (its options); its capabilities (:func:`zoo.attention.capabilities`),
 family and cost; its row of the matrix; its figures where records exist (accuracy against test
-length, the needle heatmap); and for each yardstick the ``python -m zoo matrix`` command that runs
-that cell.
+length, the needle heatmap); where a paper reports on the same task, its finding beside the zoo's
+and how the protocols differ (:mod:`zoo.board.published`); and for each yardstick the ``python -m
+zoo matrix`` command that runs that cell.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from zoo.attention import ATTENTION_REGISTRY, capabilities
 from zoo.board.figures import length_figure, needle_figure
 from zoo.board.matrix_cells import Matrix, MatrixRow
 from zoo.board.matrix_page import family_href, has_family_page, matrix_row_cells, save_figure
+from zoo.board.published import Finding, findings_for
 from zoo.board.results import Result
 
 __all__ = ["docstring", "signature", "write_family_pages"]
@@ -58,7 +60,12 @@ def signature(name: str) -> str:
 
 
 def _family_page(
-    render: Callable[..., None], matrix: Matrix, row: MatrixRow, results: list[Result], out: Path
+    render: Callable[..., None],
+    matrix: Matrix,
+    row: MatrixRow,
+    results: list[Result],
+    findings: list[Finding],
+    out: Path,
 ) -> list[str]:
     name = row.row.label
     cls = ATTENTION_REGISTRY.get(name)
@@ -90,14 +97,18 @@ def _family_page(
         cells=matrix_row_cells(matrix, row, (out / relative).parent),
         parameters=row.parameters,
         figures=figures,
+        findings=findings_for(findings, name),
     )
     return [figure["src"].removeprefix("../") for figure in figures]
 
 
-def write_family_pages(render: Callable[..., None], matrix: Matrix, results: list[Result], out: Path) -> list[str]:
-    """A page for every row of ``matrix`` that is one registered attention; the figures written."""
+def write_family_pages(
+    render: Callable[..., None], matrix: Matrix, results: list[Result], findings: list[Finding], out: Path
+) -> list[str]:
+    """A page for every row of ``matrix`` that is one registered attention, with the ``findings``
+    that name it; the figures written."""
     written = []
     for row in matrix.rows:
         if has_family_page(row):
-            written += _family_page(render, matrix, row, results, out)
+            written += _family_page(render, matrix, row, results, findings, out)
     return written

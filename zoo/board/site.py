@@ -30,6 +30,7 @@ from zoo.board.matrix_cells import matrix_cells
 from zoo.board.matrix_page import MATRIX_PAGE, write_matrix_page
 from zoo.board.measurements import Chosen, latest_measurements, measurements
 from zoo.board.plots import curve_figures, fragment, speed_figures, width_figures
+from zoo.board.published import code_spans, read_findings
 from zoo.board.recipes import RecipeReader
 from zoo.board.results import Result, group_results, slug
 from zoo.board.table import datatables_head, leaderboard_table, shared_datatables
@@ -51,11 +52,13 @@ class SiteFiles:
 
 def _environment() -> Any:
     import jinja2
+    import markupsafe
 
     environment = jinja2.Environment(
         loader=jinja2.PackageLoader("zoo.board", "templates"), autoescape=True, keep_trailing_newline=True
     )
     environment.filters["board_slug"] = slug
+    environment.filters["code_spans"] = lambda text: markupsafe.Markup(code_spans(text))
     return environment
 
 
@@ -75,6 +78,7 @@ class _Writer:
     ) -> None:
         self.out, self.inputs, self.results, self.chosen, self.board = out, inputs, results, chosen, board
         self.matrix = matrix_cells(inputs, protocols)
+        self.findings = read_findings(protocols)
         self.templates = _environment()
         self.written: list[str] = []
         self.figures = {
@@ -111,7 +115,7 @@ class _Writer:
         for group in self.groups:
             self._group_page(group)
         self.written += write_matrix_page(self._render, self.matrix, self.results, self.out)
-        self.written += write_family_pages(self._render, self.matrix, self.results, self.out)
+        self.written += write_family_pages(self._render, self.matrix, self.results, self.findings, self.out)
         self._remove_stale()
         return SiteFiles(self.out / "index.html", tuple(sorted(self.written)))
 
