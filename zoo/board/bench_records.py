@@ -3,16 +3,19 @@ page's records block (:mod:`zoo.board.record_tables`) writes a benchmark's table
 committed JSON as it writes a comparison's from ``records.jsonl``.
 
 One record a case, ``combination`` its name and ``seed`` the benchmark's. For each length ``N``
-it measured: the costs ``time_ms/N`` (the median), ``peak_memory_mib/N`` and ``cache_bytes/N``,
-written to three significant digits; against every case ``CASE`` of the same file at the same
-length, the metrics ``over_CASE/N`` (the time over ``CASE``'s: ``over_floor/8192`` against
-causal SDPA's floor, measured beside it), ``speedup_over_CASE/N`` (its inverse) and
-``memory_over_CASE/N`` (the peak memory over ``CASE``'s); and the case's ``growth_exponent``
-(the slope of log time against log length). A state result adds ``cache_kib/N`` (the cache in
-KiB) and the metrics ``time_growth/N`` and ``cache_growth/N``, the time and the cache at ``N``
-over the case's at its first length (a fixed state reads about 1, a softmax cache ``N`` over the
-first length). A length the case did not
-finish (out of memory, over the time limit) has no value, so its cell reads ``-``.
+it measured, the costs (written to three significant digits) ``time_ms/N`` (the median),
+``peak_memory_mib/N``, and where a cache was measured (``zoo bench state``) ``cache_bytes/N`` and
+``cache_kib/N``; and the metrics:
+
+* ``over_CASE/N``, ``speedup_over_CASE/N`` and ``memory_over_CASE/N``: the time over the time of
+  another case ``CASE`` of the same file at ``N`` (``over_floor/8192``: against causal SDPA's floor,
+  measured beside it), its inverse, and the peak memory over ``CASE``'s;
+* ``time_growth/N`` and ``cache_growth/N``: the time and the cache at ``N`` over the case's own at
+  its shortest length (a fixed state reads about 1, a softmax cache ``N`` over that length);
+* ``growth_exponent``: the slope of log time against log length, as the bench fitted it.
+
+A length the case did not finish (out of memory, over the time limit) has no value, so its cell
+reads ``-``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.board.inputs import read_bench
-from zoo.board.measurements import measurements
+from zoo.board.measurements import Measurement, measurements
 
 __all__ = ["bench_records"]
 
@@ -43,21 +46,28 @@ def bench_records(path: Path) -> list[dict[str, Any]] | None:
             "seed": seed,
             "metrics": {} if exponent is None else {"growth_exponent": float(exponent)},
         }
-    first = {m.case: m for m in sorted(measured, key=lambda m: m.length, reverse=True)}  # the shortest wins
+    shortest = {m.case: m for m in sorted(measured, key=lambda m: m.length, reverse=True)}
     for m in measured:
         record = records[m.case]
         kib = None if m.cache_bytes is None else m.cache_bytes / 1024
         costs = {"time_ms": m.time_ms, "peak_memory_mib": m.memory_mib, "cache_bytes": m.cache_bytes, "cache_kib": kib}
         record.update({f"{field}/{m.length}": value for field, value in costs.items() if value is not None})
-        start = first[m.case]
-        if m.time_ms and start.time_ms:
-            record["metrics"][f"time_growth/{m.length}"] = m.time_ms / start.time_ms
-        if m.cache_bytes and start.cache_bytes:
-            record["metrics"][f"cache_growth/{m.length}"] = m.cache_bytes / start.cache_bytes
-        for other in (o for o in measured if o.length == m.length):
-            if m.time_ms and other.time_ms:
-                record["metrics"][f"over_{other.case}/{m.length}"] = m.time_ms / other.time_ms
-                record["metrics"][f"speedup_over_{other.case}/{m.length}"] = other.time_ms / m.time_ms
-            if m.memory_mib and other.memory_mib:
-                record["metrics"][f"memory_over_{other.case}/{m.length}"] = m.memory_mib / other.memory_mib
+        record["metrics"].update(_ratios(m, shortest[m.case], [o for o in measured if o.length == m.length]))
     return list(records.values())
+
+
+def _ratios(m: Measurement, shortest: Measurement, beside: list[Measurement]) -> dict[str, float]:
+    """``m``'s metrics at its length: its growth from ``shortest`` and its ratios to every case
+    measured ``beside`` it at that length."""
+    ratios = {}
+    if m.time_ms and shortest.time_ms:
+        ratios[f"time_growth/{m.length}"] = m.time_ms / shortest.time_ms
+    if m.cache_bytes and shortest.cache_bytes:
+        ratios[f"cache_growth/{m.length}"] = m.cache_bytes / shortest.cache_bytes
+    for other in beside:
+        if m.time_ms and other.time_ms:
+            ratios[f"over_{other.case}/{m.length}"] = m.time_ms / other.time_ms
+            ratios[f"speedup_over_{other.case}/{m.length}"] = other.time_ms / m.time_ms
+        if m.memory_mib and other.memory_mib:
+            ratios[f"memory_over_{other.case}/{m.length}"] = m.memory_mib / other.memory_mib
+    return ratios
