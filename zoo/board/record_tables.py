@@ -19,10 +19,10 @@ from the committed records (the prose around a block is the page's own)::
 
 ``records`` lists folders (their ``records.jsonl``), JSONL files, or ``zoo bench`` JSON files (a
 record a case: its time, memory and cache at each length, its time over another case's,
-:mod:`zoo.board.bench_records`); ``rows`` maps a combination
-to its label cells, one per ``labels`` header (a combination in two sources is written
-``SOURCE:combination``, SOURCE the folder's name or the file's stem, and ``COMBINATION@seed=N``
-keeps that seed's records alone; without ``rows``: every combination, labelled by its name);
+:mod:`zoo.board.bench_records`); ``rows`` maps a combination to its label cells, one per
+``labels`` header (a combination in two sources is written ``SOURCE:combination``, SOURCE the
+folder's name or the file's stem, and ``COMBINATION@seed=N`` keeps that seed's records alone;
+without ``rows``: every combination, labelled by its name);
 ``columns`` maps a column's spelling to its header: a test metric, a record's cost field
 (``fit_seconds``, ``seconds_per_step``, ``steps``...), ``seeds`` (how many), ``METRIC (FIELD,
 ...)`` (the others in parentheses), ``interval METRIC`` (mean ± sd [95% interval, Student's t]),
