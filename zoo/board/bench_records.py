@@ -47,12 +47,15 @@ def bench_records(path: Path) -> list[dict[str, Any]] | None:
             "metrics": {} if exponent is None else {"growth_exponent": float(exponent)},
         }
     shortest = {m.case: m for m in sorted(measured, key=lambda m: m.length, reverse=True)}
+    by_length: dict[int, list[Measurement]] = {}
+    for m in measured:
+        by_length.setdefault(m.length, []).append(m)
     for m in measured:
         record = records[m.case]
         kib = None if m.cache_bytes is None else m.cache_bytes / 1024
         costs = {"time_ms": m.time_ms, "peak_memory_mib": m.memory_mib, "cache_bytes": m.cache_bytes, "cache_kib": kib}
         record.update({f"{field}/{m.length}": value for field, value in costs.items() if value is not None})
-        record["metrics"].update(_ratios(m, shortest[m.case], [o for o in measured if o.length == m.length]))
+        record["metrics"].update(_ratios(m, shortest[m.case], by_length[m.length]))
     return list(records.values())
 
 
