@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers.compare import FakeChild
 from zoo.commands import main
@@ -81,6 +82,30 @@ def test_a_hybrid_stack_is_one_grid_value_and_names_its_run_directory() -> None:
     assert combos[0].flags == ["--model.attention=[local,dot_product]"]
 
 
+@pytest.mark.parametrize("empty", ['""', "''"])
+def test_a_quoted_empty_value_is_the_empty_string(empty: str) -> None:
+    """``model.canon="",AB``: the flag is given empty (jsonargparse reads ``--KEY=`` as ``""``), not
+    the two quote characters."""
+    combos = combinations(parse_grid([f"model.canon={empty},AB"]))
+    assert [c.overrides for c in combos] == [{"model.canon": ""}, {"model.canon": "AB"}]
+    assert combos[0].flags == ["--model.canon="]
+    assert [c.name for c in combos] == ["canon=", "canon=AB"]
+
+
+def test_the_empty_flag_reaches_the_model_as_the_empty_string(capsys: pytest.CaptureFixture[str]) -> None:
+    """What ``fit`` makes of the flag the grid writes: ``canon: ''`` (no Canon layers)."""
+    (flag,) = combinations(parse_grid(['model.canon="",A']))[0].flags
+    with pytest.raises(SystemExit):
+        main(["fit", "--model", "recall", "--config", "configs/recall.yaml", flag, "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["init_args"]["canon"] == ""
+
+
+def test_both_spellings_of_the_empty_value_are_one_value() -> None:
+    with pytest.raises(ConfigurationError, match="repeats a value"):
+        parse_grid(["""model.canon="",''"""])
+
+
 @pytest.mark.parametrize(
     "spec", ["model.attention", "model.attention=", "model.attention=a,,b", "=a,b", "model attention=a"]
 )
@@ -90,8 +115,8 @@ def test_bad_grid_spec_is_one_clear_line(spec: str, capsys: pytest.CaptureFixtur
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == (
-        f"error: Bad --grid {spec!r}: write KEY=V1,V2,... with KEY a fit flag without dashes and no empty value, "
-        "e.g. --grid model.attention=dot_product,local."
+        f"error: Bad --grid {spec!r}: write KEY=V1,V2,... with KEY a fit flag without dashes and no blank value "
+        '("" for the empty string), e.g. --grid model.attention=dot_product,local.'
     )
 
 

@@ -16,6 +16,7 @@ __all__ = ["Budget", "Combination", "axis_label", "combinations", "parse_budget"
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _BUDGET = re.compile(r"(\d+(?:\.\d+)?)\s*(steps?|epochs?|s|sec|min|h)", re.IGNORECASE)
 _SECONDS = {"s": 1, "sec": 1, "min": 60, "h": 3600}
+_EMPTY = ('""', "''")
 
 
 def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
@@ -23,17 +24,20 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
 
     Each spec is ``KEY=V1,V2,...`` with ``KEY`` a dotted ``fit`` flag without its dashes; values
     are passed to the flag as written. A value in brackets or braces keeps its commas, so a
-    hybrid stack is one value: ``model.attention=[local,dot_product],dot_product``.
+    hybrid stack is one value: ``model.attention=[local,dot_product],dot_product``. ``""`` (or
+    ``''``) is the empty string, passed as ``--KEY=``: ``model.canon="",AB`` compares no Canon
+    layers with two. A value left blank is refused, as a slip more likely than a wish.
     """
     axes: dict[str, list[str]] = {}
     for spec in specs:
         key, sep, values = spec.partition("=")
         key = key.strip().removeprefix("--")
-        choices = [value.strip() for value in top_level_items(values)]
-        if not sep or not _KEY.fullmatch(key) or not all(choices):
+        written = [value.strip() for value in top_level_items(values)]
+        choices = ["" if value in _EMPTY else value for value in written]
+        if not sep or not _KEY.fullmatch(key) or not all(written):
             raise ConfigurationError(
-                f"Bad --grid {spec!r}: write KEY=V1,V2,... with KEY a fit flag without dashes and no empty "
-                f"value, e.g. --grid model.attention=dot_product,local."
+                f"Bad --grid {spec!r}: write KEY=V1,V2,... with KEY a fit flag without dashes and no blank "
+                f'value ("" for the empty string), e.g. --grid model.attention=dot_product,local.'
             )
         if key in axes:
             raise ConfigurationError(f"--grid names {key!r} twice: give all its values in one --grid {key}=V1,V2,...")
