@@ -536,7 +536,7 @@ def test_a_json_that_is_no_bench_result_is_refused_in_one_line(tmp_path: Path) -
     (tmp_path / "other.json").write_text(json.dumps({"not": "a benchmark"}))
     page = tmp_path / "page.md"
     page.write_text(f"{BEGIN}\nrecords: other.json\ncolumns: {{time_ms/1024: ms}}\n-->\n{END}\n")
-    with pytest.raises(ConfigurationError, match="other.json is not a `zoo bench attention` or `zoo bench state`"):
+    with pytest.raises(ConfigurationError, match="other.json is not a `zoo bench attention`, `state` or `decode`"):
         rewrite_record_tables(page, tmp_path)
 
 
@@ -572,3 +572,36 @@ def test_a_block_reads_a_state_result_its_cache_and_growth(tmp_path: Path) -> No
         [c.strip() for c in line.strip("|").split("|")] for line in page.read_text().splitlines() if line[:2] == "| "
     ]
     assert rows[1:] == [["`softmax`", "2.00", "8.00", "4.00", "4.00"], ["`gla`", "0.500", "0.500", "1.25", "1.00"]]
+
+
+def test_a_block_reads_a_decode_result_a_mode_a_row(tmp_path: Path) -> None:
+    """A ``zoo bench decode`` result over key/value head counts: a row a heads-and-mode pair, the
+    cache a sentence in KiB, and each mode's sentences a second over the uncached mode's of its heads."""
+
+    def mode(heads: int, name: str, rate: float, cache: int | None) -> dict:
+        return {"mode": name, "num_kv_heads": heads, "kv_cache_bytes_per_sentence": cache,
+                "sentences_per_second": rate, "tokens_per_second": 30 * rate}  # fmt: skip
+
+    (tmp_path / "decode.json").write_text(
+        json.dumps(
+            {
+                "benchmark": "decode",
+                "environment": {"command": "python -m zoo bench decode --num-kv-heads 1 4"},
+                "config": {"model": "transformer", "num_kv_heads": [1, 4]},
+                "results": [mode(1, "cached", 180.0, 35840), mode(1, "uncached", 24.0, None),
+                            mode(4, "cached", 150.0, 143360), mode(4, "uncached", 30.0, None)],
+            }
+        )
+    )  # fmt: skip
+    page = tmp_path / "page.md"
+    spec = (
+        "records: decode.json\nlabels: [heads]\nrows:\n  num_kv_heads=1,mode=cached: ['1']\n"
+        "  num_kv_heads=4,mode=cached: ['4']\n  num_kv_heads=4,mode=uncached: ['4, uncached']\n"
+        "columns: {cache_kib: KiB, sentences_per_second: sentences/s, over_uncached: speed-up}\ndecimals: 2\n"
+    )
+    page.write_text(f"{BEGIN}\n{spec}-->\n{END}\n")
+    rewrite_record_tables(page, tmp_path)
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")] for line in page.read_text().splitlines() if line[:2] == "| "
+    ]
+    assert rows[1:] == [["1", "35.0", "180", "7.50"], ["4", "140", "150", "5.00"], ["4, uncached", "-", "30.0", "1.00"]]

@@ -1,4 +1,4 @@
-"""A ``zoo bench attention`` or ``zoo bench state`` result read as records, so that a results
+"""A ``zoo bench attention``, ``state`` or ``decode`` result read as records, so that a results
 page's records block (:mod:`zoo.board.record_tables`) writes a benchmark's table from its
 committed JSON as it writes a comparison's from ``records.jsonl``.
 
@@ -16,6 +16,11 @@ it measured, the costs (written to three significant digits) ``time_ms/N`` (the 
 
 A length the case did not finish (out of memory, over the time limit) has no value, so its cell
 reads ``-``.
+
+A ``zoo bench decode`` result gives a record a decoding mode (``cached``, ``uncached``,
+``batched``), named ``num_kv_heads=N,mode=MODE`` where it swept the key/value heads: the costs
+``sentences_per_second``, ``tokens_per_second`` and ``cache_kib`` (the cache a sentence holds), and
+the metric ``over_uncached``, its sentences a second over the uncached mode's of the same heads.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ def bench_records(path: Path) -> list[dict[str, Any]] | None:
     """The records of the benchmark result at ``path``; None where it holds no ``attention`` or
     ``state`` result."""
     result = read_bench(path, path.stem)
+    if result is not None and result.kind == "decode":
+        return _decode_records(result.data["results"])
     if result is None or result.kind not in ("attention", "state"):
         return None
     seed = int(result.data["config"].get("seed") or 0)
@@ -74,3 +81,28 @@ def _ratios(m: Measurement, shortest: Measurement, beside: list[Measurement]) ->
         if m.memory_mib and other.memory_mib:
             ratios[f"memory_over_{other.case}/{m.length}"] = m.memory_mib / other.memory_mib
     return ratios
+
+
+def _decode_records(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A record a decoding mode (and key/value head count) of a ``zoo bench decode`` result."""
+
+    def name(result: dict[str, Any], mode: str) -> str:
+        heads = result.get("num_kv_heads")
+        return mode if heads is None else f"num_kv_heads={heads},mode={mode}"
+
+    rates = {name(r, r["mode"]): r["sentences_per_second"] for r in results}
+    records = []
+    for r in results:
+        cache = r.get("kv_cache_bytes_per_sentence")
+        uncached = rates.get(name(r, "uncached"))
+        records.append(
+            {
+                "combination": name(r, r["mode"]),
+                "seed": 0,
+                "sentences_per_second": r["sentences_per_second"],
+                "tokens_per_second": r["tokens_per_second"],
+                **({} if cache is None else {"cache_kib": cache / 1024}),
+                "metrics": {} if uncached is None else {"over_uncached": r["sentences_per_second"] / uncached},
+            }
+        )
+    return records

@@ -18,8 +18,8 @@ from the committed records (the prose around a block is the page's own)::
     <!-- records:end -->
 
 ``records`` lists folders (their ``records.jsonl``), JSONL files, or ``zoo bench`` JSON files (a
-record a case: its time, memory and cache at each length, its time over another case's,
-:mod:`zoo.board.bench_records`); ``rows`` maps a combination to its label cells, one per
+record a case: its time, memory and cache at each length, its time over another case's; or a
+decoding mode: :mod:`zoo.board.bench_records`); ``rows`` maps a combination to its label cells, one per
 ``labels`` header (a combination in two sources is written ``SOURCE:combination``, SOURCE the
 folder's name or the file's stem, and ``COMBINATION@seed=N`` keeps that seed's records alone;
 without ``rows``: every combination, labelled by its name);
@@ -155,7 +155,7 @@ def _read_source(source: str, root: Path, where: str) -> tuple[str, list[dict[st
     name = path.name if path.is_dir() else path.stem
     if file.suffix == ".json":
         if (records := bench_records(file)) is None:
-            raise ConfigurationError(f"{where}: {source} is not a `zoo bench attention` or `zoo bench state` result.")
+            raise ConfigurationError(f"{where}: {source} is not a `zoo bench attention`, `state` or `decode` result.")
         return name, records
     return name, [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
 
