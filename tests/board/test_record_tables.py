@@ -522,9 +522,7 @@ def test_a_block_reads_a_bench_result_a_case_a_row(tmp_path: Path) -> None:
     )
     page.write_text(f"{BEGIN}\n{spec}-->\n{END}\n")
     assert rewrite_record_tables(page, tmp_path) == (1, True)
-    rows = [
-        [c.strip() for c in line.strip("|").split("|")] for line in page.read_text().splitlines() if line[:2] == "| "
-    ]
+    rows = _table(page)
     assert rows == [
         ["case", "1k ms", "4k ms", "against the floor", "exponent", "MiB"],
         ["`floor`", "10.0", "80.0", "1.00", "1.50", "4.00"],
@@ -568,9 +566,7 @@ def test_a_block_reads_a_state_result_its_cache_and_growth(tmp_path: Path) -> No
     )
     page.write_text(f"{BEGIN}\n{spec}-->\n{END}\n")
     rewrite_record_tables(page, tmp_path)
-    rows = [
-        [c.strip() for c in line.strip("|").split("|")] for line in page.read_text().splitlines() if line[:2] == "| "
-    ]
+    rows = _table(page)
     assert rows[1:] == [["`softmax`", "2.00", "8.00", "4.00", "4.00"], ["`gla`", "0.500", "0.500", "1.25", "1.00"]]
 
 
@@ -601,7 +597,5 @@ def test_a_block_reads_a_decode_result_a_mode_a_row(tmp_path: Path) -> None:
     )
     page.write_text(f"{BEGIN}\n{spec}-->\n{END}\n")
     rewrite_record_tables(page, tmp_path)
-    rows = [
-        [c.strip() for c in line.strip("|").split("|")] for line in page.read_text().splitlines() if line[:2] == "| "
-    ]
+    rows = _table(page)
     assert rows[1:] == [["1", "35.0", "180", "7.50"], ["4", "140", "150", "5.00"], ["4, uncached", "-", "30.0", "1.00"]]
