@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 from collections.abc import Sequence
@@ -17,6 +18,8 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _BUDGET = re.compile(r"(\d+(?:\.\d+)?)\s*(steps?|epochs?|s|sec|min|h)", re.IGNORECASE)
 _SECONDS = {"s": 1, "sec": 1, "min": 60, "h": 3600}
 _EMPTY = ('""', "''")
+#: the longest combination name kept whole (it names a run directory)
+_NAME_LIMIT = 200
 
 
 def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
@@ -107,8 +110,18 @@ def combinations(axes: dict[str, list[str]]) -> list[Combination]:
     out = []
     for values in itertools.product(*axes.values()):
         name = ",".join(f"{axis_label(key, keys)}={_value_label(value)}" for key, value in zip(keys, values))
-        out.append(Combination(re.sub(r"[^\w.,=+-]", "_", name), dict(zip(keys, values))))
+        out.append(Combination(_bounded(re.sub(r"[^\w.,=+-]", "_", name)), dict(zip(keys, values))))
     return out
+
+
+def _bounded(name: str) -> str:
+    """``name`` as a directory can hold it: one longer than ``_NAME_LIMIT`` characters (a long hybrid
+    pattern; a file name holds 255 bytes) keeps its start and ends in a digest of the whole, so
+    two patterns that share their start stay apart. Shorter names are kept as they were."""
+    if len(name) <= _NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return f"{name[: _NAME_LIMIT - len(digest) - 1]}-{digest}"
 
 
 @dataclass(frozen=True)
