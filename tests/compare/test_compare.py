@@ -84,12 +84,12 @@ def test_a_hybrid_stack_is_one_grid_value_and_names_its_run_directory() -> None:
 
 def test_a_long_pattern_names_a_directory_the_file_system_can_make(tmp_path: Path) -> None:
     """Gemma 4's twelve-layer pattern wrote an 844-character name that no directory can take (the
-    matrix stopped there); a long name keeps its start and ends in a digest of the whole, so two
-    patterns that differ only at their end stay apart, and short names are unchanged."""
+    matrix stopped there); a name over 255 bytes keeps its start and ends in a digest of the whole,
+    so two patterns that differ only at their end stay apart, and shorter names are unchanged."""
     entry = "{name: qk_norm, window: 16, sink_tokens: 0, scale: 1.0, v_norm: true}"
     first, second = (f"[{', '.join([entry] * 11)}, {last}]" for last in ("qk_norm", "local"))
     long, other, short = combinations(parse_grid([f"model.attention={first},{second},dot_product"]))
-    assert len(long.name) <= 200 and long.name.startswith("attention=qk_norm_window=16,sink_tokens=0")
+    assert len(long.name.encode()) <= 255 and long.name.startswith("attention=qk_norm_window=16,sink_tokens=0")
     assert long.name != other.name and short.name == "attention=dot_product"
     assert long.overrides == {"model.attention": first}
     (tmp_path / long.name / "seed0").mkdir(parents=True)

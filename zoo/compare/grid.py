@@ -18,8 +18,9 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _BUDGET = re.compile(r"(\d+(?:\.\d+)?)\s*(steps?|epochs?|s|sec|min|h)", re.IGNORECASE)
 _SECONDS = {"s": 1, "sec": 1, "min": 60, "h": 3600}
 _EMPTY = ('""', "''")
-#: the longest combination name kept whole (it names a run directory)
-_NAME_LIMIT = 200
+#: the longest combination name kept whole, in bytes: a file name's limit, so every name that
+#: could name a run directory before keeps its name (and its records)
+_NAME_LIMIT = 255
 
 
 def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
@@ -115,13 +116,15 @@ def combinations(axes: dict[str, list[str]]) -> list[Combination]:
 
 
 def _bounded(name: str) -> str:
-    """``name`` as a directory can hold it: one longer than ``_NAME_LIMIT`` characters (a long hybrid
-    pattern; a file name holds 255 bytes) keeps its start and ends in a digest of the whole, so
-    two patterns that share their start stay apart. Shorter names are kept as they were."""
-    if len(name) <= _NAME_LIMIT:
+    """``name`` as a directory can hold it: one longer than a file name's ``_NAME_LIMIT`` bytes (a
+    long hybrid pattern) keeps its start and ends in a digest of the whole, so two patterns that
+    share their start stay apart. Shorter names are kept as they were."""
+    encoded = name.encode()
+    if len(encoded) <= _NAME_LIMIT:
         return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
-    return f"{name[: _NAME_LIMIT - len(digest) - 1]}-{digest}"
+    digest = hashlib.sha256(encoded).hexdigest()[:12]
+    start = encoded[: _NAME_LIMIT - len(digest) - 1].decode(errors="ignore")
+    return f"{start}-{digest}"
 
 
 @dataclass(frozen=True)
