@@ -35,13 +35,13 @@ __all__ = ["bench_records"]
 
 
 def bench_records(path: Path) -> list[dict[str, Any]] | None:
-    """The records of the benchmark result at ``path``; None where it holds no ``attention`` or
-    ``state`` result."""
+    """The records of the benchmark result at ``path``; None where it holds no ``attention``,
+    ``state`` or ``decode`` result."""
     result = read_bench(path, path.stem)
-    if result is not None and result.kind == "decode":
-        return _decode_records(result.data["results"])
-    if result is None or result.kind not in ("attention", "state"):
+    if result is None or result.kind not in ("attention", "state", "decode"):
         return None
+    if result.kind == "decode":
+        return _decode_records(result.data["results"])
     seed = int(result.data["config"].get("seed") or 0)
     measured = measurements(result)
     records: dict[str, dict[str, Any]] = {}
