@@ -93,6 +93,11 @@ def test_a_long_pattern_names_a_directory_the_file_system_can_make(tmp_path: Pat
     assert long.name != other.name and short.name == "attention=dot_product"
     assert long.overrides == {"model.attention": first}
     (tmp_path / long.name / "seed0").mkdir(parents=True)
+    # a name a directory could take before keeps it, and so its records (a first cut at 200
+    # characters renamed Qwen3.5's recipe, whose records were written)
+    (kept,) = combinations(parse_grid([f"model.attention=[{', '.join([entry] * 4)}]"]))
+    assert kept.name == "attention=" + "+".join(["qk_norm_window=16,sink_tokens=0,scale=1.0,v_norm=True_"] * 4)
+    assert 200 < len(kept.name.encode()) <= 255
 
 
 @pytest.mark.parametrize("empty", ['""', "''"])
