@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -296,4 +298,33 @@ def test_a_state_result_with_a_length_a_layer_failed_at_is_read(tmp_path: Path) 
     del state["cases"][0]["results"][0]["cache_bytes"]
     (folder / "state.json").write_text(json.dumps(state), encoding="utf-8")
     with pytest.raises(BoardInputError, match="cache_bytes"):
+        read_inputs([folder])
+
+
+@pytest.mark.parametrize(("kind", "drop", "named"), [("decode", "results", "'results'"),
+                                                     ("decode", "tokens_per_second", "results[].tokens_per_second"),
+                                                     ("train", "result", "'result'")])  # fmt: skip
+def test_a_listed_result_without_its_measurements_is_one_line(tmp_path: Path, kind: str, drop: str, named: str) -> None:
+    """A ``decode`` or ``train`` result the board lists, hand-edited to lose a field the results
+    pages read, is refused as an older zoo's in one line naming the field, not a ``KeyError``
+    from a records block; the result as the bench writes it is read."""
+    from zoo.board.inputs import BoardInputError
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    decode = {"mode": "cached", "time_s": 1.0, "sentences_per_second": 8.0, "tokens_per_second": 160.0}
+    result: dict[str, Any] = {
+        "benchmark": kind,
+        "environment": {"command": f"python -m zoo bench {kind}", "device": "cpu"},
+        "config": {"batch": 1},
+        **({"results": [decode]} if kind == "decode" else {"result": {"steps_per_second": 3.0}}),
+    }
+    (folder / f"{kind}.json").write_text(json.dumps(result), encoding="utf-8")
+    assert [bench.kind for bench in read_inputs([folder]).benches] == [kind]
+    if drop in result:
+        del result[drop]
+    else:
+        del decode[drop]
+    (folder / f"{kind}.json").write_text(json.dumps(result), encoding="utf-8")
+    with pytest.raises(BoardInputError, match=re.escape(f"without {named} ")):
         read_inputs([folder])

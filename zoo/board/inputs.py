@@ -50,8 +50,12 @@ BENCH_FIELDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 #: What a benchmark's measured length adds (one it failed at holds its ``status`` instead; a state
 #: result of a zoo before statuses holds no ``status`` and is measured).
 MEASURED_FIELDS: dict[str, tuple[str, ...]] = {"state": ("time_ms", "cache_bytes")}
-#: Benchmarks the board lists on their own page without reading their measurements.
-LISTED_BENCHMARKS = ("decode", "train")
+#: Benchmarks the board lists on their own page without reading their lengths: per benchmark, what
+#: holds its measurements (a list of results, or one result) and the fields each result needs.
+LISTED_BENCHMARKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "decode": ("results", ("mode", "sentences_per_second", "tokens_per_second")),
+    "train": ("result", ()),
+}
 
 
 class BoardInputError(ZooError, ValueError):
@@ -203,17 +207,30 @@ def read_bench(path: Path, name: str) -> BenchResult | None:
     if not isinstance(data, dict) or "benchmark" not in data or "environment" not in data or data.get("partial"):
         return None
     kind = data["benchmark"]
-    if kind in LISTED_BENCHMARKS:
-        return BenchResult(path, name, kind, data)
-    if kind not in BENCH_FIELDS:
+    if kind not in BENCH_FIELDS and kind not in LISTED_BENCHMARKS:
         return None
-    problem = _bench_problem(data, kind)
+    problem = _listed_problem(data, kind) if kind in LISTED_BENCHMARKS else _bench_problem(data, kind)
     if problem:
         raise BoardInputError(
             f"{path}: a zoo bench {kind} result without {problem} (written by an older zoo the board cannot "
             f"read): leave it out, or measure again with {data['environment'].get('command') or 'zoo bench ' + kind}."
         )
     return BenchResult(path, name, kind, data)
+
+
+def _listed_problem(data: dict[str, Any], kind: str) -> str | None:
+    """What a listed benchmark result of ``kind`` (``decode``, ``train``) lacks, or None."""
+    holder, fields = LISTED_BENCHMARKS[kind]
+    if not isinstance(data.get("config"), dict):
+        return "its config"
+    held = data.get(holder)
+    results = held if isinstance(held, list) else [held]
+    if not all(isinstance(result, dict) for result in results):
+        return f"'{holder}'"
+    for result in results:
+        if missing := [field for field in fields if field not in result]:
+            return f"{holder}[].{missing[0]}"
+    return None
 
 
 def _bench_problem(data: dict[str, Any], kind: str) -> str | None:
