@@ -209,7 +209,10 @@ def read_bench(path: Path, name: str) -> BenchResult | None:
     kind = data["benchmark"]
     if kind not in BENCH_FIELDS and kind not in LISTED_BENCHMARKS:
         return None
-    problem = _listed_problem(data, kind) if kind in LISTED_BENCHMARKS else _bench_problem(data, kind)
+    if not isinstance(data.get("config"), dict):
+        problem: str | None = "its config"
+    else:
+        problem = _listed_problem(data, kind) if kind in LISTED_BENCHMARKS else _bench_problem(data, kind)
     if problem:
         raise BoardInputError(
             f"{path}: a zoo bench {kind} result without {problem} (written by an older zoo the board cannot "
@@ -221,8 +224,6 @@ def read_bench(path: Path, name: str) -> BenchResult | None:
 def _listed_problem(data: dict[str, Any], kind: str) -> str | None:
     """What a listed benchmark result of ``kind`` (``decode``, ``train``) lacks, or None."""
     holder, fields = LISTED_BENCHMARKS[kind]
-    if not isinstance(data.get("config"), dict):
-        return "its config"
     held = data.get(holder)
     results = held if isinstance(held, list) else [held]
     if not all(isinstance(result, dict) for result in results):
@@ -236,8 +237,6 @@ def _listed_problem(data: dict[str, Any], kind: str) -> str | None:
 def _bench_problem(data: dict[str, Any], kind: str) -> str | None:
     """What a benchmark result of ``kind`` lacks, or None."""
     listed, key, fields = BENCH_FIELDS[kind]
-    if not isinstance(data.get("config"), dict):
-        return "its config"
     cases = data.get(listed)
     if not isinstance(cases, list):
         return f"'{listed}'"
