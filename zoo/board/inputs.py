@@ -51,10 +51,11 @@ BENCH_FIELDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 #: result of a zoo before statuses holds no ``status`` and is measured).
 MEASURED_FIELDS: dict[str, tuple[str, ...]] = {"state": ("time_ms", "cache_bytes")}
 #: Benchmarks the board lists on their own page without reading their lengths: per benchmark, what
-#: holds its measurements (a list of results, or one result) and the fields each result needs.
-LISTED_BENCHMARKS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "decode": ("results", ("mode", "sentences_per_second", "tokens_per_second")),
-    "train": ("result", ()),
+#: holds its measurements, whether that is a list of results (``decode``) or one result (``train``),
+#: and the fields each result needs.
+LISTED_BENCHMARKS: dict[str, tuple[str, type, tuple[str, ...]]] = {
+    "decode": ("results", list, ("mode", "sentences_per_second", "tokens_per_second")),
+    "train": ("result", dict, ()),
 }
 
 
@@ -223,10 +224,10 @@ def read_bench(path: Path, name: str) -> BenchResult | None:
 
 def _listed_problem(data: dict[str, Any], kind: str) -> str | None:
     """What a listed benchmark result of ``kind`` (``decode``, ``train``) lacks, or None."""
-    holder, fields = LISTED_BENCHMARKS[kind]
+    holder, shape, fields = LISTED_BENCHMARKS[kind]
     held = data.get(holder)
-    results = held if isinstance(held, list) else [held]
-    if not all(isinstance(result, dict) for result in results):
+    results = held if shape is list and isinstance(held, list) else [held]
+    if not isinstance(held, shape) or not all(isinstance(result, dict) for result in results):
         return f"'{holder}'"
     for result in results:
         if missing := [field for field in fields if field not in result]:
