@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+import yaml
 
 import zoo
 from zoo.bench.attention import AttentionBenchConfig, run_attention_bench
@@ -87,6 +88,47 @@ def test_an_entry_with_arguments_builds_that_layer_and_a_bad_one_is_one_line(cap
         "error: --attentions {name: mla, mode: fused}: MultiHeadLatentAttention: mode must be one of"
         in capsys.readouterr().err
     )
+
+
+def _recipe(folder, name: str, attention: list) -> str:
+    """A recipe overlay as ``configs/gpt_shakespeare_cpu_*.yaml`` writes one; ``LABEL=PATH``."""
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"model": {"init_args": {"position": "rope", "attention": attention}}}))
+    return f"{name}={path}"
+
+
+def test_a_recipe_is_decoded_as_its_whole_stack_every_layers_cache_counted(tmp_path) -> None:
+    """A stack of ``gla`` and ``dot_product`` holds what the two layers hold when each is decoded
+    alone: the state, and the keys and values of every position; a layer that reads the previous
+    layer's keys and values (Gemma 4's sharing) holds none of its own."""
+    recipes = [
+        _recipe(tmp_path, "pair", ["gla", "dot_product"]),
+        _recipe(tmp_path, "shared", [{"name": "softmax"}, {"name": "softmax", "kv_source": "previous"}]),
+    ]
+    config = StateBenchConfig(lengths=[8, 24], attentions=["gla", "dot_product", "softmax"], recipes=recipes, **TINY)
+    records = run_state_bench(config, torch.device("cpu"))
+    sizes = {r["attention"]: [result["cache_bytes"] for result in r["results"]] for r in records}
+    assert list(sizes) == ["gla", "dot_product", "softmax", "recipe pair", "recipe shared"]
+    assert sizes["recipe pair"] == [a + b for a, b in zip(sizes["gla"], sizes["dot_product"], strict=True)]
+    assert sizes["recipe shared"] == sizes["softmax"] == [2 * 2 * 8 * n * 4 for n in (9, 25)]
+    assert all(r["results"][1]["time_ms"]["median"] > 0 for r in records)
+
+
+def test_bench_state_takes_recipes_alone_and_a_bad_recipe_is_one_line(tmp_path, capsys) -> None:
+    out = tmp_path / "state.json"
+    tiny = ["--d-model", "16", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory"]
+    main(["state", "--lengths", "8", "--recipes", _recipe(tmp_path, "pair", ["gla", "dot_product"]), *tiny, "--out", str(out)])
+    assert [c["attention"] for c in json.loads(out.read_text())["cases"]] == ["recipe pair"]  # no default layers
+    (tmp_path / "bare.yaml").write_text("model: {init_args: {num_layers: 2}}\n")
+    for entry, line in [
+        (str(tmp_path / "missing.yaml"), "missing.yaml: No such file or directory; give a recipe overlay file."),
+        (str(tmp_path / "bare.yaml"), "bare.yaml sets no model.init_args.attention; point it at a recipe overlay."),
+        (_recipe(tmp_path, "typo", ["glaa"]), "Unknown attention 'glaa'"),
+    ]:
+        with pytest.raises(SystemExit) as stopped:
+            main(["state", "--recipes", entry, *tiny, "--out", str(out)])
+        err = capsys.readouterr().err
+        assert stopped.value.code == 2 and line in err and "Traceback" not in err
 
 
 def test_bench_attention_runs_the_recurrent_families_in_a_layer_when_causal(capsys) -> None:

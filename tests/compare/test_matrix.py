@@ -67,9 +67,15 @@ def test_the_default_rows_are_every_causal_name_and_recipe_with_the_priorities_o
     assert mqar["first"].seeds == 3 and mqar["rest"].seeds == 1
     qwen = mqar["recipe-qwen3next"].command()
     assert qwen[qwen.index("--model.num_layers") + 1] == "4"  # the pattern's depth, each layer in its place
-    decoding = [g for g in plan_groups if g.yardstick.name == "decoding"]
-    assert [g.label for g in decoding] == ["first", "rest"]  # a bench times no recipe
-    assert all(row.attention in ATTENTION_REGISTRY for g in decoding for row in g.rows)
+    decoding = {g.label: g for g in plan_groups if g.yardstick.name == "decoding"}
+    assert list(decoding) == ["first", "rest", "recipes"]  # the state bench decodes a recipe's whole stack
+    assert all(row.attention in ATTENTION_REGISTRY for label in ("first", "rest") for row in decoding[label].rows)
+    recipes = decoding["recipes"].command()
+    named = recipes[recipes.index("--recipes") + 1 : recipes.index("--out")]
+    overlays = {label: (PROTOCOLS / path).resolve() for label, path in _matrix_file()["recipes"].items()}
+    assert {word.partition("=")[0]: Path(word.partition("=")[2]).resolve() for word in named} == overlays
+    speed, _, _ = groups(["--yardsticks", "speed"])
+    assert [g.label for g in speed] == ["first", "rest"]  # a layer's time against SDPA: no recipe
 
 
 def test_a_name_it_does_not_know_is_refused_with_the_closest_one() -> None:
@@ -120,6 +126,26 @@ def test_the_matrix_runs_each_group_once_and_the_same_command_starts_nothing_aga
     main(args)  # the same command: every run recorded, every bench written
     assert len(fake_child.commands) == started and bench.stat().st_mtime_ns == written
     assert load_records(out / "quick" / "kernel" / "first" / "records.jsonl") == first
+
+
+def test_a_recipes_decoding_cell_is_its_whole_stack_measured_beside_its_layers(tmp_path: Path) -> None:
+    """The state bench's column with a recipe: the recipes' group writes its own file, and the
+    board's cell for the recipe is the stack's bytes, the two layers' cells summed."""
+    from zoo.board.inputs import read_inputs
+    from zoo.board.matrix_cells import matrix_cells
+
+    protocols, out = _fixture_protocols(tmp_path, "3steps"), tmp_path / "matrix"
+    state = yaml.safe_load((protocols / "yardsticks" / "state.yaml").read_text())
+    (protocols / "yardsticks" / "state.yaml").write_text(yaml.safe_dump({**state, "recipes_flag": "--recipes"}))
+    overlay = {"model": {"init_args": {"position": "rope", "attention": ["gla", "dot_product"]}}}
+    (tmp_path / "pair.yaml").write_text(yaml.safe_dump(overlay))
+    matrix = yaml.safe_load((protocols / "matrix.yaml").read_text())
+    (protocols / "matrix.yaml").write_text(yaml.safe_dump({**matrix, "recipes": {"pair": "../pair.yaml"}}))
+    names = "gla,dot_product,pair"
+    main(["matrix", "--protocols", str(protocols), "--out", str(out), "--yardsticks", "state", "--names", names])
+    assert sorted(p.name for p in (out / "quick" / "state").glob("*.json")) == ["first.json", "recipes.json", "rest.json"]
+    cells = {row.row.label: row.cells["state"].value for row in matrix_cells(read_inputs([out]), protocols).rows}
+    assert cells["pair"] == cells["gla"] + cells["dot_product"] > 0
 
 
 def test_sigterm_stops_the_matrix_and_its_fits_and_the_same_command_continues(tmp_path: Path) -> None:

@@ -6,6 +6,9 @@
 * ``train``: training throughput (non-padding target tokens per second) through the Lightning
   trainer on fra-eng.
 * ``decode``: greedy (or beam) decoding throughput, with and without the decoder's cache.
+* ``state``: the time and the cache's bytes of one decoded token after a long context, for one
+  layer per attention, or a recipe's whole stack (:mod:`zoo.bench.recipe_stack`).
+* ``classify``: the classifier's training step per attention over lengths (the LRA's Table 2).
 
 These are benchmarks, not tests: they measure and report, they assert nothing. Each prints a
 table and writes JSON with the machine, the versions and the command that produced it

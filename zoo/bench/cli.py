@@ -26,7 +26,7 @@ from zoo.bench.classify import (
 from zoo.bench.decode import DecodeBenchConfig, decode_table, run_decode_bench
 from zoo.bench.measure import resolve_device
 from zoo.bench.report import environment, plot_growth, write_json
-from zoo.bench.state import StateBenchConfig, recurrent_names, run_state_bench, state_layer, state_table
+from zoo.bench.state import StateBenchConfig, recipe_stack, recurrent_names, run_state_bench, state_layer, state_table
 from zoo.bench.sweep import SweepSettings
 from zoo.bench.train import TrainBenchConfig, run_train_bench, train_table
 from zoo.bench.translation import TranslationSetup
@@ -196,7 +196,12 @@ def parser() -> argparse.ArgumentParser:
     state.add_argument(
         "--attentions", nargs="+", default=None,
         help="registered causal attentions, or a name with arguments as in a config: '{name: mla, mode: naive}' "
-        "(default: the recurrent ones and dot_product)",
+        "(default: the recurrent ones and dot_product, unless --recipes are given)",
+    )  # fmt: skip
+    state.add_argument(
+        "--recipes", nargs="+", default=[], metavar="LABEL=PATH",
+        help="recipe overlays (configs/gpt_shakespeare_cpu_*.yaml), each decoded as its whole stack, every layer's "
+        "cache counted; reported as 'recipe LABEL' (LABEL: the file's stem where not given)",
     )  # fmt: skip
     state.add_argument("--d-model", type=positive_int, default=256)
     state.add_argument("--heads", type=positive_int, default=8)
@@ -214,6 +219,14 @@ def _translation_setup(args: argparse.Namespace) -> TranslationSetup:
         model=args.model, data_path=args.data_path, batch=args.batch, vocab_size=args.vocab_size, limit_train=args.limit_train,
         attention=args.attention, model_kwargs=args.model_kwargs, torch_compile=args.compile,
     )  # fmt: skip
+
+
+def _state_attentions(args: argparse.Namespace) -> list[str]:
+    """``bench state``'s layers: those named, else none beside recipes, else the recurrent ones and
+    ``dot_product``."""
+    if args.attentions is not None:
+        return list(args.attentions)
+    return [] if args.recipes else [*recurrent_names(), "dot_product"]
 
 
 def main(argv: list[str]) -> dict[str, Any]:
@@ -238,6 +251,8 @@ def main(argv: list[str]) -> dict[str, Any]:
         if args.benchmark == "state":
             for entry in args.attentions or []:
                 state_layer(entry, args.d_model, args.heads)  # an unknown name or argument: one line
+            for entry in args.recipes:
+                recipe_stack(entry, args.d_model, args.heads, max(args.lengths) + 1)  # a bad file or setting: one line
         return _run(args, argv)
     except ZooError as error:  # a bad name or setting: one line, like argparse's errors
         argument_parser.error(str(error))
@@ -289,7 +304,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         print(classify_tables(records, config))
     elif args.benchmark == "state":
         config = StateBenchConfig(
-            lengths=args.lengths, attentions=args.attentions or [*recurrent_names(), "dot_product"], d_model=args.d_model,
+            lengths=args.lengths, attentions=_state_attentions(args), recipes=args.recipes, d_model=args.d_model,
             heads=args.heads, batch=args.batch, warmup=args.warmup, repeats=args.repeats, memory=not args.no_memory,
             seed=args.seed,
         )  # fmt: skip

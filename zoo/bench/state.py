@@ -17,7 +17,9 @@ of a matrix's column does not cost the rest.
 
 An entry of ``--attentions`` is a registered name or, as in a model's ``attention`` list, a
 mapping of a name and its arguments (``'{name: mla, mode: naive}'``: MLA decoding without the
-absorbed form), reported under the text given.
+absorbed form), reported under the text given. An entry of ``--recipes`` (``LABEL=PATH``, a CPU
+recipe's overlay) is decoded as its whole stack, every layer's cache counted
+(:mod:`zoo.bench.recipe_stack`), and reported as ``recipe LABEL``.
 
 The prompt is encoded without gradients, as decoding runs, in the layer's float32.
 """
@@ -40,11 +42,12 @@ from zoo.attention.build.spec import AttentionSpec
 from zoo.attention.contract.cache import LayerCache
 from zoo.attention.contract.layer import AttentionLayer
 from zoo.bench.measure import peak_memory, time_call
+from zoo.bench.recipe_stack import RecipeStack, StackCache, parse_recipe, recipe_case, recipe_settings
 from zoo.bench.report import markdown_table
 from zoo.bench.sweep import failure_status, time_cell
 from zoo.errors import ConfigurationError, ZooError
 
-__all__ = ["StateBenchConfig", "recurrent_names", "run_state_bench", "state_layer", "state_table"]
+__all__ = ["StateBenchConfig", "recipe_stack", "recurrent_names", "run_state_bench", "state_layer", "state_table"]
 
 
 def recurrent_names() -> list[str]:
@@ -72,12 +75,24 @@ def state_layer(entry: str, d_model: int, heads: int) -> AttentionLayer:
         raise ConfigurationError(f"--attentions {entry}: {error}") from None
 
 
+def recipe_stack(entry: str, d_model: int, heads: int, max_len: int) -> RecipeStack:
+    """The stack a ``--recipes`` entry (``LABEL=PATH`` or ``PATH``) names, at ``d_model`` and
+    ``heads``, positions up to ``max_len``; a bad file or setting is one line."""
+    return RecipeStack(recipe_settings(parse_recipe(entry)[1]), d_model, heads, max_len)
+
+
+Decoder = AttentionLayer | RecipeStack
+"""What one row decodes: a layer (over random vectors) or a recipe's stack (over random tokens)."""
+
+
 @dataclass(frozen=True)
 class StateBenchConfig:
-    """What ``bench state`` decodes, and how often."""
+    """What ``bench state`` decodes, and how often: ``attentions`` one layer each, ``recipes``
+    (``LABEL=PATH``) a stack each."""
 
     lengths: list[int]
     attentions: list[str] = field(default_factory=lambda: [*recurrent_names(), "dot_product"])
+    recipes: list[str] = field(default_factory=list)
     d_model: int = 256
     heads: int = 8
     batch: int = 1
@@ -87,22 +102,34 @@ class StateBenchConfig:
     seed: int = 0
 
 
-def _step(layer: AttentionLayer, x: Tensor, cache: LayerCache) -> Callable[[], LayerCache]:
-    """One new position ``x`` ``(B, 1, d_model)`` decoded after ``cache``: the extended cache."""
+def _step(layer: Decoder, x: Tensor, cache: LayerCache | StackCache) -> Callable[[], LayerCache | StackCache]:
+    """One new position ``x`` (``(B, 1, d_model)``, or ``(B, 1)`` tokens) decoded after ``cache``:
+    the extended cache."""
 
-    def call() -> LayerCache:
-        return layer.attend_cached(x, cache)[1]
+    def call() -> LayerCache | StackCache:
+        return layer.attend_cached(x, cache)[1]  # type: ignore[arg-type]  (each decoder its own cache)
 
     return call
 
 
+def _decoder(case: str, config: StateBenchConfig, length: int) -> Decoder:
+    """The layer, or for a ``recipe_case`` the stack, that ``case`` names."""
+    recipes = {recipe_case(parse_recipe(entry)[0]): entry for entry in config.recipes}
+    if case in recipes:
+        return recipe_stack(recipes[case], config.d_model, config.heads, length + 1)
+    return state_layer(case, config.d_model, config.heads)
+
+
 @torch.inference_mode()
-def _measure(name: str, config: StateBenchConfig, length: int, device: torch.device) -> dict[str, Any]:
-    """One attention at one context length."""
+def _measure(case: str, config: StateBenchConfig, length: int, device: torch.device) -> dict[str, Any]:
+    """One attention, or one recipe's stack, at one context length."""
     generator = torch.Generator().manual_seed(config.seed * 100_003 + length)
     torch.manual_seed(config.seed)
-    layer = state_layer(name, config.d_model, config.heads).to(device).eval()
-    context = torch.randn(config.batch, length + 1, config.d_model, generator=generator).to(device)
+    layer = _decoder(case, config, length).to(device).eval()
+    if isinstance(layer, RecipeStack):
+        context = layer.random_input(config.batch, length + 1, generator).to(device)
+    else:
+        context = torch.randn(config.batch, length + 1, config.d_model, generator=generator).to(device)
     _, cache = layer.attend_cached(context[:, :length], None)
     step = _step(layer, context[:, length:], cache)
     timing = time_call(step, warmup=config.warmup, repeats=config.repeats)
@@ -113,10 +140,10 @@ def _measure(name: str, config: StateBenchConfig, length: int, device: torch.dev
 
 
 def run_state_bench(config: StateBenchConfig, device: torch.device) -> list[dict[str, Any]]:
-    """Every attention of ``config`` at every length: one record per attention, its results by
+    """Every attention and recipe of ``config`` at every length: one record each, its results by
     length, each ``{"length", "status": "ok", ...}`` or the status it failed with."""
     records = []
-    for name in config.attentions:
+    for name in [*config.attentions, *(recipe_case(parse_recipe(entry)[0]) for entry in config.recipes)]:
         results = []
         for length in config.lengths:
             try:

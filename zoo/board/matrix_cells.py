@@ -158,9 +158,9 @@ def _bench_cells(stick: Yardstick, rows: Sequence[Row], benches: Sequence[BenchR
             elif what == "time_ratio" and m.time_ms is not None and reference:
                 found[case] = (m.time_ms / reference, bench.path)
     return {
-        row.label: Cell(summarize([found[row.attention][0]]), None, found[row.attention][1], measured=True)
+        row.label: Cell(summarize([found[row.case][0]]), None, found[row.case][1], measured=True)
         for row in rows
-        if row.attention in found
+        if row.case in found
     }
 
 

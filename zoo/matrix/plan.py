@@ -55,6 +55,9 @@ class Group:
     def command(self, passthrough: Sequence[str] = ()) -> list[str]:
         """The group's ``python -m zoo`` arguments; ``passthrough`` (launcher flags) go to compare."""
         stick = self.yardstick
+        if stick.kind == "bench" and self.rows[0].recipe:
+            recipes = [f"{row.label}={_shown(row.overlay)}" for row in self.rows if row.overlay]
+            return ["bench", *stick.arguments(self.size), str(stick.recipes_flag), *recipes, "--out", str(self.out)]
         if stick.kind == "bench":
             names = [*stick.references, *(row.attention for row in self.rows)]
             return ["bench", *stick.arguments(self.size), stick.rows_flag, *names, "--out", str(self.out)]
@@ -78,17 +81,27 @@ class Group:
         ]
 
 
-def _groups(rows: Sequence[Row], bench: bool) -> list[tuple[str, tuple[Row, ...]]]:
-    """The rows' groups: first priority, the rest, then a group per recipe (a bench times
-    registered names only: no recipe, no entry with arguments)."""
-    if bench:
+def _shown(path: Path) -> Path:
+    """``path`` as a command shows it: from the working folder where it lies below it."""
+    path = path.resolve()
+    return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+
+
+def _groups(rows: Sequence[Row], stick: Yardstick) -> list[tuple[str, tuple[Row, ...]]]:
+    """The rows' groups: first priority, the rest, then a group per recipe. A bench measures
+    registered names (no entry with arguments) and, where its protocol has a ``recipes_flag``,
+    every recipe in one more group."""
+    recipes = tuple(row for row in rows if row.recipe)
+    if stick.kind == "bench":
         rows = [row for row in rows if row.attention in ATTENTION_REGISTRY]
     groups = [
         ("first", tuple(row for row in rows if row.first and not row.recipe)),
         ("rest", tuple(row for row in rows if not row.first)),
     ]
-    if not bench:
-        groups += [(f"recipe-{row.label}", (row,)) for row in rows if row.recipe]
+    if stick.kind != "bench":
+        groups += [(f"recipe-{row.label}", (row,)) for row in recipes]
+    elif stick.recipes_flag:
+        groups.append(("recipes", recipes))
     return [(label, members) for label, members in groups if members]
 
 
@@ -96,7 +109,7 @@ def plan(yardsticks: Sequence[Yardstick], rows: Sequence[Row], size: str, out: P
     """Every group of every yardstick, in the yardsticks' order."""
     groups = []
     for stick in yardsticks:
-        for label, members in _groups(rows, stick.kind == "bench"):
+        for label, members in _groups(rows, stick):
             where = out / size / stick.name / (f"{label}.json" if stick.kind == "bench" else label)
             groups.append(Group(stick, size, label, members, where))
     return groups

@@ -18,7 +18,9 @@ same code runs both)::
 
 A bench protocol names the flag that takes the rows (``rows_flag``: ``--cases`` for ``bench
 attention``, ``--attentions`` for ``bench state``) and the references timed beside them
-(``references``: ``floor``, causal SDPA). ``seeds`` are the first-priority rows' (softmax, the recurrent families, the recipes), and
+(``references``: ``floor``, causal SDPA); a bench that decodes a recipe's whole stack names the
+flag that takes them (``recipes_flag``: ``--recipes`` for ``bench state``), and the recipes join
+its column as one more group; a bench without it measures registered names only. ``seeds`` are the first-priority rows' (softmax, the recurrent families, the recipes), and
 ``rest_seeds`` every other row's, marked so on the board until a GPU or a cluster runs them.
 ``minutes`` is one run's CPU time at that size, from which the matrix states its cost.
 """
@@ -57,6 +59,7 @@ class Yardstick:
     title: str
     kind: Literal["compare", "bench"]
     rows_flag: str
+    recipes_flag: str | None
     references: tuple[str, ...]
     metric: str
     select: str | None
@@ -98,7 +101,9 @@ def load_yardstick(path: Path) -> Yardstick:
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(raw, dict):
         raise _problem(path, "a protocol is a mapping")
-    unknown = set(raw) - {"title", "kind", "rows_flag", "references", "metric", "select", "args", "sweep", "sizes"}
+    unknown = set(raw) - {
+        "title", "kind", "rows_flag", "recipes_flag", "references", "metric", "select", "args", "sweep", "sizes"
+    }  # fmt: skip
     if unknown:
         raise _problem(path, f"unknown fields {sorted(unknown)}")
     kind = raw.get("kind", "compare")
@@ -110,11 +115,14 @@ def load_yardstick(path: Path) -> Yardstick:
     sweep = raw.get("sweep") or {}
     if not isinstance(sweep, dict) or (kind == "bench" and sweep):
         raise _problem(path, "sweep must be a mapping of a fit flag to its values (compare only)")
+    if kind != "bench" and raw.get("recipes_flag") is not None:
+        raise _problem(path, "recipes_flag is a bench's (a comparison runs each recipe as its own group)")
     return Yardstick(
         name=path.stem,
         title=str(raw.get("title", path.stem)),
         kind=kind,
         rows_flag=str(raw.get("rows_flag", "--attentions")),
+        recipes_flag=None if raw.get("recipes_flag") is None else str(raw["recipes_flag"]),
         references=_strings(path, "references", raw.get("references", [])),
         metric=str(raw.get("metric", "")),
         select=raw.get("select"),

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from zoo.attention import ATTENTION_REGISTRY, Attention, AttentionLayer, capabilities
+from zoo.bench.recipe_stack import recipe_case, recipe_settings
 from zoo.errors import ConfigurationError
 
 __all__ = ["Row", "attention_text", "causal_names", "recipe_row", "select_rows", "stackable"]
@@ -39,13 +40,20 @@ def attention_text(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Row:
-    """One row: what ``--model.attention`` gets, and for a recipe its other model flags."""
+    """One row: what ``--model.attention`` gets, and for a recipe its other model flags and its
+    overlay file (which a benchmark that decodes a whole stack reads)."""
 
     label: str
     attention: str
     first: bool
     recipe: bool = False
     model_args: tuple[str, ...] = ()
+    overlay: Path | None = None
+
+    @property
+    def case(self) -> str:
+        """What a benchmark's results call this row: its attention, or a recipe's ``recipe LABEL``."""
+        return recipe_case(self.label) if self.recipe else self.attention
 
 
 def stackable(name: str) -> bool:
@@ -68,16 +76,13 @@ def causal_names() -> list[str]:
 
 def recipe_row(label: str, path: Path) -> Row:
     """The recipe in the overlay file ``path``: its model's init arguments as flags."""
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    init = ((raw.get("model") or {}).get("init_args")) or {}
-    if "attention" not in init:
-        raise ConfigurationError(
-            f"Recipe {label!r}: {path} sets no model.init_args.attention; point it at a recipe overlay."
-        )
-    pattern = init["attention"] if isinstance(init["attention"], list) else [init["attention"]]
-    settings = {"num_layers": len(pattern), **{key: value for key, value in init.items() if key != "attention"}}
+    try:
+        settings = recipe_settings(path)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"Recipe {label!r}: {error}") from None
+    attention = settings.pop("attention")
     flags = tuple(word for key, value in settings.items() for word in (f"--model.{key}", attention_text(value)))
-    return Row(label, attention_text(init["attention"]), first=True, recipe=True, model_args=flags)
+    return Row(label, attention_text(attention), first=True, recipe=True, model_args=flags, overlay=path)
 
 
 def _registry_row(name: str, first: Sequence[str]) -> Row:
