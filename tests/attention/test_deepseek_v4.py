@@ -12,8 +12,7 @@ import zoo
 from tests.helpers.gpt import learn_repeating_sequence
 from tests.helpers.layers import decode_after_prompt, run_layer
 from zoo import AttentionContext
-from zoo.attention.contract.cache import KeyValueCache
-from zoo.attention.modules.token_compression import CompressedCache
+from zoo.attention.modules.token_compression import CompressedCache, SharedWindow
 from zoo.models import GPT
 
 EMBED, HEADS, LENGTH, WINDOW = 16, 4, 11, 4
@@ -174,12 +173,32 @@ def test_decoding_from_the_cache_equals_one_causal_pass(kind: str | None) -> Non
     decoded, cache = decode_after_prompt(module, x, keep, prompt=5)
     torch.testing.assert_close(decoded[keep], expected[keep], atol=1e-12, rtol=0)
     assert cache.length == LENGTH
-    if kind is None:
-        assert isinstance(cache, KeyValueCache) and cache.keys is cache.values
-    else:
+    window = cache.window if isinstance(cache, CompressedCache) else cache
+    assert isinstance(window, SharedWindow) and window.shared.shape[-2] == WINDOW - 1  # all a later query reaches
+    if kind is not None:
         rate = module.compress_rate
         assert isinstance(cache, CompressedCache) and cache.compressor.entries.shape[1] == LENGTH // rate
         assert cache.compressor.pending_kv.shape[1] == LENGTH % rate
+
+
+@KINDS
+def test_the_decoding_cache_stops_growing_at_the_window_but_for_the_entries(kind: str | None) -> None:
+    """DeepSeek-V4 decodes from the last ``w - 1`` shared keys-values (one tensor: the keys are the
+    values), so a sliding layer's cache is the same size after 6 and 24 tokens, and a compressed
+    layer's grows by one entry (and, for CSA, one index key) per ``m`` tokens."""
+    module, sizes = layer(kind), []
+    with torch.no_grad():
+        for length in (6, 24):  # whole entries at both rates: nothing pending
+            _, cache = module.attend_cached(torch.randn(1, length, EMBED, dtype=torch.float64), None)
+            window = cache.window if isinstance(cache, CompressedCache) else cache
+            assert window.nbytes == (WINDOW - 1) * module.head_dim * window.shared.element_size()
+            sizes.append(cache.nbytes)
+    if kind is None:
+        assert sizes[0] == sizes[1]
+    else:
+        states = [state for state in (cache.compressor, cache.indexer) if state is not None]
+        entry = sum((state.entries.nbytes + state.visible.nbytes) // state.entries.shape[1] for state in states)
+        assert sizes[1] - sizes[0] == (24 // module.compress_rate - 6 // module.compress_rate) * entry
 
 
 def test_the_sliding_layer_keeps_its_parameters_and_the_indexer_learns_from_its_loss_alone() -> None:

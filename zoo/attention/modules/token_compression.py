@@ -14,7 +14,8 @@ window ``-1`` has no tokens). Entries are rotated at the position of their windo
 
 A hidden token (key padding) takes no weight in any entry; an entry with no real token is zero and
 hidden. Decoding keeps a :class:`CompressorState`: the entries so far, the tokens after the last
-complete window, and (with overlap) that window's first series, so each token is pooled once.
+complete window, and (with overlap) that window's first series, so each token is pooled once; the
+layer's window keeps the last ``w - 1`` positions' shared key-value (:class:`SharedWindow`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from zoo.attention.contract.context import AttentionContext
 from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions.rotary import RotaryEmbedding
 
-__all__ = ["CompressedCache", "CompressedIndexer", "CompressorState", "Pooled", "TokenCompressor", "entry_visibility"]
+__all__ = [
+    "CompressedCache", "CompressedIndexer", "CompressorState", "Pooled", "SharedWindow", "TokenCompressor", "entry_visibility"
+]  # fmt: skip
 
 
 def entry_visibility(first: int, num_queries: int, num_entries: int, rate: int, device: torch.device) -> Tensor:
@@ -189,23 +192,49 @@ class CompressedIndexer(nn.Module):
 
 
 @dataclass(frozen=True)
-class CompressedCache:
-    """A compressed ``deepseek_v4`` layer's positions seen so far: every position's rotated shared
-    key-value ``(B, 1, L, d)``, the compressor's state and, for compressed sparse attention, the
-    indexer's compressor's."""
+class SharedWindow:
+    """A ``deepseek_v4`` layer's window when decoding: the rotated shared key-value ``(B, 1, n, d)``
+    of the last ``n <= w - 1`` positions, all that a later query's window of ``w`` reaches, and
+    ``length``, every position seen. The keys are the values (one tensor, counted once), and the
+    cache stops growing at ``w - 1`` positions, as transformers' sliding-window cache does."""
 
     shared: Tensor
+    length: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.shared.nbytes
+
+    def extend(self, shared: Tensor, window: int) -> tuple[Tensor, SharedWindow]:
+        """What new positions' ``shared`` ``(B, 1, Lq, d)`` attend over (the window held, then
+        them), and the window a later position needs: the last ``window - 1``, copied so that the
+        prompt's keys are freed."""
+        reach = torch.cat([self.shared, shared], dim=-2)
+        kept = reach[..., reach.shape[-2] - min(window - 1, reach.shape[-2]) :, :]
+        return reach, SharedWindow(kept.clone() if kept.shape[-2] < reach.shape[-2] else kept, self.length + shared.shape[-2])
+
+    def select(self, index: Tensor) -> SharedWindow:
+        return SharedWindow(self.shared.index_select(0, index), self.length)
+
+
+@dataclass(frozen=True)
+class CompressedCache:
+    """A compressed ``deepseek_v4`` layer's positions seen so far: its :class:`SharedWindow`, the
+    compressor's state and, for compressed sparse attention, the indexer's compressor's. It grows by
+    one entry (and one index key) per ``m`` tokens."""
+
+    window: SharedWindow
     compressor: CompressorState
     indexer: CompressorState | None
 
     @property
     def length(self) -> int:
-        return self.shared.shape[-2]
+        return self.window.length
 
     @property
     def nbytes(self) -> int:
-        return self.shared.nbytes + self.compressor.nbytes + (0 if self.indexer is None else self.indexer.nbytes)
+        return self.window.nbytes + self.compressor.nbytes + (0 if self.indexer is None else self.indexer.nbytes)
 
     def select(self, index: Tensor) -> CompressedCache:
         indexer = None if self.indexer is None else self.indexer.select(index)
-        return CompressedCache(self.shared.index_select(0, index), self.compressor.select(index), indexer)
+        return CompressedCache(self.window.select(index), self.compressor.select(index), indexer)

@@ -63,8 +63,9 @@ the earlier entry (the reference's ``topk`` leaves them to the kernel). A hidden
 padding) takes no weight in an entry and an entry of hidden tokens only is not read; the
 reference's compressor does not look at padding. The windows start at the first position a call
 without a cache is given (the reference's too). The indexer's loss is the zoo's (the reference runs
-inference only). The decoding cache holds every position's shared key (the window would allow
-dropping those older than ``w - 1``), and the scores are computed against every key and entry
+inference only). The decoding cache holds the last ``w - 1`` positions' shared key-value, all a
+later query's window reaches, so a sliding layer's stops growing there and a compressed layer's
+grows by an entry per ``m`` tokens; a prompt's scores are computed against every key and entry
 and then masked (``O(L^2)``; the entries add ``L / m`` keys).
 """
 
@@ -79,7 +80,7 @@ from torch import Tensor, nn
 
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.contract.base import AttentionOutput, Capabilities
-from zoo.attention.contract.cache import KeyValueCache, LayerCache
+from zoo.attention.contract.cache import LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.layer import AttentionLayer
 from zoo.attention.kernels.chunking import QUERY_CHUNK
@@ -90,6 +91,7 @@ from zoo.attention.modules.token_compression import (
     CompressedCache,
     CompressedIndexer,
     CompressorState,
+    SharedWindow,
     TokenCompressor,
     entry_visibility,
 )
@@ -266,8 +268,8 @@ class DeepseekV4Attention(AttentionLayer):
         :data:`QUERY_CHUNK` queries at a time (all at once: 8 GiB at 16k tokens and 8 heads)."""
         num_queries, num_keys = queries.shape[-2], shared.shape[-2]
         allowed = visible(num_queries, num_keys, self.window, queries.device)
-        if context.mask is not None:
-            allowed = allowed & context.mask
+        if context.mask is not None:  # over every position seen; the keys are the last ``num_keys``
+            allowed = allowed & context.mask[..., -num_keys:]
         if compressed is not None:
             entries, readable = compressed
             shared = torch.cat([shared, entries], dim=-2)
@@ -347,28 +349,30 @@ class DeepseekV4Attention(AttentionLayer):
     ) -> tuple[Tensor, LayerCache]:
         """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (None before the
         first), causal: the output and the extended cache. The sliding layer's is a
-        :class:`~zoo.attention.contract.cache.KeyValueCache` whose keys and values are the same
-        shared tensor; a compressed layer's a
-        :class:`~zoo.attention.modules.token_compression.CompressedCache`."""
+        :class:`~zoo.attention.modules.token_compression.SharedWindow`; a compressed layer's a
+        :class:`~zoo.attention.modules.token_compression.CompressedCache` around one."""
         context = AttentionContext(is_causal=True) if context is None else context
         self.check_request(context)
         offset = 0 if cache is None else cache.length
         latent = self._latent(x)
         queries, shared = self._queries(latent, offset, context), self._shared(x, offset, context)
-        if cache is not None:
-            shared = torch.cat([cache.shared if self.compressor is not None else cache.keys, shared], dim=-2)
+        expected = SharedWindow if self.compressor is None else CompressedCache
+        if cache is not None and not isinstance(cache, expected):
+            raise TypeError(f"{type(self).__name__} decodes from a {expected.__name__}, got {type(cache).__name__}.")
+        held = SharedWindow(shared[..., :0, :], 0) if cache is None else getattr(cache, "window", cache)
+        shared, window = held.extend(shared, self.window)
         if self.compressor is None:
             output, _ = self._attend(queries, shared, offset, context)
-            return output, KeyValueCache(shared, shared)
+            return output, window
         real, states = self._real(context, x), []
-        held = (None, None) if cache is None else (cache.compressor, cache.indexer)
-        for compressor, source, state in zip(self._compressors(), (x, x.detach()), held, strict=False):
+        pooled = (None, None) if not isinstance(cache, CompressedCache) else (cache.compressor, cache.indexer)
+        for compressor, source, state in zip(self._compressors(), (x, x.detach()), pooled, strict=False):
             states.append(
                 compressor.extend(compressor.initial(x) if state is None else state, source, real, self.rotary)[1]
             )
         plain = context.replace(need_weights=False)
         output, _ = self._compressed(x, latent, queries, shared, tuple(states), offset, offset, plain)
-        return output, CompressedCache(shared, *states, *([None] if self.indexer is None else []))
+        return output, CompressedCache(window, *states, *([None] if self.indexer is None else []))
 
     def extra_repr(self) -> str:
         compressed = ""
