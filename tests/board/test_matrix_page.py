@@ -4,6 +4,7 @@ issue's question answered from the first page in one click (read from the pages'
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from pathlib import Path
@@ -54,6 +55,18 @@ def test_bench_cells_are_state_bytes_at_16k_and_time_against_sdpa_at_8k(tmp_path
     for name, size in STATE_BYTES.items():
         assert cells[name]["decoding"].value == size
         assert math.isclose(cells[name]["speed"].value, TIMES_8K[name] / TIMES_8K["floor"])
+
+
+def test_a_row_measured_again_on_its_own_replaces_its_groups_cell(tmp_path: Path) -> None:
+    """``decoding/first-mamba2.json`` (the row measured again after a change) is the cell, whichever
+    order the files are read in; the group's other rows keep the group file's."""
+    folder = write_matrix_records(tmp_path) / "matrix" / "quick" / "decoding"
+    again = json.loads((folder / "first.json").read_text())
+    again["cases"] = [{"attention": "mamba2", "results": [{"length": 16384, "time_ms": {"median": 1.0}, "cache_bytes": 7}]}]
+    (folder / "first-mamba2.json").write_text(json.dumps(again))
+    cells = {row.row.label: row.cells for row in matrix_cells(read_inputs([tmp_path]), PROTOCOLS).rows}
+    assert cells["mamba2"]["decoding"].value == 7
+    assert cells["gla"]["decoding"].value == STATE_BYTES["gla"]
 
 
 def test_every_row_and_column_with_not_run_cells_greyed(matrix_site: Path) -> None:  # noqa: F811

@@ -9,7 +9,9 @@ ones). A compare cell takes the rate ``zoo compare --sweep`` keeps (:func:`zoo.c
 the best mean of the protocol's ``select`` metric over the sweep's first seed), and reports the
 protocol's ``metric`` over every seed at that rate (:func:`zoo.compare.stats.summarize`: mean and
 Student-t 95% interval). A bench cell is ``state_bytes_N`` (the cache's bytes after N tokens) or
-``time_ratio_N`` (the time at N tokens over the protocol's first reference, causal SDPA).
+``time_ratio_N`` (the time at N tokens over the protocol's first reference, causal SDPA). A row
+measured again on its own, into ``GROUP-NAME.json`` beside its group's file (after a failure the
+group run could not recover from, or a change to the layer), replaces the group file's cell.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ def _bench_cells(stick: Yardstick, rows: Sequence[Row], benches: Sequence[BenchR
         return {}
     what, length = match.group(1), int(match.group(2))
     found: dict[str, tuple[float, Path]] = {}
-    for bench in benches:
+    for bench in sorted(benches, key=lambda b: ("-" in b.path.stem, b.path.name)):  # a row's own file last
         at = {m.case: m for m in measurements(bench) if m.length == length}
         reference = next((at[name].time_ms for name in stick.references if name in at), None)
         for case, m in at.items():
