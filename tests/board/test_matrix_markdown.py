@@ -9,18 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.board.matrix_records import write_matrix_records
+from tests.board.matrix_records import _record, _write_records, write_matrix_records
 from zoo.attention import ATTENTION_REGISTRY
 from zoo.board.cli import main
 from zoo.board.inputs import read_inputs
 from zoo.board.matrix_cells import matrix_cells
 from zoo.board.matrix_markdown import BEGIN, END, matrix_markdown, write_matrix_markdown
+from zoo.compare.grid import combinations
 from zoo.errors import ConfigurationError
 from zoo.matrix import rows
 from zoo.matrix.cli import PROTOCOLS
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "results" / "matrix.md"
+RECIPE = PROTOCOLS / ".." / "gpt_shakespeare_cpu_qwen3next.yaml"
 
 
 def test_the_committed_page_is_the_committed_records_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,6 +50,28 @@ def test_the_table_from_the_fixture(tmp_path: Path) -> None:
     waiting = lines[-1]
     assert waiting.startswith(f"{len(rows)} of {len(matrix.rows)} rows measured at the quick size; not run yet: ")
     assert "`mamba3`" in waiting and "`mamba2`" not in waiting
+
+
+def test_a_cell_the_protocol_has_none_for_reads_n_a_not_not_run(tmp_path: Path) -> None:
+    """The speed column times one registered layer: a recipe's cell there, and an entry with
+    arguments', read ``n/a`` and the line under the table says why; the decoding column decodes
+    whole recipes, so a recipe's cell there reads ``·`` until it is run."""
+    root = write_matrix_records(tmp_path)
+    qwen = next(row for row in rows.select_rows([], {"qwen3next": RECIPE}) if row.recipe)
+    for group, attention in [("first", "{name: softmax, conv_size: 4}"), ("recipe-qwen3next", qwen.attention)]:
+        record = _record("mqar", attention, 0, {"test/accuracy": 0.5, "val/accuracy": 0.5}, **{"model.lr": "1e-3"})
+        (combination,) = combinations({"model.attention": [attention], "model.lr": ["1e-3"]})  # as compare names it
+        record |= {"combination": combination.name, "run": f"{combination.name}/seed0"}
+        _write_records(root / "matrix" / "quick" / "mqar" / group, [record])
+    matrix = matrix_cells(read_inputs([root]), PROTOCOLS)
+    lines = matrix_markdown(matrix).splitlines()
+    table = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ")}
+    columns = [stick.name for stick in matrix.yardsticks]
+    speed, decoding = 2 + columns.index("speed"), 2 + columns.index("decoding")
+    assert table["recipe `qwen3next`"][speed] == table["`{name: softmax, conv_size: 4}`"][speed] == "n/a"
+    assert table["`{name: softmax, conv_size: 4}`"][decoding] == "n/a"
+    assert table["recipe `qwen3next`"][decoding] == "·" and table["`gla`"][speed] != "n/a"
+    assert lines[-1].startswith("`n/a`: the column's benchmark has no cell for the row")
 
 
 def test_the_page_is_rewritten_between_its_markers_only(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """The matrix's cells as the board shows them: for every row of ``zoo matrix`` (every causal
 registered attention and every recipe, :func:`zoo.matrix.rows.select_rows`) and every yardstick of
-``matrix.yaml``, the score at the best rate with its interval over seeds, or nothing ("not run").
+``matrix.yaml``, the score at the best rate with its interval over seeds, or nothing ("not run"; or
+"n/a" where the yardstick's protocol has no cell for the row: a benchmark times one registered
+layer, not a recipe or an entry with arguments, unless its protocol takes recipes).
 
 ``zoo matrix`` writes a yardstick's records to ``SIZE/YARDSTICK/GROUP/`` (a comparison folder) or
 ``SIZE/YARDSTICK/GROUP.json`` (a bench), and the board finds them by those last parts of the
@@ -31,6 +33,7 @@ from zoo.board.inputs import BenchResult, Comparison, Inputs
 from zoo.board.measurements import measurements
 from zoo.compare.stats import Summary, summarize
 from zoo.compare.sweep import Sweep, choose, grouped, parse_select
+from zoo.matrix.plan import measures
 from zoo.matrix.protocol import SIZES, Yardstick, load_yardsticks
 from zoo.matrix.rows import Row, select_rows
 
@@ -51,6 +54,7 @@ class Cell:
     source: Path | None = None
     parameters: int | None = None
     measured: bool = False  # a benchmark's measurement, not a score over seeds
+    applies: bool = True  # False: the yardstick's protocol has no cell for the row (zoo.matrix.plan.measures)
 
     @property
     def value(self) -> float | None:
@@ -190,7 +194,7 @@ def matrix_cells(inputs: Inputs, protocols: Path, names: Sequence[str] | None = 
             folders = [c for c in inputs.comparisons if _where(c.directory, (size,), {stick.name: stick})]
             cells = _compare_cells(stick, rows, folders)
         for row in rows:
-            table[row.label][stick.name] = cells.get(row.label, Cell())
+            table[row.label][stick.name] = cells.get(row.label, Cell(applies=measures(stick, row)))
     matrix_rows = []
     for row in rows:
         names_ = row_names(row)

@@ -28,14 +28,14 @@ END = "<!-- matrix:end -->"
 def _cell(cell: Cell) -> str:
     text, note = cell_text(cell)
     if cell.summary is None:
-        return "·"
+        return "·" if cell.applies else text
     rate = f", lr {cell.rate}" if cell.rate else ""
     return f"{text} ({note}{rate})" if note or rate else text
 
 
 def matrix_markdown(matrix: Matrix) -> str:
-    """The table of every row with a measured cell (``·`` where a cell is not run), then the rows
-    not run yet."""
+    """The table of every row with a measured cell (``·`` where a cell is not run, ``n/a`` where
+    the yardstick has none for the row), then the rows not run yet."""
     sticks = matrix.yardsticks
     measured = [row for row in matrix.rows if any(cell.summary is not None for cell in row.cells.values())]
     waiting = [row.row.label for row in matrix.rows if row not in measured]
@@ -56,6 +56,11 @@ def matrix_markdown(matrix: Matrix) -> str:
         + (", ".join(f"`{label}`" for label in waiting) if waiting else "none")
         + "."
     )
+    if any(not cell.applies for row in measured for cell in row.cells.values()):
+        lines.append(
+            "`n/a`: the column's benchmark has no cell for the row (it times one registered layer; a recipe "
+            "only where its protocol decodes whole stacks)."
+        )
     return "\n".join(lines)
 
 

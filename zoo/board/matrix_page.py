@@ -57,10 +57,11 @@ def _number(value: float) -> str:
 
 
 def cell_text(cell: Cell) -> tuple[str, str]:
-    """A cell's score and its note: the interval ``[low, high]`` over seeds, or ``1 seed``."""
+    """A cell's score and its note: the interval ``[low, high]`` over seeds, or ``1 seed``; ``not
+    run``, or ``n/a`` where the yardstick's protocol has no cell for the row."""
     summary = cell.summary
     if summary is None:
-        return "not run", ""
+        return ("not run" if cell.applies else "n/a"), ""
     if cell.measured:
         return _number(summary.mean), ""
     if summary.low is None or summary.high is None:

@@ -19,7 +19,7 @@ from zoo.attention import ATTENTION_REGISTRY
 from zoo.matrix.protocol import Yardstick
 from zoo.matrix.rows import Row
 
-__all__ = ["Group", "plan"]
+__all__ = ["Group", "measures", "plan"]
 
 
 @dataclass(frozen=True)
@@ -87,21 +87,28 @@ def _shown(path: Path) -> Path:
     return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
 
 
+def measures(stick: Yardstick, row: Row) -> bool:
+    """Whether ``stick``'s protocol has a cell for ``row``: a comparison runs every row; a bench
+    measures a registered name (no entry with arguments), and a recipe where its protocol names a
+    ``recipes_flag``."""
+    if stick.kind != "bench":
+        return True
+    return bool(stick.recipes_flag) if row.recipe else row.attention in ATTENTION_REGISTRY
+
+
 def _groups(rows: Sequence[Row], stick: Yardstick) -> list[tuple[str, tuple[Row, ...]]]:
-    """The rows' groups: first priority, the rest, then a group per recipe. A bench measures
-    registered names (no entry with arguments) and, where its protocol has a ``recipes_flag``,
-    every recipe in one more group."""
+    """The rows' groups: first priority, the rest, then a group per recipe (a bench's recipes:
+    one group)."""
+    rows = [row for row in rows if measures(stick, row)]
     recipes = tuple(row for row in rows if row.recipe)
-    if stick.kind == "bench":
-        rows = [row for row in rows if row.attention in ATTENTION_REGISTRY]
     groups = [
         ("first", tuple(row for row in rows if row.first and not row.recipe)),
         ("rest", tuple(row for row in rows if not row.first)),
     ]
-    if stick.kind != "bench":
-        groups += [(f"recipe-{row.label}", (row,)) for row in recipes]
-    elif stick.recipes_flag:
+    if stick.kind == "bench":
         groups.append(("recipes", recipes))
+    else:
+        groups += [(f"recipe-{row.label}", (row,)) for row in recipes]
     return [(label, members) for label, members in groups if members]
 
 
