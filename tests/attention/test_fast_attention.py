@@ -549,3 +549,26 @@ def test_mask_at_reads_broadcast_axes_at_zero() -> None:
     assert padding.shape == (2, 1, 2), "no query axis in the mask: none in the result"
     assert torch.equal(padding.expand(2, 2, 2), keys_only[:, 0, [[1, 4], [1, 4]]])
     assert mask_at(torch.tensor(True), rows, cols).shape == (1, 1)
+
+
+def test_a_local_layer_decodes_from_its_window_alone_with_rotary_positions() -> None:
+    """A multi-head ``local`` layer keeps the last ``window - 1`` keys and values when decoding
+    (``causal_reach``), so its cache is the same size after 12 and 20 tokens, and token-by-token
+    decoding, its queries rotated at their own positions, equals one causal pass."""
+    from zoo.attention.contract.cache import WindowCache
+    from zoo.models import GPT
+
+    torch.manual_seed(0)
+    model = GPT(23, block_size=32, d_model=16, num_heads=2, num_layers=2, attention={"name": "local", "window": 4},
+                position="rope").double().eval()  # fmt: skip
+    tokens = torch.randint(23, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected, _ = model(tokens)
+        logits, caches = model(tokens[:, :12], use_cache=True)
+        sizes, steps = [sum(c.nbytes for c in caches)], [logits]
+        for t in range(12, 20):
+            logits, caches = model(tokens[:, t : t + 1], caches, use_cache=True)
+            steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, **F64)
+    assert all(isinstance(c, WindowCache) and c.keys.shape[-2] == 3 and c.length == 20 for c in caches)
+    assert sum(c.nbytes for c in caches) == sizes[0]

@@ -19,7 +19,7 @@ from tests.helpers.layers import assert_chunkwise_gradients_equal, decode_after_
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
 from zoo.attention.build.spec import layer_specs
-from zoo.attention.contract.cache import KeyValueCache, StateCache
+from zoo.attention.contract.cache import StateCache, WindowCache
 from zoo.attention.modules.recurrent import RecurrentLayer
 from zoo.models import GPT
 
@@ -234,7 +234,7 @@ def test_a_hybrid_stack_decodes_each_layer_with_its_own_kind_of_cache() -> None:
     assert torch.equal(greedy(model, prompt, 15, True), greedy(model, prompt, 15, False))
     with torch.no_grad():
         _, caches = model(prompt, use_cache=True)
-    assert [type(c) for c in caches] == [KeyValueCache, StateCache] * 2
+    assert [type(c) for c in caches] == [WindowCache, StateCache] * 2  # the window's keys, the recurrence's state
 
 
 # -- refusals, one line each -----------------------------------------------------------------------

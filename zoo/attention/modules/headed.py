@@ -16,7 +16,10 @@ repeated along the head axis (:meth:`zoo.Attention.forward`). Decoder caches hol
 unexpanded tensors, so they shrink by ``num_heads / num_kv_heads``.
 
 Decoding: :meth:`HeadedAttention.attend_cached` runs new positions after a
-:class:`~zoo.attention.contract.cache.KeyValueCache` of the earlier ones' projected keys and values.
+:class:`~zoo.attention.contract.cache.KeyValueCache` of the earlier ones' projected keys and values,
+or, for a scoring attention whose causal queries read only the latest positions (its
+``causal_reach``, a sliding window's width: ``local``), a
+:class:`~zoo.attention.contract.cache.WindowCache` that stops growing there.
 
 Masks and options come in the :class:`~zoo.attention.contract.context.AttentionContext` the model built
 once for its forward; the layer hands it to the scoring attention unchanged (with the stack's
@@ -39,7 +42,7 @@ from torch import Tensor, nn
 from zoo.attention.build.factory import require_attention
 from zoo.attention.build.spec import AttentionSpec
 from zoo.attention.contract.base import AttentionOutput, Capabilities, IncompatibleAttentionError, capabilities
-from zoo.attention.contract.cache import KeyValueCache, LayerCache
+from zoo.attention.contract.cache import KeyValueCache, LayerCache, WindowCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.layer import AttentionLayer
 from zoo.attention.modules.rotation import rotate_heads
@@ -212,15 +215,18 @@ class HeadedAttention(AttentionLayer):
             return v, v
         return rotate_heads(self.rotary, self._split_heads(self.k_proj(keys)), offset, context), v
 
-    def attend_projected(self, queries: Tensor, k: Tensor, v: Tensor, context: AttentionContext) -> AttentionOutput:
+    def attend_projected(
+        self, queries: Tensor, k: Tensor, v: Tensor, context: AttentionContext, *, query_offset: int | None = None
+    ) -> AttentionOutput:
         """Attend from ``queries`` ``(B, Lq, embed_dim)`` over already projected ``k``, ``v``.
 
         ``k`` and ``v`` are ``(B, num_kv_heads, Lk, d)``, as :meth:`project_kv` returns them; the
         context's mask broadcasts to ``(B, H, Lq, Lk)``. Causal masks align bottom-right, so a
         single new query (``Lq = 1``) sees every cached position. So do positions: query ``i``
-        sits at ``Lk - Lq + i``.
+        sits at ``Lk - Lq + i``, or at ``query_offset + i`` where the keys are the latest ones only.
         """
-        q = self._queries(queries, k.shape[-2] - queries.shape[1], context)
+        offset = k.shape[-2] - queries.shape[1] if query_offset is None else query_offset
+        q = self._queries(queries, offset, context)
         heads, weights = self.score_attention(q, k, v, context=context.with_position_bias(self.bias_scheme))
         return AttentionOutput(self._merge(heads), weights)
 
@@ -229,19 +235,30 @@ class HeadedAttention(AttentionLayer):
     ) -> tuple[Tensor, LayerCache]:
         """Causal self-attention of new positions ``x`` ``(B, Lq, embed_dim)`` after those in
         ``cache`` (None before the first call): the output ``(B, Lq, embed_dim)`` and the
-        :class:`~zoo.attention.contract.cache.KeyValueCache` extended by them.
+        :class:`~zoo.attention.contract.cache.KeyValueCache` extended by them, or for a scoring
+        attention with a ``causal_reach`` of ``w`` a
+        :class:`~zoo.attention.contract.cache.WindowCache` of the last ``w - 1`` positions.
 
         Positions continue the cache's: a rotary scheme rotates the new queries and keys at
         ``cache.length ..``. The context (causal) may hold a mask broadcastable to
         ``(B, H, Lq, L)`` over all positions seen (the padding of left-padded prompts).
         """
-        if cache is not None and not isinstance(cache, KeyValueCache):
-            raise TypeError(f"{type(self).__name__} continues a KeyValueCache; got a {type(cache).__name__}.")
+        reach_back: int | None = getattr(self.score_attention, "causal_reach", None)
+        expected = KeyValueCache if reach_back is None else WindowCache
+        if cache is not None and not isinstance(cache, expected):
+            raise TypeError(f"{type(self).__name__} continues a {expected.__name__}; got a {type(cache).__name__}.")
         context = AttentionContext(is_causal=True) if context is None else context
         offset = 0 if cache is None else cache.length
         k, v = self.project_kv(x, x, offset=offset, context=context)
-        cache = KeyValueCache(k, v) if cache is None else cache.extend(k, v)
-        output, _ = self.attend_projected(x, cache.keys, cache.values, context)
+        if reach_back is None:
+            cache = reach = KeyValueCache(k, v) if cache is None else cache.extend(k, v)
+        else:
+            held = WindowCache(k[..., :0, :], v[..., :0, :], 0, 0, reach_back) if cache is None else cache
+            reach = held.extend(k, v)
+            cache = reach.trimmed()
+            if context.mask is not None:  # over every position seen; the keys are the latest ones
+                context = context.replace(mask=context.mask[..., -reach.keys.shape[-2] :])
+        output, _ = self.attend_projected(x, reach.keys, reach.values, context, query_offset=offset)
         return output, cache
 
     def _queries(self, queries: Tensor, offset: int, context: AttentionContext | None) -> Tensor:

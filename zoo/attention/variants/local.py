@@ -100,6 +100,12 @@ class LocalAttention(FlexVariant, ScaledDotScores):
         # distances query - key from -(window // 2) (non-causal, ahead) to window - 1 (causal, behind)
         self.relative_bias = nn.Parameter(torch.zeros(num_heads, window // 2 + window)) if relative_bias else None
 
+    @property
+    def causal_reach(self) -> int:
+        """A causal query reads itself and the ``window - 1`` positions before it: a multi-head
+        layer decodes from a cache of the last ``window - 1`` (:meth:`zoo.attention.modules.headed.HeadedAttention.attend_cached`)."""
+        return self.window
+
     def check_layout(self, queries: Tensor, keys: Tensor, is_causal: bool) -> None:
         """A non-causal window needs ``Lq == Lk``, and a bias learned for several heads needs them
         at dimension -3."""
