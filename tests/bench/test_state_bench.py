@@ -117,7 +117,8 @@ def test_a_recipe_is_decoded_as_its_whole_stack_every_layers_cache_counted(tmp_p
 def test_bench_state_takes_recipes_alone_and_a_bad_recipe_is_one_line(tmp_path, capsys) -> None:
     out = tmp_path / "state.json"
     tiny = ["--d-model", "16", "--heads", "2", "--warmup", "0", "--repeats", "1", "--no-memory"]
-    main(["state", "--lengths", "8", "--recipes", _recipe(tmp_path, "pair", ["gla", "dot_product"]), *tiny, "--out", str(out)])
+    pair = _recipe(tmp_path, "pair", ["gla", "dot_product"])
+    main(["state", "--lengths", "8", "--recipes", pair, *tiny, "--out", str(out)])
     assert [c["attention"] for c in json.loads(out.read_text())["cases"]] == ["recipe pair"]  # no default layers
     (tmp_path / "bare.yaml").write_text("model: {init_args: {num_layers: 2}}\n")
     for entry, line in [

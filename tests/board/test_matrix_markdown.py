@@ -65,7 +65,11 @@ def test_a_cell_the_protocol_has_none_for_reads_n_a_not_not_run(tmp_path: Path) 
         _write_records(root / "matrix" / "quick" / "mqar" / group, [record])
     matrix = matrix_cells(read_inputs([root]), PROTOCOLS)
     lines = matrix_markdown(matrix).splitlines()
-    table = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ")}
+    table = {
+        line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+        for line in lines
+        if line.startswith("| ")
+    }
     columns = [stick.name for stick in matrix.yardsticks]
     speed, decoding = 2 + columns.index("speed"), 2 + columns.index("decoding")
     assert table["recipe `qwen3next`"][speed] == table["`{name: softmax, conv_size: 4}`"][speed] == "n/a"

@@ -62,7 +62,9 @@ def test_a_row_measured_again_on_its_own_replaces_its_groups_cell(tmp_path: Path
     order the files are read in; the group's other rows keep the group file's."""
     folder = write_matrix_records(tmp_path) / "matrix" / "quick" / "decoding"
     again = json.loads((folder / "first.json").read_text())
-    again["cases"] = [{"attention": "mamba2", "results": [{"length": 16384, "time_ms": {"median": 1.0}, "cache_bytes": 7}]}]
+    again["cases"] = [
+        {"attention": "mamba2", "results": [{"length": 16384, "time_ms": {"median": 1.0}, "cache_bytes": 7}]}
+    ]
     (folder / "first-mamba2.json").write_text(json.dumps(again))
     cells = {row.row.label: row.cells for row in matrix_cells(read_inputs([tmp_path]), PROTOCOLS).rows}
     assert cells["mamba2"]["decoding"].value == 7

@@ -143,7 +143,11 @@ def test_a_recipes_decoding_cell_is_its_whole_stack_measured_beside_its_layers(t
     (protocols / "matrix.yaml").write_text(yaml.safe_dump({**matrix, "recipes": {"pair": "../pair.yaml"}}))
     names = "gla,dot_product,pair"
     main(["matrix", "--protocols", str(protocols), "--out", str(out), "--yardsticks", "state", "--names", names])
-    assert sorted(p.name for p in (out / "quick" / "state").glob("*.json")) == ["first.json", "recipes.json", "rest.json"]
+    assert sorted(p.name for p in (out / "quick" / "state").glob("*.json")) == [
+        "first.json",
+        "recipes.json",
+        "rest.json",
+    ]
     cells = {row.row.label: row.cells["state"].value for row in matrix_cells(read_inputs([out]), protocols).rows}
     assert cells["pair"] == cells["gla"] + cells["dot_product"] > 0
 

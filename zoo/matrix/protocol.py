@@ -20,8 +20,9 @@ A bench protocol names the flag that takes the rows (``rows_flag``: ``--cases`` 
 attention``, ``--attentions`` for ``bench state``) and the references timed beside them
 (``references``: ``floor``, causal SDPA); a bench that decodes a recipe's whole stack names the
 flag that takes them (``recipes_flag``: ``--recipes`` for ``bench state``), and the recipes join
-its column as one more group; a bench without it measures registered names only. ``seeds`` are the first-priority rows' (softmax, the recurrent families, the recipes), and
-``rest_seeds`` every other row's, marked so on the board until a GPU or a cluster runs them.
+its column as one more group; a bench without it measures registered names only. ``seeds`` are
+the first-priority rows' (softmax, the recurrent families, the recipes), and ``rest_seeds`` every
+other row's, marked so on the board until a GPU or a cluster runs them.
 ``minutes`` is one run's CPU time at that size, from which the matrix states its cost.
 """
 

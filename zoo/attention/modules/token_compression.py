@@ -211,7 +211,9 @@ class SharedWindow:
         prompt's keys are freed."""
         reach = torch.cat([self.shared, shared], dim=-2)
         kept = reach[..., reach.shape[-2] - min(window - 1, reach.shape[-2]) :, :]
-        return reach, SharedWindow(kept.clone() if kept.shape[-2] < reach.shape[-2] else kept, self.length + shared.shape[-2])
+        return reach, SharedWindow(
+            kept.clone() if kept.shape[-2] < reach.shape[-2] else kept, self.length + shared.shape[-2]
+        )
 
     def select(self, index: Tensor) -> SharedWindow:
         return SharedWindow(self.shared.index_select(0, index), self.length)
