@@ -112,20 +112,29 @@ def _step(layer: Decoder, x: Tensor, cache: LayerCache | StackCache) -> Callable
     return call
 
 
-def _decoder(case: str, config: StateBenchConfig, length: int) -> Decoder:
-    """The layer, or for a ``recipe_case`` the stack, that ``case`` names."""
-    recipes = {recipe_case(parse_recipe(entry)[0]): entry for entry in config.recipes}
-    if case in recipes:
-        return recipe_stack(recipes[case], config.d_model, config.heads, length + 1)
-    return state_layer(case, config.d_model, config.heads)
+def _builders(config: StateBenchConfig) -> dict[str, Callable[[int], Decoder]]:
+    """Each row's name and what builds it for a context of ``L`` tokens: a layer per attention,
+    a stack (positions up to ``L + 1``) per recipe, under :func:`recipe_case`."""
+    builders: dict[str, Callable[[int], Decoder]] = {
+        name: lambda _, name=name: state_layer(name, config.d_model, config.heads) for name in config.attentions
+    }
+    for entry in config.recipes:
+        label, path = parse_recipe(entry)
+        settings = recipe_settings(path)
+        builders[recipe_case(label)] = lambda length, settings=settings: RecipeStack(
+            settings, config.d_model, config.heads, length + 1
+        )
+    return builders
 
 
 @torch.inference_mode()
-def _measure(case: str, config: StateBenchConfig, length: int, device: torch.device) -> dict[str, Any]:
+def _measure(
+    build: Callable[[int], Decoder], config: StateBenchConfig, length: int, device: torch.device
+) -> dict[str, Any]:
     """One attention, or one recipe's stack, at one context length."""
     generator = torch.Generator().manual_seed(config.seed * 100_003 + length)
     torch.manual_seed(config.seed)
-    layer = _decoder(case, config, length).to(device).eval()
+    layer = build(length).to(device).eval()
     if isinstance(layer, RecipeStack):
         context = layer.random_input(config.batch, length + 1, generator).to(device)
     else:
@@ -143,11 +152,11 @@ def run_state_bench(config: StateBenchConfig, device: torch.device) -> list[dict
     """Every attention and recipe of ``config`` at every length: one record each, its results by
     length, each ``{"length", "status": "ok", ...}`` or the status it failed with."""
     records = []
-    for name in [*config.attentions, *(recipe_case(parse_recipe(entry)[0]) for entry in config.recipes)]:
+    for name, build in _builders(config).items():
         results = []
         for length in config.lengths:
             try:
-                results.append(_measure(name, config, length, device))
+                results.append(_measure(build, config, length, device))
             except Exception as error:  # this length's: recorded, and the next one tried
                 results.append({"length": length, "status": failure_status(error)})
             gc.collect()  # a failure's traceback holds its frames' tensors in a cycle until collected

@@ -359,7 +359,10 @@ class DeepseekV4Attention(AttentionLayer):
         expected = SharedWindow if self.compressor is None else CompressedCache
         if cache is not None and not isinstance(cache, expected):
             raise TypeError(f"{type(self).__name__} decodes from a {expected.__name__}, got {type(cache).__name__}.")
-        held = SharedWindow(shared[..., :0, :], 0) if cache is None else getattr(cache, "window", cache)
+        if cache is None:
+            held = SharedWindow(shared[..., :0, :], 0)
+        else:
+            held = cache.window if isinstance(cache, CompressedCache) else cache
         shared, window = held.extend(shared, self.window)
         if self.compressor is None:
             output, _ = self._attend(queries, shared, offset, context)
