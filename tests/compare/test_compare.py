@@ -305,6 +305,20 @@ def test_resume_refuses_records_of_another_command(tmp_path: Path, fake_child: F
         Comparison(CompareConfig(base=["--model", "nadaraya_watson", "--model.lr=1"], out=tmp_path)).run()
 
 
+def test_records_copied_to_another_folder_resume_there(tmp_path: Path, fake_child: FakeChild) -> None:
+    """The matrix commits ``runs/``'s records under ``benchmarks/results``: resuming there reruns nothing."""
+    Comparison(CompareConfig(base=["--model", "nadaraya_watson"], out=tmp_path / "runs")).run()
+    committed = tmp_path / "results" / "records.jsonl"
+    committed.parent.mkdir()
+    committed.write_text((tmp_path / "runs" / "records.jsonl").read_text())
+    fake_child.commands.clear()
+    Comparison(CompareConfig(base=["--model", "nadaraya_watson"], out=tmp_path / "results", seeds=2)).run()
+    assert len(fake_child.commands) == 2  # seed 1's fit and test only; seed 0 is the copied record's
+    assert all("--seed_everything=1" in command for command in fake_child.commands)
+    with pytest.raises(ConfigurationError, match="holds run base/seed0 of another command"):
+        Comparison(CompareConfig(base=["--model", "nadaraya_watson", "--model.lr=1"], out=tmp_path / "results")).run()
+
+
 def test_resume_refuses_records_whose_config_file_changed(tmp_path: Path, fake_child: FakeChild) -> None:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("model:\n  init_args:\n    warmup_steps: 20\n")

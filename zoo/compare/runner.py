@@ -215,7 +215,7 @@ class Comparison:
                             append_record(self.records_file, record)  # finished while nobody waited for it
                         else:
                             pending.append(spec)
-                    elif done[spec.key]["command"] != shown(spec.fit):
+                    elif recorded_command(done[spec.key], self.config.out) != shown(spec.fit):
                         raise ConfigurationError(
                             f"{self.records_file} holds run {spec.key} of another command ({done[spec.key]['command']}): "
                             f"give another --out, or delete that directory to start over."
@@ -362,3 +362,13 @@ def _changed_configs(record: dict[str, Any], command: list[str]) -> list[str]:
         return []
     now = config_digests(command)
     return sorted(path for path in recorded.keys() | now.keys() if recorded.get(path) != now.get(path))
+
+
+def recorded_command(record: dict[str, Any], out: Path) -> str:
+    """``record``'s fit command as if its records folder were ``out``: records copied to another
+    folder (the matrix's committed ``benchmarks/results``, from ``runs/``) resume there, since where
+    a run writes its logs changes nothing it computes."""
+    if "run_dir" not in record:
+        return record["command"]
+    written = str(Path(record["run_dir"]).parents[2])  # OUT/runs/COMBINATION/seedN
+    return record["command"].replace(written, str(out))
