@@ -572,3 +572,31 @@ def test_a_local_layer_decodes_from_its_window_alone_with_rotary_positions() -> 
     torch.testing.assert_close(torch.cat(steps, dim=1), expected, **F64)
     assert all(isinstance(c, WindowCache) and c.keys.shape[-2] == 3 and c.length == 20 for c in caches)
     assert sum(c.nbytes for c in caches) == sizes[0]
+
+
+@pytest.mark.parametrize("global_tokens", [2, [0, 5]])
+def test_a_longformer_layer_decodes_from_its_global_positions_and_window(global_tokens: int | list[int]) -> None:
+    """A multi-head ``longformer`` layer keeps the positions up to its last global one
+    (``causal_sinks``) and the last ``window - 1`` (``causal_reach``): its cache stops growing, and
+    decoding a token or three at a time after prompts of 1, 3 and 12 equals one causal pass."""
+    from zoo.attention.contract.cache import WindowCache
+    from zoo.models import GPT
+
+    torch.manual_seed(0)
+    attention = {"name": "longformer", "window": 4, "global_tokens": global_tokens}
+    model = GPT(23, block_size=32, d_model=16, num_heads=2, num_layers=2, attention=attention, position="rope")
+    model = model.double().eval()
+    tokens = torch.randint(23, (2, 24), generator=torch.Generator().manual_seed(1))
+    held = (2 if global_tokens == 2 else 6) + 3
+    with torch.no_grad():
+        expected, _ = model(tokens)
+        for prompt in (1, 3, 12):
+            logits, caches = model(tokens[:, :prompt], use_cache=True)
+            steps, t = [logits], prompt
+            while t < 24:
+                size = 1 if t % 5 else 3
+                logits, caches = model(tokens[:, t : t + size], caches, use_cache=True)
+                steps.append(logits)
+                t += size
+            torch.testing.assert_close(torch.cat(steps, dim=1), expected, **F64)
+            assert all(isinstance(c, WindowCache) and c.keys.shape[-2] == held and c.length == 24 for c in caches)

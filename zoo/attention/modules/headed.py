@@ -18,7 +18,8 @@ unexpanded tensors, so they shrink by ``num_heads / num_kv_heads``.
 Decoding: :meth:`HeadedAttention.attend_cached` runs new positions after a
 :class:`~zoo.attention.contract.cache.KeyValueCache` of the earlier ones' projected keys and values,
 or, for a scoring attention whose causal queries read only the latest positions (its
-``causal_reach``, a sliding window's width: ``local``), a
+``causal_reach``, a sliding window's width: ``local``; with ``causal_sinks``, also the first
+positions every query reads: ``longformer``'s global ones), a
 :class:`~zoo.attention.contract.cache.WindowCache` that stops growing there.
 
 Masks and options come in the :class:`~zoo.attention.contract.context.AttentionContext` the model built
@@ -237,13 +238,15 @@ class HeadedAttention(AttentionLayer):
         ``cache`` (None before the first call): the output ``(B, Lq, embed_dim)`` and the
         :class:`~zoo.attention.contract.cache.KeyValueCache` extended by them, or for a scoring
         attention with a ``causal_reach`` of ``w`` a
-        :class:`~zoo.attention.contract.cache.WindowCache` of the last ``w - 1`` positions.
+        :class:`~zoo.attention.contract.cache.WindowCache` of the last ``w - 1`` positions (and of
+        the first ``causal_sinks``, where it declares them).
 
         Positions continue the cache's: a rotary scheme rotates the new queries and keys at
         ``cache.length ..``. The context (causal) may hold a mask broadcastable to
         ``(B, H, Lq, L)`` over all positions seen (the padding of left-padded prompts).
         """
         reach_back: int | None = getattr(self.score_attention, "causal_reach", None)
+        sinks: int = getattr(self.score_attention, "causal_sinks", 0)
         expected = KeyValueCache if reach_back is None else WindowCache
         if cache is not None and not isinstance(cache, expected):
             raise TypeError(f"{type(self).__name__} continues a {expected.__name__}; got a {type(cache).__name__}.")
@@ -253,7 +256,7 @@ class HeadedAttention(AttentionLayer):
         if reach_back is None:
             cache = reach = KeyValueCache(k, v) if cache is None else cache.extend(k, v)
         else:
-            held = WindowCache(k[..., :0, :], v[..., :0, :], 0, 0, reach_back) if cache is None else cache
+            held = WindowCache(k[..., :0, :], v[..., :0, :], 0, sinks, reach_back) if cache is None else cache
             reach = held.extend(k, v)
             cache = reach.trimmed()
             if context.mask is not None:  # over every position seen; the keys are the latest ones

@@ -70,6 +70,18 @@ class LongformerAttention(SparsePatternAttention):
             "global_positions", torch.tensor(sorted(set(positions)), dtype=torch.long), persistent=False
         )
 
+    @property
+    def causal_reach(self) -> int:
+        """A causal query reads the ``window - 1`` positions before it besides the global ones."""
+        return self.window
+
+    @property
+    def causal_sinks(self) -> int:
+        """The leading positions up to the last global one: with :attr:`causal_reach`, all that a
+        multi-head layer keeps when decoding (a global query reads only keys up to it, all of
+        them among these)."""
+        return int(self.global_positions.max()) + 1 if len(self.global_positions) else 0
+
     def _reach(self, is_causal: bool) -> tuple[int, int]:
         """Keys the window reaches before and after its query."""
         return (self.window - 1, 0) if is_causal else (self.window // 2, self.window // 2)
