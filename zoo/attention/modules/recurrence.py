@@ -29,8 +29,9 @@ from zoo.attention.kernels import (
     dplr_recurrent,
     dplr_weights,
 )
+from zoo.attention.kernels.state_scan import decay_scan
 
-__all__ = ["LowRankRecurrence", "ProductRecurrence", "Recurrence", "RecurrenceForms"]
+__all__ = ["LowRankRecurrence", "ProductRecurrence", "Recurrence", "RecurrenceForms", "ScannedRecurrence"]
 
 
 class RecurrenceForms(Protocol):
@@ -145,6 +146,28 @@ class Recurrence:
     def _ungrouped(self, x: Tensor) -> Tensor:
         """A result with the heads split into groups as ``(B, H, ...)``."""
         return x if self.groups == 1 else x.flatten(-4, -3)
+
+
+@dataclass(frozen=True)
+class ScannedRecurrence(Recurrence):
+    """A decaying state of few values per key (Mamba's one a channel) whose chunkwise form is the
+    scan of states, :func:`~zoo.attention.kernels.state_scan.decay_scan`: ``c / dv`` times fewer
+    products than the chunks' ``(c, c)`` weight blocks. The parallel and recurrent forms are
+    :class:`Recurrence`'s; positive decays only, no delta rule."""
+
+    def __post_init__(self) -> None:
+        if self.beta is not None or self.negative_decay is not None:
+            raise ValueError(
+                "ScannedRecurrence runs a decaying state with positive decays: no beta, no negative_decay."
+            )
+
+    def chunkwise(self, chunk_size: int | None, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The scan in chunks of ``chunk_size`` steps (``None``: the parallel form, :class:`Recurrence`'s)."""
+        if chunk_size is None:
+            return super().chunkwise(chunk_size, state, mask)
+        q, k, v, log_decay, _, state, mask = self._grouped(state, mask)
+        output, final = decay_scan(q, k, v, log_decay, chunk_size=chunk_size, initial_state=state, mask=mask)
+        return self._ungrouped(output), self._ungrouped(final)
 
 
 @dataclass(frozen=True)

@@ -14,22 +14,21 @@ shared by every channel) are read from that convolved ``x``. Each channel ``c`` 
 with ``A_c = -exp(A_log_c)`` (``d_state`` numbers per channel, S4D-real's ``-(1, 2, ..., d_state)``
 at the start) and ``dt``'s low-rank map of rank ``ceil(embed_dim / 16)``.
 
-How the zoo runs it: each channel is a head of the per-key-dimension decay kernels
+How the zoo runs it: each channel is a head of a decaying state with a decay per key dimension
 (:mod:`zoo.attention.kernels.decay`, gated linear attention's), with ``C_t`` as its query, ``B_t``
 as its key (both ``d_state`` wide, shared by all channels as Mamba-2's groups share them), the
 1-wide value ``dt_t,c x_t,c`` and the log decays ``dt_t,c A_c``: ``S_t = Diag(exp(dt_t,c A_c))
 S_t-1 + B_t^T (dt_t,c x_t,c)``, ``y = C_t S_t``, the recurrence above with ``h`` a ``(d_state, 1)``
-state. So the three forms, their agreement, log-space sums within chunks (16k tokens in float32)
-and decoding from the ``(B, channels, d_state, 1)`` state are the kernels'. The cost: the chunkwise
-form forms a ``(chunk, chunk)`` weight block per channel over ``d_state`` (``chunk_size`` times
-the scan's ``B * T * channels * d_state`` products, in a few batched products rather than a loop
-over tokens), and its memory is the scan's, ``B * T * channels * d_state`` for the decays; the
-parallel form's ``(T, T)`` per channel suits short inputs only (``auto`` takes it up to
-``chunk_size`` steps). The weights (``need_weights``) are one ``(T, T)`` matrix per channel.
-Measured on the CPU (one thread, a forward and backward at batch 8, 256 tokens, width 64, 128
-channels): 0.35 s, against 0.022 s for ``mamba2`` with the same ``d_state`` of 16 and 0.015 s for
-``gla``; chunks of 8 or 16 are the fastest (32: 0.62 s). The state a channel and its decay per state
-dimension are what Mamba-2's scalar decay per head was made to avoid.
+state. Its chunkwise form is the scan of states (:mod:`zoo.attention.kernels.state_scan`), as
+Mamba's own selective scan: each step's ``(d_state, 1)`` state formed, chunks side by side, where
+the chunks' ``(chunk, chunk)`` weight blocks over ``d_state`` would cost ``chunk`` times the
+products for a 1-wide value. The parallel form (one ``(T, T)`` matrix per channel, for inputs up to
+``chunk_size`` steps, and the weights), the recurrent form and decoding from the ``(B, channels,
+d_state, 1)`` state are the decay kernels'. Measured on the CPU (one thread, a forward and backward
+at batch 8, 256 tokens, width 64, 128 channels, side by side): 0.17 s with the scan, 0.44 s with
+the weight blocks, against 0.041 s for ``mamba2`` with the same ``d_state`` of 16 and 0.017 s for
+``gla``: a state per channel, each with its own decay per state dimension, is what Mamba-2's scalar
+decay per head was made to avoid.
 
 Reference code: ``mamba_ssm/modules/mamba_simple.py`` (``Mamba``) and ``selective_scan_ref`` in
 ``mamba_ssm/ops/selective_scan_interface.py``; fla's ``fla/layers/mamba.py`` is the same layer.
@@ -58,7 +57,8 @@ from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.contract.cache import StateCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.modules.gating import step_bias
-from zoo.attention.modules.recurrent import Recurrence, RecurrentLayer, RecurrentOptions
+from zoo.attention.modules.recurrence import ScannedRecurrence
+from zoo.attention.modules.recurrent import RecurrentLayer, RecurrentOptions
 
 __all__ = ["Mamba1Attention"]
 
@@ -130,7 +130,7 @@ class Mamba1Attention(RecurrentLayer):
         c, b = self.q_proj(inner).unsqueeze(1), self.k_proj(inner).unsqueeze(1)
         return c, b, self.split_heads(inner), x, windows or ()
 
-    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> Recurrence:
+    def prepare(self, queries: Tensor, keys: Tensor, values: Tensor, layer_input: Tensor) -> ScannedRecurrence:
         dtype = values.dtype
         inner = values.squeeze(-1).transpose(1, 2)  # (B, T, channels)
         low = F.linear(inner, self.dt_down.weight.to(dtype))
@@ -138,7 +138,7 @@ class Mamba1Attention(RecurrentLayer):
         dt = dt.transpose(1, 2).unsqueeze(-1)  # (B, channels, T, 1)
         log_decay = -dt * self.A_log.to(dtype).exp().unsqueeze(1)  # (B, channels, T, d_state)
         skip = self.D.to(dtype)[:, None, None] * values
-        return Recurrence(queries, keys, values * dt, log_decay, skip=skip)
+        return ScannedRecurrence(queries, keys, values * dt, log_decay, skip=skip)
 
     def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         return output * F.silu(self.split_heads(self.gate(layer_input)).to(output.dtype))
