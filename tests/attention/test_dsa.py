@@ -219,3 +219,23 @@ def test_a_gpt_learns_a_repeating_sequence_and_decodes_from_its_caches() -> None
     prompt = torch.randint(8, (2, 6), generator=torch.Generator().manual_seed(7))
     cached = torch.stack(list(model.generate(prompt, 10, temperature=0)), 1)
     assert torch.equal(cached, torch.stack(list(model.generate(prompt, 10, temperature=0, use_cache=False)), 1))
+
+
+def test_the_top_k_selection_breaks_ties_toward_the_earlier_key() -> None:
+    """Scores of four values (most keys tied) against each row's visible keys sorted by (score
+    descending, position): the first ``k`` are chosen; a row seeing fewer than ``k`` keeps them all."""
+    from zoo.attention.modules.lightning_indexer import top_k_selection
+
+    generator = torch.Generator().manual_seed(0)
+    for k in (1, 3, 8, 30):
+        scores = torch.randint(0, 4, (2, 6, 25), generator=generator).double()
+        visible = torch.rand(2, 6, 25, generator=generator) > 0.4
+        chosen = top_k_selection(scores, visible, k)[:, 0]
+        for b in range(2):
+            for t in range(6):
+                seen = [s for s in range(25) if visible[b, t, s]]
+                expected = sorted(seen, key=lambda s: (-scores[b, t, s].item(), s))[:k]
+                got = [s for s in range(25) if chosen[b, t, s] and visible[b, t, s]]
+                assert got == sorted(expected)
+                if len(seen) >= k:
+                    assert int(chosen[b, t].sum()) == k
