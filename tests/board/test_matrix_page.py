@@ -71,6 +71,36 @@ def test_a_row_measured_again_on_its_own_replaces_its_groups_cell(tmp_path: Path
     assert cells["gla"]["decoding"].value == STATE_BYTES["gla"]
 
 
+def test_a_row_that_failed_reads_its_failure_until_its_own_file_measures_it(tmp_path: Path) -> None:
+    """A bench row out of memory at the column's length, or skipped after a shorter length's
+    failure, reads ``out of memory`` (not "not run"); a later file of its own with a number wins."""
+    from zoo.board.matrix_markdown import matrix_markdown
+
+    folder = write_matrix_records(tmp_path) / "matrix" / "quick" / "speed"
+    group = json.loads((folder / "first.json").read_text())
+    group["cases"] += [
+        {"name": "kda", "results": [{"length": 8192, "status": "out of memory"}]},
+        {"name": "rwkv7", "results": [{"length": 8192, "status": "skipped: out of memory at length 4096"}]},
+    ]
+    (folder / "first.json").write_text(json.dumps(group))
+    matrix = matrix_cells(read_inputs([tmp_path]), PROTOCOLS)
+    cells = {row.row.label: row.cells for row in matrix.rows}
+    for name in ("kda", "rwkv7"):
+        assert cells[name]["speed"].value is None and cell_text(cells[name]["speed"]) == ("out of memory", "")
+    assert "| `kda` |" not in matrix_markdown(matrix), "a row with no number is not a measured row"
+    again = dict(
+        group,
+        cases=[
+            group["cases"][0],
+            {"name": "kda", "results": [{"length": 8192, "status": "ok", "time_ms": {"median": 3.0}}]},
+        ],
+    )
+    (folder / "first-kda.json").write_text(json.dumps(again))
+    cells = {row.row.label: row.cells for row in matrix_cells(read_inputs([tmp_path]), PROTOCOLS).rows}
+    assert cells["kda"]["speed"].failure is None
+    assert math.isclose(cells["kda"]["speed"].value, 3.0 / TIMES_8K["floor"])
+
+
 def test_every_row_and_column_with_not_run_cells_greyed(matrix_site: Path) -> None:  # noqa: F811
     table = read_table(matrix_site / "matrix.html", "matrix")
     rows = {row["attrs"]["data-row"]: row["cells"] for row in table.rows}

@@ -11,7 +11,9 @@ ones). A compare cell takes the rate ``zoo compare --sweep`` keeps (:func:`zoo.c
 the best mean of the protocol's ``select`` metric over the sweep's first seed), and reports the
 protocol's ``metric`` over every seed at that rate (:func:`zoo.compare.stats.summarize`: mean and
 Student-t 95% interval). A bench cell is ``state_bytes_N`` (the cache's bytes after N tokens) or
-``time_ratio_N`` (the time at N tokens over the protocol's first reference, causal SDPA). A row
+``time_ratio_N`` (the time at N tokens over the protocol's first reference, causal SDPA), or the
+kind of status it failed with there (``out of memory``, ``too slow``, ``failed``; also where a shorter
+length's failure skipped N; the file says why). A row
 measured again on its own, into ``GROUP-NAME.json`` beside its group's file (after a failure the
 group run could not recover from, or a change to the layer), replaces the group file's cell.
 """
@@ -55,6 +57,7 @@ class Cell:
     parameters: int | None = None
     measured: bool = False  # a benchmark's measurement, not a score over seeds
     applies: bool = True  # False: the yardstick's protocol has no cell for the row (zoo.matrix.plan.measures)
+    failure: str | None = None  # why a benchmark recorded no number for the row ("out of memory")
 
     @property
     def value(self) -> float | None:
@@ -154,20 +157,19 @@ def _bench_cells(stick: Yardstick, rows: Sequence[Row], benches: Sequence[BenchR
     if match is None:
         return {}
     what, length = match.group(1), int(match.group(2))
-    found: dict[str, tuple[float, Path]] = {}
+    found: dict[str, Cell] = {}
     for bench in sorted(benches, key=lambda b: ("-" in b.path.stem, b.path.name)):  # a row's own file last
         at = {m.case: m for m in measurements(bench) if m.length == length}
         reference = next((at[name].time_ms for name in stick.references if name in at), None)
         for case, m in at.items():
-            if what == "state_bytes" and m.cache_bytes is not None:
-                found[case] = (float(m.cache_bytes), bench.path)
+            if m.status != "ok":  # its kind, also where a shorter length's failure skipped this one
+                kind = m.status.removeprefix("skipped: ").split(":")[0].split(" at length")[0]
+                found[case] = Cell(source=bench.path, measured=True, failure=kind)
+            elif what == "state_bytes" and m.cache_bytes is not None:
+                found[case] = Cell(summarize([float(m.cache_bytes)]), source=bench.path, measured=True)
             elif what == "time_ratio" and m.time_ms is not None and reference:
-                found[case] = (m.time_ms / reference, bench.path)
-    return {
-        row.label: Cell(summarize([found[row.case][0]]), None, found[row.case][1], measured=True)
-        for row in rows
-        if row.case in found
-    }
+                found[case] = Cell(summarize([m.time_ms / reference]), source=bench.path, measured=True)
+    return {row.label: found[row.case] for row in rows if row.case in found}
 
 
 def _size(inputs: Inputs, sticks: dict[str, Yardstick]) -> str:

@@ -28,7 +28,7 @@ END = "<!-- matrix:end -->"
 def _cell(cell: Cell) -> str:
     text, note = cell_text(cell)
     if cell.summary is None:
-        return "·" if cell.applies else text
+        return "·" if cell.applies and not cell.failure else text
     rate = f", lr {cell.rate}" if cell.rate else ""
     return f"{text} ({note}{rate})" if note or rate else text
 
@@ -56,6 +56,11 @@ def matrix_markdown(matrix: Matrix) -> str:
         + (", ".join(f"`{label}`" for label in waiting) if waiting else "none")
         + "."
     )
+    if any(cell.failure for row in measured for cell in row.cells.values()):
+        lines.append(
+            "`out of memory`, `too slow`, `failed`: the benchmark ran the row and it did not finish at the "
+            "column's length or a shorter one (under the protocol's memory and time limits); its file says why."
+        )
     if any(not cell.applies for row in measured for cell in row.cells.values()):
         lines.append(
             "`n/a`: the column's benchmark has no cell for the row (it times one registered layer; a recipe "

@@ -2,7 +2,8 @@
 figures read at a glance below it.
 
 Each cell is the score at the best rate (:mod:`zoo.board.matrix_cells`) with its 95% interval over
-seeds, or ``1 seed``, or ``not run`` (greyed); its background runs per column from chance (or the
+seeds, or ``1 seed``, or ``not run`` (greyed), or the kind of failure a benchmark recorded in place
+of a number (``out of memory``, ``too slow``, ``failed``; greyed); its background runs per column from chance (or the
 worst value) to the best; it links to the records it came from. The parameters column is the
 count the row's first compare cell recorded (the yardstick's model, not the layer alone). Every
 row and cell carries its values as ``data-*`` attributes (``data-row``, ``data-family``,
@@ -58,10 +59,11 @@ def _number(value: float) -> str:
 
 def cell_text(cell: Cell) -> tuple[str, str]:
     """A cell's score and its note: the interval ``[low, high]`` over seeds, or ``1 seed``; ``not
-    run``, or ``n/a`` where the yardstick's protocol has no cell for the row."""
+    run``, ``n/a`` where the yardstick's protocol has no cell for the row, or the failure a
+    benchmark recorded for it."""
     summary = cell.summary
     if summary is None:
-        return ("not run" if cell.applies else "n/a"), ""
+        return (cell.failure or ("not run" if cell.applies else "n/a")), ""
     if cell.measured:
         return _number(summary.mean), ""
     if summary.low is None or summary.high is None:
