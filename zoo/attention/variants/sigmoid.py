@@ -29,13 +29,14 @@ import torch
 from torch import Tensor
 
 from zoo.attention.build.factory import register_attention
+from zoo.attention.modules.row_blocks import RowBlocked
 from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["SigmoidAttention"]
 
 
 @register_attention("sigmoid", aliases=("sigmoid_attention",))
-class SigmoidAttention(ScaledDotScores):
+class SigmoidAttention(RowBlocked, ScaledDotScores):
     """Sigmoid attention, ``sigmoid(q k^T * scale - log seq_len) v`` (see the module docstring).
 
     Args:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.build.factory import register_attention
+from zoo.attention.modules.row_blocks import RowBlocked
 from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["SoftpickAttention"]
@@ -34,7 +35,7 @@ EPS = 1e-8
 
 
 @register_attention("softpick", aliases=("softpick_attention",))
-class SoftpickAttention(ScaledDotScores):
+class SoftpickAttention(RowBlocked, ScaledDotScores):
     """Attention whose weights are the softpick of the scaled dot products (see the module docstring).
 
     Args:

@@ -35,13 +35,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.attention.build.factory import register_attention
+from zoo.attention.modules.row_blocks import RowBlocked
 from zoo.attention.modules.scaled_dot import ScaledDotScores
 
 __all__ = ["StickBreakingAttention"]
 
 
 @register_attention("stick_breaking", aliases=("stickbreaking",))
-class StickBreakingAttention(ScaledDotScores):
+class StickBreakingAttention(RowBlocked, ScaledDotScores):
     """Stick-breaking attention over the keys before each query (see the module docstring).
 
     Args:
