@@ -8,12 +8,20 @@ import pytest
 import torch
 
 import zoo
+from zoo.attention.contract.base import Attention
 from zoo.attention.modules import row_blocks
 
 
 @pytest.mark.parametrize(
     ("name", "causal"),
-    [("sigmoid", True), ("sigmoid", False), ("softpick", True), ("softpick", False), ("stick_breaking", True)],
+    [
+        ("sigmoid", True),
+        ("sigmoid", False),
+        ("softpick", True),
+        ("softpick", False),
+        ("stick_breaking", True),
+        ("additive", True),
+    ],
 )
 @pytest.mark.parametrize("earlier", [0, 3])
 def test_blocks_of_queries_give_the_whole_grids_output_and_gradients(
@@ -26,7 +34,8 @@ def test_blocks_of_queries_give_the_whole_grids_output_and_gradients(
         torch.randn(2, 3, 11 + earlier, 4, dtype=torch.float64, generator=generator, requires_grad=True)
         for _ in range(2)
     )
-    attention = zoo.create_attention(name).double()
+    options = {"query_size": 4, "key_size": 4} if name == "additive" else {}
+    attention = zoo.create_attention(name, **options).double()
     valid = torch.tensor([[11, 9, 11], [7, 11, 5]])
 
     def run() -> tuple[torch.Tensor, ...]:
@@ -37,16 +46,18 @@ def test_blocks_of_queries_give_the_whole_grids_output_and_gradients(
     monkeypatch.setattr(row_blocks, "ROW_BLOCK_ELEMENTS", 2 * 3 * 4 * 11)  # past it: blocks of 4 queries
     monkeypatch.setattr(row_blocks, "QUERY_CHUNK", 4)
     blocks = []
-    monkeypatch.setattr(
-        row_blocks,
-        "checkpoint",
-        lambda run, q, k, v, **kw: (
-            blocks.append((q.shape[-2], k.shape[-2])) or torch.utils.checkpoint.checkpoint(run, q, k, v, **kw)
-        ),
-    )
+    attend = Attention.attend
+
+    def spy(self: Attention, q: torch.Tensor, k: torch.Tensor, *args: object) -> object:
+        blocks.append((q.shape[-2], k.shape[-2]))
+        return attend(self, q, k, *args)
+
+    monkeypatch.setattr(Attention, "attend", spy)
     blocked = run()
     keys = [earlier + n for n in ([4, 8, 11] if causal else [11, 11, 11])]  # causal: up to the block's last query
-    assert blocks == list(zip([4, 4, 3], keys, strict=True)), "three blocks of queries, each checkpointed"
+    expected = list(zip([4, 4, 3], keys, strict=True))
+    recomputed = expected[::-1] if attention.checkpoint_row_blocks else []  # again, backward, last block first
+    assert blocks == expected + recomputed, "three blocks of queries"
     for got, expected in zip(blocked, whole, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 

@@ -50,6 +50,9 @@ class RowBlocked(Attention):
     one as the base class's score path does; a variant that does not declares it False itself."""
 
     supports_position_bias: ClassVar[bool] = True
+    #: recompute each block's scores in the backward pass rather than keep them; False for an
+    #: attention whose score function keeps little already (``additive`` recomputes its hidden layer)
+    checkpoint_row_blocks: ClassVar[bool] = True
 
     def attend(self, queries: Tensor, keys: Tensor, values: Tensor, context: AttentionContext) -> AttentionOutput:
         num_queries, num_keys = queries.shape[-2], keys.shape[-2]
@@ -68,5 +71,6 @@ class RowBlocked(Attention):
                 return super(RowBlocked, self).attend(q, k, v, block).output
 
             part = (queries[..., rows, :], keys[..., :seen, :], values[..., :seen, :])
-            outputs.append(checkpoint(run, *part, use_reentrant=False) if torch.is_grad_enabled() else run(*part))
+            recompute = self.checkpoint_row_blocks and torch.is_grad_enabled()
+            outputs.append(checkpoint(run, *part, use_reentrant=False) if recompute else run(*part))
         return AttentionOutput(torch.cat(outputs, dim=-2), None)

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from zoo.attention.build.factory import register_attention
-from zoo.attention.contract.base import Attention
+from zoo.attention.modules.row_blocks import RowBlocked
 
 __all__ = ["AdditiveAttention", "AdditiveScores"]
 
@@ -77,7 +77,7 @@ class AdditiveScores(torch.autograd.Function):
 
 
 @register_attention("additive", aliases=("bahdanau",))
-class AdditiveAttention(Attention):
+class AdditiveAttention(RowBlocked):
     """Additive attention (Bahdanau et al., 2015): a one-hidden-layer tanh MLP scores each pair.
 
     Args:
@@ -93,6 +93,9 @@ class AdditiveAttention(Attention):
     cost = "L²"
 
     requires_equal_qk_dims: ClassVar[bool] = False
+    #: a long causal input a block of queries at a time over the keys before them (half the pairs);
+    #: its scores recompute their hidden layer already, so a block is not checkpointed as well
+    checkpoint_row_blocks: ClassVar[bool] = False
 
     def __init__(
         self,
