@@ -59,6 +59,7 @@ class RowBlocked(Attention):
         grid = math.prod(torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2])) * num_queries * num_keys
         if grid <= ROW_BLOCK_ELEMENTS or context.need_weights or context.position_bias is not None:
             return super().attend(queries, keys, values, context)
+        recompute = self.checkpoint_row_blocks and torch.is_grad_enabled()
         outputs = []
         for start in range(0, num_queries, QUERY_CHUNK):
             rows = slice(start, start + QUERY_CHUNK)
@@ -71,6 +72,5 @@ class RowBlocked(Attention):
                 return super(RowBlocked, self).attend(q, k, v, block).output
 
             part = (queries[..., rows, :], keys[..., :seen, :], values[..., :seen, :])
-            recompute = self.checkpoint_row_blocks and torch.is_grad_enabled()
             outputs.append(checkpoint(run, *part, use_reentrant=False) if recompute else run(*part))
         return AttentionOutput(torch.cat(outputs, dim=-2), None)
