@@ -600,3 +600,37 @@ def test_a_longformer_layer_decodes_from_its_global_positions_and_window(global_
                 t += size
             torch.testing.assert_close(torch.cat(steps, dim=1), expected, **F64)
             assert all(isinstance(c, WindowCache) and c.keys.shape[-2] == held and c.length == 24 for c in caches)
+
+
+@pytest.mark.parametrize("summary", [1, 2])
+def test_a_sparse_layer_decodes_from_its_block_and_summaries(summary: int) -> None:
+    """A multi-head ``sparse`` layer keeps only what its later queries read (the current block and
+    every block's last ``summary`` positions), so its cache holds ``l + c L / l`` of ``L``
+    positions; decoding a token or three at a time after prompts of 1, 3 and 13 equals one
+    causal pass."""
+    from zoo.attention.contract.cache import PatternCache
+    from zoo.models import GPT
+
+    torch.manual_seed(0)
+    block = 4
+    model = GPT(23, block_size=40, d_model=16, num_heads=2, num_layers=2, position="rope",
+                attention={"name": "sparse", "block_size": block, "summary": summary}).double().eval()  # fmt: skip
+    tokens = torch.randint(23, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected, _ = model(tokens)
+        for prompt in (1, 3, 13):
+            logits, caches = model(tokens[:, :prompt], use_cache=True)
+            steps, t = [logits], prompt
+            while t < 30:
+                size = 1 if t % 5 else 3
+                logits, caches = model(tokens[:, t : t + size], caches, use_cache=True)
+                steps.append(logits)
+                t += size
+            torch.testing.assert_close(torch.cat(steps, dim=1), expected, **F64)
+            held = 30 % block + summary * (30 // block)  # the block 30 falls in, and 7 blocks' summaries
+            for cache in caches:
+                assert isinstance(cache, PatternCache) and cache.length == 30
+                assert cache.keys.shape[-2] == held == len(cache.positions)
+                assert set(cache.positions.tolist()) == {
+                    p for p in range(30) if p >= 28 or p % block >= block - summary
+                }

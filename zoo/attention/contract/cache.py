@@ -11,6 +11,9 @@ is the layer's business:
   keeps a fixed-size state (:class:`StateCache`), whatever the context's length;
 * a sliding-window layer keeps the keys and values of the first positions and of the last
   window (:class:`WindowCache`, StreamingLLM's rolling cache), a fixed size too;
+* a sparse pattern's layer keeps the positions its later queries can still read, with their
+  positions (:class:`PatternCache`: the fixed Sparse Transformer's current block and every
+  block's summaries, ``l + c L / l`` of ``L``);
 * a softmax layer with short convolutions (``conv_size``) keeps its keys and values and each
   convolution's last inputs (:class:`ConvolvedCache`);
 * multi-head latent attention (``mla``) keeps one compressed latent and one shared rotary key per
@@ -40,6 +43,7 @@ __all__ = [
     "KeyValueCache",
     "LatentCache",
     "LayerCache",
+    "PatternCache",
     "StateCache",
     "WindowCache",
     "append_pair",
@@ -259,6 +263,56 @@ class WindowCache:
             self.length,
             self.sink_tokens,
             self.window,
+        )
+
+
+@dataclass(frozen=True)
+class PatternCache:
+    """The keys and values of the positions a sparse pattern's later queries can still read,
+    ``(B, num_kv_heads, n, d)`` each, and those positions, ``(n,)`` in order; ``length`` counts
+    every position seen. What is kept is the pattern's rule
+    (:meth:`~zoo.attention.variants.patterns.SparsePatternAttention.causal_keeps`); the held keys
+    are not contiguous, so a query reads them at their positions
+    (:meth:`~zoo.attention.variants.patterns.SparsePatternAttention.attend_at`).
+    """
+
+    keys: Tensor
+    values: Tensor
+    positions: Tensor
+    length: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.values.nbytes + self.positions.nbytes
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether every position seen is held: then a query reads the keys as a full cache's."""
+        return self.positions.numel() == self.length
+
+    def extend(self, keys: Tensor, values: Tensor) -> PatternCache:
+        """This cache followed by new positions' keys and values, before :meth:`kept` drops what
+        later queries cannot read."""
+        new = torch.arange(self.length, self.length + keys.shape[-2], device=self.positions.device)
+        return PatternCache(
+            torch.cat([self.keys, keys], dim=-2),
+            torch.cat([self.values, values], dim=-2),
+            torch.cat([self.positions, new]),
+            self.length + keys.shape[-2],
+        )
+
+    def kept(self, keep: Tensor) -> PatternCache:
+        """The positions where ``keep`` ``(n,)`` is True."""
+        if bool(keep.all()):
+            return self
+        index = keep.nonzero().squeeze(-1)
+        return PatternCache(
+            self.keys.index_select(-2, index), self.values.index_select(-2, index), self.positions[index], self.length
+        )
+
+    def select(self, index: Tensor) -> PatternCache:
+        return PatternCache(
+            self.keys.index_select(0, index), self.values.index_select(0, index), self.positions, self.length
         )
 
 

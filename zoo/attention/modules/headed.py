@@ -38,12 +38,15 @@ bias scheme is handed to the scoring attention, which adds it to its scores.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
 from torch import Tensor, nn
 
 from zoo.attention.build.factory import require_attention
 from zoo.attention.build.spec import AttentionSpec
 from zoo.attention.contract.base import AttentionOutput, Capabilities, IncompatibleAttentionError, capabilities
-from zoo.attention.contract.cache import KeyValueCache, LayerCache, WindowCache
+from zoo.attention.contract.cache import KeyValueCache, LayerCache, PatternCache, WindowCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.layer import AttentionLayer
 from zoo.attention.modules.rotation import rotate_heads
@@ -245,6 +248,8 @@ class HeadedAttention(AttentionLayer):
         ``cache.length ..``. The context (causal) may hold a mask broadcastable to
         ``(B, H, Lq, L)`` over all positions seen (the padding of left-padded prompts).
         """
+        if (keeps := getattr(self.score_attention, "causal_keeps", None)) is not None:
+            return self._attend_pattern_cached(x, cache, context, keeps)
         reach_back: int | None = getattr(self.score_attention, "causal_reach", None)
         sinks: int = getattr(self.score_attention, "causal_sinks", 0)
         expected = KeyValueCache if reach_back is None else WindowCache
@@ -263,6 +268,37 @@ class HeadedAttention(AttentionLayer):
                 context = context.replace(mask=context.mask[..., -reach.keys.shape[-2] :])
         output, _ = self.attend_projected(x, reach.keys, reach.values, context, query_offset=offset)
         return output, cache
+
+    def _attend_pattern_cached(
+        self,
+        x: Tensor,
+        cache: LayerCache | None,
+        context: AttentionContext | None,
+        keeps: Callable[[Tensor, int], Tensor],
+    ) -> tuple[Tensor, LayerCache]:
+        """:meth:`attend_cached` for a sparse pattern that states what its later queries read
+        (``causal_keeps``): a :class:`~zoo.attention.contract.cache.PatternCache` of those
+        positions alone, read at their positions once it has dropped any."""
+        if cache is not None and not isinstance(cache, PatternCache):
+            raise TypeError(f"{type(self).__name__} continues a PatternCache; got a {type(cache).__name__}.")
+        context = AttentionContext(is_causal=True) if context is None else context
+        offset = 0 if cache is None else cache.length
+        k, v = self.project_kv(x, x, offset=offset, context=context)
+        held = (
+            PatternCache(k[..., :0, :], v[..., :0, :], torch.arange(0, device=k.device), 0) if cache is None else cache
+        )
+        reach = held.extend(k, v)
+        if reach.contiguous:
+            output = self.attend_projected(x, reach.keys, reach.values, context).output
+        else:
+            if context.mask is not None:  # over every position seen
+                context = context.replace(mask=context.mask[..., reach.positions])
+            query_pos = torch.arange(offset, reach.length, device=k.device)
+            q = self._queries(x, offset, context)
+            output = self._merge(
+                self.score_attention.attend_at(q, reach.keys, reach.values, query_pos, reach.positions, context)
+            )
+        return output, reach.kept(keeps(reach.positions, reach.length))
 
     def _queries(self, queries: Tensor, offset: int, context: AttentionContext | None) -> Tensor:
         """Queries projected, split into heads ``(B, H, Lq, d)`` and rotated at ``offset ..``."""

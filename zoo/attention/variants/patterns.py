@@ -21,6 +21,12 @@ those on short inputs only).
 
 A pattern is defined by positions within one sequence: these variants take queries and keys of
 one sequence (``Lq == Lk``; fewer queries only when causal, as in cached decoding).
+
+Decoding: a pattern that states which positions its later causal queries can still read
+(``causal_keeps(positions, length)``, ``sparse``'s current block and summaries) lets a multi-head
+layer drop the rest from its cache (:class:`~zoo.attention.contract.cache.PatternCache`); the held
+keys are then not contiguous, and :meth:`~SparsePatternAttention.attend_at` reads them at their
+positions, the rule applied densely over the few held.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import mask_at, masked_softmax
 from zoo.attention.kernels import block_attention, rows_from
+from zoo.attention.kernels.sdpa import masked_sdpa
 from zoo.attention.modules.flex_variant import FlexVariant
 from zoo.attention.modules.scaled_dot import ScaledDotScores
 
@@ -161,6 +168,26 @@ class SparsePatternAttention(FlexVariant, ScaledDotScores):
         if dense is not None:
             dense = dense.index_copy(-2, rows, weights.to(dense.dtype))
         return output, dense
+
+    def attend_at(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        query_pos: Tensor,
+        key_pos: Tensor,
+        context: AttentionContext,
+    ) -> Tensor:
+        """Causal attention of queries at ``query_pos`` ``(Lq,)`` over keys held at ``key_pos``
+        ``(S,)`` (a decoder's cache that dropped what the pattern no longer reads): the rule and
+        causality on those positions, dense over the held keys. The context's mask broadcasts to
+        ``(*batch, Lq, S)``; returns the output ``(*batch, Lq, dv)``."""
+        keys, values = self._expand_groups(queries, keys, values)
+        query_pos, key_pos = query_pos.unsqueeze(-1), key_pos.unsqueeze(-2)
+        keep = self.allowed(query_pos, key_pos, int(query_pos.max()) + 1, True) & (key_pos <= query_pos)
+        if context.mask is not None:
+            keep = keep & context.mask
+        return masked_sdpa(queries, keys, values, keep, dropout_p=self.active_dropout, scale=self.dot_scale(queries))
 
     @staticmethod
     def _unique(positions: Tensor, num_keys: int) -> Tensor:

@@ -11,6 +11,9 @@ What it drops: every pair between two blocks except through their summary positi
 information between blocks passes through ``c`` positions per block (two hops: into a summary,
 then out of it).
 
+Decoding keeps what a later query can read: its block's positions and every block's summaries,
+``l + c L / l`` of ``L`` positions (:class:`~zoo.attention.contract.cache.PatternCache`).
+
 Cost: each query scores ``l + c L / l`` keys: time and memory ``O(L (l + c L / l))``, not linear
 for a fixed ``l``: with the default ``l = 128`` a query scores 136 keys at 1k tokens and 256 at 16k
 (a time exponent near 1.23 over that range). ``l`` near ``sqrt(c L)`` is the paper's choice.
@@ -65,6 +68,12 @@ class FixedSparseAttention(SparsePatternAttention):
         starts = torch.arange(math.ceil(num_keys / block), device=device).unsqueeze(-1) * block
         summaries = (starts + torch.arange(block - self.summary, block, device=device)).flatten()
         return torch.cat([own, summaries.expand(len(blocks), -1)], -1)
+
+    def causal_keeps(self, positions: Tensor, length: int) -> Tensor:
+        """Which ``positions`` a causal query at ``length`` or later can still read: those of the
+        block ``length`` falls in, and every block's summaries."""
+        block = self.block_size
+        return (positions >= length // block * block) | (positions % block >= block - self.summary)
 
     def allowed(self, query_pos: Tensor, key_pos: Tensor, num_keys: int, is_causal: bool) -> Tensor:
         same_block = torch.div(query_pos, self.block_size, rounding_mode="floor") == torch.div(
