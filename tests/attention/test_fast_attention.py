@@ -574,6 +574,19 @@ def test_a_local_layer_decodes_from_its_window_alone_with_rotary_positions() -> 
     assert sum(c.nbytes for c in caches) == sizes[0]
 
 
+def decode_in_steps(model: torch.nn.Module, tokens: Tensor, prompt: int) -> tuple[Tensor, list]:
+    """``model``'s logits over ``tokens`` decoded from a cache: the first ``prompt`` tokens at once,
+    then one or three at a time; returns them joined, and the caches after the last."""
+    logits, caches = model(tokens[:, :prompt], use_cache=True)
+    steps, t = [logits], prompt
+    while t < tokens.shape[1]:
+        size = 1 if t % 5 else 3
+        logits, caches = model(tokens[:, t : t + size], caches, use_cache=True)
+        steps.append(logits)
+        t += size
+    return torch.cat(steps, dim=1), caches
+
+
 @pytest.mark.parametrize("global_tokens", [2, [0, 5]])
 def test_a_longformer_layer_decodes_from_its_global_positions_and_window(global_tokens: int | list[int]) -> None:
     """A multi-head ``longformer`` layer keeps the positions up to its last global one
@@ -591,14 +604,8 @@ def test_a_longformer_layer_decodes_from_its_global_positions_and_window(global_
     with torch.no_grad():
         expected, _ = model(tokens)
         for prompt in (1, 3, 12):
-            logits, caches = model(tokens[:, :prompt], use_cache=True)
-            steps, t = [logits], prompt
-            while t < 24:
-                size = 1 if t % 5 else 3
-                logits, caches = model(tokens[:, t : t + size], caches, use_cache=True)
-                steps.append(logits)
-                t += size
-            torch.testing.assert_close(torch.cat(steps, dim=1), expected, **F64)
+            logits, caches = decode_in_steps(model, tokens, prompt)
+            torch.testing.assert_close(logits, expected, **F64)
             assert all(isinstance(c, WindowCache) and c.keys.shape[-2] == held and c.length == 24 for c in caches)
 
 
@@ -619,14 +626,8 @@ def test_a_sparse_layer_decodes_from_its_block_and_summaries(summary: int) -> No
     with torch.no_grad():
         expected, _ = model(tokens)
         for prompt in (1, 3, 13):
-            logits, caches = model(tokens[:, :prompt], use_cache=True)
-            steps, t = [logits], prompt
-            while t < 30:
-                size = 1 if t % 5 else 3
-                logits, caches = model(tokens[:, t : t + size], caches, use_cache=True)
-                steps.append(logits)
-                t += size
-            torch.testing.assert_close(torch.cat(steps, dim=1), expected, **F64)
+            logits, caches = decode_in_steps(model, tokens, prompt)
+            torch.testing.assert_close(logits, expected, **F64)
             held = 30 % block + summary * (30 // block)  # the block 30 falls in, and 7 blocks' summaries
             for cache in caches:
                 assert isinstance(cache, PatternCache) and cache.length == 30
