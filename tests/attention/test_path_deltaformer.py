@@ -19,7 +19,9 @@ from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext
 from zoo.attention.contract.cache import ConvolvedCache
 from zoo.attention.kernels.corrected_values import corrected_values, corrected_values_recurrent
-from zoo.attention.kernels.householder import path_recurrent, path_scores
+from zoo.attention.kernels.householder import path_chunks, path_keys_at_end, path_recurrent, path_scores
+from zoo.attention.modules import row_blocks
+from zoo.attention.variants import path_attention
 from zoo.attention.variants.deltaformer import DeltaFormer
 from zoo.attention.variants.path_attention import PathAttention, PathCache
 from zoo.models import GPT, RecallLM
@@ -120,6 +122,9 @@ def test_the_householder_kernels_three_forms_agree_and_continue_a_cache() -> Non
     rest, keys = path_recurrent(q[..., 20:, :], k[..., 20:, :], w[..., 20:, :], beta[..., 20:], keys)
     torch.testing.assert_close(torch.cat([F.pad(first, (0, 17)), rest], -2), naive, rtol=1e-11, atol=1e-11)
     assert keys.shape == (2, 2, 37, 8)
+    for chunk_size in (1, 5, 64):  # the cache after the input, from the blockwise form's terms
+        carried = path_keys_at_end(path_chunks(q, *repeated, chunk_size))[:, ::2]
+        torch.testing.assert_close(carried, keys, rtol=1e-11, atol=1e-11)
 
 
 def test_householder_scores_in_float32_hold_at_two_thousand_tokens() -> None:
@@ -133,8 +138,12 @@ def test_householder_scores_in_float32_hold_at_two_thousand_tokens() -> None:
     assert single.dtype == torch.float32 and (single.double() - exact).abs().max() < 1e-5 * exact.abs().max()
 
 
-@pytest.mark.parametrize("options", [{"forget_gate": True, "num_kv_heads": 2, "gate": "headwise"}, {"conv_size": 3}])
+@pytest.mark.parametrize(
+    "options", [{"forget_gate": True, "num_kv_heads": 2, "gate": "headwise", "chunk_size": 2}, {"conv_size": 3}]
+)
 def test_path_decoding_token_by_token_equals_the_full_forward(options) -> None:
+    """The prompt of five runs the blockwise form (three chunks of two in the first case) and
+    leaves its keys carried to its end; each token after it runs the recurrent form."""
     layer = built_path(sinks=True, **options).eval()
     x = inputs(12)
     keep = torch.arange(12) >= torch.tensor([0, 3])[:, None]  # a left-padded row
@@ -151,6 +160,41 @@ def test_path_decoding_token_by_token_equals_the_full_forward(options) -> None:
     picked = cache.select(torch.tensor([1]))
     picked = picked.inner if isinstance(picked, ConvolvedCache) else picked
     assert torch.equal(picked.keys, held.keys[[1]]) and torch.equal(picked.values, held.values[[1]])
+
+
+@pytest.mark.parametrize(
+    "options", [{"forget_gate": True, "num_kv_heads": 2, "sinks": True}, {"gate": "elementwise", "conv_size": 3}]
+)
+def test_a_long_input_runs_a_block_of_queries_at_a_time_with_the_whole_grids_output_and_gradients(
+    options, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the grid size the scores run in blocks of whole chunks under checkpointing: padded,
+    gated, with sinks or the short convolutions, the output and every gradient are the whole
+    grid's; each block scores only the keys up to its last query."""
+    layer = built_path(chunk_size=3, **options).train()
+    x = inputs(17).requires_grad_()
+    keep = torch.arange(17) >= torch.tensor([0, 4])[:, None]  # a left-padded row
+    context = AttentionContext.for_keys(keep, is_causal=True)
+
+    def run() -> tuple[Tensor, ...]:
+        output = layer(x, context).output
+        return (output, *torch.autograd.grad(output.square().sum(), (x, *layer.parameters())))
+
+    whole = run()
+    monkeypatch.setattr(row_blocks, "ROW_BLOCK_ELEMENTS", B * H * 17 * 17 - 1)
+    monkeypatch.setattr(row_blocks, "QUERY_CHUNK", 6)  # two chunks of 3 a block: 6, 6 and 5 queries
+    rows = []
+    score_rows = path_attention.path_score_rows
+
+    def spy(chunks, first: int, last: int) -> Tensor:
+        rows.append((first, last))
+        return score_rows(chunks, first, last)
+
+    monkeypatch.setattr(path_attention, "path_score_rows", spy)
+    blocked = run()
+    assert rows == [(0, 2), (2, 4), (4, 6), (4, 6), (2, 4), (0, 2)], "three blocks, recomputed last first"
+    for got, expected in zip(blocked, whole, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("forget_gate", [False, True])

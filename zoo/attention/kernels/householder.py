@@ -36,10 +36,20 @@ softmax (the per-position naive form and the decoding form are the zoo's, to che
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-__all__ = ["householder_step", "path_recurrent", "path_scores"]
+__all__ = [
+    "PathChunks",
+    "householder_step",
+    "path_chunks",
+    "path_keys_at_end",
+    "path_recurrent",
+    "path_score_rows",
+    "path_scores",
+]
 
 
 def householder_step(rows: Tensor, w: Tensor, beta: Tensor) -> Tensor:
@@ -57,12 +67,10 @@ def path_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, *, chunk_size: in
     """PaTH's scores ``A`` ``(B, H, T, T)`` (zero above the diagonal) of ``q``, ``k``, ``w``
     ``(B, H, T, d)`` (``w`` of unit rows) and ``beta`` ``(B, H, T)``, in float32 at least; the
     naive form for ``chunk_size`` None, the blockwise one otherwise (see the module docstring)."""
-    q, k, w, beta = _promoted(q, k, w, beta)
     if chunk_size is None:
-        return _naive_scores(q, k, w, beta)
-    if chunk_size < 1:
-        raise ValueError(f"path_scores: chunk_size must be a positive integer or None; got {chunk_size}.")
-    return _blockwise_scores(q, k, w, beta, chunk_size)
+        return _naive_scores(*_promoted(q, k, w, beta))
+    chunks = path_chunks(q, k, w, beta, chunk_size)
+    return path_score_rows(chunks, 0, chunks.num_chunks)[..., : chunks.length, : chunks.length]
 
 
 def _naive_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor) -> Tensor:
@@ -75,7 +83,37 @@ def _naive_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor) -> Tensor:
     return torch.stack(columns[::-1], dim=-1)
 
 
-def _blockwise_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, chunk_size: int) -> Tensor:
+@dataclass(frozen=True)
+class PathChunks:
+    """The blockwise form's terms per chunk of ``C`` positions (``N`` chunks, the input padded to
+    ``N C`` with identity maps): ``carried`` ``(B, H, N C, d)``, each query carried back to its
+    chunk's start; ``keys_at_end`` ``(B, H, N, C, d)``, each key carried to its chunk's end; ``w``
+    and ``y`` ``(B, H, N, C, d)``, the chunk's product ``I - W^T Y``; ``local`` ``(B, H, N, C, C)``,
+    the scores within each chunk; ``length`` the input's ``T``. Rows of scores are read from them
+    by :func:`path_score_rows`, all at once or a block of queries at a time."""
+
+    carried: Tensor
+    keys_at_end: Tensor
+    w: Tensor
+    y: Tensor
+    local: Tensor
+    length: int
+
+    @property
+    def chunk_size(self) -> int:
+        return self.local.shape[-1]
+
+    @property
+    def num_chunks(self) -> int:
+        return self.local.shape[-3]
+
+
+def path_chunks(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, chunk_size: int) -> PathChunks:
+    """The blockwise form's :class:`PathChunks` of ``q``, ``k``, ``w`` ``(B, H, T, d)`` and ``beta``
+    ``(B, H, T)``, in float32 at least: ``O(T C d)`` work and memory, no ``(T, T)`` grid."""
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"path_scores: chunk_size must be a positive integer or None; got {chunk_size}.")
+    q, k, w, beta = _promoted(q, k, w, beta)
     length = q.shape[-2]
     pad = -length % chunk_size
     if pad:  # padded positions: zero keys, queries and maps (beta = 0: the identity)
@@ -93,17 +131,41 @@ def _blockwise_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, chunk_size:
     local = (qc @ kc.transpose(-1, -2)).tril() - query_w @ x  # (B, H, N, C, C)
     carried = (qc - query_w @ y).flatten(-3, -2)  # each query carried back to its chunk's start
     keys_at_end = kc - x.transpose(-1, -2) @ wc  # each key carried to its chunk's end
-    chunk_of_row = torch.arange(chunks * chunk_size, device=q.device) // chunk_size
-    blocks: list[Tensor] = [None] * chunks  # type: ignore[list-item]
-    for c in reversed(range(chunks)):
+    return PathChunks(carried, keys_at_end, wc, y, local, length)
+
+
+def path_score_rows(chunks: PathChunks, first: int, last: int) -> Tensor:
+    """The scores of the queries in chunks ``first .. last - 1`` with the keys of chunks ``0 ..
+    last - 1``, ``(B, H, (last - first) C, last C)`` (zero above the diagonal): the queries cross
+    the earlier chunks one matrix product a chunk, from the last to the first."""
+    size = chunks.chunk_size
+    carried = chunks.carried[..., first * size : last * size, :]
+    chunk_of_row = torch.arange(first, last, device=carried.device).repeat_interleave(size)
+    blocks: list[Tensor] = [None] * last  # type: ignore[list-item]
+    for c in reversed(range(last)):
         later = (chunk_of_row > c)[:, None]
-        blocks[c] = (carried @ keys_at_end[..., c, :, :].transpose(-1, -2)) * later
-        crossed = carried - (carried @ wc[..., c, :, :].transpose(-1, -2)) @ y[..., c, :, :]
-        carried = torch.where(later, crossed, carried)
-    scores = torch.cat(blocks, dim=-1)  # every earlier chunk's block; the diagonal blocks next
-    same_chunk = torch.eye(chunks, dtype=q.dtype, device=q.device)[:, None, :, None]  # (N, 1, N, 1)
-    diagonal = (local[..., None, :] * same_chunk).flatten(-4, -3).flatten(-2, -1)  # (B, H, N C, N C)
-    return (scores + diagonal)[..., :length, :length]
+        blocks[c] = (carried @ chunks.keys_at_end[..., c, :, :].transpose(-1, -2)) * later
+        if c:  # carried across chunk c, for the rows after it
+            crossed = carried - (carried @ chunks.w[..., c, :, :].transpose(-1, -2)) @ chunks.y[..., c, :, :]
+            carried = torch.where(later, crossed, carried)
+    earlier = torch.cat(blocks, dim=-1)  # every earlier chunk's block; the diagonal blocks next
+    count = last - first
+    same_chunk = torch.eye(count, dtype=carried.dtype, device=carried.device)[:, None, :, None]  # (n, 1, n, 1)
+    local = chunks.local[..., first:last, :, :]
+    diagonal = (local[..., None, :] * same_chunk).flatten(-4, -3).flatten(-2, -1)  # (B, H, n C, n C)
+    return torch.cat([earlier[..., : first * size], earlier[..., first * size :] + diagonal], dim=-1)
+
+
+def path_keys_at_end(chunks: PathChunks) -> Tensor:
+    """Every key carried through the last position, ``H_T ... H_{j+1} k_j`` ``(B, H, T, d)``: the
+    decoding form's cache after the input, from the blockwise form's terms. Each chunk's product
+    ``I - W^T Y`` is applied to the keys of the chunks before it, then its own keys (already
+    carried to its end) join them: ``O(T^2 d / 2)`` work in ``T / C`` steps."""
+    held = chunks.keys_at_end[..., 0, :, :]
+    for c in range(1, chunks.num_chunks):
+        held = held - (held @ chunks.y[..., c, :, :].transpose(-1, -2)) @ chunks.w[..., c, :, :]
+        held = torch.cat([held, chunks.keys_at_end[..., c, :, :]], dim=-2)
+    return held[..., : chunks.length, :]
 
 
 def path_recurrent(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, keys: Tensor | None = None) -> tuple[Tensor, Tensor]:

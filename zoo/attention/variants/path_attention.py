@@ -14,8 +14,12 @@ Forgetting Transformer's decay, read from :class:`~zoo.attention.variants.forget
 (this layer is that one with the Householder scores), else ``D = 0``. The scores' three forms,
 all equal, are :mod:`zoo.attention.kernels.householder`'s: the full forward runs the blockwise one
 (``chunk_size``; None: the naive loop over positions), decoding the recurrent one. The scores
-are formed whole, ``(B, H, L, L)``: quadratic memory, as ``forgetting``'s decay, where fla's
-Triton kernel keeps them to blocks as flash attention does.
+are formed whole, ``(B, H, L, L)``, up to :data:`~zoo.attention.modules.row_blocks.ROW_BLOCK_ELEMENTS`
+of them; past it (8 heads at 4k tokens) the blockwise form's per-chunk terms are formed once and
+the scores a block of about 1,024 queries at a time (whole chunks), each block under activation
+checkpointing, as the ``sigmoid`` layer runs long inputs: memory for one block's grid, at the
+price of one more forward of its scores, where fla's Triton kernel keeps them to tiles as flash
+attention does.
 
 As flash-linear-attention's ``fla/layers/path_attn.py``: ``w_s`` comes from a low-rank
 projection (``embed_dim -> w_rank -> kv heads * d``, no biases; ``w_rank`` None: one full
@@ -45,6 +49,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 from typing_extensions import Unpack
 
 from zoo.attention.build.factory import register_attention_layer
@@ -53,8 +58,16 @@ from zoo.attention.contract.cache import ConvolvedCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import masked_softmax
 from zoo.attention.kernels.explicit_softmax import sink_weights
-from zoo.attention.kernels.householder import path_recurrent, path_scores
+from zoo.attention.kernels.householder import (
+    PathChunks,
+    path_chunks,
+    path_keys_at_end,
+    path_recurrent,
+    path_score_rows,
+    path_scores,
+)
 from zoo.attention.kernels.short_conv import causal_conv1d, short_convolutions
+from zoo.attention.modules import row_blocks
 from zoo.attention.variants.forgetting import ForgettingAttention
 from zoo.attention.variants.softmax_options import SoftmaxOptions
 
@@ -165,24 +178,74 @@ class PathAttention(ForgettingAttention):
         return w, beta.transpose(1, 2), window
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
-        """``x`` ``(B, L, embed_dim)`` over itself, causally: the blockwise (or naive) scores."""
-        projected, k, v, _ = self._projected(x, context, None, 0)
+        """``x`` ``(B, L, embed_dim)`` over itself, causally: the blockwise (or naive) scores, a block
+        of queries at a time past :data:`~zoo.attention.modules.row_blocks.ROW_BLOCK_ELEMENTS`."""
+        return self._whole(x, context, cached=False)[0]
+
+    def _whole(
+        self, x: Tensor, context: AttentionContext, *, cached: bool
+    ) -> tuple[AttentionOutput, LayerCache | None]:
+        """:meth:`attend`'s output and, with ``cached`` and a ``chunk_size``, the :class:`PathCache`
+        after ``x`` (every key carried through its last position by the chunks' products), so that a
+        prompt is encoded by the blockwise form, not a step a position; None otherwise."""
+        projected, k, v, windows = self._projected(x, context, None, 0)
         q = self._queries(x, 0, context) if projected is None else self._query_heads(projected, 0, context)
-        w, beta, _ = self.householders(x, context, None)
+        w, beta, w_window = self.householders(x, context, None)
         groups = self.num_heads // self.num_kv_heads
-        k, w, beta = (t.repeat_interleave(groups, dim=1) for t in (k, w, beta))
-        scores = path_scores(q, k, w, beta, chunk_size=self.chunk_size)
+        repeated = [t.repeat_interleave(groups, dim=1) for t in (k, w, beta)]
         log_forget = None if self.forget_proj is None else self.log_forget(x)
-        return self._read(x, scores, v, context, first=0, log_forget=log_forget)
+        if self.chunk_size is None:
+            heads, weights = self._heads(path_scores(q, *repeated), v, context, first=0, log_forget=log_forget)
+            return self._output(x, heads, weights if context.need_weights else None), None
+        chunks = path_chunks(q, *repeated, self.chunk_size)
+        if context.need_weights or q.shape[0] * self.num_heads * chunks.length**2 <= row_blocks.ROW_BLOCK_ELEMENTS:
+            scores = path_score_rows(chunks, 0, chunks.num_chunks)[..., : chunks.length, : chunks.length]
+            heads, weights = self._heads(scores, v, context, first=0, log_forget=log_forget)
+        else:
+            heads, weights = self._row_blocks(chunks, v, context, log_forget), None
+        output = self._output(x, heads, weights if context.need_weights else None)
+        if not cached:
+            return output, None
+        keys = path_keys_at_end(chunks)[:, ::groups]  # the key heads: each repeated ``groups`` times
+        return output, ConvolvedCache.wrap(PathCache(keys, v, log_forget, w_window), windows)
+
+    def _row_blocks(
+        self, chunks: PathChunks, v: Tensor, context: AttentionContext, log_forget: Tensor | None
+    ) -> Tensor:
+        """The heads ``(B, H, L, d)`` a block of about :data:`~zoo.attention.kernels.chunking.QUERY_CHUNK`
+        queries (whole chunks) at a time, each block's rows of scores over the keys up to its last
+        query, under activation checkpointing when gradients are on (its grid recomputed in the
+        backward pass, not kept): the same computation as the whole grid's, in a block's memory."""
+        per_block = max(1, row_blocks.QUERY_CHUNK // chunks.chunk_size)
+        mask, length = context.mask, chunks.length
+        recompute = torch.is_grad_enabled()
+        parts = []
+        for first in range(0, chunks.num_chunks, per_block):
+            last = min(first + per_block, chunks.num_chunks)
+            start, end = first * chunks.chunk_size, min(last * chunks.chunk_size, length)
+            block = context.replace(mask=None if mask is None else mask[..., :end])  # a padding mask: keys only
+
+            def run(first: int = first, last: int = last, start: int = start, end: int = end,
+                    block: AttentionContext = block) -> Tensor:  # fmt: skip
+                scores = path_score_rows(chunks, first, last)[..., : end - start, :end]
+                forget = None if log_forget is None else log_forget[..., :end]
+                return self._heads(scores, v[..., :end, :], block, first=start, log_forget=forget)[0]
+
+            parts.append(checkpoint(run, use_reentrant=False) if recompute else run())
+        return torch.cat(parts, dim=-2)
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
         """New positions after a :class:`PathCache` of the earlier ones (in a
         :class:`~zoo.attention.contract.cache.ConvolvedCache` with the ``conv_size`` convolutions'
-        windows when the layer has them): the recurrent form."""
+        windows when the layer has them): the recurrent form, or for a prompt with no cache before it
+        the blockwise one, its keys then carried to its end (:func:`path_keys_at_end`)."""
         held, windows = self.unwrap_cache(cache, PathCache)
         context = AttentionContext(is_causal=True) if context is None else context
+        if held is None and self.chunk_size is not None and x.shape[1] > 1:  # a prompt: the blockwise form
+            output, encoded = self._whole(x, context, cached=True)
+            return output.output, encoded  # type: ignore[return-value]  (a cache, with ``cached``)
         seen = 0 if held is None else held.length
         projected, k, v, windows = self._projected(x, context, windows, seen)
         q = self._queries(x, seen, context) if projected is None else self._query_heads(projected, seen, context)
@@ -192,16 +255,17 @@ class PathAttention(ForgettingAttention):
         log_forget = None if self.forget_proj is None else self.log_forget(x)
         if log_forget is not None and held is not None and held.log_forget is not None:
             log_forget = torch.cat([held.log_forget, log_forget], dim=-1)
-        output, _ = self._read(x, scores, values, context, first=seen, log_forget=log_forget)
-        return output, ConvolvedCache.wrap(PathCache(keys, values, log_forget, w_window), windows)
+        heads, _ = self._heads(scores, values, context, first=seen, log_forget=log_forget)
+        cache = ConvolvedCache.wrap(PathCache(keys, values, log_forget, w_window), windows)
+        return self._output(x, heads, None).output, cache
 
-    def _read(
-        self, x: Tensor, scores: Tensor, v: Tensor, context: AttentionContext, *, first: int, log_forget: Tensor | None
-    ) -> AttentionOutput:
+    def _heads(
+        self, scores: Tensor, v: Tensor, context: AttentionContext, *, first: int, log_forget: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
         """Softmax of the queries at positions ``first ..`` over ``scores`` ``(B, H, Lq, Lk)``
         (scaled here, plus the decay with the gate) under causality and the context's mask, the
-        sinks in the denominator; the weighted values ``v`` ``(B, num_kv_heads, Lk, d)``, gated
-        and projected out."""
+        sinks in the denominator: the weighted values ``v`` ``(B, num_kv_heads, Lk, d)`` per head
+        ``(B, H, Lq, d)`` and the weights."""
         logits = scores / math.sqrt(self.head_dim)  # float32 at least
         if log_forget is not None:
             logits = logits + self.decay(log_forget, context, first).to(logits.dtype)
@@ -213,11 +277,14 @@ class PathAttention(ForgettingAttention):
         weights = masked_softmax(logits, mask=mask) if self.sinks is None else sink_weights(logits, mask, self.sinks)
         groups = self.num_heads // self.num_kv_heads
         read = F.dropout(weights, self.score_attention.active_dropout).to(v.dtype)
-        heads = read @ v.repeat_interleave(groups, dim=1)
+        return read @ v.repeat_interleave(groups, dim=1), weights
+
+    def _output(self, x: Tensor, heads: Tensor, weights: Tensor | None) -> AttentionOutput:
+        """The heads ``(B, H, Lq, d)`` of the positions of ``x``, gated and projected out."""
         if self.gate_proj is not None:
             gate = torch.sigmoid(self.gate_proj(x))
             heads = heads * (self._split_heads(gate) if self.gate == "elementwise" else gate.transpose(1, 2)[..., None])
-        return AttentionOutput(self._merge(heads), weights if context.need_weights else None)
+        return AttentionOutput(self._merge(heads), weights)
 
     def extra_repr(self) -> str:
         options = [
