@@ -138,6 +138,33 @@ def test_a_long_prompt_is_scored_a_chunk_of_queries_at_a_time(monkeypatch: pytes
     torch.testing.assert_close(output, expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_training_on_a_long_input_runs_a_chunk_of_queries_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, padded: bool
+) -> None:
+    """While the indexer learns, a chunk of five queries at a time under checkpointing (its index
+    scores again in the backward pass): the output, the KL over all the queries (divided once)
+    and every gradient, the indexer's included, are the whole input's."""
+    import zoo.attention.variants.msa as msa
+
+    x, keep = inputs(3).requires_grad_(), real_keys(padded)
+    context = AttentionContext.for_keys(keep, is_causal=True)
+    m = layer(index_loss_weight=0.5)
+
+    def run() -> tuple[Tensor, ...]:
+        output = m(x, context).output
+        return (output, *torch.autograd.grad(output.square().sum(), (x, *m.parameters())))
+
+    whole = run()
+    monkeypatch.setattr(msa, "QUERY_CHUNK", 5)
+    scored, scores = [], m.indexer.scores
+    monkeypatch.setattr(m.indexer, "scores", lambda x, *args: scored.append(x.shape[1]) or scores(x, *args))
+    chunked = run()
+    assert scored == [5, 5, 5, 5, 3] + [3, 5, 5, 5, 5], "five chunks, recomputed in the backward pass last first"
+    for got, expected in zip(chunked, whole, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+
+
 def test_the_indexer_learns_its_kl_loss_and_changes_no_other_gradient() -> None:
     x, keep = inputs(3), real_keys(False)
     context = AttentionContext.for_keys(keep, is_causal=True)

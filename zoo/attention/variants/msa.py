@@ -37,8 +37,10 @@ blocks of 128, 16 of them. Ties between equal block scores are left to ``topk``.
 every position's keys, values and index key (:class:`IndexedKeyValueCache`): a new token scores
 every cached index key and attends to the blocks it picks, as transformers' sparse cache layer
 holds the index keys beside the keys and values. The index scores are a dense ``(B, G, Lq, Lk)``
-product, over :data:`QUERY_CHUNK` queries at a time where neither the indexer's loss nor the
-weights are asked for (a long prompt's inference: 8 GiB at once at 16k tokens and 8 groups), and the attention runs over the selection with
+product, over :data:`QUERY_CHUNK` queries at a time where the weights are not asked for (8 GiB
+at once at 16k tokens and 8 groups); while the indexer learns, each chunk of queries runs under
+activation checkpointing and adds its share of the KL, divided by every chunk's queries at the end,
+so that training at 8k holds one chunk's scores and weights. The attention runs over the selection with
 :func:`~zoo.attention.kernels.selection.selected_block_attention` (a mask over the fused kernel up
 to 4096 keys, gathered blocks beyond): it shows what the selection computes, not MiniMax's kernel.
 """
@@ -50,6 +52,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.contract.base import AttentionOutput, IncompatibleAttentionError
@@ -59,7 +62,7 @@ from zoo.attention.contract.layer import AttentionLayer
 from zoo.attention.kernels.chunking import QUERY_CHUNK
 from zoo.attention.kernels.selection import selected_block_attention, top_blocks
 from zoo.attention.modules.auxiliary_loss import attach_auxiliary_loss
-from zoo.attention.modules.lightning_indexer import indexer_kl
+from zoo.attention.modules.lightning_indexer import indexer_kl_terms
 from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
@@ -243,11 +246,25 @@ class MiniMaxSparseAttention(AttentionLayer):
         self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, index_keys: Tensor, first: int, context: AttentionContext
     ) -> AttentionOutput:
         """The new tokens ``x`` (queries ``q`` at positions ``first ..``, the last of the keys) over
-        the blocks of every key and value seen that the indexer picks; the indexer's loss attached
+        the blocks of every key and value seen that the indexer picks, :data:`QUERY_CHUNK` queries
+        at a time past that many where the weights are not asked for; the indexer's loss attached
         when gradients are computed."""
         learning = self.index_loss_weight > 0 and torch.is_grad_enabled()
-        if not learning and not context.need_weights and x.shape[1] > QUERY_CHUNK:
-            return self._select_attend_chunks(x, q, k, v, index_keys, first, context)
+        if context.need_weights or x.shape[1] <= QUERY_CHUNK:
+            output, weights, terms = self._select(x, q, k, v, index_keys, first, context, learning=learning)
+        else:
+            (output, terms), weights = self._select_chunks(x, q, k, v, index_keys, first, context, learning), None
+        if terms is not None:
+            output = attach_auxiliary_loss(output, self.index_loss_weight * terms[0] / terms[1].clamp_min(1))
+        return AttentionOutput(output, weights)
+
+    def _select(
+        self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, index_keys: Tensor, first: int, context: AttentionContext,
+        *, learning: bool,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:  # fmt: skip
+        """One call's output ``(B, Lq, embed_dim)``, its weights where the context asks for them, and
+        while ``learning`` the indexer's KL summed over the queries and their count ``(2,)``
+        (:func:`~zoo.attention.modules.lightning_indexer.indexer_kl_terms`), else None."""
         with torch.set_grad_enabled(learning):
             scores = self.indexer.scores(x.detach(), index_keys, self.rotary, first, context)
         padding = context.key_padding
@@ -258,30 +275,37 @@ class MiniMaxSparseAttention(AttentionLayer):
             need_weights=context.need_weights or learning,
         )  # fmt: skip
         output = self.out_proj(heads.transpose(1, 2).flatten(-2))
+        terms = None
         if learning:
             read = (blocks.unsqueeze(-1) == torch.arange(k.shape[-2], device=x.device) // self.block_size).any(-2)
             groups = (scores.flatten(0, 1), weights.unflatten(1, (self.num_kv_heads, -1)).flatten(0, 1))
-            loss = indexer_kl(*groups, (read & visible).expand_as(scores).flatten(0, 1))
-            output = attach_auxiliary_loss(output, self.index_loss_weight * loss)
-        return AttentionOutput(output, weights if context.need_weights else None)
+            divergence, rows = indexer_kl_terms(*groups, (read & visible).expand_as(scores).flatten(0, 1))
+            terms = torch.stack([divergence, rows.to(divergence.dtype)])
+        return output, weights if context.need_weights else None, terms
 
-    def _select_attend_chunks(
-        self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, index_keys: Tensor, first: int, context: AttentionContext
-    ) -> AttentionOutput:
-        """:meth:`_select_attend`, :data:`QUERY_CHUNK` queries at a time, each over the keys up to
-        its last query (and the key padding there): the same output, index scores of one chunk held."""
-        num_queries, num_keys, outputs = x.shape[1], k.shape[-2], []
+    def _select_chunks(
+        self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, index_keys: Tensor, first: int, context: AttentionContext,
+        learning: bool,
+    ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        """:meth:`_select`, :data:`QUERY_CHUNK` queries at a time, each over the keys up to its last
+        query (and the key padding there): the same output, and while ``learning`` the same KL terms
+        summed over the chunks, with one chunk's index scores and weights held at a time (a chunk
+        runs under activation checkpointing, its scores recomputed in the backward pass)."""
+        num_queries, num_keys, outputs, terms = x.shape[1], k.shape[-2], [], []
         for start in range(0, num_queries, QUERY_CHUNK):
             end = min(start + QUERY_CHUNK, num_queries)
             reach = num_keys - num_queries + end
             part = context if context.mask is None else context.replace(mask=context.mask[..., :reach])
-            outputs.append(
-                self._select_attend(
-                    x[:, start:end], q[..., start:end, :], k[..., :reach, :], v[..., :reach, :],
-                    index_keys[:, :reach], first + start, part,
-                ).output
-            )  # fmt: skip
-        return AttentionOutput(torch.cat(outputs, 1), None)
+            chunk = (x[:, start:end], q[..., start:end, :], k[..., :reach, :], v[..., :reach, :], index_keys[:, :reach])
+
+            def run(*chunk: Tensor, start: int = start, part: AttentionContext = part) -> tuple[Tensor, Tensor | None]:
+                output, _, chunk_terms = self._select(*chunk, first + start, part, learning=learning)
+                return output, chunk_terms
+
+            output, chunk_terms = checkpoint(run, *chunk, use_reentrant=False) if learning else run(*chunk)
+            outputs.append(output)
+            terms.append(chunk_terms)
+        return torch.cat(outputs, 1), torch.stack(terms).sum(0) if learning else None
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         q, k, v = self._heads(x, context.offset, context)
