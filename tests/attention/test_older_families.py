@@ -26,6 +26,7 @@ FORMS = [("parallel", 64), ("recurrent", 64), ("auto", 64), ("chunkwise", 7), ("
 VARIANTS = [
     pytest.param("mamba1", {"d_state": 4}, id="mamba1"),
     pytest.param("mamba1", {"d_state": 3, "expand": 1.5, "conv_size": 0, "dt_rank": 2}, id="mamba1-no-conv"),
+    pytest.param("mamba1", {"d_state": 4, "negative_eigenvalues": True}, id="mamba1-negative-eigenvalues"),
     pytest.param("hgrn2", {}, id="hgrn2"),
     pytest.param("hgrn2", {"lower_bound": 0.3, "expand_ratio": 3, "conv_size": 4}, id="hgrn2-bounded-conv"),
     pytest.param("based", {"feature_dim": 3, "window": 5}, id="based"),
@@ -42,6 +43,8 @@ def layer(family: str, seed: int = 0, **kwargs) -> RecurrentLayer:
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
+        if kwargs.get("negative_eigenvalues"):  # steps near 0.3: decays on both sides of 1/2, so signs of both kinds
+            module.dt_proj.bias.add_(-1.0 - module.dt_proj.bias.mean())
     return module
 
 
@@ -56,7 +59,8 @@ def heads(x: Tensor, count: int = HEADS) -> Tensor:
 
 def mamba1_reference(m: RecurrentLayer, u: Tensor, real: Tensor) -> Tensor:
     """Mamba: ``h_t = exp(dt_t A) * h_{t-1} + dt_t B_t x_t`` per channel (``(channels, N)``),
-    ``y_t = h_t C_t + D x_t``, ``out = (y * silu(z)) W_out``, as ``selective_scan_ref`` loops it."""
+    ``y_t = h_t C_t + D x_t``, ``out = (y * silu(z)) W_out``, as ``selective_scan_ref`` loops it;
+    with negative eigenvalues the decay is ``2 exp(dt_t A) - 1``, as Grazzi et al.'s block maps it."""
     x = F.silu(convolved(linear(u, m.v_proj), m.v_conv, real))  # (B, T, channels)
     z = linear(u, m.gate)
     dt = F.softplus(linear(linear(x, m.dt_down), m.dt_proj))
@@ -65,7 +69,9 @@ def mamba1_reference(m: RecurrentLayer, u: Tensor, real: Tensor) -> Tensor:
     h = u.new_zeros(u.shape[0], x.shape[-1], a.shape[-1])
     y = torch.zeros_like(x)
     for t in range(u.shape[1]):
-        updated = torch.exp(dt[:, t, :, None] * a) * h + (dt[:, t] * x[:, t])[..., None] * b[:, t, None, :]
+        decay = torch.exp(dt[:, t, :, None] * a)
+        decay = 2 * decay - 1 if m.negative_eigenvalues else decay
+        updated = decay * h + (dt[:, t] * x[:, t])[..., None] * b[:, t, None, :]
         keep = real[:, t, None]
         h = torch.where(keep[..., None], updated, h)
         y[:, t] = torch.where(keep, (h * c[:, t, None, :]).sum(-1) + m.D * x[:, t], 0.0)

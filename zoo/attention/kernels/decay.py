@@ -33,9 +33,13 @@ is ``s_i s_j |a_{j+1} ... a_i|`` and the state read by query ``i`` from ``S_0`` 
 S_0``; so the magnitude kernels run on values ``s_j v_j``, their outputs are multiplied by ``s_i``,
 and the state they return, ``s_T S_T``, by ``s_T`` (``S_0`` enters as it is, ``s_0 = 1``: each call
 counts its parity from its first step, so a state continues exactly from one call to the next).
-The sign rides on the values, not on the queries and keys, so Mamba-2's queries and keys shared
-by a group of heads stay shared; that needs one sign per step (``negative`` ``(*batch, T, 1)``).
-The recurrent form multiplies by the signed ``a_t`` itself. A padded step stays an identity step.
+Under a scalar decay (``negative`` ``(*batch, T, 1)``) the sign rides on the values, not on the
+queries and keys, so Mamba-2's queries and keys shared by a group of heads stay shared. A decay
+per key dimension (``negative`` ``(*batch, T, dk)``: Mamba-1's, a sign per channel and state
+dimension) has a parity ``s_t`` per dimension, which rides on the queries and keys instead: the
+magnitude kernels run on ``s_i q_i`` and ``s_j k_j`` and the state they return, row ``d`` of ``s_T
+S_T``, is multiplied by ``s_T,d``. The recurrent form multiplies by the signed ``a_t`` itself. A
+padded step stays an identity step.
 
 Conventions: queries and keys ``(*batch, T, dk)``, values ``(*batch, T, dv)``, state ``(*batch,
 dk, dv)`` read as ``o_t = q_t S_t``, outputs ``(*batch, T, dv)``; ``*batch`` holds the heads too,
@@ -73,7 +77,7 @@ flash-linear-attention does:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -97,6 +101,7 @@ __all__ = [
     "decay_chunkwise",
     "decay_recurrent",
     "decay_weights",
+    "run_signed",
     "sub_chunk_length",
 ]
 
@@ -273,23 +278,33 @@ def _chunked_shared(
 
 
 def _negative_steps(negative: Tensor, mask: Tensor | None) -> Tensor:
-    """``negative`` ``(*batch, T, 1)`` False at the padded steps, which are identity steps.
-
-    Raises:
-        ValueError: ``negative`` is not one flag per step.
-    """
-    if negative.shape[-1] != 1:
-        raise ValueError(
-            f"negative must be one flag per step, (*batch, T, 1): a signed decay is a scalar one; got shape "
-            f"{tuple(negative.shape)}"
-        )
+    """``negative`` ``(*batch, T, 1 or dk)`` False at the padded steps, which are identity steps."""
     return negative if mask is None else negative & mask.unsqueeze(-1)
 
 
 def _signs(negative: Tensor, mask: Tensor | None, dtype: torch.dtype) -> Tensor:
-    """``s_t = prod_{tau <= t} sign(a_tau)`` ``(*batch, T, 1)``, +1 or -1 in ``dtype``: the parity of
-    the negative decays up to each step, counted in integers."""
+    """``s_t = prod_{tau <= t} sign(a_tau)`` ``(*batch, T, 1 or dk)``, +1 or -1 in ``dtype``: the
+    parity of the negative decays up to each step, counted in integers."""
     return 1 - 2 * (_negative_steps(negative, mask).cumsum(-2) % 2).to(dtype)
+
+
+SignedRun = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+"""A magnitude kernel over ``(q, k, v)``, returning ``(output, final_state)``."""
+
+
+def run_signed(
+    run: SignedRun, q: Tensor, k: Tensor, v: Tensor, negative: Tensor, mask: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """``run`` (a form on the decays' magnitudes) under a signed decay: the parities ``s_t`` on the
+    values and outputs for a scalar decay, on the queries and keys for one per key dimension, and
+    the returned state signed back (see the module docstring)."""
+    if negative.shape[-1] == 1:
+        signs = _signs(negative, mask, v.dtype)
+        output, final_state = run(q, k, v * signs)
+        return output * signs, final_state * signs[..., -1:, :]
+    signs = _signs(negative, mask, q.dtype)
+    output, final_state = run(q * signs, k * signs, v)
+    return output, final_state * signs[..., -1, :, None]
 
 
 def decay_chunkwise(
@@ -316,8 +331,9 @@ def decay_chunkwise(
         initial_state: ``(*batch, dk, dv)``; zeros if None.
         mask: ``(*batch, T)`` (or broadcastable with as many dimensions, e.g. ``(B, 1, T)``), True
             at real tokens; padded steps are identity steps with zero outputs.
-        negative: ``(*batch, T, 1)`` (or broadcastable), True where the decay is ``-exp(log_decay)``
-            (one flag per step; see the module docstring); None: every decay positive.
+        negative: ``(*batch, T, 1)`` (one flag per step) or ``(*batch, T, dk)`` (one per key
+            dimension), or broadcastable, True where the decay is ``-exp(log_decay)`` (see the
+            module docstring); None: every decay positive.
 
     Returns:
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``.
@@ -326,9 +342,7 @@ def decay_chunkwise(
     chunk_size = chunk_length(chunk_size, q.shape[-2])
     if negative is None:
         return _chunked(q, k, v, log_decay, chunk_size, initial_state)
-    signs = _signs(negative, mask, v.dtype)
-    output, final_state = _chunked(q, k, v * signs, log_decay, chunk_size, initial_state)
-    return output * signs, final_state * signs[..., -1:, :]
+    return run_signed(lambda q, k, v: _chunked(q, k, v, log_decay, chunk_size, initial_state), q, k, v, negative, mask)
 
 
 def decay_weights(
@@ -341,11 +355,12 @@ def decay_weights(
     Args as :func:`decay_chunkwise`.
     """
     q, k, _, log_decay = _prepare(q, k, k[..., :1], log_decay, mask)
-    weights = chunk_weights(q, k, log_decay.cumsum(-2))
     if negative is None:
-        return weights
-    signs = _signs(negative, mask, weights.dtype)
-    return signs * weights * signs.mT
+        return chunk_weights(q, k, log_decay.cumsum(-2))
+    signs = _signs(negative, mask, q.dtype)
+    if signs.shape[-1] == 1:
+        return signs * chunk_weights(q, k, log_decay.cumsum(-2)) * signs.mT
+    return chunk_weights(q * signs, k * signs, log_decay.cumsum(-2))
 
 
 def decay_recurrent(

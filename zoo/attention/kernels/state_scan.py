@@ -33,6 +33,7 @@ from torch import Tensor
 
 from zoo.attention.kernels.chunk_scan import chunk_scan
 from zoo.attention.kernels.chunking import from_chunks, initial_or_zeros, to_chunks, zero_padding
+from zoo.attention.kernels.decay import run_signed
 
 __all__ = ["decay_scan", "scan_chunk_size"]
 
@@ -51,6 +52,7 @@ def decay_scan(
     chunk_size: int | None = None,
     initial_state: Tensor | None = None,
     mask: Tensor | None = None,
+    negative: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The decaying state's recurrence, chunks side by side (see the module docstring).
 
@@ -64,16 +66,25 @@ def decay_scan(
         initial_state: ``(*batch, dk, dv)``; zeros if None.
         mask: ``(*batch, T)`` (or broadcastable with as many dimensions), True at real tokens;
             padded steps are identity steps with zero outputs.
+        negative: True where the decay is ``-exp(log_decay)``, ``(*batch, T, 1 or dk)``
+            (:func:`~zoo.attention.kernels.decay.run_signed`); None: every decay positive.
 
     Returns:
         ``(output, final_state)``: ``(*batch, T, dv)`` and ``(*batch, dk, dv)``.
     """
-    length = q.shape[-2]
-    size = scan_chunk_size(length) if chunk_size is None else chunk_size
+    size = scan_chunk_size(q.shape[-2]) if chunk_size is None else chunk_size
     if not isinstance(size, int) or size < 1:
         raise ValueError(f"decay_scan: chunk_size must be a positive integer or None; got {chunk_size!r}.")
     q, k, v, log_decay = zero_padding(mask, q, k, v, log_decay)
     state = initial_or_zeros(initial_state, k, v)
+    if negative is None:
+        return _scan(q, k, v, log_decay, size, state)
+    return run_signed(lambda q, k, v: _scan(q, k, v, log_decay, size, state), q, k, v, negative, mask)
+
+
+def _scan(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, size: int, state: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`decay_scan` on the decays' magnitudes, the padding already zeroed."""
+    length = q.shape[-2]
     q, k, v, log_decay = (to_chunks(x, size) for x in (q, k, v, log_decay))  # (*batch, N, c, d)
     local, reads = None, []
     steps = zip(*(x.unbind(-2) for x in (q, k, v, log_decay.exp())))  # one backward node each, not one a step

@@ -63,9 +63,10 @@ class Recurrence:
     ``S_t = (I - beta_t k_t^T k_t) a_t S_{t-1} + beta_t k_t^T v_t``, ``log_decay`` ``(B, H, T)`` or
     None (no decay). ``skip`` is added to the recurrence's output (Mamba-2's ``D x``).
 
-    ``negative_decay`` (a decaying state only) makes the decay signed: ``(B, H, T, 1)`` (or what
-    broadcasts to it), True where ``a_t = -exp(log_decay_t)`` (Mamba-2's ``negative_eigenvalues``;
-    the decay kernels carry the sign through every form, :mod:`zoo.attention.kernels.decay`).
+    ``negative_decay`` (a decaying state only) makes the decay signed: ``(B, H, T, 1)`` or ``(B, H,
+    T, dk)`` as ``log_decay`` (or what broadcasts to it), True where ``a_t = -exp(log_decay_t)``
+    (Mamba-2's and Mamba-1's ``negative_eigenvalues``; the decay kernels carry the sign through
+    every form, :mod:`zoo.attention.kernels.decay`).
 
     A decaying state may take queries and keys of fewer heads ``G`` than the values' ``H``, each
     shared by ``H / G`` value heads (Mamba-2's groups of ``B`` and ``C``): the kernels then see a
@@ -153,20 +154,20 @@ class ScannedRecurrence(Recurrence):
     """A decaying state of few values per key (Mamba's one a channel) whose chunkwise form is the
     scan of states, :func:`~zoo.attention.kernels.state_scan.decay_scan`: ``c / dv`` times fewer
     products than the chunks' ``(c, c)`` weight blocks. The parallel and recurrent forms are
-    :class:`Recurrence`'s; positive decays only, no delta rule."""
+    :class:`Recurrence`'s; signed decays as theirs, no delta rule."""
 
     def __post_init__(self) -> None:
-        if self.beta is not None or self.negative_decay is not None:
-            raise ValueError(
-                "ScannedRecurrence runs a decaying state with positive decays: no beta, no negative_decay."
-            )
+        if self.beta is not None:
+            raise ValueError("ScannedRecurrence runs a decaying state: no beta (the delta rule).")
 
     def chunkwise(self, chunk_size: int | None, state: Tensor | None, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """The scan in chunks of ``chunk_size`` steps (``None``: the parallel form, :class:`Recurrence`'s)."""
         if chunk_size is None:
             return super().chunkwise(chunk_size, state, mask)
-        q, k, v, log_decay, _, state, mask = self._grouped(state, mask)
-        output, final = decay_scan(q, k, v, log_decay, chunk_size=chunk_size, initial_state=state, mask=mask)
+        q, k, v, log_decay, negative, state, mask = self._grouped(state, mask)
+        output, final = decay_scan(
+            q, k, v, log_decay, chunk_size=chunk_size, initial_state=state, mask=mask, negative=negative
+        )
         return self._ungrouped(output), self._ungrouped(final)
 
 

@@ -41,6 +41,15 @@ Where it departs: Mamba's fused ``in_proj`` (to ``x`` and ``z``) is two maps her
 state's precision (float32 at least). The layer has no heads: each channel is one, whatever the
 stack's ``num_heads``. No position scheme (Mamba has none). The name ``mamba`` stays Mamba-2's
 (stored configurations use it); this is ``mamba1``.
+
+``negative_eigenvalues`` (off by default, so stored models compute what they did) is Grazzi et al.'s
+(2025, "Unlocking State-Tracking in Linear RNNs Through Negative Eigenvalues") for this layer: each
+decay ``exp(dt_t,c A_c)`` becomes ``2 exp(dt_t,c A_c) - 1`` in ``(-1, 1)``, as their
+``positive_and_negative`` Mamba block maps its selective scan's ``deltaA``
+(:func:`~zoo.attention.modules.gating.positive_and_negative`), so a channel can flip the sign of a
+state dimension, with which one layer can track parity. The decay kernels keep ``log|a|`` and carry
+the parity of each state dimension's negative steps on the queries and keys, in every form
+(:mod:`zoo.attention.kernels.decay`).
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ from typing_extensions import Unpack
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.contract.cache import StateCache
 from zoo.attention.contract.context import AttentionContext
-from zoo.attention.modules.gating import step_bias
+from zoo.attention.modules.gating import positive_and_negative, step_bias
 from zoo.attention.modules.recurrence import ScannedRecurrence
 from zoo.attention.modules.recurrent import RecurrentLayer, RecurrentOptions
 
@@ -73,6 +82,8 @@ class Mamba1Attention(RecurrentLayer):
         expand: The inner width (channels of ``x`` and ``z``), in multiples of ``embed_dim``.
         d_state: The state size per channel: the width of ``B`` and ``C``.
         dt_rank: Rank of the step sizes' map; None: ``ceil(embed_dim / 16)``, Mamba's ``auto``.
+        negative_eigenvalues: Each decay ``a`` mapped to ``2 a - 1`` in ``(-1, 1)`` (see the module
+            docstring).
         options: :class:`~zoo.attention.modules.recurrent.RecurrentLayer`'s (``conv_size`` 4, with a
             bias, on ``x`` only); no position scheme.
 
@@ -95,6 +106,7 @@ class Mamba1Attention(RecurrentLayer):
         expand: float = 2.0,
         d_state: int = 16,
         dt_rank: int | None = None,
+        negative_eigenvalues: bool = False,
         **options: Unpack[RecurrentOptions],
     ) -> None:
         if dt_rank is not None and (not isinstance(dt_rank, int) or dt_rank < 1):
@@ -107,7 +119,7 @@ class Mamba1Attention(RecurrentLayer):
         super().__init__(
             embed_dim, channels, key_dim=d_state, value_dim=channels, qk_heads=1, conv_bias=True, **options
         )
-        self.d_state, self.dt_rank = d_state, rank
+        self.d_state, self.dt_rank, self.negative_eigenvalues = d_state, rank, negative_eigenvalues
         self.q_proj = nn.Linear(channels, d_state, bias=False)  # C, from the convolved x
         self.k_proj = nn.Linear(channels, d_state, bias=False)  # B, from the convolved x
         self.dt_down = nn.Linear(channels, rank, bias=False)
@@ -138,10 +150,14 @@ class Mamba1Attention(RecurrentLayer):
         dt = dt.transpose(1, 2).unsqueeze(-1)  # (B, channels, T, 1)
         log_decay = -dt * self.A_log.to(dtype).exp().unsqueeze(1)  # (B, channels, T, d_state)
         skip = self.D.to(dtype)[:, None, None] * values
-        return ScannedRecurrence(queries, keys, values * dt, log_decay, skip=skip)
+        negative = None
+        if self.negative_eigenvalues:
+            log_decay, negative = positive_and_negative(log_decay)
+        return ScannedRecurrence(queries, keys, values * dt, log_decay, skip=skip, negative_decay=negative)
 
     def finish(self, output: Tensor, layer_input: Tensor) -> Tensor:
         return output * F.silu(self.split_heads(self.gate(layer_input)).to(output.dtype))
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, d_state={self.d_state}, dt_rank={self.dt_rank}"
+        signed = ", negative_eigenvalues=True" if self.negative_eigenvalues else ""
+        return f"{super().extra_repr()}, d_state={self.d_state}, dt_rank={self.dt_rank}{signed}"
