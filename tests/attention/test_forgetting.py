@@ -16,6 +16,7 @@ from tests.helpers.gpt import learn_repeating_sequence
 from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, layer_specs
 from zoo.attention.contract.cache import ConvolvedCache
+from zoo.attention.modules import row_blocks
 from zoo.attention.variants.forgetting import ForgetCache, ForgettingAttention
 from zoo.models.gpt import GPT
 
@@ -86,6 +87,45 @@ def test_the_layer_computes_the_papers_equations_with_and_without_padding(option
         torch.testing.assert_close(layer(x, context).output, expected, rtol=1e-10, atol=1e-10)  # fused kernel
         explicit = layer(x, context.replace(need_weights=True)).output
         torch.testing.assert_close(explicit, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("options", [{}, {"sinks": True, "gate": "headwise"}, {"conv_size": 3, "qk_norm": True}])
+def test_a_long_input_runs_a_block_of_queries_at_a_time_with_the_whole_grids_output_and_gradients(
+    options, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the grid size, blocks of four queries under checkpointing, each over the keys up to
+    its last query: rotated, padded with holes or masked per query, the output and every gradient
+    are the whole grid's."""
+    rope = zoo.create_position("rope", d_model=E, num_heads=H)
+    layer = built(position=rope, **options)
+    x = torch.randn(B, 11, E, generator=torch.Generator().manual_seed(4), dtype=torch.float64, requires_grad=True)
+    holes = torch.rand(B, 11, generator=torch.Generator().manual_seed(5)) > 0.3
+    contexts = [AttentionContext(is_causal=True), AttentionContext.for_keys(holes, is_causal=True)]
+    if "conv_size" not in options:
+        per_query = torch.rand(B, 11, 11, generator=torch.Generator().manual_seed(6)) > 0.3
+        contexts.append(AttentionContext.build(B, 11, attn_mask=per_query, is_causal=True))
+    seen, decay = [], ForgettingAttention.decay
+
+    def spy(self: ForgettingAttention, gates: Tensor, context: AttentionContext, first: int) -> Tensor:
+        seen.append((first, gates.shape[-1]))
+        return decay(self, gates, context, first)
+
+    for context in contexts:
+
+        def run(context: AttentionContext = context) -> tuple[Tensor, ...]:
+            output = layer(x, context).output
+            return (output, *torch.autograd.grad(output.square().sum(), (x, *layer.parameters())))
+
+        monkeypatch.undo()
+        whole = run()
+        monkeypatch.setattr(row_blocks, "ROW_BLOCK_ELEMENTS", B * H * 11 * 11 - 1)
+        monkeypatch.setattr(row_blocks, "QUERY_CHUNK", 4)
+        monkeypatch.setattr(ForgettingAttention, "decay", spy)
+        seen.clear()
+        blocked = run()
+        assert seen == [(0, 4), (4, 8), (8, 11), (8, 11), (4, 8), (0, 4)], "three blocks, recomputed last first"
+        for got, expected in zip(blocked, whole, strict=True):
+            torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
 
 def test_with_every_gate_at_one_it_is_softmax_attention() -> None:

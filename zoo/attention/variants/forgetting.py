@@ -57,6 +57,8 @@ from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.cache import ConvolvedCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import key_column
+from zoo.attention.modules import row_blocks
+from zoo.attention.modules.row_blocks import checkpointed_blocks, rows_of
 from zoo.attention.variants.softmax import SoftmaxAttention
 from zoo.attention.variants.softmax_options import SoftmaxOptions
 
@@ -143,10 +145,27 @@ class ForgettingAttention(SoftmaxAttention):
         return torch.cat([suffix[..., 1:], torch.zeros_like(suffix[..., :1])], -1)  # over l > j
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
-        """``x`` ``(B, L, embed_dim)`` over itself, causally, the decay on the logits."""
+        """``x`` ``(B, L, embed_dim)`` over itself, causally, the decay on the logits; past
+        :data:`~zoo.attention.modules.row_blocks.ROW_BLOCK_ELEMENTS` logits a block of
+        :data:`~zoo.attention.kernels.chunking.QUERY_CHUNK` queries at a time over the keys up to
+        its last, under activation checkpointing: one block's ``(B, H, Lq, Lk)`` decay in memory."""
         q, k, v, _ = self._projected(x, context, None, context.offset)
-        logits = self.decay(self.log_forget(x), context, first=0)
-        return self.attend_positions(x, k, v, context, first=0, logits=logits, projected_queries=q)
+        log_forget = self.log_forget(x)
+        length = x.shape[1]
+        whole = x.shape[0] * self.num_heads * length**2 <= row_blocks.ROW_BLOCK_ELEMENTS
+        if whole or context.need_weights or context.kv_store is not None:  # a store is written once, whole
+            logits = self.decay(log_forget, context, first=0)
+            return self.attend_positions(x, k, v, context, first=0, logits=logits, projected_queries=q)
+
+        def run(start: int, end: int) -> Tensor:
+            block = rows_of(context, start, end)
+            logits = self.decay(log_forget[..., :end], block, first=start)
+            return self.attend_positions(
+                x[:, start:end], k[..., :end, :], v[..., :end, :], block, first=start, logits=logits,
+                projected_queries=None if q is None else q[:, start:end],
+            ).output  # fmt: skip
+
+        return AttentionOutput(checkpointed_blocks(run, length, row_blocks.QUERY_CHUNK, dim=1), None)
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None

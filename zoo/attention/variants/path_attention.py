@@ -49,7 +49,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 from typing_extensions import Unpack
 
 from zoo.attention.build.factory import register_attention_layer
@@ -68,6 +67,7 @@ from zoo.attention.kernels.householder import (
 )
 from zoo.attention.kernels.short_conv import causal_conv1d, short_convolutions
 from zoo.attention.modules import row_blocks
+from zoo.attention.modules.row_blocks import checkpointed_blocks, rows_of
 from zoo.attention.variants.forgetting import ForgettingAttention
 from zoo.attention.variants.softmax_options import SoftmaxOptions
 
@@ -216,23 +216,15 @@ class PathAttention(ForgettingAttention):
         queries (whole chunks) at a time, each block's rows of scores over the keys up to its last
         query, under activation checkpointing when gradients are on (its grid recomputed in the
         backward pass, not kept): the same computation as the whole grid's, in a block's memory."""
-        per_block = max(1, row_blocks.QUERY_CHUNK // chunks.chunk_size)
-        mask, length = context.mask, chunks.length
-        recompute = torch.is_grad_enabled()
-        parts = []
-        for first in range(0, chunks.num_chunks, per_block):
-            last = min(first + per_block, chunks.num_chunks)
-            start, end = first * chunks.chunk_size, min(last * chunks.chunk_size, length)
-            block = context.replace(mask=None if mask is None else mask[..., :end])  # a padding mask: keys only
+        size = chunks.chunk_size
 
-            def run(first: int = first, last: int = last, start: int = start, end: int = end,
-                    block: AttentionContext = block) -> Tensor:  # fmt: skip
-                scores = path_score_rows(chunks, first, last)[..., : end - start, :end]
-                forget = None if log_forget is None else log_forget[..., :end]
-                return self._heads(scores, v[..., :end, :], block, first=start, log_forget=forget)[0]
+        def run(start: int, end: int) -> Tensor:
+            first, last = start // size, -(-end // size)
+            scores = path_score_rows(chunks, first, last)[..., : end - start, :end]
+            forget = None if log_forget is None else log_forget[..., :end]
+            return self._heads(scores, v[..., :end, :], rows_of(context, start, end), first=start, log_forget=forget)[0]
 
-            parts.append(checkpoint(run, use_reentrant=False) if recompute else run())
-        return torch.cat(parts, dim=-2)
+        return checkpointed_blocks(run, chunks.length, max(1, row_blocks.QUERY_CHUNK // size) * size, dim=-2)
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
