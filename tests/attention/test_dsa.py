@@ -194,6 +194,34 @@ def test_the_indexer_learns_the_kl_to_the_main_attention_and_changes_no_other_gr
             torch.testing.assert_close(got[name], parameter.grad, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("mode", ["naive", "absorbed"])
+def test_a_long_input_runs_a_chunk_of_queries_at_a_time_with_the_whole_inputs_loss_and_gradients(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the chunk size, four queries at a time over the keys up to the last of them (the first
+    chunk selecting from no more than ``index_topk`` + 1 keys), under checkpointing: left-padded,
+    with the indexer learning, the output and every gradient, the indexer's included, are the
+    whole input's; without gradients the chunks run plainly."""
+    import zoo.attention.variants.dsa as dsa
+
+    module, x, keep = layer(mode=mode, index_loss_weight=0.5), inputs(7).requires_grad_(), left_padded()
+
+    def run() -> tuple[Tensor, ...]:
+        output = run_layer(module, x, is_causal=True, attn_mask=keep[:, None, :]).output
+        return (output, *torch.autograd.grad(output.square().sum(), (x, *module.parameters())))
+
+    whole = run()
+    monkeypatch.setattr(dsa, "QUERY_CHUNK", 4)
+    scored, scores = [], module.indexer.scores
+    monkeypatch.setattr(module.indexer, "scores", lambda x, *args: scored.append(x.shape[1]) or scores(x, *args))
+    chunked = run()
+    assert scored == [4, 4, 3, 3, 4, 4], "three chunks, recomputed in the backward pass last first"
+    for got, expected in zip(chunked, whole, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(run_layer(module, x, is_causal=True, attn_mask=keep[:, None, :]).output, whole[0])
+
+
 def test_what_dsa_cannot_take_is_refused_in_one_line() -> None:
     with pytest.raises(ValueError, match="index_topk must be a positive integer, got 0"):
         layer(index_topk=0)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import torch
 from torch import Tensor
@@ -34,31 +34,35 @@ from zoo.attention.kernels.chunking import QUERY_CHUNK
 
 __all__ = ["ROW_BLOCK_ELEMENTS", "RowBlocked", "checkpointed_blocks", "rows_of"]
 
+Block = TypeVar("Block")
+
 ROW_BLOCK_ELEMENTS = 2**27
 """Scores past which the grid runs in blocks of queries: 512 MiB in float32 (8 heads at 4k tokens)."""
 
 
-def checkpointed_blocks(run: Callable[[int, int], Tensor], length: int, size: int, *, dim: int) -> Tensor:
-    """``run(start, end)`` over consecutive blocks of ``size`` of ``length`` queries, joined along
-    ``dim``: each block under activation checkpointing when gradients are on, so that the backward
-    pass recomputes a block's grid rather than keeping every block's (for layers that form their
-    scores themselves; :class:`RowBlocked` does this for the attentions that score per query)."""
+def checkpointed_blocks(run: Callable[[int, int], Block], length: int, size: int) -> list[Block]:
+    """``run(start, end)`` over consecutive blocks of ``size`` of ``length`` queries, in order: each
+    block under activation checkpointing when gradients are on, so that the backward pass recomputes
+    a block's grid rather than keeping every block's (for layers that form their scores themselves;
+    :class:`RowBlocked` does this for the attentions that score per query)."""
     recompute = torch.is_grad_enabled()
-    parts = []
-    for start in range(0, length, size):
-        end = min(start + size, length)
-        parts.append(checkpoint(run, start, end, use_reentrant=False) if recompute else run(start, end))
-    return torch.cat(parts, dim=dim)
+    return [
+        checkpoint(run, start, min(start + size, length), use_reentrant=False)
+        if recompute
+        else run(start, min(start + size, length))
+        for start in range(0, length, size)
+    ]
 
 
-def rows_of(context: AttentionContext, start: int, end: int) -> AttentionContext:
-    """``context`` for the queries ``start .. end - 1`` of a causal layer's own input over its keys
-    up to ``end``: a mask's query rows (where it has them) and key columns cut to those."""
+def rows_of(context: AttentionContext, start: int, end: int, *, earlier: int = 0) -> AttentionContext:
+    """``context`` for the queries ``start .. end - 1`` of a causal call's new positions over the
+    keys up to the last of them, ``earlier + end`` (``earlier``: the positions before the new ones,
+    a cache's): a mask's query rows (where it has them) and key columns cut to those."""
     mask = context.mask
     if mask is None:
         return context
     rows = mask if mask.dim() < 2 or mask.shape[-2] == 1 else mask[..., start:end, :]
-    return context.replace(mask=rows[..., :end] if rows.shape[-1] > 1 else rows)
+    return context.replace(mask=rows[..., : earlier + end] if rows.shape[-1] > 1 else rows)
 
 
 def _rows(tensor: Tensor | None, rows: slice) -> Tensor | None:

@@ -59,9 +59,11 @@ from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.cache import ConvolvedCache, LatentCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import with_causal
+from zoo.attention.kernels.chunking import QUERY_CHUNK
 from zoo.attention.kernels.latent import latent_attention_weights
 from zoo.attention.modules.auxiliary_loss import attach_auxiliary_loss
-from zoo.attention.modules.lightning_indexer import LightningIndexer, indexer_kl, top_k_selection
+from zoo.attention.modules.lightning_indexer import LightningIndexer, indexer_kl_terms, top_k_selection
+from zoo.attention.modules.row_blocks import checkpointed_blocks, rows_of
 from zoo.attention.variants.mla import LatentMode, MultiHeadLatentAttention
 from zoo.positions import PositionScheme
 
@@ -173,11 +175,44 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
     ) -> AttentionOutput:  # fmt: skip
         """MLA's attention of the new positions ``x`` (their down-projected ``queries``) over the
         top ``index_topk`` of every position's ``latent``, ``rope_key`` and ``index_keys``, with the
-        indexer's loss attached when gradients are computed."""
-        selecting = index_keys.shape[-2] > self.index_topk
+        indexer's loss attached when gradients are computed. Past :data:`QUERY_CHUNK` new positions,
+        where the weights are not asked for, :data:`QUERY_CHUNK` queries at a time over the keys up
+        to the last of them (under activation checkpointing with gradients), each chunk's index
+        scores alone in memory and the indexer's KL summed over the chunks, divided once."""
         learning = self.index_loss_weight > 0 and torch.is_grad_enabled()
+        num_queries, num_keys = x.shape[1], index_keys.shape[-2]
+        if context.need_weights or num_queries <= QUERY_CHUNK:
+            output, terms = self._select(x, queries, latent, rope_key, index_keys, offset, context, absorbed, learning)
+        else:
+            earlier = num_keys - num_queries
+
+            def run(start: int, end: int) -> tuple[Tensor, Tensor | None]:
+                keys = slice(0, earlier + end)
+                part, chunk = rows_of(context, start, end, earlier=earlier), slice(start, end)
+                output, terms = self._select(
+                    x[:, chunk], queries[:, chunk], latent[:, keys], rope_key[:, keys], index_keys[:, keys],
+                    offset + start, part, absorbed, learning,
+                )  # fmt: skip
+                return output.output, terms
+
+            outputs, chunk_terms = zip(*checkpointed_blocks(run, num_queries, QUERY_CHUNK), strict=True)
+            output = AttentionOutput(torch.cat(outputs, 1), None)
+            terms = torch.stack(chunk_terms).sum(0) if learning else None
+        if terms is None:
+            return output
+        loss = self.index_loss_weight * terms[0] / terms[1].clamp_min(1)
+        return AttentionOutput(attach_auxiliary_loss(output.output, loss), output.weights)
+
+    def _select(
+        self, x: Tensor, queries: Tensor, latent: Tensor, rope_key: Tensor, index_keys: Tensor, offset: int,
+        context: AttentionContext, absorbed: bool, learning: bool,
+    ) -> tuple[AttentionOutput, Tensor | None]:  # fmt: skip
+        """One call of :meth:`_sparse`: the output, and while ``learning`` the indexer's KL summed over
+        the queries and their count ``(2,)``
+        (:func:`~zoo.attention.modules.lightning_indexer.indexer_kl_terms`), else None."""
+        selecting = index_keys.shape[-2] > self.index_topk
         if not (selecting or learning):
-            return self._attend(queries, latent, rope_key, offset, context, absorbed)
+            return self._attend(queries, latent, rope_key, offset, context, absorbed), None
         source = x if self.q_lora_rank is None else self.q_norm(queries)
         scores = self.indexer.scores(x.detach(), source.detach(), index_keys, self.rotary, offset, context)
         num_queries, num_keys = scores.shape[-2:]
@@ -193,7 +228,7 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
         sparse = context.replace(mask=mask)
         output = self._attend(queries, latent, rope_key, offset, sparse, absorbed)
         if not learning:
-            return output
+            return output, None
         attention = output.weights
         if attention is None:
             with torch.no_grad():
@@ -203,8 +238,8 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
         allowed = torch.ones_like(scores, dtype=torch.bool) if visible is None else visible.expand_as(scores)
         if selecting:
             allowed = allowed & chosen.squeeze(1)
-        loss = self.index_loss_weight * indexer_kl(scores, attention, allowed)
-        return AttentionOutput(attach_auxiliary_loss(output.output, loss), output.weights)
+        divergence, rows = indexer_kl_terms(scores, attention, allowed)
+        return output, torch.stack([divergence, rows.to(divergence.dtype)])
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         queries, down, _ = self._down(x, context, None)

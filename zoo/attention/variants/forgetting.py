@@ -165,7 +165,7 @@ class ForgettingAttention(SoftmaxAttention):
                 projected_queries=None if q is None else q[:, start:end],
             ).output  # fmt: skip
 
-        return AttentionOutput(checkpointed_blocks(run, length, row_blocks.QUERY_CHUNK, dim=1), None)
+        return AttentionOutput(torch.cat(checkpointed_blocks(run, length, row_blocks.QUERY_CHUNK), dim=1), None)
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None

@@ -52,7 +52,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.contract.base import AttentionOutput, IncompatibleAttentionError
@@ -64,6 +63,7 @@ from zoo.attention.kernels.selection import selected_block_attention, top_blocks
 from zoo.attention.modules.auxiliary_loss import attach_auxiliary_loss
 from zoo.attention.modules.lightning_indexer import indexer_kl_terms
 from zoo.attention.modules.rotation import rotate_heads
+from zoo.attention.modules.row_blocks import checkpointed_blocks, rows_of
 from zoo.positions import PositionScheme
 
 __all__ = ["BlockIndexer", "IndexedKeyValueCache", "MiniMaxSparseAttention", "select_blocks", "visible_keys"]
@@ -289,22 +289,19 @@ class MiniMaxSparseAttention(AttentionLayer):
     ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
         """:meth:`_select`, :data:`QUERY_CHUNK` queries at a time, each over the keys up to its last
         query (and the key padding there): the same output, and while ``learning`` the same KL terms
-        summed over the chunks, with one chunk's index scores and weights held at a time (a chunk
-        runs under activation checkpointing, its scores recomputed in the backward pass)."""
-        num_queries, num_keys, outputs, terms = x.shape[1], k.shape[-2], [], []
-        for start in range(0, num_queries, QUERY_CHUNK):
-            end = min(start + QUERY_CHUNK, num_queries)
+        summed over the chunks, with one chunk's index scores and weights held at a time (with
+        gradients a chunk runs under activation checkpointing, its scores recomputed in the
+        backward pass)."""
+        num_queries, num_keys = x.shape[1], k.shape[-2]
+
+        def run(start: int, end: int) -> tuple[Tensor, Tensor | None]:
             reach = num_keys - num_queries + end
-            part = context if context.mask is None else context.replace(mask=context.mask[..., :reach])
+            part = rows_of(context, start, end, earlier=num_keys - num_queries)
             chunk = (x[:, start:end], q[..., start:end, :], k[..., :reach, :], v[..., :reach, :], index_keys[:, :reach])
+            output, _, terms = self._select(*chunk, first + start, part, learning=learning)
+            return output, terms
 
-            def run(*chunk: Tensor, start: int = start, part: AttentionContext = part) -> tuple[Tensor, Tensor | None]:
-                output, _, chunk_terms = self._select(*chunk, first + start, part, learning=learning)
-                return output, chunk_terms
-
-            output, chunk_terms = checkpoint(run, *chunk, use_reentrant=False) if learning else run(*chunk)
-            outputs.append(output)
-            terms.append(chunk_terms)
+        outputs, terms = zip(*checkpointed_blocks(run, num_queries, QUERY_CHUNK), strict=True)
         return torch.cat(outputs, 1), torch.stack(terms).sum(0) if learning else None
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:

@@ -224,7 +224,8 @@ class PathAttention(ForgettingAttention):
             forget = None if log_forget is None else log_forget[..., :end]
             return self._heads(scores, v[..., :end, :], rows_of(context, start, end), first=start, log_forget=forget)[0]
 
-        return checkpointed_blocks(run, chunks.length, max(1, row_blocks.QUERY_CHUNK // size) * size, dim=-2)
+        blocks = checkpointed_blocks(run, chunks.length, max(1, row_blocks.QUERY_CHUNK // size) * size)
+        return torch.cat(blocks, dim=-2)
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
