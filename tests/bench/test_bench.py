@@ -75,6 +75,28 @@ def test_round_robin_interleaves_calls_and_drops_only_the_one_that_fails() -> No
     assert results["a"].repeats == results["c"].repeats == 3
 
 
+def test_a_case_that_fails_only_under_the_memory_profiler_keeps_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profiled call holds more than a timed one (the profiler's records): where it alone runs
+    out of memory, the time stands and ``memory_status`` says why there is no peak."""
+    from zoo.bench import sweep
+
+    def profiled(fn, *, device, reset=None) -> int:
+        if fn is heavy:
+            raise MemoryError("out of memory")
+        return 1024
+
+    def heavy() -> None:
+        sum(range(100))
+
+    monkeypatch.setattr(sweep, "peak_memory", profiled)
+    builds = {"light": lambda: sweep.Workload(lambda: None), "heavy": lambda: sweep.Workload(heavy)}
+    settings = sweep.SweepSettings(lengths=[8], warmup=0, repeats=2)
+    results = sweep._measure(builds, {"light": 8, "heavy": 8}, settings, torch.device("cpu"))
+    assert results["heavy"]["status"] == "ok" and results["heavy"]["time_ms"]["repeats"] == 2
+    assert results["heavy"]["memory_status"] == "out of memory" and "peak_memory_mib" not in results["heavy"]
+    assert results["light"]["peak_memory_mib"] == 1024 / 2**20 and "memory_status" not in results["light"]
+
+
 def test_round_robin_stops_a_call_over_the_time_limit() -> None:
     results = time_round_robin({"slow": (lambda: sum(range(10**6)), None)}, warmup=0, repeats=2, time_limit=1e-9)
     assert isinstance(results["slow"], TooSlow)
@@ -173,6 +195,21 @@ def test_bench_attention_refuses_what_it_cannot_measure_in_one_line(arguments, m
         main(["bench", "attention", *arguments])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_a_figure_that_fails_to_draw_loses_no_measurement(in_tmp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The results are written before the figure is drawn (under ``ulimit -v`` after a long
+    case's failure, drawing can run out of memory where measuring did not)."""
+    from zoo.bench import cli
+
+    def refuse(*args: object) -> None:
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr(cli, "plot_growth", refuse)
+    with pytest.raises(MemoryError):
+        main(["bench", "attention", "--cases", "floor", "--lengths", "16", *ONE_QUICK_REPEAT, "--out", "m.json"])
+    payload = json.loads(Path("m.json").read_text())
+    assert "partial" not in payload and payload["cases"][0]["results"][0]["status"] == "ok"
 
 
 def test_bench_attention_causal_leaves_out_variants_that_are_not_causal(in_tmp, capsys) -> None:

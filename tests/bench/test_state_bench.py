@@ -155,3 +155,19 @@ def test_the_cpu_allocators_refusal_is_out_of_memory() -> None:
     )
     assert failure_status(RuntimeError(refusal)) == "out of memory"
     assert failure_status(ValueError("num_levels is 15")).startswith("failed: ValueError")
+
+
+def test_a_step_that_fails_only_under_the_memory_profiler_keeps_its_time_and_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from zoo.bench import state
+
+    def refuse(fn, *, device) -> int:
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr(state, "peak_memory", refuse)
+    config = StateBenchConfig(lengths=[8], attentions=["gla"], d_model=16, heads=2, warmup=0, repeats=2)
+    (record,) = run_state_bench(config, torch.device("cpu"))
+    (result,) = record["results"]
+    assert result["status"] == "ok" and result["time_ms"]["repeats"] == 2 and result["cache_bytes"] > 0
+    assert result["memory_status"] == "out of memory" and "step_peak_bytes" not in result

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import fields, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -263,6 +265,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     payload: dict[str, Any] = {"benchmark": args.benchmark, "environment": environment(device, ["bench", *argv])}
+    figure: Callable[[], Path] | None = None  # drawn after the results are written: a figure that fails loses none
 
     def save_partial(results: dict[str, list[dict[str, Any]]]) -> None:
         """The lengths measured so far, replaced by the whole payload at the end."""
@@ -291,7 +294,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             + (", causal" if config.causal else "")
             + ("" if config.padding else ", no padding")
         )
-        print(f"\nplot: {plot_growth(series, args.plot, title)}")
+        figure = functools.partial(plot_growth, series, args.plot, title)
     elif args.benchmark == "classify":
         config = ClassifyBenchConfig(
             lengths=args.lengths, attentions=args.attentions, configs=args.configs or TEXT_CPU_CONFIGS,
@@ -336,4 +339,6 @@ def _run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         payload |= {"config": {**vars(setup), **vars(config), "num_kv_heads": args.num_kv_heads}, "results": results}
         print(decode_table(setup, config, results))
     print(f"results: {write_json(args.out, payload)}", file=sys.stderr)
+    if figure is not None:
+        print(f"\nplot: {figure()}")
     return payload

@@ -144,7 +144,10 @@ def _measure(
     timing = time_call(step, warmup=config.warmup, repeats=config.repeats)
     result = {"length": length, "status": "ok", "time_ms": timing.scaled(1e3), "cache_bytes": step().nbytes}
     if config.memory:
-        result["step_peak_bytes"] = peak_memory(step, device=device)
+        try:
+            result["step_peak_bytes"] = peak_memory(step, device=device)
+        except Exception as error:  # the profiled step's own failure: its time and cache stand
+            result["memory_status"] = failure_status(error)
     return result
 
 
