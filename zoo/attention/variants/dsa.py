@@ -43,7 +43,10 @@ max(qk_nope_head_dim, qk_rope_head_dim)``, as its 128), ``index_topk`` is V3.2's
 indexer's precision, Hadamard transform and ties as :mod:`~zoo.attention.modules.lightning_indexer`
 says. The indexer and its selection are dense ``O(L^2)`` products here (no FP8 kernel, no gather
 of the selected latents), so the layer costs what ``mla`` costs plus the indexer: it shows what
-the selection does, not its speed.
+the selection does, not its speed. Past :data:`QUERY_CHUNK` new positions (and where the weights
+are not asked for) they run a chunk of queries at a time over the keys up to the last of them,
+under activation checkpointing with gradients, the indexer's KL summed over the chunks and
+divided once: one chunk's ``(Lq, Lk)`` grids in memory, so training at 16k tokens fits a CPU.
 """
 
 from __future__ import annotations
