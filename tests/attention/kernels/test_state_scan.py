@@ -74,5 +74,5 @@ def test_the_default_chunk_balances_the_two_loops_and_bad_sizes_are_refused() ->
     q, k, v, log_decay, *_ = mamba_inputs(4, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="chunk_size must be a positive integer"):
         decay_scan(q, k, v, log_decay, chunk_size=0)
-    with pytest.raises(ValueError, match="no beta, no negative_decay"):
+    with pytest.raises(ValueError, match=r"no beta \(the delta rule\)"):
         ScannedRecurrence(q, k, v, log_decay[..., :1], beta=torch.ones(2, 5, 4))
