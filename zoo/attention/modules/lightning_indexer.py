@@ -43,7 +43,7 @@ from zoo.attention.contract.context import AttentionContext
 from zoo.attention.modules.rotation import rotate_heads
 from zoo.positions import PositionScheme
 
-__all__ = ["LightningIndexer", "indexer_kl", "indexer_kl_terms", "top_k_selection"]
+__all__ = ["LightningIndexer", "indexer_kl", "indexer_kl_mean", "indexer_kl_terms", "top_k_selection"]
 
 
 class LightningIndexer(nn.Module):
@@ -128,17 +128,22 @@ def indexer_kl(scores: Tensor, attention: Tensor, allowed: Tensor) -> Tensor:
     ``(B, Lq, Lk)``: ``p`` the main ``attention`` weights ``(B, H, Lq, Lk)`` summed over heads and
     L1-normalized (a target: no gradient flows into it), ``I`` the indexer's ``scores``. Queries
     with no allowed key count for nothing."""
-    divergence, rows = indexer_kl_terms(scores, attention, allowed)
-    return divergence / rows.clamp_min(1)
+    return indexer_kl_mean(indexer_kl_terms(scores, attention, allowed))
 
 
-def indexer_kl_terms(scores: Tensor, attention: Tensor, allowed: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`indexer_kl`'s sum over queries and the number of queries it counts, apart, so that a
-    layer running its queries in chunks adds each chunk's and divides once."""
+def indexer_kl_terms(scores: Tensor, attention: Tensor, allowed: Tensor) -> Tensor:
+    """:func:`indexer_kl`'s sum over queries and the number of queries it counts, ``(2,)``, so that a
+    layer running its queries in chunks adds each chunk's and divides once (:func:`indexer_kl_mean`)."""
     target = attention.detach().to(scores.dtype).sum(1)
     mass = target.sum(-1, keepdim=True)
     target = target / mass.clamp_min(torch.finfo(scores.dtype).tiny)
     log_index = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min).log_softmax(-1)
     positive = target > 0
     divergence = torch.where(positive, target * (target.clamp_min(torch.finfo(scores.dtype).tiny).log() - log_index), 0)
-    return divergence.sum(), (mass.squeeze(-1) > 0).sum()
+    total = divergence.sum()
+    return torch.stack([total, (mass.squeeze(-1) > 0).sum().to(total.dtype)])
+
+
+def indexer_kl_mean(terms: Tensor) -> Tensor:
+    """The mean over queries from :func:`indexer_kl_terms` ``(2,)`` (summed over chunks, or not)."""
+    return terms[0] / terms[1].clamp_min(1)

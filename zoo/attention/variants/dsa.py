@@ -65,7 +65,7 @@ from zoo.attention.contract.masking import with_causal
 from zoo.attention.kernels.chunking import QUERY_CHUNK
 from zoo.attention.kernels.latent import latent_attention_weights
 from zoo.attention.modules.auxiliary_loss import attach_auxiliary_loss
-from zoo.attention.modules.lightning_indexer import LightningIndexer, indexer_kl_terms, top_k_selection
+from zoo.attention.modules.lightning_indexer import LightningIndexer, indexer_kl_mean, indexer_kl_terms, top_k_selection
 from zoo.attention.modules.row_blocks import checkpointed_blocks, rows_of
 from zoo.attention.variants.mla import LatentMode, MultiHeadLatentAttention
 from zoo.positions import PositionScheme
@@ -203,7 +203,7 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
             terms = torch.stack(chunk_terms).sum(0) if learning else None
         if terms is None:
             return output
-        loss = self.index_loss_weight * terms[0] / terms[1].clamp_min(1)
+        loss = self.index_loss_weight * indexer_kl_mean(terms)
         return AttentionOutput(attach_auxiliary_loss(output.output, loss), output.weights)
 
     def _select(
@@ -241,8 +241,7 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
         allowed = torch.ones_like(scores, dtype=torch.bool) if visible is None else visible.expand_as(scores)
         if selecting:
             allowed = allowed & chosen.squeeze(1)
-        divergence, rows = indexer_kl_terms(scores, attention, allowed)
-        return output, torch.stack([divergence, rows.to(divergence.dtype)])
+        return output, indexer_kl_terms(scores, attention, allowed)
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
         queries, down, _ = self._down(x, context, None)

@@ -61,7 +61,7 @@ from zoo.attention.contract.layer import AttentionLayer
 from zoo.attention.kernels.chunking import QUERY_CHUNK
 from zoo.attention.kernels.selection import selected_block_attention, top_blocks
 from zoo.attention.modules.auxiliary_loss import attach_auxiliary_loss
-from zoo.attention.modules.lightning_indexer import indexer_kl_terms
+from zoo.attention.modules.lightning_indexer import indexer_kl_mean, indexer_kl_terms
 from zoo.attention.modules.rotation import rotate_heads
 from zoo.attention.modules.row_blocks import checkpointed_blocks, rows_of
 from zoo.positions import PositionScheme
@@ -255,7 +255,7 @@ class MiniMaxSparseAttention(AttentionLayer):
         else:
             (output, terms), weights = self._select_chunks(x, q, k, v, index_keys, first, context, learning), None
         if terms is not None:
-            output = attach_auxiliary_loss(output, self.index_loss_weight * terms[0] / terms[1].clamp_min(1))
+            output = attach_auxiliary_loss(output, self.index_loss_weight * indexer_kl_mean(terms))
         return AttentionOutput(output, weights)
 
     def _select(
@@ -279,8 +279,7 @@ class MiniMaxSparseAttention(AttentionLayer):
         if learning:
             read = (blocks.unsqueeze(-1) == torch.arange(k.shape[-2], device=x.device) // self.block_size).any(-2)
             groups = (scores.flatten(0, 1), weights.unflatten(1, (self.num_kv_heads, -1)).flatten(0, 1))
-            divergence, rows = indexer_kl_terms(*groups, (read & visible).expand_as(scores).flatten(0, 1))
-            terms = torch.stack([divergence, rows.to(divergence.dtype)])
+            terms = indexer_kl_terms(*groups, (read & visible).expand_as(scores).flatten(0, 1))
         return output, weights if context.need_weights else None, terms
 
     def _select_chunks(
