@@ -1,14 +1,16 @@
-"""Parity by hand: one layer of ``deltanet``, ``mamba2`` and ``mamba1`` with ``negative_eigenvalues``,
-and ``mamba3`` with its rotation, set by hand to track the parity of a bit stream, at every one of
-2,000 positions (the chunkwise forms, far past any chunk), where the same weights with the
-option off (``mamba3``: with its angles zeroed) only tell whether a 1 has been seen.
+"""Parity by hand: one layer of ``deltanet``, ``gated_deltanet``, ``mamba2`` and ``mamba1`` with
+``negative_eigenvalues``, and ``mamba3`` with its rotation, set by hand to track the parity of a
+bit stream at every one of 2,000 positions (the chunkwise forms, far past any chunk), where the
+same weights with the option off (``mamba3``: with its angles zeroed) only tell whether a 1 has
+been seen.
 
 What it shows: the layers as built can express what Grazzi et al. (2025) and Mamba-3 claim, so the
 training runs that end at chance (``docs/results/state_tracking.md``) fail to find the solution
 within their budget, not to hold it. The constructions, on inputs ``u_t = (1, bit_t, 0, 0)``:
 
-* ``deltanet``: unit keys and queries ``e_0``, value ``v``, ``beta_t = 2`` on a 1 and ``0`` on a 0,
-  so the state's ``(0, 0)`` entry steps ``s <- s + beta (v - s)``: ``-s + 2v`` on a 1, kept on a 0;
+* ``deltanet`` (and ``gated_deltanet``, its decay held at 1): unit keys and queries ``e_0``, value
+  ``v``, ``beta_t = 2`` on a 1 and ``0`` on a 0, so the state's ``(0, 0)`` entry steps
+  ``s <- s + beta (v - s)``: ``-s + 2v`` on a 1, kept on a 0;
 * ``mamba2``, ``mamba1``: ``dt_t`` large on a 1 (``a_t = 2 exp(-dt A) - 1 = -1``) and vanishing on a 0
   (``a_t = 1``), and a write ``dt B x`` on a 1 only: ``s <- -s + w``;
 * ``mamba3``: ``dt_t = 1`` and ``pi tanh(.) dt_t = pi`` on a 1 (the pair turns by ``R(pi) = -I``),
@@ -21,6 +23,7 @@ option off, a 1 resets the state to ``w`` and it stays there.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -71,11 +74,13 @@ def first_row(width: int, row: list[float], rows: int | None = None) -> list:
     return weight
 
 
-def deltanet(negative_eigenvalues: bool) -> nn.Module:
+def deltanet(negative_eigenvalues: bool, family: str = "deltanet") -> nn.Module:
     layer = zoo.create_attention(
-        "deltanet", embed_dim=WIDTH, num_heads=1, conv_size=0, negative_eigenvalues=negative_eigenvalues
+        family, embed_dim=WIDTH, num_heads=1, conv_size=0, negative_eigenvalues=negative_eigenvalues
     )
     on = first_row(WIDTH, [3.0, 0.0, 0.0, 0.0])  # silu(3) on the first feature, then L2-normalized
+    # Gated DeltaNet's decay held at 1 (its step size vanishes), its output gate open on the first feature
+    gated = {"decay.dt_bias": [-BIG], "gate.weight": on} if family == "gated_deltanet" else {}
     return by_hand(
         layer,
         **{
@@ -85,6 +90,7 @@ def deltanet(negative_eigenvalues: bool) -> nn.Module:
             "beta.weight": [[-BIG, 2 * BIG, 0.0, 0.0]],  # sigmoid(-40) on a 0, sigmoid(40) on a 1
             "norm.weight": [1.0] * WIDTH,
             "out_proj.weight": identity_out(),
+            **gated,
         },
     )
 
@@ -158,7 +164,13 @@ def mamba3(rotation: bool) -> nn.Module:
     )
 
 
-LAYERS = {"deltanet": deltanet, "mamba2": mamba2, "mamba1": mamba1, "mamba3": mamba3}
+LAYERS = {
+    "deltanet": deltanet,
+    "gated_deltanet": functools.partial(deltanet, family="gated_deltanet"),
+    "mamba2": mamba2,
+    "mamba1": mamba1,
+    "mamba3": mamba3,
+}
 
 
 def accuracy(build, option: bool, stream: Tensor) -> float:
