@@ -10,7 +10,12 @@ Two kinds of case:
   process's wall time, user and system CPU time, minor page faults and peak RSS (``os.wait4``).
 * ``--cases NAME ...`` at ``--lengths``: a layer's forward and backward over one causal sequence
   (width 256, 8 heads, batch 1), as ``python -m zoo bench attention`` times it (``floor`` is its
-  SDPA floor): one step to warm up, then ``--steps`` steps whose faults and time are averaged.
+  SDPA floor; a scoring attention runs in a self-attention layer, and ``NAME/heads`` alone on
+  per-head queries, keys and values, as the bench's scoring cases run it): one step to warm up, then
+  ``--steps`` steps whose faults and time are averaged, and the process's peak RSS.
+
+``--allocators`` picks the settings (both by default); a case that fails (out of memory under
+``ulimit -v``) is recorded with its error.
 
 ::
 
@@ -46,17 +51,23 @@ STEP = textwrap.dedent(
     import torch
     from zoo.allocator import allocator_setting, retain_freed_memory
     retain_freed_memory()
-    from zoo.attention import create_attention
+    from zoo.attention import SelfAttention, create_attention, create_scoring_attention
+    from zoo.attention.build.factory import layer_names
     from zoo.attention.contract.context import AttentionContext
     from zoo.bench.baselines import SDPAFloor
     name, length, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     torch.manual_seed(0)
     x = torch.randn(1, length, 256, requires_grad=True)
-    if name == "floor":
+    if name.endswith("/heads"):  # the scoring attention alone on per-head leaves, as the bench's scoring cases
+        attention = create_scoring_attention(name.removesuffix("/heads"), head_dim=32)
+        q, k, v = (torch.randn(1, 8, length, 32, requires_grad=True) for _ in range(3))
+        step = lambda: attention(q, k, v, is_causal=True).output.sum().backward()
+    elif name == "floor":
         layer = SDPAFloor(256, 8)
         step = lambda: layer(x, None, True).sum().backward()
     else:
-        layer = create_attention(name, embed_dim=256, num_heads=8)
+        # a scoring attention runs per head in a self-attention layer
+        layer = create_attention(name, embed_dim=256, num_heads=8) if name in layer_names() else SelfAttention(256, 8, name)
         context = AttentionContext.build(1, length, valid_lens=None, is_causal=True)
         step = lambda: layer(x, context).output.sum().backward()
     step()
@@ -87,11 +98,13 @@ def _environment(allocator: str) -> dict[str, str]:
 
 
 def run_case(name: str, length: int, steps: int, allocator: str) -> dict[str, Any]:
-    """A layer's steps in a fresh process."""
+    """A layer's steps in a fresh process, or its allocator and the last line of its error."""
     result = subprocess.run(
         [sys.executable, "-c", STEP, name, str(length), str(steps)],
-        env=_environment(allocator), capture_output=True, text=True, check=True,
+        env=_environment(allocator), capture_output=True, text=True,
     )  # fmt: skip
+    if result.returncode:
+        return {"allocator": allocator, "error": (result.stderr.strip().splitlines() or ["no output"])[-1]}
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -119,13 +132,14 @@ def main() -> None:
     parser.add_argument("--lengths", nargs="+", type=int, default=[8192, 16384])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--pairs", type=int, default=1, help="times each case runs under both settings")
+    parser.add_argument("--allocators", nargs="+", choices=("system", "retain"), default=["system", "retain"])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     rows = []
     for pair in range(args.pairs):
         for fit in args.fits:
             attention, width = fit.split(":")
-            for allocator in ("system", "retain"):
+            for allocator in args.allocators:
                 with tempfile.TemporaryDirectory() as directory:  # the fit's files
                     row = {"fit": attention, "width": int(width), "steps": args.fit_steps, "pair": pair,
                            "allocator": allocator, **run_fit(attention, int(width), args.fit_steps, allocator, Path(directory))}  # fmt: skip
@@ -133,7 +147,7 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
         for length in args.lengths if args.cases else []:
             for name in args.cases:
-                for allocator in ("system", "retain"):
+                for allocator in args.allocators:
                     row = {
                         "case": name,
                         "length": length,

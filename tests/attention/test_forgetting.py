@@ -17,6 +17,7 @@ from tests.helpers.short_conv import convolved
 from zoo.attention import AttentionContext, layer_specs
 from zoo.attention.contract.cache import ConvolvedCache
 from zoo.attention.modules import row_blocks
+from zoo.attention.variants import forgetting
 from zoo.attention.variants.forgetting import ForgetCache, ForgettingAttention
 from zoo.models.gpt import GPT
 
@@ -119,7 +120,7 @@ def test_a_long_input_runs_a_block_of_queries_at_a_time_with_the_whole_grids_out
         monkeypatch.undo()
         whole = run()
         monkeypatch.setattr(row_blocks, "ROW_BLOCK_ELEMENTS", B * H * 11 * 11 - 1)
-        monkeypatch.setattr(row_blocks, "QUERY_CHUNK", 4)
+        monkeypatch.setattr(forgetting, "QUERY_CHUNK", 4)
         monkeypatch.setattr(ForgettingAttention, "decay", spy)
         seen.clear()
         blocked = run()

@@ -182,7 +182,7 @@ def test_a_long_input_runs_a_block_of_queries_at_a_time_with_the_whole_grids_out
 
     whole = run()
     monkeypatch.setattr(row_blocks, "ROW_BLOCK_ELEMENTS", B * H * 17 * 17 - 1)
-    monkeypatch.setattr(row_blocks, "QUERY_CHUNK", 6)  # two chunks of 3 a block: 6, 6 and 5 queries
+    monkeypatch.setattr(path_attention, "QUERY_CHUNK", 6)  # two chunks of 3 a block: 6, 6 and 5 queries
     rows = []
     score_rows = path_attention.path_score_rows
 

@@ -43,8 +43,8 @@ def test_blocks_of_queries_give_the_whole_grids_output_and_gradients(
         return (output, *torch.autograd.grad(output.square().sum(), (q, k, v)))
 
     whole = run()
-    monkeypatch.setattr(row_blocks, "ROW_BLOCK_ELEMENTS", 2 * 3 * 4 * 11)  # past it: blocks of 4 queries
-    monkeypatch.setattr(row_blocks, "QUERY_CHUNK", 4)
+    monkeypatch.setattr(row_blocks, "ROW_BLOCK_SCORES", 2 * 3 * 4 * 11)  # past it: blocks of 4 queries
+    monkeypatch.setattr(row_blocks, "ROW_BLOCK_QUERIES", 4)
     blocks = []
     attend = Attention.attend
 
@@ -56,14 +56,16 @@ def test_blocks_of_queries_give_the_whole_grids_output_and_gradients(
     blocked = run()
     keys = [earlier + n for n in ([4, 8, 11] if causal else [11, 11, 11])]  # causal: up to the block's last query
     expected = list(zip([4, 4, 3], keys, strict=True))
-    recomputed = expected[::-1] if attention.checkpoint_row_blocks else []  # again, backward, last block first
-    assert blocks == expected + recomputed, "three blocks of queries"
+    # the last block first (the kept heap reuses a larger block's memory), then, recomputed in the
+    # backward pass, the first block first
+    recomputed = expected if attention.checkpoint_row_blocks else []
+    assert blocks == expected[::-1] + recomputed, "three blocks of queries"
     for got, expected in zip(blocked, whole, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_a_call_asking_for_the_weights_gets_the_whole_grid(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(row_blocks, "ROW_BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(row_blocks, "ROW_BLOCK_SCORES", 1)
     q = k = v = torch.randn(1, 9, 4, dtype=torch.float64)
     result = zoo.create_attention("sigmoid").double()(q, k, v, is_causal=True, need_weights=True)
     assert result.weights.shape == (1, 9, 9) and not result.weights.triu(1).any()

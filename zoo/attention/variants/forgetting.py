@@ -57,6 +57,7 @@ from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.cache import ConvolvedCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import key_column
+from zoo.attention.kernels.chunking import QUERY_CHUNK
 from zoo.attention.modules import row_blocks
 from zoo.attention.modules.row_blocks import checkpointed_blocks, rows_of
 from zoo.attention.variants.softmax import SoftmaxAttention
@@ -165,7 +166,7 @@ class ForgettingAttention(SoftmaxAttention):
                 projected_queries=None if q is None else q[:, start:end],
             ).output  # fmt: skip
 
-        return AttentionOutput(torch.cat(checkpointed_blocks(run, length, row_blocks.QUERY_CHUNK), dim=1), None)
+        return AttentionOutput(torch.cat(checkpointed_blocks(run, length, QUERY_CHUNK), dim=1), None)
 
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None

@@ -56,6 +56,7 @@ from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.cache import ConvolvedCache, LayerCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import masked_softmax
+from zoo.attention.kernels.chunking import QUERY_CHUNK
 from zoo.attention.kernels.explicit_softmax import sink_weights
 from zoo.attention.kernels.householder import (
     PathChunks,
@@ -224,7 +225,7 @@ class PathAttention(ForgettingAttention):
             forget = None if log_forget is None else log_forget[..., :end]
             return self._heads(scores, v[..., :end, :], rows_of(context, start, end), first=start, log_forget=forget)[0]
 
-        blocks = checkpointed_blocks(run, chunks.length, max(1, row_blocks.QUERY_CHUNK // size) * size)
+        blocks = checkpointed_blocks(run, chunks.length, max(1, QUERY_CHUNK // size) * size)
         return torch.cat(blocks, dim=-2)
 
     def attend_cached(
