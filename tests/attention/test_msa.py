@@ -160,7 +160,9 @@ def test_training_on_a_long_input_runs_a_chunk_of_queries_at_a_time(
     scored, scores = [], m.indexer.scores
     monkeypatch.setattr(m.indexer, "scores", lambda x, *args: scored.append(x.shape[1]) or scores(x, *args))
     chunked = run()
-    assert scored == [5, 5, 5, 5, 3] + [3, 5, 5, 5, 5], "five chunks, recomputed in the backward pass last first"
+    assert scored == [3, 5, 5, 5, 5] + [5, 5, 5, 5, 3], (
+        "five chunks, the last first; recomputed in the backward pass from the first"
+    )
     for got, expected in zip(chunked, whole, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
 

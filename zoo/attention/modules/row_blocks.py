@@ -21,9 +21,10 @@ blocks grow with their keys, so in blocks of 1,024 run first to last each took f
 resident (``stick_breaking`` 11.4 GB) where its tensors peak at 2.4 GB, and 16k ran out of memory.
 In blocks of 128, last first, the same steps hold 1.2 and 1.5 GB, 16k fits (2.4 and 3.1 GB), and a
 step is 10-25% faster (``docs/results/speed.md``, the scoring attentions a block of 128 queries at
-a time). The layers that form their own grids and call :func:`checkpointed_blocks` (``forgetting``,
-``path_attention``, ``msa``, ``dsa``) run first to last in blocks of
-:data:`~zoo.attention.kernels.chunking.QUERY_CHUNK`: their peaks moved little either way, and
+a time). Of the layers that form their own grids and call :func:`checkpointed_blocks` in blocks of
+:data:`~zoo.attention.kernels.chunking.QUERY_CHUNK`, ``msa`` runs them last first too (a training
+step at 8k held 5.5 GB where first to last held 9.5, and 16k fits); ``forgetting``,
+``path_attention`` and ``dsa`` run first to last, where the order moved their peaks little, and
 smaller blocks ran them slower.
 
 Left whole: a call that asks for the weights (they are the grid) or adds a position bias (its grid

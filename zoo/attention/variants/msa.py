@@ -290,7 +290,9 @@ class MiniMaxSparseAttention(AttentionLayer):
         query (and the key padding there): the same output, and while ``learning`` the same KL terms
         summed over the chunks, with one chunk's index scores and weights held at a time (with
         gradients a chunk runs under activation checkpointing, its scores recomputed in the
-        backward pass)."""
+        backward pass). The last chunk runs first, so that under the heap the zoo keeps each chunk
+        reuses a larger one's memory: at 8k tokens and 8 heads a training step held 5.5 GB resident
+        where first to last held 9.5, and 16k fits (:mod:`~zoo.attention.modules.row_blocks`)."""
         num_queries, num_keys = x.shape[1], k.shape[-2]
 
         def run(start: int, end: int) -> tuple[Tensor, Tensor | None]:
@@ -300,7 +302,7 @@ class MiniMaxSparseAttention(AttentionLayer):
             output, _, terms = self._select(*chunk, first + start, part, learning=learning)
             return output, terms
 
-        outputs, terms = zip(*checkpointed_blocks(run, num_queries, QUERY_CHUNK), strict=True)
+        outputs, terms = zip(*checkpointed_blocks(run, num_queries, QUERY_CHUNK, last_first=True), strict=True)
         return torch.cat(outputs, 1), torch.stack(terms).sum(0) if learning else None
 
     def attend(self, x: Tensor, context: AttentionContext) -> AttentionOutput:
