@@ -77,7 +77,7 @@ def checkpointed_blocks(
     """``run(start, end)`` over consecutive blocks of ``size`` of ``length`` queries, returned in
     order; each block under activation checkpointing when gradients are on and ``recompute``, so
     that the backward pass recomputes a block's grid rather than keeping every block's.
-    ``last_first`` runs the last block first (:class:`RowBlocked`; the module docstring says why)."""
+    ``last_first`` runs the last block first (:class:`RowBlocked`, ``msa``; the module docstring says why)."""
     checkpointed = recompute and torch.is_grad_enabled()
     starts = range(0, length, size)
     blocks = [
