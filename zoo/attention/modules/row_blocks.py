@@ -93,16 +93,15 @@ def rows_of(context: AttentionContext, start: int, end: int, *, earlier: int = 0
     """``context`` for the queries ``start .. end - 1`` of a causal call's new positions over the
     keys up to the last of them, ``earlier + end`` (``earlier``: the positions before the new ones,
     a cache's): a mask's query rows (where it has them) and key columns cut to those."""
-    mask = context.mask
-    if mask is None:
+    rows = _rows(context.mask, slice(start, end))
+    if rows is None:
         return context
-    rows = mask if mask.dim() < 2 or mask.shape[-2] == 1 else mask[..., start:end, :]
     return context.replace(mask=rows[..., : earlier + end] if rows.shape[-1] > 1 else rows)
 
 
 def _rows(tensor: Tensor | None, rows: slice) -> Tensor | None:
     """``tensor``'s query rows ``rows`` (its axis -2), or itself where it broadcasts over them."""
-    return tensor if tensor is None or tensor.shape[-2] == 1 else tensor[..., rows, :]
+    return tensor if tensor is None or tensor.dim() < 2 or tensor.shape[-2] == 1 else tensor[..., rows, :]
 
 
 class RowBlocked(Attention):
