@@ -461,6 +461,22 @@ def test_a_sweep_keeps_each_combinations_best_value_then_runs_the_seeds_there(tm
     assert "`attention=a,lr=1e-3` | 3 |" in report and "`attention=b,lr=1e-2` | 3 |" in report
 
 
+def test_a_row_added_by_a_later_command_leaves_the_earlier_rows_in_the_report(tmp_path: Path, fake_child) -> None:
+    """Two commands into one folder (as ``zoo matrix`` adds rows to a group): the second's report
+    has its own rows in its tables and the first command's rows in a section of their own."""
+    from zoo.compare.cli import main
+
+    fake_child.score = lambda flags: {"a": 1.0, "b": 2.0}[flags["--model.attention"]]
+    for row in ("a", "b"):
+        main(["--model", "nadaraya_watson", "--grid", f"model.attention={row}", "--seeds", "2",
+              "--out", str(tmp_path)])  # fmt: skip
+    report = " ".join((tmp_path / "report.md").read_text().split())
+    own, earlier = report.split("## Rows recorded here by other commands")
+    assert "| `attention=b` | 2 | 2.000 ± 0.000" in own and "attention=a" not in own
+    assert "2 run(s) of 1 combination(s) that this command's grid does not hold" in earlier
+    assert "| `attention=a` | 2 | 1.000 ± 0.000" in earlier and "attention=b" not in earlier
+
+
 def test_two_sweeps_choose_among_every_combination_of_their_values(tmp_path: Path, fake_child) -> None:
     """Two settings swept together, as MAD sweeps its rates and weight decays: each of the 2 x 2
     pairs once per attention, the best pair kept (a different one per attention)."""

@@ -330,6 +330,29 @@ def _report_recorded(
     write_report(records, comparison.config.out, names, baseline, header, metric)
 
 
+def _earlier_rows(comparison: Comparison, metric: str | None) -> list[str]:
+    """The report's section on the combinations other commands recorded in the same folder (rows an
+    earlier command added, as ``zoo matrix`` adds rows to a group's comparison), every run of each,
+    so that a folder's report covers every row its records hold."""
+    own = {combination.name for combination in comparison.combinations}
+    others = [
+        record
+        for record in load_records(comparison.records_file)
+        if record["combination"] not in own and not record.get("stopped")
+    ]
+    if not others:
+        return []
+    order = list(dict.fromkeys(record["combination"] for record in others))
+    return [
+        "## Rows recorded here by other commands",
+        "",
+        f"{len(others)} run(s) of {len(order)} combination(s) that this command's grid does not hold, recorded in "
+        f"`{comparison.records_file}` by earlier commands (each record names its own), every swept value shown:",
+        "",
+        *summary_tables(others, order, order[0], metric),
+    ]
+
+
 def _report(
     comparison: Comparison,
     options: argparse.Namespace,
@@ -361,6 +384,7 @@ def _report(
     sections: list[str] = []
     if against is not None and metric is not None:
         sections = against_section(records, against, axes, metric, comparison.config.out)
+    sections += _earlier_rows(comparison, metric)
     report = write_report(records, comparison.config.out, names, baseline, header, metric, sections)
     print("\n".join([*summary_tables(records, names, baseline, metric), *sections]))
     print(f"{len(records) + len(stopped)} runs recorded in {comparison.records_file}; report: {report}")
