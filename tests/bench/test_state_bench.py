@@ -63,10 +63,11 @@ def test_a_length_a_layer_refuses_is_recorded_and_the_others_go_on(tmp_path, cap
     cases = {c["attention"]: c["results"] for c in json.loads(out.read_text())["cases"]}
     log_linear = cases["{name: log_linear_mamba2, num_levels: 4}"]
     assert log_linear[0]["status"] == "ok" and log_linear[0]["cache_bytes"] > 0
-    assert log_linear[1]["status"].startswith("failed: ") and "Fenwick levels" in log_linear[1]["status"]
+    # the layer's own one line (no fault of the layer's: its reach by design), not a failure
+    assert log_linear[1]["status"].startswith("refused: ") and "Fenwick levels" in log_linear[1]["status"]
     assert [r["status"] for r in cases["dot_product"]] == ["ok", "ok"]
     printed = capsys.readouterr()
-    assert "| failed " in printed.out and "L=8: failed: " in printed.err  # the table's cell; the reason once
+    assert "| refused " in printed.out and "L=8: refused: " in printed.err  # the table's cell; the reason once
 
 
 def test_an_entry_with_arguments_builds_that_layer_and_a_bad_one_is_one_line(capsys) -> None:

@@ -73,7 +73,8 @@ def test_a_row_measured_again_on_its_own_replaces_its_groups_cell(tmp_path: Path
 
 def test_a_row_that_failed_reads_its_failure_until_its_own_file_measures_it(tmp_path: Path) -> None:
     """A bench row out of memory at the column's length, or skipped after a shorter length's
-    failure, reads ``out of memory`` (not "not run"); a later file of its own with a number wins."""
+    failure, reads ``out of memory`` (not "not run"), one the layer declined by design ``refused``;
+    a later file of its own with a number wins."""
     from zoo.board.matrix_markdown import matrix_markdown
 
     folder = write_matrix_records(tmp_path) / "matrix" / "quick" / "speed"
@@ -81,12 +82,14 @@ def test_a_row_that_failed_reads_its_failure_until_its_own_file_measures_it(tmp_
     group["cases"] += [
         {"name": "kda", "results": [{"length": 8192, "status": "out of memory"}]},
         {"name": "rwkv7", "results": [{"length": 8192, "status": "skipped: out of memory at length 4096"}]},
+        {"name": "retention", "results": [{"length": 8192, "status": "refused: needs 14 Fenwick levels: raise..."}]},
     ]
     (folder / "first.json").write_text(json.dumps(group))
     matrix = matrix_cells(read_inputs([tmp_path]), PROTOCOLS)
     cells = {row.row.label: row.cells for row in matrix.rows}
     for name in ("kda", "rwkv7"):
         assert cells[name]["speed"].value is None and cell_text(cells[name]["speed"]) == ("out of memory", "")
+    assert cell_text(cells["retention"]["speed"]) == ("refused", "")
     assert "| `kda` |" not in matrix_markdown(matrix), "a row with no number is not a measured row"
     again = dict(
         group,

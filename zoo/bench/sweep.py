@@ -28,6 +28,7 @@ import torch
 from zoo.bench.flops import count_flops
 from zoo.bench.measure import TooSlow, peak_memory, time_round_robin
 from zoo.bench.report import growth_exponent
+from zoo.errors import ConfigurationError
 
 __all__ = ["OnLength", "SweepSettings", "Workload", "failure_status", "growth", "sweep_lengths", "time_cell"]
 
@@ -76,9 +77,13 @@ def _is_out_of_memory(error: BaseException) -> bool:
 
 
 def failure_status(error: BaseException) -> str:
-    """The status of a case that failed or was too slow at one length (``bench state``'s too)."""
+    """The status of a case that failed or was too slow at one length (``bench state``'s too);
+    ``refused`` where the layer declined the length by design with its one line (a log-linear
+    layer past its levels' reach), which is no fault of the layer's."""
     if isinstance(error, TooSlow):
         return f"too slow: {error}"
+    if isinstance(error, ConfigurationError):
+        return f"refused: {error}"
     return "out of memory" if _is_out_of_memory(error) else f"failed: {type(error).__name__}: {error}"
 
 

@@ -58,8 +58,9 @@ def matrix_markdown(matrix: Matrix) -> str:
     )
     if any(cell.failure for row in measured for cell in row.cells.values()):
         lines.append(
-            "`out of memory`, `too slow`, `failed`: the benchmark ran the row and it did not finish at the "
-            "column's length or a shorter one (under the protocol's memory and time limits); its file says why."
+            "`out of memory`, `too slow`, `refused`, `failed`: the benchmark ran the row and it did not finish at "
+            "the column's length or a shorter one (under the protocol's memory and time limits; `refused`: the "
+            "layer declines that length by design, as a log-linear layer past its levels' reach); its file says why."
         )
     if any(not cell.applies for row in measured for cell in row.cells.values()):
         lines.append(

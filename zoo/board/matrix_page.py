@@ -3,7 +3,7 @@ figures read at a glance below it.
 
 Each cell is the score at the best rate (:mod:`zoo.board.matrix_cells`) with its 95% interval over
 seeds, or ``1 seed``, or ``not run`` (greyed), or the kind of failure a benchmark recorded in place
-of a number (``out of memory``, ``too slow``, ``failed``; greyed); its background runs per column from chance (or the
+of a number (``out of memory``, ``too slow``, ``refused``, ``failed``; greyed); its background runs per column from chance (or the
 worst value) to the best; it links to the records it came from. The parameters column is the
 count the row's first compare cell recorded (the yardstick's model, not the layer alone). Every
 row and cell carries its values as ``data-*`` attributes (``data-row``, ``data-family``,

@@ -31,6 +31,7 @@ from zoo.attention.contract.base import AttentionOutput
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import masked_softmax
 from zoo.attention.modules.scaled_dot import ScaledDotScores
+from zoo.errors import ConfigurationError
 
 __all__ = ["LinformerAttention"]
 
@@ -66,7 +67,7 @@ class LinformerAttention(ScaledDotScores):
         mask, need_weights = context.mask, context.need_weights
         num_keys = keys.shape[-2]
         if num_keys > self.max_len:
-            raise ValueError(
+            raise ConfigurationError(  # a setting, not a bug: one line at the command line
                 f"LinformerAttention: {num_keys} keys exceed max_len={self.max_len}, the length its "
                 f"projections were built for. Build it with max_len >= {num_keys}, or cut the input."
             )

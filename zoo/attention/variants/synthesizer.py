@@ -52,6 +52,7 @@ from zoo.attention.build.factory import register_attention
 from zoo.attention.contract.base import Attention, AttentionOutput
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import causal_mask, key_column, masked_softmax
+from zoo.errors import ConfigurationError
 
 __all__ = ["SynthesizerAttention"]
 
@@ -133,7 +134,7 @@ class SynthesizerAttention(Attention):
         """One sequence, no longer than ``max_len``, queries of ``query_size`` (dense), heads at dimension -3."""
         self.check_one_sequence(queries, keys, is_causal, "synthesized attention")
         if keys.shape[-2] > self.max_len:
-            raise ValueError(
+            raise ConfigurationError(  # a setting, not a bug: one line at the command line
                 f"SynthesizerAttention: {keys.shape[-2]} keys exceed max_len={self.max_len}, the length its "
                 f"logits were built for. Build it with max_len >= {keys.shape[-2]}, or cut the input."
             )
