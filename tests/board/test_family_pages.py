@@ -36,16 +36,26 @@ def test_a_page_shows_the_docstring_options_and_capabilities(matrix_site: Path) 
     assert "gated_linear_attention" in page, "its alias"
 
 
-def test_its_row_is_the_matrix_row_and_each_cell_has_its_command(matrix_site: Path) -> None:  # noqa: F811
-    matrix = {r["attrs"]["data-row"]: r["cells"] for r in read_table(matrix_site / "matrix.html", "matrix").rows}
-    (row,) = read_table(matrix_site / "families" / "mamba2.html", "family-row").rows
+def test_its_rows_are_the_matrix_rows_and_each_cell_has_its_command(matrix_site: Path) -> None:  # noqa: F811
+    """``mamba2``'s page holds its row and its entry with options the matrix runs (negative
+    eigenvalues), each the matrix page's cells, each cell's command; the matrix page links both
+    rows to it."""
+    variant = "{name: mamba2, negative_eigenvalues: true}"
+    matrix = read_table(matrix_site / "matrix.html", "matrix").rows
+    cells = {r["attrs"]["data-row"]: r["cells"] for r in matrix}
+    rows = read_table(matrix_site / "families" / "mamba2.html", "family-row").rows
+    assert [row["attrs"]["data-row"] for row in rows] == ["mamba2", variant]
     sticks = yaml.safe_load((PROTOCOLS / "matrix.yaml").read_text(encoding="utf-8"))["yardsticks"]
-    for stick in sticks:
-        assert row["cells"][stick]["data-value"] == matrix["mamba2"][stick]["data-value"]
-        assert row["cells"][stick]["text"] == matrix["mamba2"][stick]["text"]
+    for row in rows:
+        label = row["attrs"]["data-row"]
+        for stick in sticks:
+            assert row["cells"][stick]["data-value"] == cells[label][stick]["data-value"]
+            assert row["cells"][stick]["text"] == cells[label][stick]["text"]
     page = _page(matrix_site, "mamba2")
     for stick in sticks:
         assert f"python -m zoo matrix --size quick --names mamba2 --yardsticks {stick}" in page
+        assert f"python -m zoo matrix --size quick --names '{variant}' --yardsticks {stick}" in page
+    assert cells["mamba2"]["row"]["href"] == cells[variant]["row"]["href"] == "families/mamba2.html"
 
 
 def test_figures_only_where_records_exist(matrix_site: Path) -> None:  # noqa: F811

@@ -4,7 +4,8 @@ it, what it scores and how to reproduce each score.
 The page shows the first paragraph of the variant's module docstring as its summary and the whole
 docstring (the paper, its equations, where the zoo departs from the reference code) below; the
 constructor's signature (its options); its capabilities (:func:`zoo.attention.capabilities`),
-family and cost; its row of the matrix; its figures where records exist (accuracy against test
+family and cost; its row of the matrix, and the rows of its entries with options that the matrix
+runs (``{name: deltanet, negative_eigenvalues: true}`` on ``deltanet``'s page); its figures where records exist (accuracy against test
 length, the needle heatmap); where a paper reports on the same task, its finding beside the zoo's
 and how the protocols differ (:mod:`zoo.board.published`); and for each yardstick the ``python -m
 zoo matrix`` command that runs that cell.
@@ -21,7 +22,7 @@ from pathlib import Path
 from zoo.attention import ATTENTION_REGISTRY, capabilities
 from zoo.board.figures import length_figure, needle_figure
 from zoo.board.matrix_cells import Matrix, MatrixRow
-from zoo.board.matrix_page import family_href, has_family_page, matrix_row_cells, save_figure
+from zoo.board.matrix_page import family_href, family_of, has_family_page, matrix_row_cells, save_figure
 from zoo.board.published import Finding, findings_for
 from zoo.board.results import Result
 
@@ -63,6 +64,7 @@ def _family_page(
     render: Callable[..., None],
     matrix: Matrix,
     row: MatrixRow,
+    variants: list[MatrixRow],
     results: list[Result],
     findings: list[Finding],
     out: Path,
@@ -78,6 +80,7 @@ def _family_page(
         if figure is not None:
             figures.append({"src": "../" + save_figure(figure, out, f"family-{name}-{kind}"), "caption": caption})
     relative = family_href(name)
+    page_dir = (out / relative).parent
     render(
         relative,
         "family.html.j2",
@@ -94,8 +97,10 @@ def _family_page(
         first=row.row.first,
         size=matrix.size,
         columns=[stick.title for stick in matrix.yardsticks],
-        cells=matrix_row_cells(matrix, row, (out / relative).parent),
-        parameters=row.parameters,
+        rows=[
+            {"label": each.row.label, "cells": matrix_row_cells(matrix, each, page_dir), "parameters": each.parameters}
+            for each in (row, *variants)
+        ],
         figures=figures,
         findings=findings_for(findings, name),
     )
@@ -105,10 +110,12 @@ def _family_page(
 def write_family_pages(
     render: Callable[..., None], matrix: Matrix, results: list[Result], findings: list[Finding], out: Path
 ) -> list[str]:
-    """A page for every row of ``matrix`` that is one registered attention, with the ``findings``
-    that name it; the figures written."""
+    """A page for every row of ``matrix`` that is one registered attention, with the rows of its
+    entries with options beside its own (:func:`family_of`) and the ``findings`` that name it; the
+    figures written."""
     written = []
     for row in matrix.rows:
         if has_family_page(row):
-            written += _family_page(render, matrix, row, results, findings, out)
+            variants = [other for other in matrix.rows if other is not row and family_of(other) == family_of(row)]
+            written += _family_page(render, matrix, row, variants, results, findings, out)
     return written

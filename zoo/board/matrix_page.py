@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from zoo.attention import ATTENTION_REGISTRY
 from zoo.board.figures import length_figure, mqar_width_figure, needle_figure
 from zoo.board.matrix_cells import Cell, Matrix, MatrixRow
@@ -29,6 +31,7 @@ __all__ = [
     "MATRIX_PAGE",
     "cell_text",
     "family_href",
+    "family_of",
     "has_family_page",
     "matrix_row_cells",
     "save_figure",
@@ -46,8 +49,22 @@ def family_href(name: str) -> str:
     return f"families/{name}.html"
 
 
+def family_of(row: MatrixRow) -> str | None:
+    """The registered attention whose page shows ``row``: the row's name, or the ``name`` of an
+    entry with options (``{name: deltanet, negative_eigenvalues: true}`` is on ``deltanet``'s
+    page); none for a recipe or a stack."""
+    if row.row.recipe:
+        return None
+    if row.row.label in ATTENTION_REGISTRY:
+        return ATTENTION_REGISTRY.resolve(row.row.label)
+    entry = yaml.safe_load(row.row.attention)
+    name = entry.get("name") if isinstance(entry, dict) else None
+    return ATTENTION_REGISTRY.resolve(name) if isinstance(name, str) and name in ATTENTION_REGISTRY else None
+
+
 def has_family_page(row: MatrixRow) -> bool:
-    """Whether ``row`` is one registered attention by its name (a family page), not a recipe or an entry with options."""
+    """Whether ``row`` is one registered attention by its name (a family page of its own), not a
+    recipe or an entry with options (which its name's page shows beside it)."""
     return not row.row.recipe and row.row.label in ATTENTION_REGISTRY
 
 
@@ -141,7 +158,7 @@ def write_matrix_page(render: Callable[..., None], matrix: Matrix, results: list
             "family": row.family,
             "first": row.row.first,
             "recipe": row.row.recipe,
-            "href": family_href(row.row.label) if has_family_page(row) else None,
+            "href": family_href(family) if (family := family_of(row)) else None,
             "parameters": row.parameters,
             "cells": matrix_row_cells(matrix, row, out),
         }
