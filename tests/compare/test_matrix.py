@@ -60,9 +60,13 @@ def test_the_default_rows_are_every_causal_name_and_recipe_with_the_priorities_o
     mqar = {g.label: g for g in plan_groups if g.yardstick.name == "mqar"}
     first = {row.label for row in mqar["first"].rows}
     rest = {row.label for row in mqar["rest"].rows}
-    assert first | rest == set(causal_names()) | {"{name: softmax, conv_size: 4}"}
+    variants = {"{name: softmax, conv_size: 4}"}
+    variants |= {
+        f"{{name: {name}, negative_eigenvalues: true}}" for name in ("deltanet", "gated_deltanet", "kda", "mamba2")
+    }
+    assert first | rest == set(causal_names()) | variants
     recurrent = {n for n in causal_names() if ATTENTION_REGISTRY.get(n).family == "recurrent"}
-    assert recurrent | {"softmax", "dot_product", "{name: softmax, conv_size: 4}"} == first
+    assert recurrent | {"softmax", "dot_product"} | variants == first
     assert {f"recipe-{label}" for label in _matrix_file()["recipes"]} <= set(mqar)
     assert mqar["first"].seeds == 3 and mqar["rest"].seeds == 1
     qwen = mqar["recipe-qwen3next"].command()
