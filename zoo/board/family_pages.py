@@ -114,8 +114,9 @@ def write_family_pages(
     entries with options beside its own (:func:`family_of`) and the ``findings`` that name it; the
     figures written."""
     written = []
-    for row in matrix.rows:
+    families = [family_of(row) for row in matrix.rows]
+    for row, family in zip(matrix.rows, families):
         if has_family_page(row):
-            variants = [other for other in matrix.rows if other is not row and family_of(other) == family_of(row)]
+            variants = [other for other, of in zip(matrix.rows, families) if other is not row and of == family]
             written += _family_page(render, matrix, row, variants, results, findings, out)
     return written
