@@ -63,3 +63,15 @@ def test_figures_only_where_records_exist(matrix_site: Path) -> None:  # noqa: F
     assert "../figures/family-deltanet-length.png" in deltanet and "../figures/family-deltanet-needle.png" in deltanet
     assert (matrix_site / "figures" / "family-deltanet-needle.png").is_file()
     assert "family-gla-" not in _page(matrix_site, "gla")
+
+
+def test_a_family_draws_its_entries_with_options_beside_it() -> None:
+    """``deltanet``'s curves: its own and those of ``deltanet`` with options, not a stack that
+    holds it nor another name that starts with it."""
+    from zoo.board.family_pages import family_lines
+    from zoo.board.results import Result
+
+    rows = ["deltanet", "deltanet(negative_eigenvalues=True)", "deltanet(conv_size=0)+softmax",
+            "deltanet_bf16_beta(negative_eigenvalues=True)", "gated_deltanet", "softmax+deltanet(conv_size=0)"]  # fmt: skip
+    results = [Result("parity", (), row) for row in rows]
+    assert family_lines(results, "deltanet") == ["deltanet", "deltanet(negative_eigenvalues=True)"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from zoo.attention import ATTENTION_REGISTRY, capabilities
@@ -26,7 +26,7 @@ from zoo.board.matrix_page import family_href, family_of, has_family_page, matri
 from zoo.board.published import Finding, findings_for
 from zoo.board.results import Result
 
-__all__ = ["docstring", "signature", "write_family_pages"]
+__all__ = ["docstring", "family_lines", "signature", "write_family_pages"]
 
 
 def docstring(name: str) -> str:
@@ -60,6 +60,13 @@ def signature(name: str) -> str:
     return ",\n".join(lines)
 
 
+def family_lines(results: Sequence[Result], name: str) -> list[str]:
+    """The board's rows a family page draws: ``name``, then ``name`` alone with options
+    (``deltanet(negative_eigenvalues=True)``, :func:`zoo.board.recipes.recipe_label`), no stack."""
+    own = {r.row for r in results if r.row.startswith(f"{name}(") and r.row.endswith(")") and ")+" not in r.row}
+    return [name, *sorted(own)]
+
+
 def _family_page(
     render: Callable[..., None],
     matrix: Matrix,
@@ -72,9 +79,10 @@ def _family_page(
     name = row.row.label
     cls = ATTENTION_REGISTRY.get(name)
     text = docstring(name)
+    lines = family_lines(results, name)
     figures = []
     for kind, caption, figure in (
-        ("length", "Accuracy against test length", length_figure(results, rows=[name])),
+        ("length", "Accuracy against test length", length_figure(results, rows=lines)),
         ("needle", "Needle accuracy by test length and depth", needle_figure(results, rows=[name])),
     ):
         if figure is not None:
