@@ -14,6 +14,7 @@ import zoo
 from tests.helpers.layers import run_layer
 from zoo.attention import IncompatibleAttentionError, require_attention
 from zoo.attention.variants.performer import orthogonal_gaussian
+from zoo.errors import ConfigurationError
 from zoo.testing import check_attention
 
 # -- naive formulations ------------------------------------------------------------------------
@@ -287,7 +288,7 @@ def test_bigbird_is_refused_by_decoders() -> None:
 def test_linformer_refuses_longer_inputs_and_decoders() -> None:
     attention = zoo.create_attention("linformer", max_len=16, k=4)
     x = torch.randn(1, 17, 8)
-    with pytest.raises(ValueError, match="17 keys exceed max_len=16"):
+    with pytest.raises(ConfigurationError, match="17 keys exceed max_len=16"):  # a setting: one line, exit 2
         attention(x, x, x)
     with pytest.raises(IncompatibleAttentionError, match="causal"):
         attention(x[:, :8], x[:, :8], x[:, :8], is_causal=True)

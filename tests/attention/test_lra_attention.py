@@ -11,6 +11,7 @@ import torch
 import zoo
 from zoo.attention import IncompatibleAttentionError, require_attention
 from zoo.attention.variants.sinkhorn import log_sinkhorn
+from zoo.errors import ConfigurationError
 from zoo.testing import check_attention
 
 ALL_CHECKS = ("shape", "padding", "causal", "fully_masked", "weights", "float16", "bfloat16", "gradients")
@@ -197,7 +198,7 @@ def test_fixed_random_synthesizer_trains_nothing_and_is_saved() -> None:
 def test_synthesizer_refusals_name_the_fix() -> None:
     attention = zoo.create_attention("synthesizer", max_len=8)
     x = torch.randn(1, 9, 4)
-    with pytest.raises(ValueError, match=r"9 keys exceed max_len=8.*max_len >= 9"):
+    with pytest.raises(ConfigurationError, match=r"9 keys exceed max_len=8.*max_len >= 9"):  # a setting: one line
         attention(x, x, x)
     with pytest.raises(IncompatibleAttentionError, match="needs queries and keys of one sequence"):
         attention(torch.randn(1, 3, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 4))

@@ -66,12 +66,17 @@ def test_figures_only_where_records_exist(matrix_site: Path) -> None:  # noqa: F
 
 
 def test_a_family_draws_its_entries_with_options_beside_it() -> None:
-    """``deltanet``'s curves: its own and those of ``deltanet`` with options, not a stack that
-    holds it nor another name that starts with it."""
+    """``deltanet``'s curves: its own and those of ``deltanet`` with options or by an alias, each
+    row read from its records as the board reads it, not a stack that holds it nor another name."""
     from zoo.board.family_pages import family_lines
+    from zoo.board.recipes import recipe_label
     from zoo.board.results import Result
 
-    rows = ["deltanet", "deltanet(negative_eigenvalues=True)", "deltanet(conv_size=0)+softmax",
-            "deltanet_bf16_beta(negative_eigenvalues=True)", "gated_deltanet", "softmax+deltanet(conv_size=0)"]  # fmt: skip
-    results = [Result("parity", (), row) for row in rows]
-    assert family_lines(results, "deltanet") == ["deltanet", "deltanet(negative_eigenvalues=True)"]
+    attentions = ["deltanet", "{name: deltanet, negative_eigenvalues: true}", "[{name: delta_net, conv_size: 0}]",
+                  "[{name: deltanet, conv_size: 0}, softmax]", "gated_deltanet", "[softmax, deltanet]"]  # fmt: skip
+    results = [Result("parity", (), *recipe_label(attention)) for attention in attentions]
+    assert family_lines(results, "deltanet") == [
+        "deltanet",
+        "delta_net(conv_size=0)",
+        "deltanet(negative_eigenvalues=True)",
+    ]

@@ -22,7 +22,14 @@ from pathlib import Path
 from zoo.attention import ATTENTION_REGISTRY, capabilities
 from zoo.board.figures import length_figure, needle_figure
 from zoo.board.matrix_cells import Matrix, MatrixRow
-from zoo.board.matrix_page import family_href, family_of, has_family_page, matrix_row_cells, save_figure
+from zoo.board.matrix_page import (
+    canonical_name,
+    family_href,
+    family_of,
+    has_family_page,
+    matrix_row_cells,
+    save_figure,
+)
 from zoo.board.published import Finding, findings_for
 from zoo.board.results import Result
 
@@ -61,9 +68,9 @@ def signature(name: str) -> str:
 
 
 def family_lines(results: Sequence[Result], name: str) -> list[str]:
-    """The board's rows a family page draws: ``name``, then ``name`` alone with options
-    (``deltanet(negative_eigenvalues=True)``, :func:`zoo.board.recipes.recipe_label`), no stack."""
-    own = {r.row for r in results if r.row.startswith(f"{name}(") and r.row.endswith(")") and ")+" not in r.row}
+    """The board's rows a family page draws: ``name``, then the other rows of ``name`` alone (with
+    options, ``deltanet(negative_eigenvalues=True)``, or by an alias), no stack."""
+    own = {r.row for r in results if len(r.parts) == 1 and canonical_name(r.parts[0]) == name and r.row != name}
     return [name, *sorted(own)]
 
 

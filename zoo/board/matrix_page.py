@@ -19,16 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from zoo.attention import ATTENTION_REGISTRY
 from zoo.board.figures import length_figure, mqar_width_figure, needle_figure
 from zoo.board.matrix_cells import Cell, Matrix, MatrixRow
+from zoo.board.recipes import recipe_label
 from zoo.board.results import Result
 from zoo.matrix.protocol import Yardstick
 
 __all__ = [
     "MATRIX_PAGE",
+    "canonical_name",
     "cell_text",
     "family_href",
     "family_of",
@@ -49,17 +49,19 @@ def family_href(name: str) -> str:
     return f"families/{name}.html"
 
 
+def canonical_name(name: str) -> str | None:
+    """``name``'s registered canonical name (an alias resolved), or none where it is not registered."""
+    return ATTENTION_REGISTRY.resolve(name) if name in ATTENTION_REGISTRY else None
+
+
 def family_of(row: MatrixRow) -> str | None:
     """The registered attention whose page shows ``row``: the row's name, or the ``name`` of an
     entry with options (``{name: deltanet, negative_eigenvalues: true}`` is on ``deltanet``'s
     page); none for a recipe or a stack."""
     if row.row.recipe:
         return None
-    if row.row.label in ATTENTION_REGISTRY:
-        return ATTENTION_REGISTRY.resolve(row.row.label)
-    entry = yaml.safe_load(row.row.attention)
-    name = entry.get("name") if isinstance(entry, dict) else None
-    return ATTENTION_REGISTRY.resolve(name) if isinstance(name, str) and name in ATTENTION_REGISTRY else None
+    _, names = recipe_label(row.row.attention)
+    return canonical_name(names[0]) if len(names) == 1 else None
 
 
 def has_family_page(row: MatrixRow) -> bool:

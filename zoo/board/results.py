@@ -73,6 +73,8 @@ class Result:
     task: str
     setting: tuple[str, ...]
     row: str
+    #: The attention names the row stacks, as written (one for a single attention, with or without options).
+    parts: tuple[str, ...] = ()
     runs: list[Run] = field(default_factory=list)
     replaced: list[Run] = field(default_factory=list)
 
@@ -132,7 +134,7 @@ def group_results(inputs: Inputs, reader: RecipeReader) -> list[Result]:
             if identity in seen and record["metrics"]:
                 continue
             seen.add(identity)
-            result = results.setdefault(key, Result(recipe.task, recipe.setting, recipe.row))
+            result = results.setdefault(key, Result(recipe.task, recipe.setting, recipe.row, recipe.parts))
             result.runs.append(Run(comparison, record, recipe))
     for result in results.values():
         by_seed: dict[int, list[Run]] = defaultdict(list)
