@@ -68,7 +68,9 @@ def to_chunks(x: Tensor, chunk_size: int) -> Tensor:
     The zero steps appended to the last chunk are identity steps (zero key, beta and log decay), so
     they change no state; their outputs are cut off by :func:`from_chunks`.
     """
-    x = F.pad(x, (0, 0, 0, -x.shape[-2] % chunk_size))
+    padding = -x.shape[-2] % chunk_size
+    if padding:  # F.pad copies even when it pads nothing
+        x = F.pad(x, (0, 0, 0, padding))
     return x.unflatten(-2, (-1, chunk_size))
 
 

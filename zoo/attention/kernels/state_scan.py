@@ -87,13 +87,18 @@ def _scan(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, size: int, state: 
     length = q.shape[-2]
     q, k, v, log_decay = (to_chunks(x, size) for x in (q, k, v, log_decay))  # (*batch, N, c, d)
     local, reads = None, []
-    steps = zip(*(x.unbind(-2) for x in (q, k, v, log_decay.exp())))  # one backward node each, not one a step
+    # Each step's slices contiguous (step-major), so a step reads them in one sweep rather than a
+    # cache line every chunk; the decays exponentiated in place of their copy (always a copy: the
+    # caller's tensor is never written), to hold no more memory. One unbind (and one backward node)
+    # a tensor, not one a step.
+    q_s, k_s, v_s = (x.movedim(-2, 0).contiguous() for x in (q, k, v))
+    decay = log_decay.movedim(-2, 0).clone(memory_format=torch.contiguous_format).exp_()
+    steps = zip(q_s.unbind(0), k_s.unbind(0), v_s.unbind(0), decay.unbind(0))
     for q_i, k_i, v_i, a_i in steps:
         written = k_i.unsqueeze(-1) * v_i.unsqueeze(-2)
         local = written if local is None else torch.addcmul(written, a_i.unsqueeze(-1), local)
         reads.append((q_i.unsqueeze(-1) * local).sum(-2))
     cum = log_decay.cumsum(-2)
     entering, final_state, _ = chunk_scan(state, cum[..., -1, :, None].exp(), local)
-    from_state = ((q * cum.exp()).unsqueeze(-1) * entering.unsqueeze(-3)).sum(-2)
-    output = torch.stack(reads, dim=-2) + from_state
+    output = torch.stack(reads, dim=-2) + (q * cum.exp()) @ entering
     return from_chunks(output, length), final_state
