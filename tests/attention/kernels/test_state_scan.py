@@ -76,3 +76,14 @@ def test_the_default_chunk_balances_the_two_loops_and_bad_sizes_are_refused() ->
         decay_scan(q, k, v, log_decay, chunk_size=0)
     with pytest.raises(ValueError, match=r"no beta \(the delta rule\)"):
         ScannedRecurrence(q, k, v, log_decay[..., :1], beta=torch.ones(2, 5, 4))
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 8])
+def test_the_scan_leaves_its_inputs_as_they_were(chunk_size: int) -> None:
+    """The scan exponentiates its decays in place of a step-major copy; whatever the layout (one
+    step a chunk moves nothing, and a length of whole chunks is not padded), never the caller's."""
+    q, k, v, log_decay, state, _ = mamba_inputs(8, torch.Generator().manual_seed(7))
+    before = [x.clone() for x in (q, k, v, log_decay, state)]
+    decay_scan(q, k, v, log_decay, chunk_size=chunk_size, initial_state=state)
+    for got, expected in zip((q, k, v, log_decay, state), before, strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
