@@ -35,7 +35,11 @@ TOP_PAD = 256 << 20
 
 # mallopt's parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
-_NEVER_TRIM = 2**31 - 1  # an int: the largest value mallopt takes
+# mallopt(3): -1 turns trimming off. Its largest positive value, 2**31 - 1, does not: a free heap
+# top over 2 GiB (a 16k-token step's) went back to the kernel and was faulted in again next step.
+_NEVER_TRIM = -1
+# The same as an environment variable, which glibc reads as a size: the largest one.
+_NEVER_TRIM_SIZE = ctypes.c_size_t(-1).value
 _NO_MMAP = 0  # at most this many blocks served by mmap at once
 
 _applied: bool | None = None
@@ -80,7 +84,7 @@ def glibc_environment() -> dict[str, str]:
         return {}
     return {
         "MALLOC_MMAP_MAX_": str(_NO_MMAP),
-        "MALLOC_TRIM_THRESHOLD_": str(_NEVER_TRIM),
+        "MALLOC_TRIM_THRESHOLD_": str(_NEVER_TRIM_SIZE),
         "MALLOC_TOP_PAD_": str(TOP_PAD),
     }
 
