@@ -41,6 +41,21 @@ def test_a_cell_is_the_test_score_at_the_rate_chosen_on_validation(tmp_path: Pat
     assert cell_text(gla) == ("0.790", "1 seed")
 
 
+def test_a_cell_whose_sweep_is_not_finished_says_how_many_rates_ran(tmp_path: Path) -> None:
+    """A row stopped after its first rate (``zoo matrix`` resumes it later) shows that rate's score,
+    marked as one of the sweep's two, not as the sweep's choice; a finished sweep carries no mark."""
+    records = write_matrix_records(tmp_path) / "matrix" / "quick" / "mqar" / "first" / "records.jsonl"
+    first = json.loads(records.read_text().splitlines()[0])
+    partial = {**first, "combination": "attention=deltanet,lr=1e-3", "run": "attention=deltanet,lr=1e-3/seed0"}
+    partial["overrides"] = {**first["overrides"], "model.attention": "deltanet", "model.lr": "1e-3"}
+    partial["metrics"] = {"test/accuracy": 0.25, "val/accuracy": 0.25}
+    records.write_text(records.read_text() + json.dumps(partial) + "\n")
+    cells = {row.row.label: row.cells for row in matrix_cells(read_inputs([tmp_path]), PROTOCOLS).rows}
+    assert cells["deltanet"]["mqar"].rates == (1, 2)
+    assert cell_text(cells["deltanet"]["mqar"]) == ("0.250", "1 seed, 1 of 2 rates")
+    assert cells["gla"]["mqar"].rates is None
+
+
 def test_the_interval_over_three_seeds_is_students_t(tmp_path: Path) -> None:
     summary = _cells(tmp_path)["mamba2"]["mqar"].summary
     mean, sd = statistics.fmean(MAMBA2_SEEDS), statistics.stdev(MAMBA2_SEEDS)

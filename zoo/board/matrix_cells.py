@@ -10,7 +10,8 @@ path, wherever the folder was copied (``benchmarks/results/matrix/quick/`` holds
 ones). A compare cell takes the rate ``zoo compare --sweep`` keeps (:func:`zoo.compare.sweep.choose`:
 the best mean of the protocol's ``select`` metric over the sweep's first seed), and reports the
 protocol's ``metric`` over every seed at that rate (:func:`zoo.compare.stats.summarize`: mean and
-Student-t 95% interval). A bench cell is ``state_bytes_N`` (the cache's bytes after N tokens) or
+Student-t 95% interval); while some of the sweep's rates have no record yet, the cell says how many
+ran (its rate is the best of those, not yet the sweep's choice). A bench cell is ``state_bytes_N`` (the cache's bytes after N tokens) or
 ``time_ratio_N`` (the time at N tokens over the protocol's first reference, causal SDPA), or the
 kind of status it failed with there (``out of memory``, ``too slow``, ``refused``, ``failed``; also where a shorter
 length's failure skipped N; the file says why). A row
@@ -58,6 +59,7 @@ class Cell:
     measured: bool = False  # a benchmark's measurement, not a score over seeds
     applies: bool = True  # False: the yardstick's protocol has no cell for the row (zoo.matrix.plan.measures)
     failure: str | None = None  # why a benchmark recorded no number for the row ("out of memory")
+    rates: tuple[int, int] | None = None  # (rates run, rates swept) where the sweep is not finished
 
     @property
     def value(self) -> float | None:
@@ -148,7 +150,9 @@ def _compare_cells(stick: Yardstick, rows: Sequence[Row], folders: Sequence[Comp
         source = next(c.directory for c in folders for r in c.records if r is kept[0])
         parameters = next((int(r["parameters"]) for r in kept if r.get("parameters")), None)
         summary = summarize([by_seed[seed] for seed in sorted(by_seed)])
-        cells[row.label] = Cell(summary, choice.value, source, parameters)
+        run = sum(mean is not None for mean in choice.means.values())
+        rates = None if run == len(choice.means) else (run, len(choice.means))
+        cells[row.label] = Cell(summary, choice.value, source, parameters, rates=rates)
     return cells
 
 

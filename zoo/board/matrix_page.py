@@ -77,17 +77,21 @@ def _number(value: float) -> str:
 
 
 def cell_text(cell: Cell) -> tuple[str, str]:
-    """A cell's score and its note: the interval ``[low, high]`` over seeds, or ``1 seed``; ``not
-    run``, ``n/a`` where the yardstick's protocol has no cell for the row, or the failure a
-    benchmark recorded for it."""
+    """A cell's score and its note: the interval ``[low, high]`` over seeds, or ``1 seed``, and how
+    many of the sweep's rates ran where not all have; ``not run``, ``n/a`` where the yardstick's
+    protocol has no cell for the row, or the failure a benchmark recorded for it."""
     summary = cell.summary
     if summary is None:
         return (cell.failure or ("not run" if cell.applies else "n/a")), ""
     if cell.measured:
         return _number(summary.mean), ""
     if summary.low is None or summary.high is None:
-        return _number(summary.mean), "1 seed"
-    return _number(summary.mean), f"[{_number(summary.low)}, {_number(summary.high)}] {summary.n} seeds"
+        note = "1 seed"
+    else:
+        note = f"[{_number(summary.low)}, {_number(summary.high)}] {summary.n} seeds"
+    if cell.rates is not None:
+        note += f", {cell.rates[0]} of {cell.rates[1]} rates"
+    return _number(summary.mean), note
 
 
 def _colour(matrix: Matrix, stick: Yardstick, value: float | None) -> str:
