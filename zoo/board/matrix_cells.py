@@ -11,12 +11,13 @@ ones). A compare cell takes the rate ``zoo compare --sweep`` keeps (:func:`zoo.c
 the best mean of the protocol's ``select`` metric over the sweep's first seed), and reports the
 protocol's ``metric`` over every seed at that rate (:func:`zoo.compare.stats.summarize`: mean and
 Student-t 95% interval); while some of the sweep's rates have no record yet, the cell says how many
-ran (its rate is the best of those, not yet the sweep's choice). A bench cell is ``state_bytes_N`` (the cache's bytes after N tokens) or
-``time_ratio_N`` (the time at N tokens over the protocol's first reference, causal SDPA), or the
-kind of status it failed with there (``out of memory``, ``too slow``, ``refused``, ``failed``; also where a shorter
-length's failure skipped N; the file says why). A row
-measured again on its own, into ``GROUP-NAME.json`` beside its group's file (after a failure the
-group run could not recover from, or a change to the layer), replaces the group file's cell.
+ran (its rate is the best of those, not yet the sweep's choice). A bench cell is
+``state_bytes_N`` (the cache's bytes after N tokens) or ``time_ratio_N`` (the time at N tokens
+over the protocol's first reference, causal SDPA), or the kind of status it failed with there
+(``out of memory``, ``too slow``, ``refused``, ``failed``; also where a shorter length's failure
+skipped N; the file says why). A row measured again on its own, into ``GROUP-NAME.json`` beside
+its group's file (after a failure the group run could not recover from, or a change to the layer),
+replaces the group file's cell.
 """
 
 from __future__ import annotations
