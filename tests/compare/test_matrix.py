@@ -173,7 +173,8 @@ def test_the_dry_run_costs_recorded_runs_as_measured_and_each_rows_rest_at_its_o
     records = out / "quick" / "kernel" / "first" / "records.jsonl"
     records.parent.mkdir(parents=True)
     written = [  # gaussian_kernel (first priority: 2 rates, then a second seed = 3 runs): two recorded
-        {"run": "a/seed0", "overrides": {"model.attention": "gaussian_kernel"}, "fit_seconds": 90.0, "threads": 1},
+        {"run": "a/seed0", "overrides": {"model.attention": "gaussian_kernel"}, "fit_seconds": 6.0,
+         "train_seconds": 90.0, "resumed": True, "threads": 1},  # resumed: its last attempt took 6 s of 90
         {"run": "b/seed0", "overrides": {"model.attention": "gaussian_kernel"}, "fit_seconds": 100.0,
          "eval_seconds": 20.0, "threads": 2},
         {"run": "b/seed0", "overrides": {"model.attention": "gaussian_kernel"}, "fit_seconds": 100.0,
@@ -183,7 +184,7 @@ def test_the_dry_run_costs_recorded_runs_as_measured_and_each_rows_rest_at_its_o
     main(["matrix", "--protocols", str(protocols), "--out", str(out), "--names", "gaussian_kernel", "--dry_run"])
     lines = capsys.readouterr().out.splitlines()
     kernel = next(line for line in lines if line.startswith("# kernel / first"))
-    # recorded: 1.5 + 4 core-minutes; the third run at the median of the two (2.75 min)
+    # recorded: 1.5 (every attempt's training) + 4 core-minutes; the third run at their median (2.75 min)
     assert kernel == "# kernel / first: 3 run(s), 2 recorded (6 CPU minutes), 1 to run (about 3 CPU minutes)"
     state = next(line for line in lines if line.startswith("# state / first"))
     assert state == "# state / first: 1 run(s), 0 recorded (0 CPU minutes), 1 to run (about 0 CPU minutes)"
