@@ -273,6 +273,8 @@ def test_a_run_stopped_before_its_record_continues_its_fit(tmp_path: Path, fake_
     assert checkpoint.read_bytes() == b"saved on SIGTERM"  # its directory kept for the fit to continue
     assert records[stopped["seed"]]["resumed"] and records[stopped["seed"]]["command"] == stopped["command"]
     assert records[1 - stopped["seed"]]["resumed"] is False
+    # its time: this attempt's (1 s) and the training of the attempt it continues (30 s)
+    assert (records[stopped["seed"]]["fit_seconds"], records[1 - stopped["seed"]]["fit_seconds"]) == (31.0, 1.0)
     assert metrics.read_text().splitlines() == ["epoch,step,train/loss", "0,49,0.9"]  # the curve so far kept
 
 

@@ -43,3 +43,4 @@ def test_a_resumed_fit_counts_the_training_time_of_the_attempt_it_continues(tmp_
     assert earlier >= 0.4 and timing["steps"] == 5
     assert timing["seconds_per_step"] < 0.05  # the step times are this attempt's alone
     assert timing["train_seconds"] >= earlier  # the total carries the earlier attempt's
+    assert timing["earlier_train_seconds"] >= earlier  # and says how much of it is the earlier's

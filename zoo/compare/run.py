@@ -121,8 +121,9 @@ def execute(
 ) -> dict[str, Any]:
     """Run ``spec``, write its record to ``<run directory>/record.json`` and return it. The fit
     continues an unfinished earlier attempt of the same fit from its ``last.ckpt`` (the record
-    says ``resumed``; ``train_seconds`` counts every attempt's training up to its checkpoint, the
-    other times this attempt's); any other earlier attempt is cleared.
+    says ``resumed``; ``fit_seconds`` is this attempt's time and the earlier attempts' training up to
+    the checkpoint, ``train_seconds`` every attempt's training, the per-step times this attempt's);
+    any other earlier attempt is cleared.
     ``env`` adds variables for this attempt (the devices a launcher chose); ``while_fitting`` is
     called every few milliseconds while the fit runs, and once after it (a scheduler reads the
     fit's progress there). Raises :class:`RunFailed` if a child fails."""
@@ -143,7 +144,7 @@ def execute(
     timing = read_timing(directory / "fit")
     record: dict[str, Any] = {
         **spec.identity(),
-        "fit_seconds": round(fit.seconds, 3),
+        "fit_seconds": round(fit.seconds + timing.get("earlier_train_seconds", 0.0), 3),
         "steps": timing.get("steps"),
         "seconds_per_step": timing.get("seconds_per_step"),
         "wall_seconds_per_step": timing.get("wall_seconds_per_step"),

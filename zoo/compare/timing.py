@@ -33,7 +33,8 @@ class StepTimer(L.Callback):
     budget spends per step. Both leave out the first intervals (warm-up). ``train_seconds`` is the
     whole training time, warm-up included, of this attempt and of the earlier ones a resumed fit
     continues (carried in the checkpoint, up to when it was saved): the intervals are this
-    attempt's. ``parameters`` counts the trained module's parameters (a tied embedding once), the
+    attempt's, and ``earlier_train_seconds`` is the earlier attempts' part of the total (what a
+    record adds to this attempt's time). ``parameters`` counts the trained module's parameters (a tied embedding once), the
     size a leaderboard compares.
 
     Args:
@@ -77,6 +78,7 @@ class StepTimer(L.Callback):
             "wall_seconds_per_step": sum(intervals) / len(intervals),
             "samples_per_second": statistics.median(self._sizes) / step * trainer.world_size,
             "train_seconds": self._train_seconds(),
+            "earlier_train_seconds": self._earlier_seconds,
             "parameters": sum(parameter.numel() for parameter in pl_module.parameters()),
         }
         Path(run_directory(trainer), TIMING_FILE).write_text(json.dumps(timing) + "\n", encoding="utf-8")

@@ -3,8 +3,9 @@
 A training group's ``records.jsonl`` (:mod:`zoo.compare.records`) holds one record per finished
 run: its row (``overrides["model.attention"]``, the attention as the grid wrote it), its ``run``,
 the seconds it took (``fit_seconds`` + ``eval_seconds``) and its ``threads``: core-minutes are
-their product. A fit that continued an interrupted one (``resumed``) timed only its last attempt in
-``fit_seconds``; its ``train_seconds`` sums every attempt's training, so the larger of the two is
+their product. A fit that continued an interrupted one (``resumed``) and was recorded before its
+``fit_seconds`` carried the earlier attempts' training (:func:`zoo.compare.run.execute`) timed its
+last attempt alone; its ``train_seconds`` sums every attempt's training, so the larger of the two is
 its fit's time. Families differ by an order of
 magnitude on one protocol (MQAR's quick cell took 6 to 57 minutes a run here), so a protocol's
 single ``minutes`` misstates a matrix that is partly run: a row's remaining runs are costed at the
