@@ -25,7 +25,7 @@ from typing import Any
 
 from zoo.bench.report import markdown_table
 from zoo.compare.grid import axis_label
-from zoo.compare.report import pyplot, save_plot
+from zoo.compare.report import line_style, pyplot, save_plot
 from zoo.compare.stats import CONFIDENCE, summarize
 from zoo.errors import ConfigurationError
 
@@ -126,7 +126,7 @@ def _plot(values: Sequence[str], lines: Lines, key: str, metric: str, path: Path
     numbers = _numbers(values)
     positions = numbers if numbers is not None else list(range(len(values)))
     figure, axis = pyplot().subplots(figsize=(6, 4.5))
-    for label, points in lines.items():
+    for index, (label, points) in enumerate(lines.items()):
         xs, means, errors = [], [], [[], []]
         for position, value in zip(positions, values):
             if not points.get(value):
@@ -136,7 +136,7 @@ def _plot(values: Sequence[str], lines: Lines, key: str, metric: str, path: Path
             means.append(summary.mean)
             errors[0].append(0.0 if summary.sd is None else summary.mean - summary.low)
             errors[1].append(0.0 if summary.sd is None else summary.high - summary.mean)
-        axis.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=label)
+        axis.errorbar(xs, means, yerr=errors, capsize=3, label=label, **line_style(index))
     if numbers is not None and min(numbers) > 0 and max(numbers) >= 4 * min(numbers):
         axis.set_xscale("log", base=2)
     axis.set_xticks(positions, values)

@@ -14,7 +14,15 @@ from typing import Any
 from zoo.flags import flag_values
 from zoo.text.files import atomic_write_text
 
-__all__ = ["append_record", "config_digests", "join_metric_rows", "last_metrics", "load_records", "metric_rows"]
+__all__ = [
+    "append_record",
+    "config_digests",
+    "fit_seconds",
+    "join_metric_rows",
+    "last_metrics",
+    "load_records",
+    "metric_rows",
+]
 
 _LOCK = threading.Lock()
 
@@ -42,6 +50,17 @@ def load_records(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+def fit_seconds(record: dict[str, Any]) -> float | None:
+    """A record's fit time in seconds. A fit that continued an interrupted one (``resumed``) and was
+    recorded before its ``fit_seconds`` carried the earlier attempts' training
+    (:func:`zoo.compare.run.execute`) timed its last attempt alone, while its ``train_seconds`` sums
+    every attempt's training: the larger of the two is its fit's time."""
+    seconds = record.get("fit_seconds")
+    if record.get("resumed") and record.get("train_seconds") is not None:
+        return max(seconds or 0.0, record["train_seconds"])
+    return seconds
 
 
 def last_metrics(metrics_csv: Path, prefix: str) -> dict[str, float]:

@@ -9,11 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from zoo.bench.report import markdown_table
+from zoo.compare.records import fit_seconds
 from zoo.compare.stats import CONFIDENCE, Summary, paired_differences, summarize
 
 __all__ = [
+    "LEGEND_INSIDE",
+    "LEGEND_ROWS",
     "format_summary",
+    "line_style",
     "metric_names",
+    "place_legend",
     "plot_metric_vs_time",
     "pyplot",
     "save_plot",
@@ -53,10 +58,17 @@ def _by_combination(records: Sequence[dict[str, Any]], order: Sequence[str]) -> 
     return {name: group for name, group in groups.items() if group}
 
 
+def _field(record: dict[str, Any], field: str, metric: bool) -> Any:
+    """A record's metric, or its field (the fit's time as :func:`fit_seconds` reads it)."""
+    if metric:
+        return record["metrics"].get(field)
+    return fit_seconds(record) if field == "fit_seconds" else record.get(field)
+
+
 def _values(group: Sequence[dict[str, Any]], field: str, metric: bool = True) -> dict[int, float]:
     """Seed -> value of a metric (or of a record field) over a combination's runs that have it."""
-    source = (lambda r: r["metrics"].get(field)) if metric else (lambda r: r.get(field))
-    return {r["seed"]: float(source(r)) for r in group if source(r) is not None}
+    values = {r["seed"]: _field(r, field, metric) for r in group}
+    return {seed: float(value) for seed, value in values.items() if value is not None}
 
 
 def _conditions_note(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -168,29 +180,67 @@ def pyplot() -> Any:
     return plt
 
 
+#: more legend entries than this go beside the axes, not over them
+LEGEND_INSIDE = 6
+#: legend entries a column beside the axes holds
+LEGEND_ROWS = 24
+_MARKERS = "os^Dv<>p"
+
+
+def place_legend(axes: Any) -> Any:
+    """The legend of ``axes``: inside for a few entries, else beside the axes on the right, in as
+    many columns of :data:`LEGEND_ROWS` as it needs, so that no entry hides a point."""
+    entries = len(axes.get_legend_handles_labels()[1])
+    if entries <= LEGEND_INSIDE:
+        return axes.legend(fontsize="small")
+    columns = -(-entries // LEGEND_ROWS)
+    return axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, ncol=columns)
+
+
+def line_style(index: int) -> dict[str, Any]:
+    """The ``index``-th line's colour and marker: twenty colours (matplotlib's ``tab20``), then the
+    next marker, so that lines past the tenth stay apart."""
+    colour = pyplot().get_cmap("tab20")(index % 20)
+    return {"color": colour, "marker": _MARKERS[index // 20 % len(_MARKERS)]}
+
+
 def save_plot(figure: Any, axes: Any, path: Path, *, xlabel: str, ylabel: str, title: str) -> Path:
-    """Label ``axes``, add the legend, write ``figure`` to ``path`` and close it."""
+    """Label ``axes``, add the legend (:func:`place_legend`), write ``figure`` to ``path`` (grown to
+    hold a legend beside the axes) and close it."""
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.set_title(title)
-    axes.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    if place_legend(axes).get_bbox_to_anchor() == axes.bbox:  # inside: else the cropped save makes room
+        figure.tight_layout()
+    figure.savefig(path, dpi=120, bbox_inches="tight")
     pyplot().close(figure)
     return path
 
 
 def plot_metric_vs_time(groups: dict[str, list[dict[str, Any]]], metric: str, path: Path) -> Path:
-    """Each run as a faint dot, each combination's mean as a point with its interval, against fit time."""
+    """Each run as a faint dot, each combination's mean as a point with its interval, against fit
+    time (a log axis where the times span more than 30 times). The vertical axis spans the runs'
+    values: an interval over few seeds can reach far past any value a run can take."""
     figure, axes = pyplot().subplots(figsize=(7, 4.5))
-    for name, group in groups.items():
-        runs = [(r["fit_seconds"], r["metrics"][metric]) for r in group if metric in r["metrics"]]
+    every_time, every_value = [], []
+    for index, (name, group) in enumerate(groups.items()):
+        runs = [(fit_seconds(r), r["metrics"][metric]) for r in group if metric in r["metrics"]]
         if not runs:
             continue
         times, values = zip(*runs)
+        every_time += times
+        every_value += values
         summary = summarize(list(values))
         error = None if summary.sd is None else [[summary.mean - summary.low], [summary.high - summary.mean]]
-        line = axes.errorbar([sum(times) / len(times)], [summary.mean], yerr=error, fmt="o", capsize=4, label=name)
-        axes.scatter(times, values, color=line[0].get_color(), alpha=0.3, s=12)
+        style = line_style(index)
+        axes.errorbar([sum(times) / len(times)], [summary.mean], yerr=error, fmt=style["marker"], capsize=4,
+                      color=style["color"], label=name)  # fmt: skip
+        axes.scatter(times, values, color=style["color"], marker=style["marker"], alpha=0.3, s=12)
+    if every_value:
+        low, high = min(every_value), max(every_value)
+        margin = 0.05 * (high - low) or 0.05 * (abs(high) or 1.0)
+        axes.set_ylim(low - margin, high + margin)
+    if every_time and min(every_time) > 0 and max(every_time) > 30 * min(every_time):
+        axes.set_xscale("log")
     title = f"{metric} against training time ({CONFIDENCE:.0%} intervals)"
     return save_plot(figure, axes, path, xlabel="fit wall time per run (s)", ylabel=metric, title=title)

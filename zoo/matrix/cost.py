@@ -3,10 +3,8 @@
 A training group's ``records.jsonl`` (:mod:`zoo.compare.records`) holds one record per finished
 run: its row (``overrides["model.attention"]``, the attention as the grid wrote it), its ``run``,
 the seconds it took (``fit_seconds`` + ``eval_seconds``) and its ``threads``: core-minutes are
-their product. A fit that continued an interrupted one (``resumed``) and was recorded before its
-``fit_seconds`` carried the earlier attempts' training (:func:`zoo.compare.run.execute`) timed its
-last attempt alone; its ``train_seconds`` sums every attempt's training, so the larger of the two is
-its fit's time. Families differ by an order of
+their product (a resumed fit's seconds as :func:`zoo.compare.records.fit_seconds` reads them).
+Families differ by an order of
 magnitude on one protocol (MQAR's quick cell took 6 to 57 minutes a run here), so a protocol's
 single ``minutes`` misstates a matrix that is partly run: a row's remaining runs are costed at the
 median of its own recorded runs, and a row with none at the protocol's ``minutes``. A bench group
@@ -18,9 +16,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
-from zoo.compare.records import load_records
+from zoo.compare.records import fit_seconds, load_records
 from zoo.matrix.plan import Group
 
 __all__ = ["GroupCost", "group_cost"]
@@ -64,13 +61,6 @@ def _minutes_by_row(group: Group) -> dict[str, list[float]]:
         attention = (record.get("overrides") or {}).get("model.attention")
         if attention is None or record.get("run") is None:
             continue
-        seconds = _fit_seconds(record) + (record.get("eval_seconds") or 0.0)
+        seconds = fit_seconds(record) + (record.get("eval_seconds") or 0.0)
         runs[attention][record["run"]] = seconds * (record.get("threads") or 1) / 60
     return {attention: list(by_run.values()) for attention, by_run in runs.items()}
-
-
-def _fit_seconds(record: dict[str, Any]) -> float:
-    """The fit's seconds: every attempt's training for a resumed fit (whose ``fit_seconds`` is its
-    last attempt's alone), else the whole fit's as timed from outside."""
-    seconds = record.get("fit_seconds") or 0.0
-    return max(seconds, record.get("train_seconds") or 0.0) if record.get("resumed") else seconds

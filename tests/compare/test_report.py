@@ -1,0 +1,55 @@
+"""The comparison report's figure: every combination told apart, no legend over a point, the value
+axis on what the runs reached, and a resumed fit timed whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zoo.compare.records import fit_seconds
+from zoo.compare.report import LEGEND_INSIDE, line_style, place_legend, plot_metric_vs_time, pyplot
+
+
+def _overlaps(a, b) -> bool:  # two matplotlib Bboxes in display pixels
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+@pytest.mark.parametrize("entries", [LEGEND_INSIDE, 25])
+def test_a_long_legend_stands_beside_the_axes_and_a_short_one_inside(entries: int) -> None:
+    figure, axes = pyplot().subplots(figsize=(7, 4.5))
+    for index in range(entries):
+        axes.plot([0, 1], [index, index + 1], label=f"line {index}", **line_style(index))
+    legend = place_legend(axes)
+    figure.canvas.draw()
+    inside = _overlaps(legend.get_window_extent(), axes.get_window_extent())
+    pyplot().close(figure)
+    assert inside == (entries <= LEGEND_INSIDE)
+
+
+def test_the_first_forty_lines_differ_in_colour_or_marker() -> None:
+    styles = {(line_style(i)["color"], line_style(i)["marker"]) for i in range(40)}
+    assert len(styles) == 40
+
+
+def _record(seed: int, accuracy: float, seconds: float) -> dict:
+    return {"seed": seed, "fit_seconds": seconds, "metrics": {"test/accuracy": accuracy}}
+
+
+def test_the_value_axis_spans_the_runs_not_an_interval_over_two_seeds(tmp_path: Path, monkeypatch) -> None:
+    limits: dict[str, tuple[float, float]] = {}
+    close = pyplot().close
+    monkeypatch.setattr(pyplot(), "close", lambda figure: (limits.update(y=figure.axes[0].get_ylim()), close(figure)))
+    # two seeds 0.0 and 1.0: Student's t interval over them runs from about -5.9 to 6.9
+    groups = {"a": [_record(0, 0.0, 10.0), _record(1, 1.0, 12.0)], "b": [_record(0, 0.5, 900.0)]}
+    plot_metric_vs_time(groups, "test/accuracy", tmp_path / "plot.png")
+    low, high = limits["y"]
+    assert -0.1 <= low < 0.0 and 1.0 < high <= 1.1
+    assert (tmp_path / "plot.png").stat().st_size > 0
+
+
+def test_a_resumed_fit_recorded_with_its_last_attempt_alone_is_timed_by_its_training() -> None:
+    resumed = {"fit_seconds": 7.0, "train_seconds": 1075.0, "resumed": True}
+    assert fit_seconds(resumed) == 1075.0
+    assert fit_seconds({"fit_seconds": 1100.0, "train_seconds": 1075.0, "resumed": True}) == 1100.0
+    assert fit_seconds({"fit_seconds": 20.0, "train_seconds": 15.0, "resumed": False}) == 20.0
