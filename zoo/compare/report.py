@@ -187,14 +187,17 @@ LEGEND_ROWS = 24
 _MARKERS = "os^Dv<>p"
 
 
-def place_legend(axes: Any) -> Any:
-    """The legend of ``axes``: inside for a few entries, else beside the axes on the right, in as
-    many columns of :data:`LEGEND_ROWS` as it needs, so that no entry hides a point."""
+def place_legend(axes: Any) -> bool:
+    """Add the legend of ``axes``: inside for a few entries, else beside the axes on the right, in
+    as many columns of :data:`LEGEND_ROWS` as it needs, so that no entry hides a point. True where
+    it stands beside them."""
     entries = len(axes.get_legend_handles_labels()[1])
     if entries <= LEGEND_INSIDE:
-        return axes.legend(fontsize="small")
+        axes.legend(fontsize="small")
+        return False
     columns = -(-entries // LEGEND_ROWS)
-    return axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, ncol=columns)
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, ncol=columns)
+    return True
 
 
 def line_style(index: int) -> dict[str, Any]:
@@ -210,7 +213,7 @@ def save_plot(figure: Any, axes: Any, path: Path, *, xlabel: str, ylabel: str, t
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.set_title(title)
-    if place_legend(axes).get_bbox_to_anchor() == axes.bbox:  # inside: else the cropped save makes room
+    if not place_legend(axes):  # one beside the axes gets its room from the cropped save
         figure.tight_layout()
     figure.savefig(path, dpi=120, bbox_inches="tight")
     pyplot().close(figure)
