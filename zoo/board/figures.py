@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from zoo.board.results import Result
+from zoo.compare.report import line_style, pyplot
 from zoo.compare.stats import Summary
 
 __all__ = ["length_figure", "mqar_width_figure", "needle_figure"]
@@ -38,15 +39,6 @@ PANEL_INCHES = 3.6
 CHARACTERS_PER_INCH = 12
 #: The height a legend's row adds to a figure, so that the panels keep theirs.
 LEGEND_ROW_INCHES = 0.22
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _item(result: Result, key: str) -> str | None:
@@ -67,9 +59,8 @@ def _accuracy(result: Result) -> str | None:
 
 
 def _colours(names: Sequence[str]) -> dict[str, Any]:
-    """A colour per line name, the same in every panel of a figure (tab20's twenty, then again)."""
-    cycle = _pyplot().get_cmap("tab20")
-    return {name: cycle(index % 20) for index, name in enumerate(sorted(set(names)))}
+    """A colour per line name, the same in every panel of a figure (:func:`line_style`'s)."""
+    return {name: line_style(index)["color"] for index, name in enumerate(sorted(set(names)))}
 
 
 def _errorbar(axes: Any, xs: Sequence[float], summaries: Sequence[Summary], label: str, colour: Any) -> None:
@@ -80,7 +71,7 @@ def _errorbar(axes: Any, xs: Sequence[float], summaries: Sequence[Summary], labe
 
 
 def _figure(panels: int, title: str, height: float = 3.4) -> tuple[Any, list[Any]]:
-    plt = _pyplot()
+    plt = pyplot()
     columns = min(panels, 4)
     rows = math.ceil(panels / columns)
     figure, axes = plt.subplots(
