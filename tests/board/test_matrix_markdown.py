@@ -14,7 +14,7 @@ from zoo.attention import ATTENTION_REGISTRY
 from zoo.board.cli import main
 from zoo.board.inputs import read_inputs
 from zoo.board.matrix_cells import matrix_cells
-from zoo.board.matrix_markdown import BEGIN, END, matrix_markdown, write_matrix_markdown
+from zoo.board.matrix_markdown import BEGIN, END, coverage, matrix_markdown, write_matrix_markdown
 from zoo.compare.grid import combinations
 from zoo.errors import ConfigurationError
 from zoo.matrix import rows
@@ -47,9 +47,23 @@ def test_the_table_from_the_fixture(tmp_path: Path) -> None:
     assert rows["mamba2"][mqar].startswith("0.933 ([0.")  # three seeds: mean and interval
     assert rows["mamba2"][decoding] == "65,536"
     assert rows["softmax"][2 + columns.index("parity")] == "·"  # a cell not run in a measured row
-    waiting = lines[-1]
+    waiting = next(line for line in lines if " rows measured at the quick size" in line)
     assert waiting.startswith(f"{len(rows)} of {len(matrix.rows)} rows measured at the quick size; not run yet: ")
     assert "`mamba3`" in waiting and "`mamba2`" not in waiting
+
+
+def test_the_coverage_counts_each_columns_rows_run_and_first_priority_rows_at_full_seeds(tmp_path: Path) -> None:
+    matrix = matrix_cells(read_inputs([write_matrix_records(tmp_path)]), PROTOCOLS)
+    lines = matrix_markdown(matrix).splitlines()
+    table = {line.split("|")[1].strip(): line.split("|")[2:4] for line in lines[lines.index(coverage(matrix)[0]) :]}
+    runs, seeded = (cell.strip() for cell in table[next(s.title for s in matrix.yardsticks if s.name == "mqar")])
+    first = sum(row.row.first for row in matrix.rows)
+    # five rows hold MQAR records (all first priority); only mamba2's cell has the protocol's three seeds
+    assert runs == f"5 of {len(matrix.rows)}" and seeded == f"1 of {first} at 3 seeds"
+    parity = table[next(s.title for s in matrix.yardsticks if s.name == "parity")]
+    assert parity[0].strip() == f"0 of {len(matrix.rows)}"
+    speed = table[next(s.title for s in matrix.yardsticks if s.name == "speed")]
+    assert speed[1].strip().endswith("(one measurement each)")
 
 
 def test_a_cell_the_protocol_has_none_for_reads_n_a_not_not_run(tmp_path: Path) -> None:
@@ -75,7 +89,7 @@ def test_a_cell_the_protocol_has_none_for_reads_n_a_not_not_run(tmp_path: Path) 
     assert table["recipe `qwen3next`"][speed] == table["`{name: softmax, conv_size: 4}`"][speed] == "n/a"
     assert table["`{name: softmax, conv_size: 4}`"][decoding] == "n/a"
     assert table["recipe `qwen3next`"][decoding] == "·" and table["`gla`"][speed] != "n/a"
-    assert lines[-1].startswith("`n/a`: the column's benchmark has no cell for the row")
+    assert any(line.startswith("`n/a`: the column's benchmark has no cell for the row") for line in lines)
 
 
 def test_the_page_is_rewritten_between_its_markers_only(tmp_path: Path) -> None:

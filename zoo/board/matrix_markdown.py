@@ -6,6 +6,8 @@
 seeds or ``1 seed``), from the same records; the prose around the markers is the page's own. A
 row appears once one of its cells is measured; the rows not run yet are named in one line under
 the table, so the table grows as ``zoo matrix`` fills it and never shows a column of blanks.
+Under it, :func:`coverage` counts each column's cells: how many rows it has run, and how many
+first-priority rows hold the protocol's seeds (what the matrix's targets ask of a column).
 ``tests/board/test_matrix_markdown.py`` rebuilds the committed page's table from the committed
 records and fails when the two differ: a measurement changes the records, and the page follows.
 """
@@ -19,7 +21,7 @@ from zoo.board.matrix_page import cell_text
 from zoo.errors import ConfigurationError
 from zoo.text.files import atomic_write_text
 
-__all__ = ["BEGIN", "END", "matrix_markdown", "write_matrix_markdown"]
+__all__ = ["BEGIN", "END", "coverage", "matrix_markdown", "write_matrix_markdown"]
 
 BEGIN = "<!-- matrix:begin: written by `python -m zoo board --markdown`; change the records, not this table -->"
 END = "<!-- matrix:end -->"
@@ -33,9 +35,35 @@ def _cell(cell: Cell) -> str:
     return f"{text} ({note}{rate})" if note or rate else text
 
 
+def _run(cell: Cell) -> bool:
+    """Whether the cell's protocol ran for the row: a score, or a benchmark's measurement or failure."""
+    return cell.summary is not None or cell.measured
+
+
+def coverage(matrix: Matrix) -> list[str]:
+    """A Markdown table of each column's cells: the rows run of those the column applies to, and
+    the first-priority rows that hold the protocol's seeds (a benchmark's cell is one measurement)."""
+    lines = [
+        "| column | rows run | first-priority rows at the protocol's seeds |",
+        "|---|---|---|",
+    ]
+    for stick in matrix.yardsticks:
+        cells = [(row.row, row.cells[stick.name]) for row in matrix.rows if row.cells[stick.name].applies]
+        run = sum(_run(cell) for _, cell in cells)
+        first = [cell for row, cell in cells if row.first]
+        if stick.kind == "bench":
+            seeded = f"{sum(_run(cell) for cell in first)} of {len(first)} (one measurement each)"
+        else:
+            seeds = stick.sizes[matrix.size].seeds
+            held = sum(cell.summary is not None and cell.summary.n >= seeds for cell in first)
+            seeded = f"{held} of {len(first)} at {seeds} seeds"
+        lines.append(f"| {stick.title} | {run} of {len(cells)} | {seeded} |")
+    return lines
+
+
 def matrix_markdown(matrix: Matrix) -> str:
     """The table of every row with a measured cell (``·`` where a cell is not run, ``n/a`` where
-    the yardstick has none for the row), then the rows not run yet."""
+    the yardstick has none for the row), then the rows not run yet, then :func:`coverage`."""
     sticks = matrix.yardsticks
     measured = [row for row in matrix.rows if any(cell.summary is not None for cell in row.cells.values())]
     waiting = [row.row.label for row in matrix.rows if row not in measured]
@@ -67,7 +95,7 @@ def matrix_markdown(matrix: Matrix) -> str:
             "`n/a`: the column's benchmark has no cell for the row (it times one registered layer; a recipe "
             "only where its protocol decodes whole stacks)."
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *coverage(matrix)])
 
 
 def write_matrix_markdown(matrix: Matrix, page: Path) -> bool:
