@@ -34,8 +34,8 @@ class StepTimer(L.Callback):
     whole training time, warm-up included, of this attempt and of the earlier ones a resumed fit
     continues (carried in the checkpoint, up to when it was saved): the intervals are this
     attempt's, and ``earlier_train_seconds`` is the earlier attempts' part of the total (what a
-    record adds to this attempt's time). ``parameters`` counts the trained module's parameters (a tied embedding once), the
-    size a leaderboard compares.
+    record adds to this attempt's time). ``parameters`` counts the trained module's parameters (a
+    tied embedding once), the size a leaderboard compares.
 
     Args:
         skip: Intervals at the start left out of the median (warm-up), when there are more than that.

@@ -61,6 +61,6 @@ def _minutes_by_row(group: Group) -> dict[str, list[float]]:
         attention = (record.get("overrides") or {}).get("model.attention")
         if attention is None or record.get("run") is None:
             continue
-        seconds = fit_seconds(record) + (record.get("eval_seconds") or 0.0)
+        seconds = (fit_seconds(record) or 0.0) + (record.get("eval_seconds") or 0.0)
         runs[attention][record["run"]] = seconds * (record.get("threads") or 1) / 60
     return {attention: list(by_run.values()) for attention, by_run in runs.items()}
