@@ -119,17 +119,22 @@ def matrix_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class TableReader(HTMLParser):
-    """The rows of a page's ``table#ID``: each ``tr``'s attributes and its cells' ``data-*`` and text."""
+    """The rows of a page's ``table#ID``: each ``tr``'s attributes and its cells' ``data-*`` and text;
+    the footer's cells by their ``data-coverage``."""
 
     def __init__(self, table: str) -> None:
         super().__init__()
         self.table, self.inside, self.rows, self.headers = table, False, [], []
+        self.footer: dict[str, dict[str, str]] = {}
+        self.in_footer = False
         self.cell: dict[str, str] | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = {key: value or "" for key, value in attrs}
         if tag == "table":
             self.inside = found.get("id") == self.table
+        elif self.inside and tag == "tfoot":
+            self.in_footer = True
         elif self.inside and tag == "tr" and "data-row" in found:
             self.rows.append({"attrs": found, "cells": {}})
         elif self.inside and tag in ("td", "th"):
@@ -144,8 +149,12 @@ class TableReader(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if tag == "table":
             self.inside = False
+        elif tag == "tfoot":
+            self.in_footer = False
         elif tag in ("td", "th") and self.cell is not None:
-            if self.cell["tag"] == "th":
+            if self.in_footer:
+                self.footer[self.cell.get("data-coverage", "")] = self.cell
+            elif self.cell["tag"] == "th":
                 self.headers.append(self.cell)
             elif self.rows:
                 self.rows[-1]["cells"][self.cell.get("data-yardstick", "")] = self.cell

@@ -63,7 +63,7 @@ def test_the_coverage_counts_each_columns_rows_run_and_first_priority_rows_at_fu
     parity = table[next(s.title for s in matrix.yardsticks if s.name == "parity")]
     assert parity[0].strip() == f"0 of {len(matrix.rows)}"
     speed = table[next(s.title for s in matrix.yardsticks if s.name == "speed")]
-    assert speed[1].strip().endswith("(one measurement each)")
+    assert speed[1].strip().endswith(" one measurement each")
 
 
 def test_a_cell_the_protocol_has_none_for_reads_n_a_not_not_run(tmp_path: Path) -> None:

@@ -130,6 +130,10 @@ def test_every_row_and_column_with_not_run_cells_greyed(matrix_site: Path) -> No
     assert rows["gla"]["mqar"]["text"].startswith("0.790") and "lr 3e-3" in rows["gla"]["mqar"]["text"]
     assert "1 seed" in rows["softmax"]["mqar"]["text"]
     assert "3 seeds" in rows["mamba2"]["mqar"]["text"]
+    first = sum(row["attrs"]["data-first"] == "yes" for row in table.rows)
+    # five rows hold MQAR records, all first priority; mamba2's alone at the protocol's three seeds
+    run, held = f"5 of {len(rows)} rows run", f"1 of {first} first-priority at 3 seeds"
+    assert table.footer["mqar"]["text"] == run + held  # the two lines of the footer's cell
 
 
 def test_the_question_is_answered_from_the_first_page_in_one_click(matrix_site: Path) -> None:  # noqa: F811

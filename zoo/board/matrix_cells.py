@@ -41,7 +41,7 @@ from zoo.matrix.plan import measures
 from zoo.matrix.protocol import SIZES, Yardstick, load_yardsticks
 from zoo.matrix.rows import Row, select_rows
 
-__all__ = ["CHANCE", "Cell", "Matrix", "MatrixRow", "matrix_cells", "row_names"]
+__all__ = ["CHANCE", "Cell", "Coverage", "Matrix", "MatrixRow", "matrix_cells", "row_names"]
 
 #: A yardstick's chance score where it is not about zero: parity's two answers, S3's six elements.
 #: A column's colour runs from chance (or its worst value, for a lower-is-better metric) to its best.
@@ -66,6 +66,11 @@ class Cell:
     def value(self) -> float | None:
         return None if self.summary is None else self.summary.mean
 
+    @property
+    def run(self) -> bool:
+        """Whether the protocol ran for the row: a score, or a benchmark's measurement or failure."""
+        return self.summary is not None or self.measured
+
 
 @dataclass(frozen=True)
 class MatrixRow:
@@ -82,6 +87,19 @@ class MatrixRow:
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """How much of a column has run: ``run`` of its ``rows`` (those it applies to), and ``held`` of
+    its ``first`` first-priority rows at the protocol's ``seeds`` (None: a benchmark's column,
+    whose cell is one measurement, so ``held`` counts the first-priority rows run)."""
+
+    run: int
+    rows: int
+    held: int
+    first: int
+    seeds: int | None
+
+
+@dataclass(frozen=True)
 class Matrix:
     """The yardsticks in ``matrix.yaml``'s order and every row, at one size."""
 
@@ -94,6 +112,17 @@ class Matrix:
         if stick.kind == "bench":
             return False
         return higher_is_better(stick.metric, (stick.select or "").partition(":")[2] or None)
+
+    def coverage(self, stick: Yardstick) -> Coverage:
+        """How much of the column of ``stick`` has run (what the matrix's targets ask of a column)."""
+        cells = [(row.row, row.cells[stick.name]) for row in self.rows if row.cells[stick.name].applies]
+        first = [cell for row, cell in cells if row.first]
+        run = sum(cell.run for _, cell in cells)
+        if stick.kind == "bench":
+            return Coverage(run, len(cells), sum(cell.run for cell in first), len(first), None)
+        seeds = stick.sizes[self.size].seeds
+        held = sum(cell.summary is not None and cell.summary.n >= seeds for cell in first)
+        return Coverage(run, len(cells), held, len(first), seeds)
 
     def fraction(self, stick: Yardstick, value: float) -> float:
         """How far ``value`` lies from the column's worst (chance, or its worst value) to its best,

@@ -35,29 +35,17 @@ def _cell(cell: Cell) -> str:
     return f"{text} ({note}{rate})" if note or rate else text
 
 
-def _run(cell: Cell) -> bool:
-    """Whether the cell's protocol ran for the row: a score, or a benchmark's measurement or failure."""
-    return cell.summary is not None or cell.measured
-
-
 def coverage(matrix: Matrix) -> list[str]:
-    """A Markdown table of each column's cells: the rows run of those the column applies to, and
-    the first-priority rows that hold the protocol's seeds (a benchmark's cell is one measurement)."""
+    """A Markdown table of each column's cells (:meth:`Matrix.coverage`): the rows run of those the
+    column applies to, and the first-priority rows that hold the protocol's seeds."""
     lines = [
         "| column | rows run | first-priority rows at the protocol's seeds |",
         "|---|---|---|",
     ]
     for stick in matrix.yardsticks:
-        cells = [(row.row, row.cells[stick.name]) for row in matrix.rows if row.cells[stick.name].applies]
-        run = sum(_run(cell) for _, cell in cells)
-        first = [cell for row, cell in cells if row.first]
-        if stick.kind == "bench":
-            seeded = f"{sum(_run(cell) for cell in first)} of {len(first)} (one measurement each)"
-        else:
-            seeds = stick.sizes[matrix.size].seeds
-            held = sum(cell.summary is not None and cell.summary.n >= seeds for cell in first)
-            seeded = f"{held} of {len(first)} at {seeds} seeds"
-        lines.append(f"| {stick.title} | {run} of {len(cells)} | {seeded} |")
+        c = matrix.coverage(stick)
+        seeds = "one measurement each" if c.seeds is None else f"at {c.seeds} seeds"
+        lines.append(f"| {stick.title} | {c.run} of {c.rows} | {c.held} of {c.first} {seeds} |")
     return lines
 
 

@@ -134,7 +134,15 @@ def matrix_row_cells(matrix: Matrix, row: MatrixRow, page_dir: Path) -> list[dic
 
 def _column(stick: Yardstick, matrix: Matrix) -> dict[str, str]:
     better = "higher" if matrix.better_high(stick) else "lower"
-    return {"name": stick.name, "title": stick.title, "help": f"{stick.metric}, {better} is better"}
+    c = matrix.coverage(stick)
+    held = f"{c.held} of {c.first} first-priority " + ("measured" if c.seeds is None else f"at {c.seeds} seeds")
+    return {
+        "name": stick.name,
+        "title": stick.title,
+        "help": f"{stick.metric}, {better} is better",
+        "run": f"{c.run} of {c.rows} rows run",
+        "held": held,
+    }
 
 
 def save_figure(figure: Any, out: Path, name: str) -> str:
