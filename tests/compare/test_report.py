@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from zoo.compare.records import fit_seconds
-from zoo.compare.report import LEGEND_INSIDE, line_style, place_legend, plot_metric_vs_time, pyplot
+from zoo.compare.records import fit_seconds, record_field
+from zoo.compare.report import LEGEND_INSIDE, line_style, place_legend, plot_metric_vs_time, pyplot, summary_tables
 
 
 def _overlaps(a, b) -> bool:  # two matplotlib Bboxes in display pixels
@@ -53,3 +53,12 @@ def test_a_resumed_fit_recorded_with_its_last_attempt_alone_is_timed_by_its_trai
     assert fit_seconds(resumed) == 1075.0
     assert fit_seconds({"fit_seconds": 1100.0, "train_seconds": 1075.0, "resumed": True}) == 1100.0
     assert fit_seconds({"fit_seconds": 20.0, "train_seconds": 15.0, "resumed": False}) == 20.0
+
+
+def test_the_reports_fit_time_column_times_a_resumed_fit_whole() -> None:
+    resumed = {"combination": "a", "seed": 0, "fit_seconds": 7.0, "train_seconds": 1075.0, "resumed": True,
+               "metrics": {"test/accuracy": 0.9}}  # fmt: skip
+    assert record_field(resumed, "fit_seconds") == 1075.0 and record_field(resumed, "resumed") is True
+    lines = "\n".join(summary_tables([resumed], ["a"], "a")).splitlines()
+    row = next(line for line in lines if line.startswith("| `a`"))
+    assert "| 1.08e+03 |" in row and "| 7 |" not in row

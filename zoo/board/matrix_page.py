@@ -24,6 +24,7 @@ from zoo.board.figures import length_figure, mqar_width_figure, needle_figure
 from zoo.board.matrix_cells import Cell, Matrix, MatrixRow
 from zoo.board.recipes import recipe_label
 from zoo.board.results import Result
+from zoo.compare.report import pyplot
 from zoo.matrix.protocol import Yardstick
 
 __all__ = [
@@ -147,12 +148,10 @@ def _column(stick: Yardstick, matrix: Matrix) -> dict[str, str]:
 
 def save_figure(figure: Any, out: Path, name: str) -> str:
     """Write ``figure`` as ``figures/NAME.png`` under ``out``; its path relative to the site."""
-    import matplotlib.pyplot as plt
-
     relative = f"{FIGURES}/{name}.png"
     (out / FIGURES).mkdir(parents=True, exist_ok=True)
     figure.savefig(out / relative, dpi=FIGURE_DPI, metadata={"Software": None}, bbox_inches="tight")
-    plt.close(figure)
+    pyplot().close(figure)
     return relative
 
 

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zoo.compare.records import record_field
 from zoo.compare.report import format_summary
 from zoo.compare.stats import paired_differences, summarize
 from zoo.errors import DataError
@@ -83,7 +84,7 @@ def _values(group: Sequence[dict[str, Any]], field: str) -> dict[int, float]:
     """Seed -> value of a metric, or of a record's field, over the runs that have it."""
     values = {}
     for record in group:
-        value = record["metrics"].get(field, record.get(field))
+        value = record["metrics"].get(field, record_field(record, field))
         if value is not None:
             values[record["seed"]] = float(value)
     return values

@@ -34,6 +34,7 @@ from zoo.board.published import code_spans, read_findings
 from zoo.board.recipes import RecipeReader
 from zoo.board.results import Result, group_results, slug
 from zoo.board.table import datatables_head, leaderboard_table, shared_datatables
+from zoo.compare.records import fit_seconds
 from zoo.compare.report import format_summary
 from zoo.matrix.cli import PROTOCOLS
 
@@ -219,7 +220,7 @@ class _Writer:
                     "key": record["run"],
                     "comparison": run.comparison.name,
                     "metric_values": [_number(record["metrics"].get(m)) for m in metrics],
-                    "fit_seconds": _number(record.get("fit_seconds")),
+                    "fit_seconds": _number(fit_seconds(record)),
                     "steps": record.get("steps", ""),
                     "seconds_per_step": _number(record.get("seconds_per_step")),
                     "peak_rss_mib": _number(record.get("peak_rss_mib")),

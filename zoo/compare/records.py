@@ -22,6 +22,7 @@ __all__ = [
     "last_metrics",
     "load_records",
     "metric_rows",
+    "record_field",
 ]
 
 _LOCK = threading.Lock()
@@ -61,6 +62,12 @@ def fit_seconds(record: dict[str, Any]) -> float | None:
     if record.get("resumed") and record.get("train_seconds") is not None:
         return max(seconds or 0.0, record["train_seconds"])
     return seconds
+
+
+def record_field(record: dict[str, Any], field: str) -> Any:
+    """A record's ``field`` (None where it has none); ``fit_seconds`` as :func:`fit_seconds` reads
+    it, so every table and figure times a resumed fit whole."""
+    return fit_seconds(record) if field == "fit_seconds" else record.get(field)
 
 
 def last_metrics(metrics_csv: Path, prefix: str) -> dict[str, float]:

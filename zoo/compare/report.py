@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.bench.report import markdown_table
-from zoo.compare.records import fit_seconds
+from zoo.compare.records import fit_seconds, record_field
 from zoo.compare.stats import CONFIDENCE, Summary, paired_differences, summarize
 
 __all__ = [
@@ -58,16 +58,10 @@ def _by_combination(records: Sequence[dict[str, Any]], order: Sequence[str]) -> 
     return {name: group for name, group in groups.items() if group}
 
 
-def _field(record: dict[str, Any], field: str, metric: bool) -> Any:
-    """A record's metric, or its field (the fit's time as :func:`fit_seconds` reads it)."""
-    if metric:
-        return record["metrics"].get(field)
-    return fit_seconds(record) if field == "fit_seconds" else record.get(field)
-
-
 def _values(group: Sequence[dict[str, Any]], field: str, metric: bool = True) -> dict[int, float]:
-    """Seed -> value of a metric (or of a record field) over a combination's runs that have it."""
-    values = {r["seed"]: _field(r, field, metric) for r in group}
+    """Seed -> value of a metric (or of a record field, :func:`record_field`) over a combination's
+    runs that have it."""
+    values = {r["seed"]: r["metrics"].get(field) if metric else record_field(r, field) for r in group}
     return {seed: float(value) for seed, value in values.items() if value is not None}
 
 
