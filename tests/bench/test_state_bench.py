@@ -91,7 +91,7 @@ def test_an_entry_with_arguments_builds_that_layer_and_a_bad_one_is_one_line(cap
     )
 
 
-def _recipe(folder, name: str, attention: list) -> str:
+def _recipe(folder, name: str, attention: list | str) -> str:
     """A recipe overlay as ``configs/gpt_shakespeare_cpu_*.yaml`` writes one; ``LABEL=PATH``."""
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"model": {"init_args": {"position": "rope", "attention": attention}}}))
@@ -126,6 +126,7 @@ def test_bench_state_takes_recipes_alone_and_a_bad_recipe_is_one_line(tmp_path, 
         (str(tmp_path / "missing.yaml"), "missing.yaml: No such file or directory; give a recipe overlay file."),
         (str(tmp_path / "bare.yaml"), "bare.yaml sets no model.init_args.attention; point it at a recipe overlay."),
         (_recipe(tmp_path, "typo", ["glaa"]), "Unknown attention 'glaa'"),
+        (_recipe(tmp_path, "every", "gla"), "every.yaml sets one attention for every layer and no model.init_args"),
     ]:
         with pytest.raises(SystemExit) as stopped:
             main(["state", "--recipes", entry, *tiny, "--out", str(out)])

@@ -69,8 +69,12 @@ def test_the_default_rows_are_every_causal_name_and_recipe_with_the_priorities_o
     assert recurrent | {"softmax", "dot_product"} | variants == first
     assert {f"recipe-{label}" for label in _matrix_file()["recipes"]} <= set(mqar)
     assert mqar["first"].seeds == 3 and mqar["rest"].seeds == 1
-    qwen = mqar["recipe-qwen3next"].command()
-    assert qwen[qwen.index("--model.num_layers") + 1] == "4"  # the pattern's depth, each layer in its place
+    cpu_depth = yaml.safe_load((PROJECT_ROOT / "configs" / "gpt_shakespeare_cpu.yaml").read_text())
+    for label, path in _matrix_file()["recipes"].items():  # each recipe as deep as its language model
+        overlay = yaml.safe_load((PROTOCOLS / path).read_text())["model"]["init_args"]
+        command = mqar[f"recipe-{label}"].command()
+        depth = overlay.get("num_layers", cpu_depth["model"]["init_args"]["num_layers"])
+        assert command[command.index("--model.num_layers") + 1] == str(depth), label
     decoding = {g.label: g for g in plan_groups if g.yardstick.name == "decoding"}
     assert list(decoding) == ["first", "rest", "recipes"]  # the state bench decodes a recipe's whole stack
     assert all(row.attention in ATTENTION_REGISTRY for label in ("first", "rest") for row in decoding[label].rows)

@@ -44,7 +44,10 @@ def recipe_case(label: str) -> str:
 
 def recipe_settings(path: Path) -> dict[str, Any]:
     """The model arguments the overlay ``path`` sets (its ``model.init_args``), with the depth made
-    explicit: a recipe that sets none has its pattern's length. One line when it names no attention."""
+    explicit: a pattern of layers that sets none has the pattern's length. One line when it names
+    no attention, or one attention for every layer and no depth: the stack the recipe is would
+    otherwise be one layer deep wherever it is measured (the matrix, ``bench state``), shallower
+    than the language model its overlay builds on the CPU recipe."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except OSError as error:
@@ -53,8 +56,14 @@ def recipe_settings(path: Path) -> dict[str, Any]:
     init = (model.get("init_args") if isinstance(model, dict) else None) or {}
     if "attention" not in init:
         raise ConfigurationError(f"{path} sets no model.init_args.attention; point it at a recipe overlay.")
-    pattern = init["attention"] if isinstance(init["attention"], list) else [init["attention"]]
-    return {"num_layers": len(pattern), **init}
+    if isinstance(init["attention"], list):
+        return {"num_layers": len(init["attention"]), **init}
+    if "num_layers" not in init:
+        raise ConfigurationError(
+            f"{path} sets one attention for every layer and no model.init_args.num_layers; "
+            "write the depth the recipe runs at."
+        )
+    return dict(init)
 
 
 def parse_recipe(entry: str) -> tuple[str, Path]:

@@ -8,9 +8,11 @@ class's ``family``, as the board reads it) and every recipe. Every other row run
 
 A recipe is the overlay file of its CPU language-model recipe (``configs/gpt_shakespeare_cpu_*.yaml``):
 its ``model.init_args`` (the attention pattern, and the depth or positions it sets) become the row's
-model flags, so a recipe's pattern is written in one place. A recipe that sets no depth runs at its
-pattern's length (Qwen3-Next's three Gated DeltaNet layers to one attention: 4 layers), on every
-yardstick, so each of its layers keeps its place; its parameter count says what that adds.
+model flags, so a recipe's pattern is written in one place. A recipe is the stack its language model
+is, on every yardstick: a pattern that sets no depth runs at its length (Qwen3-Next's three Gated
+DeltaNet layers to one attention: 4 layers), so each layer keeps its place, and an overlay whose
+pattern is shorter than the CPU recipe's 4 layers (one attention in every layer, gpt-oss's pair)
+writes that depth; its parameter count says what the depth adds.
 """
 
 from __future__ import annotations
