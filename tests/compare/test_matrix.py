@@ -138,14 +138,15 @@ def test_the_matrix_runs_each_group_once_and_the_same_command_starts_nothing_aga
 
 def test_a_recipes_decoding_cell_is_its_whole_stack_measured_beside_its_layers(tmp_path: Path) -> None:
     """The state bench's column with a recipe: the recipes' group writes its own file, and the
-    board's cell for the recipe is the stack's bytes, the two layers' cells summed."""
+    board's cell for the recipe is the stack's bytes, the two layers' cells summed (the overlay's
+    own depth kept)."""
     from zoo.board.inputs import read_inputs
     from zoo.board.matrix_cells import matrix_cells
 
     protocols, out = _fixture_protocols(tmp_path, "3steps"), tmp_path / "matrix"
     state = yaml.safe_load((protocols / "yardsticks" / "state.yaml").read_text())
     (protocols / "yardsticks" / "state.yaml").write_text(yaml.safe_dump({**state, "recipes_flag": "--recipes"}))
-    overlay = {"model": {"init_args": {"position": "rope", "attention": ["gla", "dot_product"]}}}
+    overlay = {"model": {"init_args": {"num_layers": 2, "position": "rope", "attention": ["gla", "dot_product"]}}}
     (tmp_path / "pair.yaml").write_text(yaml.safe_dump(overlay))
     matrix = yaml.safe_load((protocols / "matrix.yaml").read_text())
     (protocols / "matrix.yaml").write_text(yaml.safe_dump({**matrix, "recipes": {"pair": "../pair.yaml"}}))

@@ -31,6 +31,10 @@ from zoo.models import GPT
 
 __all__ = ["RecipeStack", "StackCache", "parse_recipe", "recipe_case", "recipe_settings"]
 
+#: the CPU language-model recipe every overlay is written against: its depth is a recipe's when the
+#: overlay sets none
+CPU_RECIPE = Path(__file__).parents[1] / "configs" / "gpt_shakespeare_cpu.yaml"
+
 #: the tokens a recipe stack reads: enough to be a language model's, small enough that its
 #: embedding and output layer cost little beside the attention
 VOCAB_SIZE = 256
@@ -44,26 +48,27 @@ def recipe_case(label: str) -> str:
 
 def recipe_settings(path: Path) -> dict[str, Any]:
     """The model arguments the overlay ``path`` sets (its ``model.init_args``), with the depth made
-    explicit: a pattern of layers that sets none has the pattern's length. One line when it names
-    no attention, or one attention for every layer and no depth: the stack the recipe is would
-    otherwise be one layer deep wherever it is measured (the matrix, ``bench state``), shallower
-    than the language model its overlay builds on the CPU recipe."""
+    explicit: the overlay's own, else the depth of the CPU recipe it is written against
+    (:data:`CPU_RECIPE`) raised to a multiple of its pattern's length, so that the stack measured
+    (the matrix's rows, ``bench state``) is the language model the overlay builds and each layer
+    of a pattern keeps its place. One line when it names no attention."""
+    init = _init_args(path)
+    if "attention" not in init:
+        raise ConfigurationError(f"{path} sets no model.init_args.attention; point it at a recipe overlay.")
+    if "num_layers" in init:
+        return dict(init)
+    pattern = len(init["attention"]) if isinstance(init["attention"], list) else 1
+    return {"num_layers": -(-_init_args(CPU_RECIPE)["num_layers"] // pattern) * pattern, **init}
+
+
+def _init_args(path: Path) -> dict[str, Any]:
+    """The ``model.init_args`` of the config file ``path`` (empty where it sets none)."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except OSError as error:
         raise ConfigurationError(f"Recipe {path}: {error.strerror}; give a recipe overlay file.") from None
     model = raw.get("model") if isinstance(raw, dict) else None
-    init = (model.get("init_args") if isinstance(model, dict) else None) or {}
-    if "attention" not in init:
-        raise ConfigurationError(f"{path} sets no model.init_args.attention; point it at a recipe overlay.")
-    if isinstance(init["attention"], list):
-        return {"num_layers": len(init["attention"]), **init}
-    if "num_layers" not in init:
-        raise ConfigurationError(
-            f"{path} sets one attention for every layer and no model.init_args.num_layers; "
-            "write the depth the recipe runs at."
-        )
-    return dict(init)
+    return (model.get("init_args") if isinstance(model, dict) else None) or {}
 
 
 def parse_recipe(entry: str) -> tuple[str, Path]:
