@@ -59,7 +59,7 @@ from typing_extensions import TypedDict, Unpack
 
 from zoo.attention.build.factory import register_attention_layer
 from zoo.attention.contract.base import AttentionOutput
-from zoo.attention.contract.cache import ConvolvedCache, LatentCache, LayerCache
+from zoo.attention.contract.cache import LatentCache
 from zoo.attention.contract.context import AttentionContext
 from zoo.attention.contract.masking import with_causal
 from zoo.attention.kernels.chunking import QUERY_CHUNK
@@ -136,6 +136,7 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
 
     family = "sparse selection"
     cost = "L²"
+    cache_type = IndexedLatentCache
 
     def __init__(
         self,
@@ -250,31 +251,34 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
         absorbed = self.mode == "absorbed"
         return self._sparse(x, queries, latent, rope_key, index_keys, context.offset, context, absorbed)
 
-    def attend_cached(
-        self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
-    ) -> tuple[Tensor, LayerCache]:
-        """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (an
-        :class:`IndexedLatentCache`, in a :class:`~zoo.attention.contract.cache.ConvolvedCache` when
-        the layer convolves; None before the first), causal: the output and the cache extended by
-        their latents, rotary keys and index keys. The context's mask, if any, broadcasts to ``(B, 1
-        or H, Lq, L)`` over every position seen."""
-        held, windows = self.unwrap_cache(cache, IndexedLatentCache)
-        context = AttentionContext(is_causal=True) if context is None else context
-        self.check_request(context)
-        offset = 0 if held is None else held.length
-        queries, down, windows = self._down(x, context, windows)
-        latent, rope_key = self._latents(down, offset, context)
+    def _hold(  # type: ignore[override]  (DSA's cache holds the index keys too)
+        self,
+        held: IndexedLatentCache | None,
+        x: Tensor,
+        latent: Tensor,
+        rope_key: Tensor,
+        offset: int,
+        context: AttentionContext,
+    ) -> IndexedLatentCache:
+        """``held`` extended by the new positions' latents, rotary keys and index keys."""
         index_keys = self.indexer.keys(x.detach(), self.rotary, offset, context)
         if held is None:
-            held = IndexedLatentCache(LatentCache(latent, rope_key), index_keys)
-        else:
-            held = held.extend(latent, rope_key, index_keys)
-        absorbed = self.mode == "absorbed" or (self.mode == "auto" and offset > 0)
-        plain = context.replace(need_weights=False)
-        output, _ = self._sparse(
-            x, queries, held.latent.latent, held.latent.rope_key, held.index_keys, offset, plain, absorbed
-        )
-        return output, ConvolvedCache.wrap(held, windows)
+            return IndexedLatentCache(LatentCache(latent, rope_key), index_keys)
+        return held.extend(latent, rope_key, index_keys)
+
+    def _read(  # type: ignore[override]
+        self,
+        x: Tensor,
+        queries: Tensor,
+        held: IndexedLatentCache,
+        offset: int,
+        context: AttentionContext,
+        absorbed: bool,
+    ) -> Tensor:
+        cached = held.latent
+        return self._sparse(
+            x, queries, cached.latent, cached.rope_key, held.index_keys, offset, context, absorbed
+        ).output
 
     def extra_repr(self) -> str:
         return (

@@ -59,7 +59,7 @@ the absorbed form is unchanged: the convolution comes before ``W^UKV``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from torch import Tensor, nn
 
@@ -123,6 +123,8 @@ class MultiHeadLatentAttention(ShortConvolved, AttentionLayer):
     supports_rotary = True
     supports_position_bias = False
     conv_names = ("q_conv", "kv_conv")
+    #: what :meth:`attend_cached` holds between calls; :meth:`_hold` extends it, :meth:`_read` reads it
+    cache_type: ClassVar[type] = LatentCache
 
     def __init__(
         self,
@@ -248,22 +250,41 @@ class MultiHeadLatentAttention(ShortConvolved, AttentionLayer):
     def attend_cached(
         self, x: Tensor, cache: LayerCache | None, context: AttentionContext | None = None
     ) -> tuple[Tensor, LayerCache]:
-        """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a
-        :class:`~zoo.attention.contract.cache.LatentCache`, in a :class:`~zoo.attention.contract.cache.ConvolvedCache`
-        when the layer convolves; None before the first), causal: the output and the cache
-        extended by their latents and rotary keys. The context's mask, if any, broadcasts to
+        """New positions ``x`` ``(B, Lq, embed_dim)`` after those in ``cache`` (a :attr:`cache_type`,
+        :class:`~zoo.attention.contract.cache.LatentCache` here, in a
+        :class:`~zoo.attention.contract.cache.ConvolvedCache` when the layer convolves; None before
+        the first), causal: the output and the cache extended by :meth:`_hold`. The context's mask, if any, broadcasts to
         ``(B, 1 or H, Lq, L)`` over every position seen."""
-        held, windows = self.unwrap_cache(cache, LatentCache)
+        held, windows = self.unwrap_cache(cache, self.cache_type)
         context = AttentionContext(is_causal=True) if context is None else context
         self.check_request(context)
         offset = 0 if held is None else held.length
         queries, down, windows = self._down(x, context, windows)
         latent, rope_key = self._latents(down, offset, context)
-        held = LatentCache(latent, rope_key) if held is None else held.extend(latent, rope_key)
+        held = self._hold(held, x, latent, rope_key, offset, context)
         absorbed = self.mode == "absorbed" or (self.mode == "auto" and offset > 0)
-        plain = context.replace(need_weights=False)
-        output, _ = self._attend(queries, held.latent, held.rope_key, offset, plain, absorbed)
+        output = self._read(x, queries, held, offset, context.replace(need_weights=False), absorbed)
         return output, ConvolvedCache.wrap(held, windows)
+
+    def _hold(
+        self,
+        held: LatentCache | None,
+        x: Tensor,
+        latent: Tensor,
+        rope_key: Tensor,
+        offset: int,
+        context: AttentionContext,
+    ) -> LatentCache:
+        """``held`` (None before the first call) extended by the new positions' ``latent`` and
+        ``rope_key`` (``x``, their input, for a subclass that caches more of it)."""
+        return LatentCache(latent, rope_key) if held is None else held.extend(latent, rope_key)
+
+    def _read(
+        self, x: Tensor, queries: Tensor, held: LatentCache, offset: int, context: AttentionContext, absorbed: bool
+    ) -> Tensor:
+        """The output of the new positions (input ``x``, down-projected ``queries``) over every
+        position ``held``."""
+        return self._attend(queries, held.latent, held.rope_key, offset, context, absorbed).output
 
     def extra_repr(self) -> str:
         return (
