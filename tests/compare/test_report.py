@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zoo.compare.records import fit_seconds, record_field
+from zoo.compare.records import fit_seconds, record_field, seed_values
 from zoo.compare.report import LEGEND_INSIDE, line_style, place_legend, plot_metric_vs_time, pyplot, summary_tables
 
 
@@ -62,3 +62,14 @@ def test_the_reports_fit_time_column_times_a_resumed_fit_whole() -> None:
     lines = "\n".join(summary_tables([resumed], ["a"], "a")).splitlines()
     row = next(line for line in lines if line.startswith("| `a`"))
     assert "| 1.08e+03 |" in row and "| 7 |" not in row
+
+
+def test_seed_values_read_a_metric_first_then_the_record_and_drop_the_runs_without_either() -> None:
+    group = [
+        {"seed": 0, "metrics": {"test/accuracy": 0.5}, "fit_seconds": 3.0},
+        {"seed": 1, "metrics": {"test/accuracy": 1}, "fit_seconds": 7.0, "train_seconds": 9.0, "resumed": True},
+        {"seed": 2, "metrics": {}, "fit_seconds": None},
+    ]
+    assert seed_values(group, "test/accuracy") == {0: 0.5, 1: 1.0}
+    assert seed_values(group, "fit_seconds") == {0: 3.0, 1: 9.0}
+    assert seed_values(group, "no_such_field") == {}

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zoo.compare.records import record_field
+from zoo.compare.records import seed_values
 from zoo.compare.report import format_summary
 from zoo.compare.stats import paired_differences, summarize
 from zoo.errors import DataError
@@ -80,16 +80,6 @@ def main_metric(field: str) -> str:
     return field_names(field)[0]
 
 
-def _values(group: Sequence[dict[str, Any]], field: str) -> dict[int, float]:
-    """Seed -> value of a metric, or of a record's field, over the runs that have it."""
-    values = {}
-    for record in group:
-        value = record["metrics"].get(field, record_field(record, field))
-        if value is not None:
-            values[record["seed"]] = float(value)
-    return values
-
-
 def _bold(text: str, mean: float, style: CellStyle) -> str:
     return f"**{text}**" if style.bold_at_least is not None and mean >= style.bold_at_least else text
 
@@ -122,13 +112,13 @@ def cell_text(
         notes = ", ".join(cell_text(group, note.strip(), style, baseline) for note in match["notes"].split(","))
         return f"{cell_text(group, match['main'], style, baseline)} ({notes})"
     kind, _, name = field.partition(" ") if field.startswith(_PREFIXES) else ("", "", field)
-    values = _values(group, name)
+    values = seed_values(group, name)
     if not values:
         return "-"
     if kind == "paired":
         if baseline is None or group is baseline:
             return ""
-        summary = paired_differences(values, _values(baseline, name))
+        summary = paired_differences(values, seed_values(baseline, name))
         if summary is None:
             return "-"
         if summary.low is None or summary.high is None:

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,13 @@ def record_field(record: dict[str, Any], field: str) -> Any:
     """A record's ``field`` (None where it has none); ``fit_seconds`` as :func:`fit_seconds` reads
     it, so every table and figure times a resumed fit whole."""
     return fit_seconds(record) if field == "fit_seconds" else record.get(field)
+
+
+def seed_values(group: Sequence[dict[str, Any]], field: str) -> dict[int, float]:
+    """Seed -> value of a metric, or where the runs log no metric of that name, of their records'
+    ``field`` (:func:`record_field`), over the runs of ``group`` that have it."""
+    values = {record["seed"]: record["metrics"].get(field, record_field(record, field)) for record in group}
+    return {seed: float(value) for seed, value in values.items() if value is not None}
 
 
 def last_metrics(metrics_csv: Path, prefix: str) -> dict[str, float]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.bench.report import markdown_table
-from zoo.compare.records import fit_seconds, record_field
+from zoo.compare.records import fit_seconds, seed_values
 from zoo.compare.stats import CONFIDENCE, Summary, paired_differences, summarize
 
 __all__ = [
@@ -58,13 +58,6 @@ def _by_combination(records: Sequence[dict[str, Any]], order: Sequence[str]) -> 
     return {name: group for name, group in groups.items() if group}
 
 
-def _values(group: Sequence[dict[str, Any]], field: str, metric: bool = True) -> dict[int, float]:
-    """Seed -> value of a metric (or of a record field, :func:`record_field`) over a combination's
-    runs that have it."""
-    values = {r["seed"]: r["metrics"].get(field) if metric else record_field(r, field) for r in group}
-    return {seed: float(value) for seed, value in values.items() if value is not None}
-
-
 def _conditions_note(records: Sequence[dict[str, Any]]) -> list[str]:
     """A line saying so when the runs were timed under different conditions (runs at once, threads
     each, and the launcher where more than one ran them), as a comparison resumed with another
@@ -107,11 +100,8 @@ def summary_tables(
     level = f"{CONFIDENCE:.0%}"
     rows = []
     for name, group in groups.items():
-        cells = [format_summary(summarize(list(v.values()))) if (v := _values(group, m)) else "-" for m in metrics]
-        costs = [
-            f"{summarize(list(v.values())).mean:.3g}" if (v := _values(group, f, metric=False)) else "-"
-            for f, _ in _COST
-        ]
+        cells = [format_summary(summarize(list(v.values()))) if (v := seed_values(group, m)) else "-" for m in metrics]
+        costs = [f"{summarize(list(v.values())).mean:.3g}" if (v := seed_values(group, f)) else "-" for f, _ in _COST]
         rows.append([f"`{name}`", len(group), *cells, *costs])
     lines = [
         f"Each cell: mean ± sample sd [{level} confidence interval, Student's t] over seeds. Cost columns are means.",
@@ -127,7 +117,7 @@ def summary_tables(
             if name == baseline:
                 continue
             shared = len({r["seed"] for r in group} & {r["seed"] for r in base})
-            cells = [format_summary(paired_differences(_values(group, m), _values(base, m))) for m in metrics]
+            cells = [format_summary(paired_differences(seed_values(group, m), seed_values(base, m))) for m in metrics]
             diff_rows.append([f"`{name}`", shared, *cells])
         lines += [
             f"## Paired differences against `{baseline}`",
