@@ -301,10 +301,18 @@ def test_a_stopped_run_of_another_fit_starts_over(tmp_path: Path, fake_child: Fa
     assert "--ckpt_path=last" not in fake_child.commands[0] and not checkpoint.exists()
 
 
-def test_resume_refuses_records_of_another_command(tmp_path: Path, fake_child: FakeChild) -> None:
+def test_resume_refuses_records_of_another_command_and_its_dry_run_says_so(
+    tmp_path: Path, fake_child: FakeChild
+) -> None:
     Comparison(CompareConfig(base=["--model", "nadaraya_watson"], out=tmp_path)).run()
+    assert Comparison(CompareConfig(base=["--model", "nadaraya_watson"], out=tmp_path)).describe() == [
+        "base/seed0: recorded"
+    ]
+    changed = Comparison(CompareConfig(base=["--model", "nadaraya_watson", "--model.lr=1"], out=tmp_path))
+    [line] = changed.describe()
+    assert line.startswith("base/seed0: refused: ") and "holds run base/seed0 of another command" in line
     with pytest.raises(ConfigurationError, match="holds run base/seed0 of another command"):
-        Comparison(CompareConfig(base=["--model", "nadaraya_watson", "--model.lr=1"], out=tmp_path)).run()
+        changed.run()
 
 
 def test_records_copied_to_another_folder_resume_there(tmp_path: Path, fake_child: FakeChild) -> None:

@@ -215,21 +215,28 @@ class Comparison:
                             append_record(self.records_file, record)  # finished while nobody waited for it
                         else:
                             pending.append(spec)
-                    elif recorded_command(done[spec.key], self.config.out) != shown(spec.fit):
-                        raise ConfigurationError(
-                            f"{self.records_file} holds run {spec.key} of another command ({done[spec.key]['command']}): "
-                            f"give another --out, or delete that directory to start over."
-                        )
-                    elif changed := _changed_configs(done[spec.key], spec.fit):
-                        raise ConfigurationError(
-                            f"{', '.join(changed)} changed since {self.records_file} recorded run {spec.key}: restore "
-                            f"it, or give another --out (or delete that directory) to start over."
-                        )
+                    elif refusal := self._refusal(done[spec.key], spec):
+                        raise ConfigurationError(refusal)
             self.failures = self.launcher.run(pending, lambda spec, record: append_record(self.records_file, record))
         for failure in self.failures:
             append_record(self.failures_file, {"error": str(failure), "launcher": self.launcher.name})
         keys = {f"{c.name}/seed{s}" for c, seeds in plan for s in seeds}
         return [record for record in load_records(self.records_file) if record["run"] in keys]
+
+    def _refusal(self, record: dict[str, Any], spec: RunSpec) -> str | None:
+        """Why ``record`` cannot stand for ``spec``'s run (another command, or a config file it read
+        that changed since), as the line that refuses to resume; None where it can."""
+        if recorded_command(record, self.config.out) != shown(spec.fit):
+            return (
+                f"{self.records_file} holds run {spec.key} of another command ({record['command']}): "
+                f"give another --out, or delete that directory to start over."
+            )
+        if changed := _changed_configs(record, spec.fit):
+            return (
+                f"{', '.join(changed)} changed since {self.records_file} recorded run {spec.key}: restore "
+                f"it, or give another --out (or delete that directory) to start over."
+            )
+        return None
 
     def describe(self, plan: Sequence[tuple[Combination, Sequence[int]]] | None = None) -> list[str]:
         """``--dry_run``: a line per run of ``plan`` (default: every combination and seed), its fit
@@ -239,12 +246,16 @@ class Comparison:
         plan = [(c, range(config.seeds)) for c in self.combinations] if plan is None else plan
         budget = config.budget
         extra = [] if budget is None or budget.kind == "seconds" else budget.flags()
-        done = {record["run"] for record in load_records(self.records_file)}
+        done = {record["run"]: record for record in load_records(self.records_file)}
         lines = []
         for combination, seeds in plan:
             for seed in seeds:
                 spec = self._spec(combination, seed, extra)
-                lines.append(f"{spec.key}: " + ("recorded" if spec.key in done else shown(spec.fit)))
+                if spec.key not in done:
+                    lines.append(f"{spec.key}: {shown(spec.fit)}")
+                else:
+                    refusal = self._refusal(done[spec.key], spec)
+                    lines.append(f"{spec.key}: " + ("recorded" if refusal is None else f"refused: {refusal}"))
         if budget is not None and budget.kind == "seconds":
             lines.append(f"(the {budget.text} budget becomes steps after a calibration fit of each combination)")
         return lines
