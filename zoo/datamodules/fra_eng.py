@@ -51,6 +51,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -170,16 +171,13 @@ class FraEngDataModule(CorpusDataModule):
         self._file: Path | None = None
         self._sha1: str | None = None
         self._splits: FraEngSplits | None = None
-        self._tokenizer: SubwordTokenizer | None = None
 
     # -- what the model needs, available right after construction ---------------------------------
 
-    @property
+    @cached_property
     def tokenizer(self) -> SubwordTokenizer:
         """The joint subword tokenizer: loaded from the cache, or trained and cached on first use."""
-        if self._tokenizer is None:
-            self._tokenizer = self._load_or_train_tokenizer()
-        return self._tokenizer
+        return self._load_or_train_tokenizer()
 
     @property
     def vocab_size(self) -> int:

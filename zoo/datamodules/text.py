@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -149,32 +150,26 @@ class TextDataModule(SplitsDataModule[Tensor]):
         self.dataset, self.column, self.tokenizer = dataset, column, tokenizer
         self.bpe_vocab_size, self.block_size, self.val_fraction = bpe_vocab_size, block_size, val_fraction
         self.train_windows = TRAIN_BATCHES * batch_size if train_windows is None else train_windows
-        self._corpus: TextCorpus | None = None
-        self._codec: LanguageCodec | None = None
 
     # -- what the model needs, available right after construction ---------------------------------
 
-    @property
+    @cached_property
     def codec(self) -> LanguageCodec:
         """Text to ids and back: loaded from the cache, or built (and cached) on first use."""
-        if self._codec is None:
-            self._codec = self._load_or_build_codec()
-        return self._codec
+        return self._load_or_build_codec()
 
     @property
     def vocab_size(self) -> int:
         """Rows of the model's embedding table and its output logits."""
         return self.codec.vocab_size
 
-    @property
+    @cached_property
     def corpus(self) -> TextCorpus:
         """The corpus reader (the public copy is downloaded first when it is the source)."""
-        if self._corpus is None:
-            self._corpus = TextCorpus(
-                path=self._corpus_path(), dataset=self.dataset, column=self.column,
-                val_fraction=self.val_fraction, as_bytes=self.tokenizer == "byte",
-            )  # fmt: skip
-        return self._corpus
+        return TextCorpus(
+            path=self._corpus_path(), dataset=self.dataset, column=self.column,
+            val_fraction=self.val_fraction, as_bytes=self.tokenizer == "byte",
+        )  # fmt: skip
 
     @property
     def codec_file(self) -> Path:
@@ -193,7 +188,7 @@ class TextDataModule(SplitsDataModule[Tensor]):
     def prepare_data(self) -> None:
         """Download (the public copy) or read the corpus, and cache the codec; once per node, before ``setup``."""
         self.corpus.splits()
-        self._codec = self._load_or_build_codec()
+        self.codec = self._load_or_build_codec()
 
     def build_split(self, split: str) -> Tensor:
         """The ids of ``split``, in the smallest integer type that holds them.

@@ -20,6 +20,7 @@ cached vocabulary, or builds it, on first access.
 from __future__ import annotations
 
 import logging
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -57,29 +58,23 @@ class TextClassificationDataModule(LabelledTextDataModule):
         self.max_vocab_size = max_vocab_size
         self.min_freq = min_freq
         self.collator = PadCollator(PAD_ID)
-        self._vocab: Vocabulary | None = None
-        self._codec: TextClassificationCodec | None = None
 
     # -- sizes the model needs, available right after construction ----------------------------
 
-    @property
+    @cached_property
     def vocab(self) -> Vocabulary:
         """The training vocabulary: loaded from the cache, or built and cached on first use."""
-        if self._vocab is None:
-            self._vocab = self._load_or_build_vocabulary()
-        return self._vocab
+        return self._load_or_build_vocabulary()
 
     @property
     def vocab_size(self) -> int:
         """Rows the model's embedding table needs."""
         return len(self.vocab)
 
-    @property
+    @cached_property
     def codec(self) -> TextClassificationCodec:
         """Raw text to token ids (this module's vocabulary and ``max_length``), ids to class names."""
-        if self._codec is None:
-            self._codec = TextClassificationCodec(self.vocab, self.max_length, self.class_names)
-        return self._codec
+        return TextClassificationCodec(self.vocab, self.max_length, self.class_names)
 
     @property
     def vocab_file(self) -> Path:
@@ -100,7 +95,7 @@ class TextClassificationDataModule(LabelledTextDataModule):
         build happen once; ``setup`` then only reads.
         """
         super().prepare_data()
-        self._vocab = self._load_or_build_vocabulary()
+        self.vocab = self._load_or_build_vocabulary()
 
     def _load_or_build_vocabulary(self) -> Vocabulary:
         """Reuse the cached vocabulary for these settings, or build it from the training texts and cache it
