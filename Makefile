@@ -34,12 +34,13 @@ train: setup
 test: setup
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# The leaderboard of the committed results (docs/board.md) into build/board, and its screenshot
-# docs/board.png (the README's), taken by Debian's headless Chromium (apt-get install chromium chromium-driver),
-# and the matrix table of docs/results/matrix.md from the same records.
+# The leaderboard of the committed results (docs/board.md) into build/board, screenshots of its top
+# (docs/board.png) and of its matrix page (docs/matrix.png, the README's), taken by Debian's headless
+# Chromium (apt-get install chromium chromium-driver), and the matrix table of docs/results/matrix.md
+# from the same records.
 board: setup
 	$(BIN)/python -m zoo board --records benchmarks/results --out build/board --screenshot docs/board.png \
-		--markdown docs/results/matrix.md
+		--matrix_screenshot docs/matrix.png --markdown docs/results/matrix.md
 
 lint: setup
 	$(BIN)/ruff check .

@@ -114,3 +114,17 @@ def test_a_family_page_opens_cleanly(browser, matrix_site: Path) -> None:  # noq
     _no_overlapping_text(browser)
     assert browser.find_element("tag name", "h1").text == ANSWER
     browser.save_screenshot(str(SCREENSHOTS / "family.png"))
+
+
+def test_the_command_writes_a_picture_of_the_matrix_page(tmp_path: Path) -> None:
+    """``zoo board --matrix_screenshot`` (``make board``'s picture for the README): a PNG of the
+    matrix page, wide enough for its yardstick columns, once its rows are drawn."""
+    from tests.board.matrix_records import write_matrix_records
+    from zoo.commands import main
+
+    records = write_matrix_records(tmp_path / "records")
+    picture = tmp_path / "matrix.png"
+    main(["board", "--records", str(records), "--out", str(tmp_path / "site"), "--matrix_screenshot", str(picture)])
+    header = picture.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(header[16:20], "big") == 1800  # the IHDR's width

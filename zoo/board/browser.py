@@ -68,17 +68,18 @@ def chromium(width: int = 1400, height: int = 900) -> Iterator[Any]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def screenshot(page: Path, target: Path, width: int = 1400, height: int = 800) -> Path:
-    """A PNG of the top of ``page`` (opened from disk) once its table has been drawn."""
+def screenshot(
+    page: Path, target: Path, ready: str = "table.dataTable tbody tr", width: int = 1400, height: int = 800
+) -> Path:
+    """A PNG of the top of ``page`` (opened from disk) once an element ``ready`` (a CSS selector:
+    by default a row of a DataTables table) has been drawn."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     with chromium(width, height) as driver:
         driver.get(page.resolve().as_uri())
-        WebDriverWait(driver, 30).until(
-            expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "table.dataTable tbody tr"))
-        )
+        WebDriverWait(driver, 30).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ready)))
         target.parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(target))
     return target

@@ -4,7 +4,8 @@
     python -m zoo board --records benchmarks/results --markdown docs/results/*.md
 
 Opens from disk (``OUT/index.html``) or through any static server (``python -m http.server``
-in OUT). Needs the ``board`` extra: ``pip install 'attention-zoo[board]'``. ``--markdown``
+in OUT). Needs the ``board`` extra: ``pip install 'attention-zoo[board]'``. ``--screenshot`` and
+``--matrix_screenshot`` write pictures of the leaderboard's and the matrix page's tops. ``--markdown``
 rewrites the tables of results pages from the records, and needs no extra: the matrix's table
 between its markers (:mod:`zoo.board.matrix_markdown`) and each table of ``zoo compare`` records
 in a records block (:mod:`zoo.board.record_tables`; its paths are read from the current folder,
@@ -41,6 +42,10 @@ def parser() -> argparse.ArgumentParser:
         "--screenshot", type=Path, default=None, metavar="PNG",
         help="also write a PNG of the page's top, taken by headless Chromium (chromium, chromium-driver, selenium)",
     )  # fmt: skip
+    root.add_argument(
+        "--matrix_screenshot", type=Path, default=None, metavar="PNG",
+        help="also write a PNG of the matrix page's top (every family on every yardstick), as --screenshot",
+    )  # fmt: skip
     return root
 
 
@@ -62,10 +67,20 @@ def main(args: list[str]) -> None:
 
     site = build_site(options.records, options.out)
     print(f"board: {site.index} ({len(site.files)} files)")
-    if options.screenshot is not None:
-        from zoo.board.browser import screenshot
+    from zoo.board.browser import screenshot
+    from zoo.board.matrix_page import MATRIX_PAGE
 
+    if options.screenshot is not None:
         print(f"screenshot: {screenshot(site.index, options.screenshot)}")
+    if options.matrix_screenshot is not None:
+        matrix = screenshot(
+            site.index.parent / MATRIX_PAGE,
+            options.matrix_screenshot,
+            ready="table#matrix tbody tr",
+            width=1800,
+            height=1000,
+        )
+        print(f"screenshot: {matrix}")
 
 
 def _rewrite_pages(records: list[Path], pages: list[Path]) -> None:
