@@ -171,6 +171,28 @@ def test_sigterm_stops_the_matrix_and_its_fits_and_the_same_command_continues(tm
     assert list(out.rglob("last.ckpt"))  # the fit saved, for the same command to continue from
 
 
+def test_the_dry_run_names_records_the_run_would_refuse_to_resume_from(
+    tmp_path: Path, fake_child: FakeChild, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A protocol edited after its runs were recorded: the dry run says, under the group, the line
+    ``zoo compare`` would stop on, where it used to count the stale records as done."""
+    protocols, out = _fixture_protocols(tmp_path, "3steps"), tmp_path / "matrix"
+    args = ["matrix", "--protocols", str(protocols), "--out", str(out), "--names", "gaussian_kernel"]
+    main([*args, "--yardsticks", "kernel"])
+    capsys.readouterr()
+    main([*args, "--yardsticks", "kernel", "--dry_run"])
+    assert "refused" not in capsys.readouterr().out
+    kernel = protocols / "yardsticks" / "kernel.yaml"
+    kernel.write_text(kernel.read_text().replace("3steps", "4steps"))
+    main([*args, "--yardsticks", "kernel", "--dry_run"])
+    lines = capsys.readouterr().out.splitlines()
+    refused = lines[lines.index(next(line for line in lines if line.startswith("# kernel / first"))) + 2]
+    assert refused.startswith("# refused (2 recorded run(s)): ") and "of another command" in refused
+    with pytest.raises(SystemExit) as stopped:  # the run stops on the same line, status 2
+        main([*args, "--yardsticks", "kernel"])
+    assert stopped.value.code == 2 and refused.split(": ", 1)[1] in capsys.readouterr().err
+
+
 def test_the_dry_run_costs_recorded_runs_as_measured_and_each_rows_rest_at_its_own_median(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

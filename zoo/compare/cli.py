@@ -15,7 +15,9 @@ run the runs on a Ray cluster or as SLURM jobs (docs/scaling.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
+import io
 import shlex
 import signal
 import sys
@@ -33,11 +35,11 @@ from zoo.compare.process import Terminated, stop_children_on_sigterm
 from zoo.compare.records import load_records
 from zoo.compare.report import summary_tables, write_report
 from zoo.compare.run import STAGE_PREFIX
-from zoo.compare.runner import CompareConfig, Comparison
+from zoo.compare.runner import REFUSED, CompareConfig, Comparison
 from zoo.compare.sweep import choose, grouped, parse_select, parse_sweep, sweep_table
 from zoo.errors import ConfigurationError
 
-__all__ = ["main", "parser"]
+__all__ = ["dry_run_refusals", "main", "parser"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -210,6 +212,16 @@ def _dry_run(comparison: Comparison, options: argparse.Namespace, axes: dict[str
     print("\n".join(comparison.describe(plan)))
     if options.sweep:
         print(f"then {comparison.config.seeds} seed(s) at each combination's best value by {selected}")
+
+
+def dry_run_refusals(args: list[str]) -> list[str]:
+    """Why the comparison of ``args`` would refuse to resume from its records (another command, a
+    changed config file), a line a refused run, from its ``--dry_run``: empty where it would not.
+    The matrix's dry run asks each group so (a sweep's first stage: its runs are recorded first)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        _compare([*args, "--dry_run"])
+    return [line.split(REFUSED, 1)[1] for line in printed.getvalue().splitlines() if REFUSED in line]
 
 
 def _slurm_parameters(specs: list[str]) -> dict[str, Any]:

@@ -37,7 +37,10 @@ from zoo.errors import ConfigurationError
 from zoo.tasks import MODEL_REGISTRY
 from zoo.text.files import atomic_write_text
 
-__all__ = ["STAGE_PREFIX", "CompareConfig", "Comparison", "resolve_base"]
+__all__ = ["REFUSED", "STAGE_PREFIX", "CompareConfig", "Comparison", "resolve_base"]
+
+#: What ``--dry_run`` writes between a recorded run's key and why its record cannot be resumed from.
+REFUSED = ": refused: "
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 TIMER = "--trainer.callbacks+=zoo.compare.timing.StepTimer"
@@ -255,7 +258,7 @@ class Comparison:
                     lines.append(f"{spec.key}: {shown(spec.fit)}")
                 else:
                     refusal = self._refusal(done[spec.key], spec)
-                    lines.append(f"{spec.key}: " + ("recorded" if refusal is None else f"refused: {refusal}"))
+                    lines.append(f"{spec.key}: recorded" if refusal is None else f"{spec.key}{REFUSED}{refusal}")
         if budget is not None and budget.kind == "seconds":
             lines.append(f"(the {budget.text} budget becomes steps after a calibration fit of each combination)")
         return lines

@@ -87,15 +87,25 @@ def groups(args: list[str]) -> tuple[list[Group], list[str], argparse.Namespace]
 
 
 def _describe(group: Group, cost: GroupCost, passthrough: list[str]) -> str:
-    """The group's header line (its runs and CPU minutes, recorded and to run) and its command."""
+    """The group's header line (its runs and CPU minutes, recorded and to run), its command, and
+    where ``zoo compare`` would refuse its records (the first reason and how many runs), the line
+    the real run would stop on."""
     state = f"{cost.recorded_runs} recorded ({cost.recorded_minutes:.0f} CPU minutes)"
     if cost.remaining_runs:
         state += f", {cost.remaining_runs} to run (about {cost.remaining_minutes:.0f} CPU minutes)"
     else:
         state += ", done"
-    return f"# {group.yardstick.name} / {group.label}: {group.runs} run(s), {state}\n" + shlex.join(
-        ["python", "-m", "zoo", *group.command(passthrough)]
-    )
+    command = group.command(passthrough)
+    lines = [
+        f"# {group.yardstick.name} / {group.label}: {group.runs} run(s), {state}",
+        shlex.join(["python", "-m", "zoo", *command]),
+    ]
+    if group.yardstick.kind != "bench" and (group.out / "records.jsonl").is_file():
+        from zoo.compare.cli import dry_run_refusals
+
+        if refusals := dry_run_refusals(command[1:]):
+            lines.append(f"# refused ({len(refusals)} recorded run(s)): {refusals[0]}")
+    return "\n".join(lines)
 
 
 def _summary(costs: list[tuple[Group, GroupCost]]) -> str:
