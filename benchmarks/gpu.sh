@@ -26,7 +26,9 @@
 # (the first call of a case, where Triton compiles and autotunes, may take --first-call-limit);
 # nanoGPT's Shakespeare GPU recipe beside nanoGPT's own train.py, both compiled. The older
 # measurements (every variant's speed in float32, decoding from a state, the Transformer's
-# training and decoding) and the Transformer's budget run are calls of their own too.
+# training and decoding), the Transformer's budget run, and the matrix's columns a few steps each
+# (--only install,environment,matrix_steps: its time on one GPU and on a cluster, matrix_estimate.md)
+# are calls of their own too.
 # --share gives a stage another share and --total the call another budget (both in seconds), to fit
 # a lease shorter than ten minutes. --dry-run runs the stages on the CPU at tiny sizes, to test the script without a GPU
 # (tests/bench/test_gpu_script.py does); --list prints the selected stages and their shares, and
@@ -151,7 +153,18 @@ shakespeare_parity() {
     if [ ! -f "$NANOGPT/train.py" ]; then echo "no nanoGPT checkout at $NANOGPT (--nanogpt)"; exit 3; fi
     "$PYTHON" "$ROOT/benchmarks/nanogpt_parity.py" --nanogpt "$NANOGPT" --data "$DATA/tinyshakespeare/input.txt" "$@"
 }
-export -f install_missing environment shakespeare_parity
+# The matrix's training columns, a few steps each at SIZE (benchmarks/matrix_gpu_estimate.py), then
+# the whole matrix priced from them into matrix_estimate.md: its time on one device and on a cluster.
+matrix_steps() {
+    local size=$1 results=$PWD
+    shift
+    cd "$ROOT" || return 1  # the protocols name their config files from the checkout's root
+    "$PYTHON" benchmarks/matrix_gpu_estimate.py measure --out "$results/matrix_steps" --size "$size" \
+        --text "$DATA/tinyshakespeare/input.txt" "$@" || return 1
+    "$PYTHON" benchmarks/matrix_gpu_estimate.py estimate --measured "$results/matrix_steps" --size "$size" \
+        | tee "$results/matrix_estimate.md"
+}
+export -f install_missing environment shakespeare_parity matrix_steps
 
 # max_steps for the budget run: the training seconds it has over the step time `bench train`
 # measured at the same batch (the CPU recipe's calibration); FALLBACK when that failed.
@@ -184,7 +197,8 @@ if [ $DRY -eq 1 ]; then
     SHARES=(install:60 environment:60 cuda_backends:120 cuda_tests:120 bench_backends_recurrent:120 bench_backends_flex:120
             shakespeare_parity:240 bench_attention:90 bench_recurrent:90 bench_state:60
             shakespeare_fit:120 bench_attention_all:90 bench_train:90 bench_decode:90 bench_train_compiled:90
-            budget_fit:120 budget_test:90)
+            budget_fit:120 budget_test:90 matrix_steps:240)
+    MATRIX_SIZE=quick MATRIX_STEPS=(--steps 6 --names gated_deltanet --yardsticks parity)
     TOTAL=1200  # a loaded 2-core machine; on a quiet one the dry run takes a few minutes
     export TORCHDYNAMO_DISABLE=1  # the compiled stage runs its code path without compiling on the CPU
 else
@@ -206,7 +220,9 @@ else
     SHARES=(install:25 environment:20 cuda_backends:200 cuda_tests:300 bench_backends_recurrent:150 bench_backends_flex:130
             shakespeare_parity:240 bench_attention:40 bench_recurrent:30 bench_state:20
             shakespeare_fit:150 bench_attention_all:40 bench_train:60 bench_decode:20 bench_train_compiled:30
-            budget_fit:155 budget_test:40)  # on an H200: the Shakespeare recipe trains in about 100 s
+            budget_fit:155 budget_test:40 matrix_steps:500)  # on an H200: the Shakespeare recipe trains in about 100 s
+    # the matrix's six training columns at their full size, softmax, Gated DeltaNet and Mamba-2 a few steps each
+    MATRIX_SIZE=full MATRIX_STEPS=(--steps 30 --trainer.accelerator gpu)
 fi
 # --share and --total: a stage's share, the call's budget, replaced.
 for override in "${OVERRIDES[@]}"; do
@@ -326,6 +342,8 @@ stage budget_test "$(share budget_test)" "$PYTHON" -m zoo test --model transform
     "${FIT_SIZE[@]}" --ckpt_path "${CHECKPOINT:-no checkpoint: the budget run saved none}" \
     --trainer.logger CSVLogger --trainer.logger.save_dir runs --trainer.logger.name transformer_gpu_test \
     --trainer.enable_progress_bar false
+
+stage matrix_steps "$(share matrix_steps)" bash -c 'matrix_steps "$@"' _ "$MATRIX_SIZE" "${MATRIX_STEPS[@]}"
 
 # The Shakespeare run's validation losses (step, loss), for docs/results/gpu.md beside nanoGPT's line.
 for metrics in "$RESULTS"/runs/gpt_shakespeare/version_*/metrics.csv; do

@@ -24,6 +24,7 @@ BACKENDS = ["install", "environment", "bench_backends_recurrent", "bench_backend
 SECOND = ["install", "environment", "bench_attention", "bench_recurrent", "bench_state", "shakespeare_fit",
           "bench_attention_all", "bench_train", "bench_decode", "bench_train_compiled"]  # fmt: skip
 BUDGET = ["budget_fit", "budget_test"]
+MATRIX = ["install", "environment", "matrix_steps"]
 
 
 def _shares(*flags: str) -> tuple[dict[str, int], int]:
@@ -45,7 +46,7 @@ def test_each_call_fits_ten_minutes_and_the_shakespeare_recipe_gets_the_most() -
     assert sum(shares.values()) <= total <= 570  # ten minutes less start-up and copying
     backends, _ = _shares("--only", ",".join(BACKENDS))
     assert max(backends, key=backends.get) == "shakespeare_parity" and sum(backends.values()) <= total
-    for part in (SECOND, BUDGET):
+    for part in (SECOND, BUDGET, MATRIX):
         shares, _ = _shares("--only", ",".join(part))
         assert list(shares) == part and sum(shares.values()) <= total
     dry, _ = _shares("--dry-run")
@@ -146,6 +147,9 @@ def test_the_dry_run_takes_every_stage_end_to_end(tmp_path: Path, shared_data: P
     _dry_run(tmp_path, shared_data, tmp_path / "budget", "--only", ",".join(BUDGET))
     metrics = next((tmp_path / "budget" / "runs" / "transformer_gpu_test").glob("version_*/metrics.csv")).read_text()
     assert "test/bleu" in metrics
+    _dry_run(tmp_path, shared_data, tmp_path / "matrix", "--only", ",".join(MATRIX))
+    estimate = (tmp_path / "matrix" / "matrix_estimate.md").read_text()
+    assert "| parity | 216 |" in estimate and "One device, a fit at a time:" in estimate
 
 
 def test_a_cuda_failure_is_logged_the_moment_it_is_known(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
