@@ -17,7 +17,7 @@ from zoo.attention import ATTENTION_REGISTRY
 from zoo.commands import main
 from zoo.compare.records import load_records
 from zoo.errors import ConfigurationError
-from zoo.matrix.cli import groups
+from zoo.matrix.cli import flags, groups
 from zoo.matrix.protocol import SIZES, load_yardsticks
 from zoo.matrix.rows import causal_names
 
@@ -53,6 +53,17 @@ def test_each_training_protocols_fit_arguments_parse(stick: str) -> None:
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_column_args_reach_their_column_alone_and_an_unknown_column_is_refused() -> None:
+    args = ["--yardsticks", "mqar,language_model", "--names", "gated_deltanet"]
+    args += ["--column_args", "language_model=--data.path 'my corpus.txt'", "--parallel", "2"]
+    plan_groups, passthrough, options = groups(args)
+    commands = {group.yardstick.name: group.command(flags(group, passthrough, options)) for group in plan_groups}
+    assert commands["language_model"][-4:] == ["--parallel", "2", "--data.path", "my corpus.txt"]
+    assert "--data.path" not in commands["mqar"] and commands["mqar"][-2:] == ["--parallel", "2"]
+    with pytest.raises(ConfigurationError, match="'language' is not a yardstick of matrix.yaml .did you mean"):
+        groups(["--column_args", "language=--data.path x"])
 
 
 def test_the_default_rows_are_every_causal_name_and_recipe_with_the_priorities_of_the_issue() -> None:

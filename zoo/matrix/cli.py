@@ -10,7 +10,8 @@ recipes (their overlay files, relative to it); ``configs/matrix/yardsticks/NAME.
 (:mod:`zoo.matrix.protocol`). Each group of rows runs as one ``zoo compare`` (or ``zoo bench``)
 into ``--out/SIZE/YARDSTICK/GROUP`` (:mod:`zoo.matrix.plan`), one after another; flags this
 command does not know (``--launcher``, ``--parallel``, the Ray and SLURM flags) go to every
-comparison. Ctrl-C or SIGTERM stops the comparison running and every fit it started (as
+comparison, and ``--column_args YARDSTICK=FLAGS`` to one column's (the language model's corpus on
+disk: ``--column_args language_model='--data.path input.txt'``). Ctrl-C or SIGTERM stops the comparison running and every fit it started (as
 ``zoo compare`` stops), and the matrix with it; the same command continues where it stopped.
 ``zoo board --records OUT`` draws the records.
 """
@@ -18,6 +19,7 @@ comparison. Ctrl-C or SIGTERM stops the comparison running and every fit it star
 from __future__ import annotations
 
 import argparse
+import difflib
 import shlex
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from zoo.matrix.plan import Group, plan
 from zoo.matrix.protocol import SIZES, load_yardsticks
 from zoo.matrix.rows import select_rows
 
-__all__ = ["PROTOCOLS", "main", "parser"]
+__all__ = ["PROTOCOLS", "flags", "groups", "main", "parser"]
 
 PROTOCOLS = Path(__file__).parents[1] / "configs" / "matrix"
 """The zoo's matrix: ``matrix.yaml`` and ``yardsticks/`` (``configs/matrix`` in a checkout)."""
@@ -54,7 +56,32 @@ def parser() -> argparse.ArgumentParser:
     )
     root.add_argument("--out", type=Path, default=Path("runs/matrix"), help="records (reuse to resume)")
     root.add_argument("--dry_run", action="store_true", help="print each command and its runs; run nothing")
+    root.add_argument(
+        "--column_args", action="append", default=[], metavar="YARDSTICK=FLAGS",
+        help="flags for one column's comparisons only, e.g. language_model='--data.path input.txt' (repeatable)",
+    )  # fmt: skip
     return root
+
+
+def _column_args(given: list[str], yardsticks: list[str]) -> dict[str, list[str]]:
+    """``--column_args NAME=FLAGS`` as {yardstick: its flags}; a name matrix.yaml lacks is refused."""
+    columns: dict[str, list[str]] = {}
+    for item in given:
+        name, _, flags = item.partition("=")
+        if name not in yardsticks:
+            close = difflib.get_close_matches(name, yardsticks, n=1, cutoff=0.0)
+            raise ConfigurationError(
+                f"--column_args {item!r}: {name!r} is not a yardstick of matrix.yaml (did you mean {close[0]}?); "
+                "give YARDSTICK=FLAGS."
+            )
+        columns.setdefault(name, []).extend(shlex.split(flags))
+    return columns
+
+
+def flags(group: Group, passthrough: list[str], options: argparse.Namespace) -> list[str]:
+    """What ``group``'s command is given besides its protocol: every column's flags (a launcher's),
+    then its own column's ``--column_args``."""
+    return [*passthrough, *options.column_args.get(group.yardstick.name, [])]
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -80,6 +107,7 @@ def groups(args: list[str]) -> tuple[list[Group], list[str], argparse.Namespace]
     unknown = [name for name in chosen if name not in matrix["yardsticks"]]
     if unknown:
         raise ConfigurationError(f"--yardsticks: {unknown} not in matrix.yaml's list {matrix['yardsticks']}.")
+    options.column_args = _column_args(options.column_args, list(matrix["yardsticks"]))
     recipes = {label: options.protocols / path for label, path in (matrix.get("recipes") or {}).items()}
     rows = select_rows(matrix.get("first") or [], recipes, _split(options.names))
     sticks = load_yardsticks(options.protocols / "yardsticks", chosen)
@@ -129,7 +157,7 @@ def main(args: list[str]) -> None:
     plan_groups, passthrough, options = groups(args)
     if options.dry_run:
         costs = [(group, group_cost(group)) for group in plan_groups]
-        print("\n".join(_describe(group, cost, passthrough) for group, cost in costs))
+        print("\n".join(_describe(group, cost, flags(group, passthrough, options)) for group, cost in costs))
         print(_summary(costs))
         return
     from zoo.bench.cli import main as bench_main
@@ -139,7 +167,7 @@ def main(args: list[str]) -> None:
         print(f"matrix [{index}/{len(plan_groups)}] {group.yardstick.name} / {group.label}", flush=True)
         if group.done:
             continue
-        command = group.command(passthrough)
+        command = group.command(flags(group, passthrough, options))
         if group.yardstick.kind == "bench":
             group.out.parent.mkdir(parents=True, exist_ok=True)
             bench_main(command[1:])
