@@ -9,10 +9,10 @@ class's ``family``, as the board reads it) and every recipe. Every other row run
 A recipe is the overlay file of its CPU language-model recipe (``configs/gpt_shakespeare_cpu_*.yaml``):
 its ``model.init_args`` (the attention pattern, and the depth or positions it sets) become the row's
 model flags, so a recipe's pattern is written in one place. A recipe is the stack its language model
-is, on every yardstick: an overlay that sets no depth runs at the CPU recipe's (4 layers: one
-attention in every layer, gpt-oss's pair twice, Qwen3-Next's three Gated DeltaNet layers to one
-attention once; :func:`~zoo.bench.recipe_stack.recipe_settings`); its parameter count says what
-the depth adds.
+is, on every yardstick: an overlay that sets no depth runs at the CPU recipe's, raised to a
+multiple of its pattern's length (:func:`~zoo.bench.recipe_stack.recipe_settings`; with today's 4
+layers: one attention in every layer, gpt-oss's pair twice, Qwen3-Next's three Gated DeltaNet
+layers to one attention once); its parameter count says what the depth adds.
 """
 
 from __future__ import annotations
