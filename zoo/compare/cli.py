@@ -24,8 +24,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from zoo.command_parser import command_parser
 from zoo.compare.against import against_section, check_against
 from zoo.compare.grid import combinations, parse_budget, parse_grid
@@ -185,14 +183,14 @@ def _launcher(options: argparse.Namespace) -> Launcher:
 
         return RayLauncher(address=options.ray_address, retries=retries, **resources)
     if options.launcher == "slurm":
-        from zoo.compare.slurm import SlurmLauncher
+        from zoo.compare.slurm import SlurmLauncher, slurm_parameters
 
         return SlurmLauncher(
             folder=options.out / "slurm",
             partition=options.slurm_partition,
             time_min=options.slurm_time_min,
             array=options.slurm_array,
-            parameters=_slurm_parameters(options.slurm_param),
+            parameters=slurm_parameters(options.slurm_param),
             cluster=options.slurm_cluster,
             retries=retries,
             name=f"zoo-compare-{options.name or options.out.resolve().name}",
@@ -222,17 +220,6 @@ def dry_run_refusals(args: list[str]) -> list[str]:
     with contextlib.redirect_stdout(printed):
         _compare([*args, "--dry_run"])
     return [line.split(REFUSED, 1)[1] for line in printed.getvalue().splitlines() if REFUSED in line]
-
-
-def _slurm_parameters(specs: list[str]) -> dict[str, Any]:
-    """``["account=lab", "mem_gb=64"]`` -> ``{"account": "lab", "mem_gb": 64}`` (values read as YAML scalars)."""
-    parameters = {}
-    for spec in specs:
-        key, sep, value = spec.partition("=")
-        if not sep or not key.strip():
-            raise ConfigurationError(f"Bad --slurm_param {spec!r}: write KEY=VALUE, e.g. --slurm_param account=mylab.")
-        parameters[key.strip().removeprefix("slurm_")] = yaml.safe_load(value)
-    return parameters
 
 
 def main(args: list[str]) -> None:

@@ -18,12 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from zoo.compare import run as runs
 from zoo.compare.launch import Launcher, OnDone, require_extra
 from zoo.compare.run import RunFailed, RunSpec
 from zoo.errors import ConfigurationError
 
-__all__ = ["SlurmLauncher"]
+__all__ = ["SlurmLauncher", "slurm_parameters"]
 
 #: How often the comparison looks at its jobs.
 POLL_SECONDS = 0.5
@@ -151,3 +153,14 @@ def _result(job: Any, spec: RunSpec) -> dict[str, Any] | RunFailed:
             f"Run {spec.key} failed: SLURM job {job.job_id} ended without a result ({first}); "
             f"its output: {job.paths.stderr}."
         )
+
+
+def slurm_parameters(specs: list[str]) -> dict[str, Any]:
+    """``["account=lab", "mem_gb=64"]`` -> ``{"account": "lab", "mem_gb": 64}`` (values read as YAML scalars)."""
+    parameters = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(f"Bad --slurm_param {spec!r}: write KEY=VALUE, e.g. --slurm_param account=mylab.")
+        parameters[key.strip().removeprefix("slurm_")] = yaml.safe_load(value)
+    return parameters
